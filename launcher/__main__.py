@@ -1,0 +1,3 @@
+from launcher.cli import main
+
+main()

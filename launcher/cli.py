@@ -1,0 +1,501 @@
+"""The ``ddpjob`` command line. Click commands only: heavy imports happen inside each command.
+
+Exit codes: 0 success; 1 the job failed or was cancelled (``submit -f``, ``wait``); 2 a wrong spec
+or command line; 3 the target is unavailable or refused the job; 4 unknown job id; 124 ``wait``
+timed out; 130 stopped following with Ctrl-C (the job continues).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+if TYPE_CHECKING:
+    from launcher.registry import JobRecord, Registry
+    from launcher.specload import LoadedSpec
+    from launcher.targets.base import JobStatus, Plan
+
+TARGET_CHOICE = click.Choice(["local", "slurm", "k8s"])
+_DEBUG = {"on": bool(os.environ.get("DDPJOB_DEBUG"))}
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"ddpjob: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn ddpjob's typed errors into a message and an exit code; never a traceback for them."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from launcher.errors import DdpjobError, SpecError
+
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as e:
+            click.echo(e.render(), err=True)
+            sys.exit(e.exit_code)
+        except DdpjobError as e:
+            if _DEBUG["on"]:
+                raise
+            _fail(str(e), e.exit_code)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt, BrokenPipeError):
+            raise
+        except Exception as e:  # an unexpected error is a bug: say so, keep the details one flag away
+            if _DEBUG["on"]:
+                raise
+            _fail(f"internal error: {type(e).__name__}: {e} (run with --debug for the traceback)", 70)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="ddpjob", prog_name="ddpjob")
+@click.option("--debug", is_flag=True, help="Show full tracebacks for unexpected errors (or set DDPJOB_DEBUG=1).")
+def cli(debug: bool) -> None:
+    """Launch PyTorch DDP training from one spec, on this machine, Slurm or Kubernetes.
+
+    \b
+    Quick start:
+      ddpjob submit jobs/quickstart.yaml --target local --nodes 2 -f
+      ddpjob submit --target local --nodes 2 -- python train.py --lr 0.1
+      ddpjob render jobs/cifar.yaml --target k8s     # what would be submitted
+      ddpjob list;  ddpjob status ID;  ddpjob logs ID -f;  ddpjob cancel ID
+
+    Jobs are recorded under $DDPJOB_HOME (default ~/.ddpjob), so any later shell can follow them.
+    """
+    if debug:
+        _DEBUG["on"] = True
+
+
+# --------------------------------------------------------------------------- spec helpers
+
+def _spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for deco in reversed([
+        click.option("--target", "-t", type=TARGET_CHOICE, default="local", show_default=True, help="Where to run."),
+        click.option("--nodes", "-n", type=int, help="Override nodes."),
+        click.option("--procs-per-node", "-p", help="Override procs_per_node (an integer or 'auto')."),
+        click.option("--name", help="Override the job name."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Override any field, e.g. --set resources.cpus=4 --set env.SEED=1 (repeatable)."),
+    ]):
+        fn = deco(fn)
+    return fn
+
+
+def _overrides(sets: tuple[str, ...], nodes: int | None, procs: str | None, name: str | None) -> list[str]:
+    out = list(sets)
+    if nodes is not None:
+        out.append(f"nodes={nodes}")
+    if procs is not None:
+        out.append(f"procs_per_node={procs}")
+    if name is not None:
+        out.append(f"name={name}")
+    return out
+
+
+def _load(args: tuple[str, ...], overrides: list[str]) -> LoadedSpec:
+    """A spec file (``SPEC``) or a bare command (``-- python train.py ...``)."""
+    from launcher.errors import UsageError
+    from launcher.spec import sanitize_name
+    from launcher.specload import load_spec
+
+    if not args:
+        raise UsageError("give a spec file (ddpjob submit jobs/quickstart.yaml) or a command after -- "
+                         "(ddpjob submit --nodes 2 -- python train.py)")
+    if args[0].endswith((".yaml", ".yml")):
+        if len(args) > 1:
+            raise UsageError(f"extra arguments after the spec {args[0]}: {' '.join(args[1:])}; "
+                             "put the command in the spec's command:, or use --set")
+        return load_spec(args[0], overrides=overrides)
+    script = next((a for a in args[1:] if not a.startswith("-")), args[0])
+    base = {"name": sanitize_name(os.path.splitext(os.path.basename(script))[0]), "command": list(args)}
+    return load_spec(None, overrides=overrides, base=base)
+
+
+def _ctx(job_id: str, run_dir: str, port: int | None) -> Any:
+    from launcher.targets.base import PlanContext
+
+    return PlanContext(
+        job_id=job_id, run_dir=run_dir, port=port, cpu_count=os.cpu_count() or 1, gpu_count=_gpu_count(),
+        home=os.path.expanduser("~"), cwd=os.getcwd(), python=sys.executable,
+    )
+
+
+def _gpu_count() -> int:
+    """GPUs on this machine without importing torch: the NVIDIA device nodes, honouring CUDA_VISIBLE_DEVICES."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])
+    try:
+        return len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()])
+    except OSError:
+        return 0
+
+
+def _registry() -> Registry:
+    from launcher.registry import Registry
+
+    return Registry()
+
+
+# --------------------------------------------------------------------------- commands
+
+@cli.command()
+@click.argument("args", nargs=-1, metavar="[SPEC | -- COMMAND...]")
+@_spec_options
+@click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing is submitted or recorded.")
+@click.option("--follow", "-f", is_flag=True, help="Stream logs until the job ends; exit with its result.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the job id.")
+@_guard
+def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node: str | None, name: str | None,
+           sets: tuple[str, ...], dry_run: bool, follow: bool, quiet: bool) -> None:
+    """Submit a job from a spec file, or a command given after --.
+
+    \b
+    Examples:
+      ddpjob submit jobs/quickstart.yaml --target local --nodes 2 -f
+      ddpjob submit jobs/sweep.yaml --target slurm
+      ddpjob submit --target local --nodes 2 -- python train.py --lr 0.1
+      ddpjob submit jobs/cifar.yaml -t k8s --set k8s.namespace=ml --dry-run
+
+    Everything after -- is the command, passed to torchrun as it is (never through a shell).
+    The job id is printed at once; the job runs on.
+    """
+    loaded = _load(args, _overrides(sets, nodes, procs_per_node, name))
+    tgt = _get_target(target)
+    reg = _registry()
+    spec = loaded.spec
+    # Plan once with a provisional id: target checks fail here, before anything is recorded.
+    provisional = f"{spec.name}-xxxxx"
+    port = spec.master_port
+    if target == "local" and port is None:
+        from launcher.targets.local import pick_port
+
+        port = pick_port(set())
+    plan = tgt.plan(loaded, _ctx(provisional, str(reg.runs_dir() / provisional), port))
+    if dry_run:
+        click.echo(plan.render(), nl=False)
+        return
+    want_port = target == "local" and spec.master_port is None
+    from launcher.targets.local import pick_port
+
+    job_id, port = reg.reserve(spec.name, target, spec.model_dump(mode="json"), want_port=want_port,
+                               port_picker=pick_port)
+    if port is None:
+        port = spec.master_port
+    from launcher.states import JobState
+
+    try:
+        plan = tgt.plan(loaded, _ctx(job_id, str(reg.runs_dir() / job_id), port))
+        handle = tgt.submit(plan)
+    except BaseException as e:
+        reg.update_state(job_id, JobState.FAILED, f"submit failed: {e}")
+        raise
+    reg.record_handle(job_id, handle)
+    if quiet:
+        click.echo(job_id)
+    else:
+        click.echo(f"Submitted {job_id} to {target}: {_shape(plan)}")
+        click.echo(f"  run dir: {plan.run_dir}")
+        if not follow:
+            click.echo(f"  follow:  ddpjob logs {job_id} -f")
+            click.echo(f"  status:  ddpjob status {job_id}")
+    if follow:
+        sys.exit(_follow_to_end(reg, job_id))
+
+
+def _shape(plan: Plan) -> str:
+    p = plan.payload
+    nodes = p.get("nodes", "?")
+    procs = p.get("procs_per_node", "?")
+    runs = len(p.get("elements", [])) or 1
+    text = f"{nodes} node(s) x {procs} process(es)"
+    if runs > 1:
+        text += f", {runs} runs (sweep)"
+    if plan.port:
+        text += f", rendezvous port {plan.port}"
+    return text
+
+
+def _get_target(name: str) -> Any:
+    from launcher.targets import get_target
+
+    return get_target(name)
+
+
+def _refresh(reg: Registry, rec: JobRecord) -> tuple[JobRecord, JobStatus | None]:
+    """Ask the target for the job's status and store it; terminal records are final."""
+    from launcher.states import JobState
+    from launcher.targets.base import JobStatus
+
+    if rec.handle is None:
+        age = time.time() - rec.created_at
+        if rec.state.terminal:
+            return rec, None
+        msg = "submission did not complete: no handle was recorded"
+        if age > 120:
+            reg.update_state(rec.id, JobState.FAILED, msg + " (the submitting process stopped)")
+            return reg.get(rec.id), None
+        return rec, JobStatus(JobState.PENDING, "being submitted")
+    st = _get_target(rec.target).status(rec.handle)
+    if not rec.state.terminal:
+        reg.update_state(rec.id, st.state, st.message)
+        rec = reg.get(rec.id)
+    return rec, st
+
+
+def _follow_to_end(reg: Registry, job_id: str, flt: Any = None) -> int:
+    from launcher.targets.base import LogFilter
+
+    rec = reg.get(job_id)
+    tgt = _get_target(rec.target)
+    try:
+        for line in tgt.logs(rec.handle, flt or LogFilter(), follow=True):
+            click.echo(line)
+        rec, st = _refresh(reg, reg.get(job_id))
+    except KeyboardInterrupt:
+        click.echo(f"\nStopped following; {job_id} keeps running. Cancel it with: ddpjob cancel {job_id}", err=True)
+        return 130
+    click.echo(f"{job_id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""), err=True)
+    return 0 if rec.state.value == "SUCCEEDED" else 1
+
+
+@cli.command()
+@click.argument("spec_file", metavar="SPEC")
+@_spec_options
+@_guard
+def render(spec_file: str, target: str, nodes: int | None, procs_per_node: str | None, name: str | None,
+           sets: tuple[str, ...]) -> None:
+    """Print exactly what would be submitted (torchrun lines, sbatch script, PyTorchJob); touch nothing.
+
+    \b
+    Example:
+      ddpjob render jobs/cifar.yaml --target k8s --nodes 4
+    """
+    loaded = _load((spec_file,), _overrides(sets, nodes, procs_per_node, name))
+    tgt = _get_target(target)
+    from launcher.registry import ddpjob_home
+
+    job_id = f"{loaded.spec.name}-xxxxx"
+    port = loaded.spec.master_port or (29500 if target == "local" else None)
+    plan = tgt.plan(loaded, _ctx(job_id, str(ddpjob_home() / "runs" / job_id), port))
+    click.echo(plan.render(), nl=False)
+
+
+@cli.command()
+@click.argument("spec_files", nargs=-1, required=True, metavar="SPEC...")
+@click.option("--target", "-t", type=TARGET_CHOICE, help="Also run this target's checks (e.g. the PyTorchJob CRD schema).")
+@_guard
+def validate(spec_files: tuple[str, ...], target: str | None) -> None:
+    """Check spec files and report every problem with file, line and field. Exit 2 if any is wrong.
+
+    \b
+    Example:
+      ddpjob validate jobs/*.yaml --target k8s
+    """
+    from launcher.errors import SpecError
+    from launcher.spec import expand
+
+    bad = 0
+    for f in spec_files:
+        try:
+            loaded = _load((f,), [])
+            if target:
+                job_id = f"{loaded.spec.name}-xxxxx"
+                _get_target(target).plan(loaded, _ctx(job_id, f"/tmp/ddpjob-validate/{job_id}", loaded.spec.master_port or 29500))
+        except SpecError as e:
+            bad += 1
+            click.echo(e.render(), err=True)
+            continue
+        runs = len(expand(loaded.spec, job_id="x", output_root="x"))
+        click.echo(f"{f}: ok ({loaded.spec.nodes} node(s), {runs} run(s)" + (f", {target} checks passed)" if target else ")"))
+    if bad:
+        sys.exit(2)
+
+
+@cli.command()
+@_guard
+def schema() -> None:
+    """Print the JSON Schema of job specs (for editor completion and validation).
+
+    \b
+    Example (VS Code, YAML extension):
+      ddpjob schema > ddpjob.schema.json
+      # then in a spec: # yaml-language-server: $schema=./ddpjob.schema.json
+    """
+    import json
+
+    from launcher.spec import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
+
+
+@cli.command()
+@click.argument("job_id", metavar="ID")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_guard
+def status(job_id: str, output: str) -> None:
+    """Show a job's state, each run's nodes and exit codes, and the root cause of a failure."""
+    import json
+
+    reg = _registry()
+    rec, st = _refresh(reg, reg.get(job_id))
+    if output == "json":
+        data = rec.to_json()
+        data["status"] = st.to_json() if st else None
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    click.echo(f"job:      {rec.id} ({rec.target})")
+    click.echo(f"state:    {rec.state.value}")
+    if rec.message:
+        click.echo(f"message:  {rec.message}")
+    click.echo(f"run dir:  {rec.run_dir}")
+    click.echo(f"created:  {_when(rec.created_at)}" + (f"   ended: {_when(rec.ended_at)}" if rec.ended_at else ""))
+    if st is not None:
+        for key, value in sorted(st.details.items()):
+            if key != "run_dir" and value not in (None, "", [], {}):
+                click.echo(f"{key + ':':<9} {value}")
+        for t in st.tasks:
+            params = " ".join(f"{k}={v}" for k, v in t.params.items())
+            head = f"task {t.index}" + (f" [{t.native_id}]" if t.native_id else "")
+            click.echo(f"  {head}: {t.state.value}" + (f" ({params})" if params else "") + (f": {t.message}" if t.message else ""))
+            for n in t.nodes:
+                extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log"))
+                click.echo(f"    node {n.get('node', '?')}: {extra}")
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+@cli.command(name="list")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--limit", type=int, default=50, show_default=True, help="Newest N jobs (0: all).")
+@click.option("--target", "-t", type=TARGET_CHOICE, help="Only jobs of this target.")
+@_guard
+def list_(output: str, limit: int, target: str | None) -> None:
+    """List jobs, newest first (states of unfinished jobs are refreshed)."""
+    import json
+
+    from launcher.errors import DdpjobError
+
+    reg = _registry()
+    records = reg.list(limit=limit or None, target=target)
+    fresh = []
+    for rec in records:
+        if not rec.state.terminal:
+            try:
+                rec, _ = _refresh(reg, rec)
+            except DdpjobError:
+                pass  # target unreachable from here: show what was last known
+        fresh.append(rec)
+    if output == "json":
+        click.echo(json.dumps([r.to_json() for r in fresh], indent=2, sort_keys=True))
+        return
+    if not fresh:
+        click.echo("no jobs yet; submit one with: ddpjob submit jobs/quickstart.yaml --target local --nodes 2")
+        return
+    rows = [("ID", "TARGET", "STATE", "NODES", "CREATED", "MESSAGE")]
+    for r in fresh:
+        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), _when(r.created_at), r.message[:60]))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[5])
+
+
+@cli.command()
+@click.argument("job_id", metavar="ID")
+@click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
+@click.option("--node", type=int, help="Only this node (0-based).")
+@click.option("--rank", type=int, help="Only this global rank.")
+@click.option("--task", type=int, help="Only this run of a sweep (0-based).")
+@click.option("--tail", type=int, help="Only the last N lines of each source.")
+@_guard
+def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: int | None, tail: int | None) -> None:
+    """Print a job's output; every line is prefixed with its node and rank.
+
+    \b
+    Examples:
+      ddpjob logs ID -f
+      ddpjob logs ID --node 1 --tail 20
+      ddpjob logs ID --task 1          # one element of a sweep
+    """
+    from launcher.targets.base import LogFilter
+
+    reg = _registry()
+    rec = reg.get(job_id)
+    flt = LogFilter(task=task, node=node, rank=rank, tail=tail)
+    if rec.handle is None:
+        _fail(f"{job_id} has no logs: its submission did not complete ({rec.message or rec.state.value})", 1)
+    if follow:
+        code = _follow_to_end(reg, job_id, flt)
+        sys.exit(0 if code in (0, 1) else code)
+    for line in _get_target(rec.target).logs(rec.handle, flt, follow=False):
+        click.echo(line)
+
+
+@cli.command()
+@click.argument("job_id", metavar="ID")
+@_guard
+def cancel(job_id: str) -> None:
+    """Stop a job and every process it started. Safe to repeat."""
+    from launcher.states import JobState
+
+    reg = _registry()
+    rec = reg.get(job_id)
+    if rec.state.terminal:
+        click.echo(f"{job_id} already ended: {rec.state.value}")
+        return
+    if rec.handle is not None:
+        rec, _ = _refresh(reg, rec)
+        if rec.state.terminal:
+            click.echo(f"{job_id} already ended: {rec.state.value}")
+            return
+        _get_target(rec.target).cancel(rec.handle)
+    reg.update_state(job_id, JobState.CANCELLED, "cancelled by user")
+    click.echo(f"{job_id}: CANCELLED")
+
+
+@cli.command()
+@click.argument("job_id", metavar="ID")
+@click.option("--timeout", type=float, help="Give up after this many seconds (exit 124; the job keeps running).")
+@_guard
+def wait(job_id: str, timeout: float | None) -> None:
+    """Wait until a job ends. Exit 0 only if it SUCCEEDED, 1 otherwise."""
+    from launcher.errors import WaitTimeout
+
+    reg = _registry()
+    start = time.monotonic()
+    delay = 0.2
+    while True:
+        rec, _ = _refresh(reg, reg.get(job_id))
+        if rec.state.terminal:
+            click.echo(f"{job_id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""))
+            sys.exit(0 if rec.state.value == "SUCCEEDED" else 1)
+        if timeout is not None and time.monotonic() - start >= timeout:
+            raise WaitTimeout(f"{job_id} is still {rec.state.value} after {timeout:g}s; it keeps running")
+        sleep = delay if timeout is None else min(delay, max(0.0, timeout - (time.monotonic() - start)))
+        time.sleep(sleep)
+        delay = min(delay * 1.5, 5.0)  # poll politely: back off to one query every 5 s
+
+
+def main() -> None:
+    try:
+        cli(prog_name="ddpjob")
+    except BrokenPipeError:
+        # `ddpjob logs ID | head`: the reader left; not an error. Keep Python from complaining at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

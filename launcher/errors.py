@@ -1,0 +1,130 @@
+"""Typed errors raised by library code.
+
+Library code raises these and never prints or exits; ``launcher.cli`` is the one place that turns
+them into a message and an exit code (see ``EXIT_CODES``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem in a job spec.
+
+    Attributes:
+        path: field path inside the spec, e.g. ``("resources", "cpus")``; empty for the whole file.
+        message: what is wrong.
+        hint: how to fix it (optional).
+        source: where the value came from when it is not a line of the file, e.g. ``--set nodes=0``.
+    """
+
+    path: tuple[str | int, ...]
+    message: str
+    hint: str | None = None
+    source: str | None = None
+
+    @property
+    def dotted(self) -> str:
+        return dotted_path(self.path)
+
+
+def dotted_path(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<root>"
+
+
+class DdpjobError(Exception):
+    """Base class of every error ddpjob reports to users without a traceback."""
+
+    exit_code = 1
+
+
+@dataclass
+class SpecError(DdpjobError):
+    """A job spec (file, overrides or both) is invalid. Carries every issue found, not just the first."""
+
+    file: str | None
+    issues: list[Issue] = field(default_factory=list)
+    # Maps a field path to (line, column), 1-based, for the file; filled by the loader.
+    locations: dict[tuple[str | int, ...], tuple[int, int]] = field(default_factory=dict)
+
+    exit_code = 2
+
+    def __post_init__(self) -> None:
+        super().__init__(self.render())
+
+    def locate(self, path: tuple[str | int, ...]) -> tuple[int, int] | None:
+        """The line/column of the deepest YAML node on ``path`` that exists in the file."""
+        for cut in range(len(path), -1, -1):
+            where = self.locations.get(tuple(path[:cut]))
+            if where is not None:
+                return where
+        return None
+
+    def render(self) -> str:
+        lines = []
+        for issue in self.issues:
+            if issue.source:
+                where = issue.source
+            elif self.file is None:
+                where = "<command line>"
+            else:
+                loc = self.locate(issue.path)
+                where = f"{self.file}:{loc[0]}:{loc[1]}" if loc else self.file
+            lines.append(f"{where}: {issue.dotted}: {issue.message}")
+            if issue.hint:
+                lines.append(f"    hint: {issue.hint}")
+        count = len(self.issues)
+        lines.append(f"{count} problem{'s' if count != 1 else ''} found; nothing was submitted.")
+        return "\n".join(lines)
+
+
+class UsageError(DdpjobError):
+    """A wrong command line that click itself cannot see (bad combination of options)."""
+
+    exit_code = 2
+
+
+class JobNotFound(DdpjobError):
+    """No job with this id in the registry."""
+
+    exit_code = 4
+
+    def __init__(self, job_id: str, suggestions: list[str] | None = None) -> None:
+        msg = f"no job with id {job_id!r}"
+        if suggestions:
+            msg += f" (did you mean {', '.join(repr(s) for s in suggestions)}?)"
+        msg += "; run `ddpjob list` to see your jobs"
+        super().__init__(msg)
+        self.job_id = job_id
+
+
+class TargetUnavailable(DdpjobError):
+    """The target cannot be used here: a missing extra, no cluster, no kubeconfig, no Slurm commands."""
+
+    exit_code = 3
+
+
+class SubmitRejected(DdpjobError):
+    """The target refused the job (API server said no, sbatch failed, ...). The message says why."""
+
+    exit_code = 3
+
+
+class TargetError(DdpjobError):
+    """Talking to the target failed after submission (status, logs, cancel)."""
+
+    exit_code = 3
+
+
+class WaitTimeout(DdpjobError):
+    """``wait --timeout`` ran out before the job ended; the job keeps running."""
+
+    exit_code = 124

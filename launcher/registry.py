@@ -1,0 +1,216 @@
+"""The local record of submitted jobs: SQLite (WAL) under ``$DDPJOB_HOME`` (default ``~/.ddpjob``).
+
+Submission is two-phase: ``reserve`` inserts the job (state PENDING, no handle) and returns its
+id; the target submits; ``record_handle`` stores what the target needs to find the job again.
+A crash in between leaves a visible job without a handle, never a ghost. Terminal states are
+never downgraded (enforced in SQL). Several ``ddpjob`` processes may use one registry at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import JobNotFound
+from launcher.states import TERMINAL, JobState
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    target      TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    spec_json   TEXT NOT NULL,
+    handle_json TEXT,
+    run_dir     TEXT NOT NULL,
+    port        INTEGER,
+    message     TEXT NOT NULL DEFAULT '',
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    ended_at    REAL
+);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
+"""
+_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o, 1/l: ids are read aloud and typed
+_TERMINAL_SQL = tuple(s.value for s in TERMINAL)
+
+
+def ddpjob_home() -> Path:
+    return Path(os.environ.get("DDPJOB_HOME") or Path.home() / ".ddpjob").expanduser()
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of the registry."""
+
+    id: str
+    name: str
+    target: str
+    state: JobState
+    spec: dict[str, Any]
+    handle: dict[str, Any] | None
+    run_dir: str
+    port: int | None
+    message: str
+    created_at: float
+    updated_at: float
+    ended_at: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "name": self.name, "target": self.target, "state": self.state.value,
+            "message": self.message, "run_dir": self.run_dir, "port": self.port,
+            "created_at": self.created_at, "updated_at": self.updated_at, "ended_at": self.ended_at,
+            "handle": self.handle, "spec": self.spec,
+        }
+
+
+class Registry:
+    """Job records in ``<home>/registry.db``; one short-lived connection per operation."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = home or ddpjob_home()
+        self.path = self.home / "registry.db"
+        self._ready = False
+
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
+
+    @contextmanager
+    def _connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        if not self._ready:
+            self.home.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA busy_timeout=30000")
+            if not self._ready:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.executescript(_SCHEMA)
+                self._ready = True
+            if write:
+                # IMMEDIATE takes the write lock up front: read-then-write (id, port) stays atomic.
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            else:
+                yield conn
+        finally:
+            conn.close()
+
+    def reserve(
+        self,
+        name: str,
+        target: str,
+        spec: dict[str, Any],
+        *,
+        want_port: bool = False,
+        port_picker: Any = None,
+    ) -> tuple[str, int | None]:
+        """Phase one: insert a PENDING job with a new id (and, locally, a port no live job uses).
+
+        Args:
+            want_port: pick a rendezvous port inside the same transaction, so two submits at the
+                same moment never get the same one.
+            port_picker: ``callable(busy: set[int]) -> int`` returning a port free on this machine.
+        Returns:
+            (job id, port or None).
+        """
+        now = time.time()
+        with self._connect(write=True) as conn:
+            port = None
+            if want_port:
+                busy = {
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT port FROM jobs WHERE port IS NOT NULL AND state NOT IN ({','.join('?' * len(_TERMINAL_SQL))})",
+                        _TERMINAL_SQL,
+                    )
+                }
+                port = port_picker(busy)
+            for _ in range(20):
+                job_id = f"{name}-{''.join(secrets.choice(_ALPHABET) for _ in range(5))}"
+                run_dir = str(self.runs_dir() / job_id)
+                try:
+                    conn.execute(
+                        "INSERT INTO jobs (id, name, target, state, spec_json, run_dir, port, created_at, updated_at)"
+                        " VALUES (:id, :name, :target, :state, :spec, :run_dir, :port, :now, :now)",
+                        {"id": job_id, "name": name, "target": target, "state": JobState.PENDING.value,
+                         "spec": json.dumps(spec, sort_keys=True), "run_dir": run_dir, "port": port, "now": now},
+                    )
+                    return job_id, port
+                except sqlite3.IntegrityError:
+                    continue
+        raise RuntimeError("could not allocate a unique job id after 20 tries")
+
+    def set_spec(self, job_id: str, spec: dict[str, Any]) -> None:
+        with self._connect(write=True) as conn:
+            conn.execute("UPDATE jobs SET spec_json = :spec WHERE id = :id", {"spec": json.dumps(spec, sort_keys=True), "id": job_id})
+
+    def record_handle(self, job_id: str, handle: dict[str, Any]) -> None:
+        """Phase two: what the target returned, so later shells can find the job."""
+        with self._connect(write=True) as conn:
+            conn.execute(
+                "UPDATE jobs SET handle_json = :h, updated_at = :now WHERE id = :id",
+                {"h": json.dumps(handle, sort_keys=True), "now": time.time(), "id": job_id},
+            )
+
+    def update_state(self, job_id: str, state: JobState, message: str | None = None) -> None:
+        """Move a job to ``state`` unless it is already terminal (terminal states are final)."""
+        now = time.time()
+        with self._connect(write=True) as conn:
+            conn.execute(
+                "UPDATE jobs SET state = :state, message = COALESCE(:msg, message), updated_at = :now,"
+                " ended_at = CASE WHEN :terminal THEN COALESCE(ended_at, :now) ELSE ended_at END"
+                f" WHERE id = :id AND state NOT IN ({','.join(':t%d' % i for i in range(len(_TERMINAL_SQL)))})",
+                {"state": state.value, "msg": message, "now": now, "terminal": state in TERMINAL, "id": job_id,
+                 **{f"t{i}": v for i, v in enumerate(_TERMINAL_SQL)}},
+            )
+
+    def get(self, job_id: str) -> JobRecord:
+        with self._connect() as conn:
+            row = conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                ids = [r[0] for r in conn.execute("SELECT id FROM jobs ORDER BY created_at DESC LIMIT 500")]
+        if row is None:
+            import difflib
+
+            prefixed = [i for i in ids if i.startswith(job_id)]
+            if len(prefixed) == 1:
+                return self.get(prefixed[0])
+            raise JobNotFound(job_id, prefixed[:3] or difflib.get_close_matches(job_id, ids, n=3, cutoff=0.6))
+        return _record(row)
+
+    def list(self, limit: int | None = None, target: str | None = None) -> list[JobRecord]:
+        sql = "SELECT * FROM jobs"
+        params: dict[str, Any] = {}
+        if target:
+            sql += " WHERE target = :target"
+            params["target"] = target
+        sql += " ORDER BY created_at DESC, id"
+        if limit:
+            sql += " LIMIT :limit"
+            params["limit"] = limit
+        with self._connect() as conn:
+            return [_record(r) for r in conn.execute(sql, params)]
+
+
+def _record(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        id=row["id"], name=row["name"], target=row["target"], state=JobState.parse(row["state"]),
+        spec=json.loads(row["spec_json"]), handle=json.loads(row["handle_json"]) if row["handle_json"] else None,
+        run_dir=row["run_dir"], port=row["port"], message=row["message"], created_at=row["created_at"],
+        updated_at=row["updated_at"], ended_at=row["ended_at"],
+    )

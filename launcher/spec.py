@@ -1,0 +1,349 @@
+"""The job spec: pydantic models, sweep expansion and placeholder substitution.
+
+One spec runs unchanged on every target. The loader that turns a YAML file into a ``JobSpec``
+(with file/line/column for every error) lives in ``launcher.specload``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
+
+from launcher.errors import Issue
+from launcher.spec_k8s import K8sOptions
+from launcher.spec_slurm import SlurmOptions
+
+NAME_MAX = 40
+# DNS-1035 label: what Kubernetes requires of service names, and a safe job name everywhere else.
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NCCL_EXTRA_RE = re.compile(r"^(NCCL|TORCH_NCCL|GLOO|TORCH_DISTRIBUTED)_[A-Z0-9_]+$")
+QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+PLACEHOLDER_RE = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+
+# Variables torchrun (or the launcher, per target) computes itself. A user value would be wrong on
+# every node but one, so the spec refuses them instead of letting them win.
+RESERVED_ENV = frozenset(
+    {
+        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+        "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+        "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_JOB_ID",
+        "DDPJOB_OUTPUT_DIR",
+    }
+)
+# Values the placeholders in ``command`` and ``env`` may use besides the sweep parameters.
+BUILTIN_PLACEHOLDERS = ("job_id", "sweep_index", "output_dir")
+
+Scalar = Union[StrictInt, float, bool, str]
+
+
+def _env_name(key: str) -> str:
+    if not ENV_NAME_RE.match(key):
+        raise ValueError(f"{key!r} is not a valid variable name (letters, digits, '_'; not starting with a digit)")
+    if key in RESERVED_ENV or key.startswith("PET_"):
+        raise ValueError(
+            f"{key} is computed by torchrun/ddpjob for each process and cannot be set "
+            "(use master_port: to choose the rendezvous port)"
+        )
+    return key
+
+
+def _env_value(value: str) -> str:
+    return _no_control(value, "the value")
+
+
+def _unique_values(values: list[Any]) -> list[Any]:
+    seen: set[str] = set()
+    for value in values:
+        text = format_value(value)
+        if text in seen:
+            raise ValueError(f"{text!r} is listed twice; each value must be unique")
+        _no_control(text, "a value")
+        seen.add(text)
+    return values
+
+
+def _sweep_key(key: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or key in BUILTIN_PLACEHOLDERS:
+        raise ValueError(f"sweep parameter {key!r} must be an identifier and not one of {list(BUILTIN_PLACEHOLDERS)}")
+    return key
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvValue = Annotated[str, AfterValidator(_env_value)]
+SweepValues = Annotated[list[Scalar], Field(min_length=1), AfterValidator(_unique_values)]
+SweepKey = Annotated[str, AfterValidator(_sweep_key)]
+
+
+def _no_control(value: str, what: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL byte, which no process argument or variable can hold")
+    if "\n" in value or "\r" in value:
+        raise ValueError(f"{what} contains a line break; put multi-line content in a file and pass its path")
+    return value
+
+
+def sanitize_name(text: str) -> str:
+    """Turn any text into a valid job name (used for suggestions and command-only submits)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    name = re.sub(r"-{2,}", "-", name)
+    if not name or not name[0].isalpha():
+        name = "job-" + name
+    return name[:NAME_MAX].rstrip("-") or "job"
+
+
+class NcclOptions(BaseModel):
+    """NCCL (and Gloo) settings. Unset fields take each target's default (see ``launcher.dist``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    debug: Literal["VERSION", "WARN", "INFO", "TRACE"] | None = Field(
+        None, description="NCCL_DEBUG level. Default WARN on every target; INFO helps debug hangs."
+    )
+    ib_disable: bool | None = Field(
+        None,
+        description="NCCL_IB_DISABLE. Default: true locally and on Kubernetes (unless k8s.rdma), "
+        "false on Slurm (HPC fabrics usually have InfiniBand).",
+    )
+    socket_ifname: str | None = Field(
+        None,
+        description="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME, e.g. 'eth0' or '^docker,lo'. "
+        "Default: 'lo' locally, 'eth0' on Kubernetes, unset on Slurm.",
+    )
+    extra: dict[str, str] = Field(
+        default_factory=dict,
+        description="More variables, e.g. {NCCL_P2P_DISABLE: '1'}. Names must start with NCCL_, "
+        "TORCH_NCCL_, GLOO_ or TORCH_DISTRIBUTED_.",
+    )
+
+    @field_validator("socket_ifname")
+    @classmethod
+    def _ifname(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\^?[A-Za-z0-9_.,:^=-]+", v):
+            raise ValueError("must be interface names such as 'eth0' or '^lo,docker0'")
+        return v
+
+    @field_validator("extra")
+    @classmethod
+    def _extra(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not NCCL_EXTRA_RE.match(key):
+                raise ValueError(
+                    f"{key!r} is not an NCCL/Gloo variable; put other variables under env:"
+                )
+            _no_control(value, f"value of {key}")
+        return v
+
+
+class Resources(BaseModel):
+    """What each node (one torchrun agent) needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: StrictInt | None = Field(
+        None, ge=1, description="CPU cores per node (a whole number). Also sets OMP_NUM_THREADS per process."
+    )
+    gpus: StrictInt = Field(0, ge=0, description="GPUs per node (nvidia.com/gpu on Kubernetes, --gpus-per-node on Slurm).")
+    memory: str | None = Field(None, description="Memory per node as a quantity, e.g. '16Gi'.")
+    shm: str = Field(
+        "2Gi",
+        description="Size of /dev/shm (Kubernetes mounts a memory emptyDir; containers default to 64 MB, "
+        "which kills DataLoader workers).",
+    )
+
+    @field_validator("memory", "shm")
+    @classmethod
+    def _quantity(cls, v: str | None) -> str | None:
+        if v is not None and not QUANTITY_RE.match(str(v)):
+            raise ValueError("must be a quantity such as '512Mi', '16Gi' or '2G'")
+        return v
+
+
+class LocalOptions(BaseModel):
+    """Options for ``--target local`` (torchrun agents on this machine, one per simulated node)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stop_on_failure: bool = Field(
+        False, description="For sweeps: stop at the first failed element instead of running the rest."
+    )
+    omp_num_threads: StrictInt | None = Field(
+        None, ge=1, description="OMP_NUM_THREADS per process. Default: this machine's cores / all local processes."
+    )
+
+
+class JobSpec(BaseModel):
+    """A ddpjob job spec. Every field is optional except ``name`` and ``command``."""
+
+    model_config = ConfigDict(extra="forbid", title="ddpjob job spec")
+
+    name: str = Field(
+        ...,
+        description=f"Job name: a DNS-1035 label (lowercase letters, digits, '-'; starts with a letter) "
+        f"of at most {NAME_MAX} characters, so derived names (ids, Kubernetes services) fit.",
+    )
+    image: str | None = Field(
+        None, description="Container image (required on Kubernetes; used on Slurm with a container runtime)."
+    )
+    command: list[str] = Field(
+        ...,
+        min_length=1,
+        description="The program each process runs, as a list: ['python', 'train.py', '--lr', '{lr}'] or "
+        "['python', '-m', 'launcher.train']. Run under torchrun; never through a shell. Placeholders: "
+        "sweep parameters, {job_id}, {sweep_index}, {output_dir}; write {{ and }} for literal braces.",
+    )
+    workdir: str | None = Field(
+        None,
+        description="Working directory of the command. Relative paths are taken from the spec file's "
+        "directory. Default: the directory you submit from (local, Slurm) or the image's WORKDIR (Kubernetes).",
+    )
+    nodes: StrictInt = Field(1, ge=1, le=1024, description="Number of nodes (torchrun agents).")
+    procs_per_node: StrictInt | Literal["auto"] = Field(
+        "auto", description="Processes per node: an integer, or 'auto' (the node's GPU count, or 1 on CPU)."
+    )
+    resources: Resources = Field(default_factory=Resources, description="Per-node resources.")
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict,
+        description="Environment variables for every process. They win over ddpjob's defaults. "
+        "RANK, WORLD_SIZE, MASTER_ADDR and friends are computed for you and cannot be set.",
+    )
+    nccl: NcclOptions = Field(default_factory=NcclOptions, description="NCCL/Gloo settings.")
+    master_port: StrictInt | None = Field(
+        None, ge=1024, le=65535,
+        description="Rendezvous port. Default: chosen per target (a free port locally, derived from the "
+        "job id on Slurm, 29500 on Kubernetes).",
+    )
+    max_restarts: StrictInt = Field(0, ge=0, le=100, description="torchrun --max-restarts: restarts of the whole worker group after a failure.")
+    sweep: dict[SweepKey, SweepValues] = Field(
+        default_factory=dict,
+        description="A parameter grid, e.g. {lr: [0.1, 0.01], seed: [1, 2]}: one run per combination "
+        "(cartesian product). Each run substitutes {lr}/{seed} in command and env and gets its own "
+        "DDPJOB_SWEEP_INDEX and output folder.",
+    )
+    output_dir: str | None = Field(
+        None,
+        description="Where runs write outputs (DDPJOB_OUTPUT_DIR, one sub-folder per sweep element). "
+        "Default: the job's run directory locally, the Slurm folder on Slurm, /workspace/outputs on Kubernetes.",
+    )
+    local: LocalOptions = Field(default_factory=LocalOptions, description="Options for --target local.")
+    slurm: SlurmOptions = Field(default_factory=SlurmOptions, description="Options for --target slurm.")
+    k8s: K8sOptions = Field(default_factory=K8sOptions, description="Options for --target k8s.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if len(v) > NAME_MAX or not NAME_RE.match(v):
+            raise ValueError(
+                f"must be a DNS-1035 label of at most {NAME_MAX} characters: lowercase letters, digits and "
+                "'-', starting with a letter and ending with a letter or digit"
+            )
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str]) -> list[str]:
+        for i, arg in enumerate(v):
+            _no_control(arg, f"argument {i}")
+        if not v[0].strip():
+            raise ValueError("the program (first item) is empty")
+        return v
+
+
+
+def check_placeholders(spec: JobSpec) -> list[Issue]:
+    """Every ``{name}`` must be a sweep parameter or a built-in, and every sweep parameter used."""
+    known = set(spec.sweep) | set(BUILTIN_PLACEHOLDERS)
+    used: set[str] = set()
+    issues: list[Issue] = []
+    fields: list[tuple[tuple[str | int, ...], str]] = [(("command", i), a) for i, a in enumerate(spec.command)]
+    fields += [(("env", k), v) for k, v in spec.env.items()]
+    for path, text in fields:
+        for name in placeholders(text):
+            used.add(name)
+            if name not in known:
+                issues.append(
+                    Issue(
+                        path,
+                        f"placeholder {{{name}}} is not a sweep parameter or one of {list(BUILTIN_PLACEHOLDERS)}",
+                        hint=(f"sweep defines {sorted(spec.sweep)}; " if spec.sweep else "")
+                        + "write {{ and }} for literal braces",
+                    )
+                )
+    for key in spec.sweep:
+        if key not in used:
+            issues.append(
+                Issue(("sweep", key), f"sweep parameter {key!r} is not used", hint=f"add {{{key}}} to command or env")
+            )
+    return issues
+
+
+def format_value(value: Any) -> str:
+    """How a sweep value is written into a command: YAML's spelling for booleans, str() otherwise."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def placeholders(text: str) -> list[str]:
+    """Names of the ``{name}`` placeholders in ``text`` (``{{``/``}}`` are literal braces)."""
+    return [m.group(1) for m in PLACEHOLDER_RE.finditer(text) if m.group(1) is not None]
+
+
+def substitute(text: str, values: dict[str, str]) -> str:
+    """Replace ``{name}`` by ``values[name]``; ``{{``/``}}`` become literal braces. Never evaluates."""
+
+    def repl(m: re.Match[str]) -> str:
+        if m.group(0) == "{{":
+            return "{"
+        if m.group(0) == "}}":
+            return "}"
+        return values[m.group(1)]
+
+    return PLACEHOLDER_RE.sub(repl, text)
+
+
+@dataclass(frozen=True)
+class SweepElement:
+    """One run of a job: the whole job when there is no sweep, else one point of the grid."""
+
+    index: int
+    params: dict[str, str]
+    command: list[str]
+    env: dict[str, str]
+    output_dir: str
+
+
+def expand(spec: JobSpec, *, job_id: str, output_root: str) -> list[SweepElement]:
+    """The runs of a job, in a stable order (the cartesian product of ``sweep``, last key fastest).
+
+    Each element gets its own output folder: ``output_root`` itself without a sweep, else
+    ``output_root/sweep-<index>``.
+    """
+    keys = list(spec.sweep)
+    combos = list(itertools.product(*(spec.sweep[k] for k in keys))) if keys else [()]
+    elements = []
+    for index, combo in enumerate(combos):
+        params = {k: format_value(v) for k, v in zip(keys, combo)}
+        out = output_root if not keys else f"{output_root.rstrip('/')}/sweep-{index}"
+        values = {**params, "job_id": job_id, "sweep_index": str(index), "output_dir": out}
+        elements.append(
+            SweepElement(
+                index=index,
+                params=params,
+                command=[substitute(a, values) for a in spec.command],
+                env={k: substitute(v, values) for k, v in spec.env.items()},
+                output_dir=out,
+            )
+        )
+    return elements
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of the spec, for editors (``ddpjob schema``)."""
+    schema = JobSpec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema

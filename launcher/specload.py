@@ -1,0 +1,289 @@
+"""Load a job spec from YAML with every error mapped back to its file, line and field.
+
+``load_spec`` reads the file, applies command-line overrides (``--set a.b=v``, ``--nodes`` ...),
+validates with pydantic and raises one ``SpecError`` listing **all** problems, each with
+``FILE:LINE:COL: field.path: message`` and a hint (the nearest key for a typo).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from launcher.errors import Issue, SpecError
+from launcher.spec import JobSpec, check_placeholders, sanitize_name
+
+
+@dataclass
+class LoadedSpec:
+    """A validated spec plus where it came from (for errors found later, e.g. by a target's checks)."""
+
+    spec: JobSpec
+    file: str | None
+    locations: dict[tuple[str | int, ...], tuple[int, int]] = field(default_factory=dict)
+    override_sources: dict[tuple[str, ...], str] = field(default_factory=dict)
+
+    def error(self, issues: list[Issue]) -> SpecError:
+        """A ``SpecError`` for problems found after loading, located in the same file."""
+        located = [_with_source(i, self.override_sources) for i in issues]
+        return SpecError(self.file, located, self.locations)
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader (no arbitrary objects). YAML 1.1 quirks such as `on: yes` stay as PyYAML reads them."""
+
+
+def _compose(text: str, file: str) -> tuple[Any, dict[tuple[str | int, ...], tuple[int, int]], list[Issue]]:
+    """Parse YAML into plain data plus a map from field path to (line, column)."""
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e)
+        path: tuple[str | int, ...] = ()
+        issue = Issue(path, f"YAML syntax error: {problem}", hint="check indentation, colons and quotes")
+        locs = {(): (mark.line + 1, mark.column + 1)} if mark else {}
+        raise SpecError(file, [issue], locs) from e
+    locations: dict[tuple[str | int, ...], tuple[int, int]] = {}
+    issues: list[Issue] = []
+    if node is None:
+        return None, locations, issues
+
+    def walk(n: yaml.Node, path: tuple[str | int, ...]) -> None:
+        if isinstance(n, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, value_node in n.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+                sub = path + (key,)
+                if key in seen:
+                    issues.append(
+                        Issue(sub, f"duplicate key {key!r} (first on line {seen[key]})", hint="keep one of them")
+                    )
+                seen[key] = key_node.start_mark.line + 1
+                locations[sub] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                walk(value_node, sub)
+        elif isinstance(n, yaml.SequenceNode):
+            for i, item in enumerate(n.value):
+                locations[path + (i,)] = (item.start_mark.line + 1, item.start_mark.column + 1)
+                walk(item, path + (i,))
+
+    locations[()] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    walk(node, ())
+    data = yaml.load(text, Loader=_Loader)  # noqa: S506 - SafeLoader subclass
+    return data, locations, issues
+
+
+def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
+    """``a.b=value`` -> (("a", "b"), value parsed as a YAML scalar/flow value)."""
+    key, sep, raw = text.partition("=")
+    parts = tuple(p.strip() for p in key.split("."))
+    if not sep or not all(parts):
+        raise SpecError(None, [Issue((), f"--set {text!r}: expected KEY=VALUE, e.g. --set resources.cpus=4", source=f"--set {text}")])
+    try:
+        value = yaml.load(raw, Loader=_Loader) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def _apply(data: dict[str, Any], parts: tuple[str, ...], value: Any, source: str) -> Issue | None:
+    cur: Any = data
+    for i, part in enumerate(parts[:-1]):
+        nxt = cur.get(part) if isinstance(cur, dict) else None
+        if nxt is None:
+            nxt = {}
+            cur[part] = nxt
+        if not isinstance(nxt, dict):
+            return Issue(parts[: i + 1], f"cannot set {'.'.join(parts)}: {part} is not a mapping", source=source)
+        cur = nxt
+    cur[parts[-1]] = value
+    return None
+
+
+def _with_source(issue: Issue, sources: dict[tuple[str, ...], str]) -> Issue:
+    if issue.source:
+        return issue
+    for prefix, src in sources.items():
+        if tuple(issue.path[: len(prefix)]) == prefix:
+            return Issue(issue.path, issue.message, issue.hint, src)
+    return issue
+
+
+def load_spec(
+    path: str | os.PathLike[str] | None,
+    *,
+    overrides: list[str] = (),  # type: ignore[assignment]
+    base: dict[str, Any] | None = None,
+) -> LoadedSpec:
+    """Load, override and validate a spec. Raises ``SpecError`` with every problem found.
+
+    Args:
+        path: the YAML file, or None for a spec built only from ``base`` and overrides
+            (``ddpjob submit -- python train.py``).
+        overrides: ``KEY=VALUE`` strings applied in order before validation.
+        base: starting data when ``path`` is None.
+    """
+    file = str(path) if path is not None else None
+    locations: dict[tuple[str | int, ...], tuple[int, int]] = {}
+    issues: list[Issue] = []
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError as e:
+            raise SpecError(file, [Issue((), "file not found", hint="check the path; `ddpjob validate FILE` checks a spec")]) from e
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecError(file, [Issue((), f"cannot read the file: {e}")]) from e
+        data, locations, issues = _compose(text, file)
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise SpecError(file, [Issue((), f"the spec must be a mapping of fields, not a {type(data).__name__}")], locations)
+    else:
+        data = dict(base or {})
+
+    sources: dict[tuple[str, ...], str] = {}
+    for text_override in overrides:
+        parts, value = parse_override(text_override)
+        src = f"--set {text_override}"
+        problem = _apply(data, parts, value, src)
+        if problem:
+            issues.append(problem)
+        sources[parts] = src
+
+    spec: JobSpec | None = None
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as e:
+        issues.extend(_issues_from_pydantic(e, data))
+    if spec is not None:
+        issues.extend(check_placeholders(spec))
+    if issues:
+        issues = [_with_source(i, sources) for i in issues]
+        issues.sort(key=lambda i: (i.source is not None, _line_of(i, locations)))
+        raise SpecError(file, issues, locations)
+    assert spec is not None
+    if file is not None and spec.workdir is not None and not os.path.isabs(spec.workdir) and spec.workdir.strip():
+        # Relative workdirs are relative to the spec file, so a spec means the same wherever you submit it.
+        resolved = str((Path(file).resolve().parent / spec.workdir).resolve())
+        spec = spec.model_copy(update={"workdir": resolved})
+    return LoadedSpec(spec, file, locations, sources)
+
+
+def _line_of(issue: Issue, locations: dict[tuple[str | int, ...], tuple[int, int]]) -> tuple[int, int]:
+    for cut in range(len(issue.path), -1, -1):
+        if tuple(issue.path[:cut]) in locations:
+            return locations[tuple(issue.path[:cut])]
+    return (0, 0)
+
+
+def _issues_from_pydantic(e: ValidationError, data: Any) -> list[Issue]:
+    merged: dict[tuple[str | int, ...], list[dict[str, Any]]] = {}
+    for err in e.errors(include_url=False):
+        path = _clean_loc(err["loc"], data, err["type"])
+        merged.setdefault(path, []).append(err)
+    issues = []
+    for path, errs in merged.items():
+        first = errs[0]
+        if first["type"] == "extra_forbidden":
+            key = str(path[-1])
+            allowed = allowed_keys(path[:-1])
+            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?" if close else (f"known fields: {', '.join(allowed)}" if allowed else None)
+            issues.append(Issue(path, f"unknown field {key!r}", hint))
+            continue
+        if first["type"] == "missing":
+            issues.append(Issue(path, "required field is missing", _missing_hint(path)))
+            continue
+        msgs: list[str] = []
+        for err in errs:
+            msg = err["msg"].removeprefix("Value error, ")
+            if msgs and msg.startswith("Input should be "):
+                msg = msg.removeprefix("Input should be ")
+            if msg not in msgs:
+                msgs.append(msg)
+        message = " or ".join(msgs) if len(msgs) > 1 else msgs[0]
+        value = first.get("input")
+        if isinstance(value, (int, float, str, bool)) and len(repr(value)) <= 60 and repr(value) not in message:
+            message += f" (got {value!r})"
+        hint = None
+        if path == ("name",) and isinstance(value, str):
+            hint = f"for example name: {sanitize_name(value)}"
+        issues.append(Issue(path, message, hint))
+    return issues
+
+
+def _missing_hint(path: tuple[str | int, ...]) -> str | None:
+    if path == ("name",):
+        return "add e.g. `name: my-job` (lowercase letters, digits, '-')"
+    if path == ("command",):
+        return "add e.g. `command: [python, train.py]`"
+    return None
+
+
+def _clean_loc(loc: tuple[Any, ...], data: Any, err_type: str) -> tuple[str | int, ...]:
+    """Drop pydantic's union/validator tags from ``loc`` by walking the real data."""
+    out: list[str | int] = []
+    cur = data
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(cur, dict) and part in cur:
+            out.append(part)
+            cur = cur[part]
+        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
+            out.append(part)
+            cur = cur[part]
+        elif last and err_type in ("missing", "extra_forbidden"):
+            out.append(part)
+        # else: a tag such as 'int', "literal['auto']" or 'function-after[...]': not a data key.
+    return tuple(out)
+
+
+def allowed_keys(path: tuple[str | int, ...], model: type[BaseModel] = JobSpec) -> list[str]:
+    """Field names of the model found at ``path`` (for typo suggestions); [] if not a model."""
+    tp: Any = model
+    for part in path:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            f = tp.model_fields.get(str(part))
+            if f is None:
+                return []
+            tp = f.annotation
+        else:
+            origin = typing.get_origin(tp)
+            args = typing.get_args(tp)
+            if origin in (list, tuple) and args:
+                tp = args[0]
+            elif origin is dict and len(args) == 2:
+                tp = args[1]
+            else:
+                return []
+    tp = _unwrap(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return list(tp.model_fields)
+    return []
+
+
+def _unwrap(tp: Any) -> Any:
+    """Optional[X] / X | None / Annotated[X, ...] -> X (the first model in a union, if any)."""
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+            continue
+        if origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+            tp = models[0] if models else (args[0] if len(args) == 1 else tp)
+            if typing.get_origin(tp) in (typing.Union, types.UnionType):
+                return tp
+            continue
+        return tp

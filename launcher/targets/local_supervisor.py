@@ -1,0 +1,210 @@
+"""The detached process that runs a local job: ``python -m launcher.targets.local_supervisor RUN_DIR``.
+
+It outlives the ``ddpjob submit`` call, starts one torchrun agent per node for each run (sweep
+element) in turn, and keeps ``state.json`` current so any later shell can ask for status.
+
+Why fail fast: when one node's agent fails, torchrun on the other nodes only notices at its exit
+barrier (300 s by default) or never, so the supervisor stops the remaining nodes itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from launcher.states import JobState, combine
+from launcher.targets import procs
+from launcher.targets.local import MARKER, _write_json
+from launcher.targets.logtail import split_torchrun_prefix
+
+_stop_requested = False
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    global _stop_requested
+    _stop_requested = True
+
+
+def root_cause(node: dict[str, Any], procs_per_node: int) -> str:
+    """The first failure of a node, from torchrun's error file or, failing that, its log."""
+    try:
+        with open(node["error_file"], encoding="utf-8") as f:
+            err = json.load(f)
+        message = err.get("message", err)
+        if isinstance(message, dict):
+            text = message.get("message", "")
+            extra = message.get("extraInfo", {})
+            trace = extra.get("py_callstack", "") if isinstance(extra, dict) else ""
+            last = [ln for ln in str(trace).strip().splitlines() if ln.strip()][-1:] if trace else []
+            return (text or "") + (f" ({last[0].strip()})" if last and last[0].strip() not in text else "")
+        return str(message)
+    except (OSError, ValueError):
+        pass
+    try:
+        lines = Path(node["log"]).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    # torchrun's failure summary names the first failed rank: "rank : 1 (local_rank: 0)".
+    local_rank = None
+    exitcode = None
+    for i, line in enumerate(lines):
+        if "Root Cause (first observed failure)" in line:
+            for follow in lines[i : i + 12]:
+                m = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", follow)
+                if m:
+                    local_rank = int(m.group(2))
+                m = re.search(r"exitcode\s*:\s*(-?\d+)", follow)
+                if m:
+                    exitcode = int(m.group(1))
+    tail = _stderr_tail(node, local_rank)
+    if not tail:
+        worker = [t for lr, t in map(split_torchrun_prefix, lines) if lr is not None and (local_rank is None or lr == local_rank)]
+        tail = [t for t in worker if t.strip()][-3:]
+    rank = node["node"] * procs_per_node + local_rank if local_rank is not None else None
+    head = f"rank {rank} exited with code {exitcode}" if rank is not None else f"node {node['node']} failed"
+    return head + (": " + " | ".join(t.strip() for t in tail) if tail else "")
+
+
+def _stderr_tail(node: dict[str, Any], local_rank: int | None, n: int = 3) -> list[str]:
+    """Last lines of the failed worker's stderr, from torchrun's --log-dir (newest attempt)."""
+    if local_rank is None:
+        return []
+    files = sorted(Path(node["torchrun_log_dir"]).glob(f"*/attempt_*/{local_rank}/stderr.log"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        return []
+    text = files[-1].read_text(encoding="utf-8", errors="replace")
+    lines = [split_torchrun_prefix(ln)[1] for ln in text.splitlines()]
+    return [ln for ln in lines if ln.strip()][-n:]
+
+
+class Supervisor:
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = Path(run_dir)
+        self.plan = json.loads((self.run_dir / "plan.json").read_text())
+        self.state: dict[str, Any] = {
+            "state": JobState.PENDING.value, "message": "", "port": self.plan["port"],
+            "supervisor_pid": os.getpid(), "started": time.time(), "ended": None,
+            "elements": [
+                {"index": el["index"], "params": el["params"], "state": JobState.PENDING.value, "message": "",
+                 "output_dir": el["output_dir"], "nodes": []}
+                for el in self.plan["elements"]
+            ],
+        }
+
+    def save(self) -> None:
+        _write_json(self.run_dir / "state.json", self.state)
+
+    def cancelled(self) -> bool:
+        return _stop_requested or (self.run_dir / "cancel-requested").exists()
+
+    def run(self) -> int:
+        self.save()
+        for el, st in zip(self.plan["elements"], self.state["elements"]):
+            if self.cancelled():
+                st["state"] = JobState.CANCELLED.value
+                continue
+            self.state["state"] = JobState.RUNNING.value
+            self.run_element(el, st)
+            self.save()
+            if st["state"] == JobState.FAILED.value and self.plan["stop_on_failure"]:
+                for rest in self.state["elements"][st["index"] + 1 :]:
+                    rest["state"] = JobState.CANCELLED.value
+                    rest["message"] = "not run: an earlier task failed (local.stop_on_failure)"
+                break
+        states = [JobState(e["state"]) for e in self.state["elements"]]
+        final = combine(states)
+        if self.cancelled():
+            final = JobState.CANCELLED
+        failed = [e for e in self.state["elements"] if e["state"] == JobState.FAILED.value]
+        if final == JobState.CANCELLED:
+            self.state["message"] = "cancelled by user"
+        elif failed:
+            prefix = f"task {failed[0]['index']}: " if len(states) > 1 else ""
+            self.state["message"] = prefix + failed[0]["message"]
+            if len(states) > 1 and len(failed) < len(states):
+                final = JobState.FAILED
+        self.state["state"] = final.value
+        self.state["ended"] = time.time()
+        self.save()
+        return 0 if final == JobState.SUCCEEDED else 1
+
+    def run_element(self, el: dict[str, Any], st: dict[str, Any]) -> None:
+        Path(el["output_dir"]).mkdir(parents=True, exist_ok=True)
+        running: list[tuple[dict[str, Any], subprocess.Popen[bytes]]] = []
+        st["state"] = JobState.RUNNING.value
+        st["started"] = time.time()
+        for node in el["nodes"]:
+            Path(node["log"]).parent.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, **node["env"]}
+            with open(node["log"], "ab") as log:
+                try:
+                    p = subprocess.Popen(node["argv"], env=env, cwd=node["cwd"], stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+                except OSError as e:
+                    st["state"] = JobState.FAILED.value
+                    st["message"] = f"node {node['node']}: cannot start {node['argv'][0]}: {e}"
+                    self._stop(running, st)
+                    return
+            running.append((node, p))
+            st["nodes"].append({"node": node["node"], "pid": p.pid, "exit_code": None, "log": node["log"]})
+        self.save()
+        failed_node: dict[str, Any] | None = None
+        while True:
+            codes = [p.poll() for _, p in running]
+            for rec, code in zip(st["nodes"], codes):
+                rec["exit_code"] = code
+            bad = [(n, c) for (n, _), c in zip(running, codes) if c not in (None, 0)]
+            if bad and failed_node is None:
+                failed_node = bad[0][0]
+            if all(c is not None for c in codes) or failed_node is not None or self.cancelled():
+                break
+            time.sleep(0.2)
+        if self.cancelled():
+            self._stop(running, st)
+            st["state"] = JobState.CANCELLED.value
+            st["message"] = "cancelled by user"
+        elif failed_node is not None:
+            self._stop(running, st)
+            st["state"] = JobState.FAILED.value
+            st["message"] = root_cause(failed_node, self.plan["procs_per_node"])
+        else:
+            st["state"] = JobState.SUCCEEDED.value
+        st["ended"] = time.time()
+
+    def _stop(self, running: list[tuple[dict[str, Any], subprocess.Popen[bytes]]], st: dict[str, Any]) -> None:
+        """Stop this run's agents and their workers; record how each node ended."""
+        for _, p in running:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)  # torchrun forwards it to its workers
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(p.poll() is None for _, p in running):
+            time.sleep(0.1)
+        # Workers run in their own sessions: find stragglers by the job marker, not the process group.
+        procs.kill_marked(MARKER, self.plan["job_id"], grace=2.0)
+        for _, p in running:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for rec, (_, p) in zip(st["nodes"], running):
+            rec["exit_code"] = p.returncode
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if len(argv) != 1:
+        print("usage: python -m launcher.targets.local_supervisor RUN_DIR", file=sys.stderr)
+        return 2
+    return Supervisor(argv[0]).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
