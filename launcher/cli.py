@@ -151,12 +151,14 @@ def _registry() -> Registry:
 @cli.command()
 @click.argument("args", nargs=-1, metavar="[SPEC | -- COMMAND...]")
 @_spec_options
-@click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing is submitted or recorded.")
+@click.option("--dry-run", type=click.Choice(["client", "server"]), is_flag=False, flag_value="client",
+              default=None, help="Print the plan and stop: nothing is submitted or recorded. "
+              "--dry-run=server also asks the scheduler to check it (Kubernetes: dryRun=All).")
 @click.option("--follow", "-f", is_flag=True, help="Stream logs until the job ends; exit with its result.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the job id.")
 @_guard
 def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node: str | None, name: str | None,
-           sets: tuple[str, ...], dry_run: bool, follow: bool, quiet: bool) -> None:
+           sets: tuple[str, ...], dry_run: str | None, follow: bool, quiet: bool) -> None:
     """Submit a job from a spec file, or a command given after --.
 
     \b
@@ -183,6 +185,8 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
     plan = tgt.plan(loaded, _ctx(provisional, str(reg.runs_dir() / provisional), port))
     if dry_run:
         click.echo(plan.render(), nl=False)
+        if dry_run == "server":
+            click.echo(tgt.server_dry_run(plan))
         return
     want_port = target == "local" and spec.master_port is None
     from launcher.targets.local import pick_port
@@ -389,14 +393,18 @@ def list_(output: str, limit: int, target: str | None) -> None:
 
     reg = _registry()
     records = reg.list(limit=limit or None, target=target)
-    fresh = []
+    live: dict[str, dict[str, dict[str, Any]]] = {}
     for rec in records:
-        if not rec.state.terminal:
-            try:
-                rec, _ = _refresh(reg, rec)
-            except DdpjobError:
-                pass  # target unreachable from here: show what was last known
-        fresh.append(rec)
+        if not rec.state.terminal and rec.handle is not None:
+            live.setdefault(rec.target, {})[rec.id] = rec.handle
+    for tname, handles in live.items():
+        try:
+            statuses = _get_target(tname).status_many(handles)  # one batched query per target
+        except DdpjobError:
+            continue  # target unreachable from here: show what was last known
+        for job_id, st in statuses.items():
+            reg.update_state(job_id, st.state, st.message)
+    fresh = [reg.get(r.id) if r.id in live.get(r.target, {}) else r for r in records]
     if output == "json":
         click.echo(json.dumps([r.to_json() for r in fresh], indent=2, sort_keys=True))
         return

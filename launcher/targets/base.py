@@ -135,3 +135,14 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def cancel(self, handle: dict[str, Any]) -> None:
         """Stop the job and everything it started. Safe to repeat; a finished job is left as it is."""
+
+    def status_many(self, handles: dict[str, dict[str, Any]]) -> dict[str, JobStatus]:
+        """Status of several jobs (``ddpjob list``). Targets with a batch query override this
+        to ask once for all jobs instead of once per job."""
+        return {job_id: self.status(h) for job_id, h in handles.items()}
+
+    def server_dry_run(self, plan: Plan) -> str:
+        """Ask the scheduler to check ``plan`` without running it (``submit --dry-run=server``)."""
+        from launcher.errors import UsageError
+
+        raise UsageError(f"--dry-run=server is not supported by the {self.name} target; use --dry-run")
