@@ -1,0 +1,37 @@
+"""Fixtures shared by every test directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def ddpjob_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own registry, so nothing touches the user's ~/.ddpjob."""
+    home = tmp_path_factory.mktemp("ddpjob-home")
+    monkeypatch.setenv("DDPJOB_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def cli():
+    """``cli("submit", ...)`` runs the real command line in a subprocess and returns the result."""
+    return ddpjob
+
+
+def ddpjob(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
+           timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the real ``ddpjob`` command line in a subprocess (what users run)."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "launcher", *args], cwd=cwd or REPO, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"ddpjob {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc

@@ -1,0 +1,50 @@
+"""The front door: fast imports, helpful --help, clear errors for command-line mistakes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_cli_import_loads_no_heavy_library():
+    code = ("import sys, launcher.cli; heavy = [m for m in ('torch', 'kubernetes', 'submitit', 'pydantic', 'yaml') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_help_pays_for_click_only():
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom launcher.cli import cli\n"
+            "r = CliRunner().invoke(cli, ['--help'])\nassert r.exit_code == 0, r.output\n"
+            "print([m for m in ('torch', 'kubernetes', 'submitit', 'pydantic') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_every_command_has_help_with_an_example(cli):
+    for verb in ["submit", "render", "validate", "schema", "status", "list", "logs", "cancel", "wait"]:
+        proc = cli(verb, "--help")
+        assert proc.returncode == 0 and "Usage: ddpjob " + verb in proc.stdout
+    assert "Example" in cli("submit", "--help").stdout
+    assert "--dry-run" in cli("submit", "--help").stdout
+
+
+def test_dry_run_prints_the_plan_and_records_nothing(cli, ddpjob_home):
+    proc = cli("submit", "jobs/quickstart.yaml", "--nodes", "3", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("--node-rank") == 3 and "--nnodes 3" in proc.stdout
+    assert json.loads(cli("list", "-o", "json").stdout) == []
+    render = cli("render", "jobs/quickstart.yaml", "--target", "local", "--set", "nccl.debug=INFO")
+    assert render.returncode == 0 and "NCCL_DEBUG=INFO" in render.stdout
+
+
+def test_command_line_mistakes(cli):
+    none = cli("submit")
+    assert none.returncode == 2 and "give a spec file" in none.stderr
+    extra = cli("submit", "jobs/quickstart.yaml", "oops")
+    assert extra.returncode == 2 and "extra arguments" in extra.stderr
+    bad_target = cli("submit", "jobs/quickstart.yaml", "--target", "mars")
+    assert bad_target.returncode == 2 and "mars" in bad_target.stderr
+    for proc in (none, extra, bad_target):
+        assert "Traceback" not in proc.stderr

@@ -1,0 +1,119 @@
+"""The registry: ids, two-phase submit, terminal states, concurrent use from many processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import JobNotFound
+from launcher.registry import Registry
+from launcher.states import JobState, combine
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_ids_are_readable_and_unique(tmp_path):
+    reg = Registry(tmp_path)
+    ids = {reg.reserve("train", "local", {})[0] for _ in range(200)}
+    assert len(ids) == 200
+    assert all(re.fullmatch(r"train-[a-z2-9]{5}", i) for i in ids)
+
+
+def test_two_phase_and_terminal_states_are_final(tmp_path):
+    reg = Registry(tmp_path)
+    job_id, _ = reg.reserve("a", "local", {"name": "a"})
+    rec = reg.get(job_id)
+    assert rec.state == JobState.PENDING and rec.handle is None
+    reg.record_handle(job_id, {"pid": 1})
+    reg.update_state(job_id, JobState.RUNNING)
+    reg.update_state(job_id, JobState.CANCELLED, "cancelled by user")
+    reg.update_state(job_id, JobState.RUNNING, "late report")
+    reg.update_state(job_id, JobState.FAILED, "late failure")
+    rec = reg.get(job_id)
+    assert rec.state == JobState.CANCELLED and rec.message == "cancelled by user"
+    assert rec.ended_at is not None and rec.handle == {"pid": 1}
+
+
+def test_unknown_id_suggests(tmp_path):
+    reg = Registry(tmp_path)
+    job_id, _ = reg.reserve("quickstart", "local", {})
+    assert reg.get(job_id[:-2]).id == job_id  # a unique prefix is enough
+    with pytest.raises(JobNotFound) as info:
+        reg.get("quickstrat-" + job_id[-5:])
+    assert job_id in str(info.value) and "ddpjob list" in str(info.value)
+
+
+def test_ports_of_live_jobs_are_not_reused(tmp_path):
+    reg = Registry(tmp_path)
+    seen = []
+
+    def picker(busy):
+        seen.append(set(busy))
+        return 20000 + len(busy)
+
+    _, p1 = reg.reserve("a", "local", {}, want_port=True, port_picker=picker)
+    j2, p2 = reg.reserve("b", "local", {}, want_port=True, port_picker=picker)
+    assert p1 != p2 and seen[1] == {p1}
+    reg.update_state(j2, JobState.SUCCEEDED)
+    _, p3 = reg.reserve("c", "local", {}, want_port=True, port_picker=picker)
+    assert seen[2] == {p1}  # a finished job's port is free again
+    assert p3 == p2
+
+
+def test_wal_mode(tmp_path):
+    reg = Registry(tmp_path)
+    reg.reserve("a", "local", {})
+    with sqlite3.connect(reg.path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_concurrent_reserve_from_threads(tmp_path):
+    reg = Registry(tmp_path)
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: Registry(tmp_path).reserve("t", "local", {}, want_port=True,
+                                                                       port_picker=lambda busy: max(busy | {19999}) + 1), range(40)))
+    assert len({r[0] for r in results}) == 40
+    assert len({r[1] for r in results}) == 40  # the port choice is atomic with the insert
+    assert len(reg.list()) == 40
+
+
+def test_twenty_concurrent_cli_calls_never_corrupt(tmp_path, ddpjob_home):
+    spec = REPO / "jobs" / "quickstart.yaml"
+    reg = Registry(ddpjob_home)
+    for i in range(5):
+        reg.reserve(f"seed{i}", "local", {"nodes": 1})
+    cmds = []
+    for i in range(20):
+        verb = [["submit", str(spec), "--dry-run"], ["validate", str(spec)], ["list", "-o", "json"]][i % 3]
+        cmds.append([sys.executable, "-m", "launcher", *verb])
+    procs = [subprocess.Popen(c, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+    outs = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    assert all(rc == 0 for rc, _, _ in outs), [e for rc, _, e in outs if rc]
+    for (rc, out, _), c in zip(outs, cmds):
+        if "list" in c:
+            assert len(json.loads(out)) == 5
+    with sqlite3.connect(reg.path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 5  # dry runs record nothing
+
+
+@pytest.mark.parametrize("states,expected", [
+    (["SUCCEEDED", "SUCCEEDED"], "SUCCEEDED"),
+    (["SUCCEEDED", "RUNNING"], "RUNNING"),
+    (["SUCCEEDED", "PENDING"], "RUNNING"),
+    (["PENDING", "PENDING"], "PENDING"),
+    (["SUCCEEDED", "FAILED"], "FAILED"),
+    (["CANCELLED", "SUCCEEDED"], "CANCELLED"),
+    (["UNKNOWN", "SUCCEEDED"], "UNKNOWN"),
+    ([], "UNKNOWN"),
+])
+def test_combined_state(states, expected):
+    assert combine([JobState(s) for s in states]).value == expected
+    assert JobState.parse("no-such-state") == JobState.UNKNOWN

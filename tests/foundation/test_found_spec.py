@@ -1,0 +1,149 @@
+"""The job spec: every broken spec exits 2 with file:line and field path, no traceback, nothing recorded."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import SpecError
+from launcher.spec import expand, json_schema, sanitize_name, substitute
+from launcher.specload import allowed_keys, load_spec
+
+HERE = Path(__file__).parent
+BROKEN = HERE / "broken"
+
+# file -> (line, field path, words the message or hint must contain)
+CORPUS = {
+    "unknown_key.yaml": (3, "colour", "unknown field 'colour'"),
+    "typo_key.yaml": (3, "nodse", "did you mean 'nodes'?"),
+    "wrong_type.yaml": (4, "resources.cpus", "valid integer"),
+    "zero_nodes.yaml": (3, "nodes", "greater than or equal to 1"),
+    "bad_name.yaml": (1, "name", "for example name: my-job"),
+    "dup_sweep.yaml": (4, "sweep.lr", "listed twice"),
+    "yaml_syntax.yaml": (None, "<root>", "YAML syntax error"),
+    "hostile_env.yaml": (4, "env.X; rm -rf ~", "not a valid variable name"),
+    "hostile_command.yaml": (2, "command[1]", "line break"),
+    "reserved_env.yaml": (4, "env.WORLD_SIZE", "cannot be set"),
+    "unknown_placeholder.yaml": (2, "command[3]", "placeholder {learning_rate}"),
+    "missing.yaml": (None, "<root>", "file not found"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_broken_spec_exits_2_with_location(name: str, cli, ddpjob_home: Path) -> None:
+    line, field, words = CORPUS[name]
+    path = BROKEN / name
+    for verb in (["validate", str(path)], ["submit", str(path), "--target", "local"]):
+        proc = cli(*verb)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr + proc.stdout
+        prefix = f"{path}:{line}:" if line else f"{path}"
+        matching = [ln for ln in proc.stderr.splitlines() if ln.startswith(prefix) and f": {field}: " in ln]
+        assert matching, f"no line starting {prefix!r} naming {field!r} in:\n{proc.stderr}"
+        assert words in proc.stderr
+        assert "nothing was submitted" in proc.stderr
+    # Nothing recorded: the registry has no job (or does not even exist).
+    listing = cli("list", "-o", "json")
+    assert listing.returncode == 0
+    assert json.loads(listing.stdout) == []
+    assert not (ddpjob_home / "runs").exists()
+
+
+def test_all_errors_reported_at_once(tmp_path: Path) -> None:
+    spec = tmp_path / "many.yaml"
+    spec.write_text("name: Bad\ncomand: [x]\nnodes: 0\nresources:\n  memmory: 1Gi\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(spec)
+    text = info.value.render()
+    assert f"{spec}:1:1: name:" in text
+    assert f"{spec}:2:1: comand: unknown field 'comand'" in text and "did you mean 'command'?" in text
+    assert f"{spec}:3:1: nodes:" in text
+    assert f"{spec}:5:3: resources.memmory:" in text and "did you mean 'memory'?" in text
+    assert "command: required field is missing" in text
+    assert "5 problems found" in text
+
+
+def test_duplicate_yaml_key_is_an_error(tmp_path: Path) -> None:
+    spec = tmp_path / "dup.yaml"
+    spec.write_text("name: a\ncommand: [x]\nnodes: 1\nnodes: 2\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(spec)
+    assert f"{spec}:4:1: nodes: duplicate key 'nodes' (first on line 3)" in info.value.render()
+
+
+def test_overrides_apply_before_validation_and_name_their_source(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: a\ncommand: [python, t.py]\nnodes: 1\n")
+    loaded = load_spec(spec, overrides=["nodes=3", "resources.cpus=4", "env.SEED=7", "procs_per_node=auto"])
+    assert loaded.spec.nodes == 3 and loaded.spec.resources.cpus == 4 and loaded.spec.env == {"SEED": "7"}
+    with pytest.raises(SpecError) as info:
+        load_spec(spec, overrides=["nodes=0"])
+    assert "--set nodes=0: nodes: Input should be greater than or equal to 1" in info.value.render()
+    with pytest.raises(SpecError) as info:
+        load_spec(spec, overrides=["novalue"])
+    assert "expected KEY=VALUE" in info.value.render()
+
+
+def test_sweep_expands_to_the_cartesian_product() -> None:
+    loaded = load_spec(None, base={
+        "name": "s", "command": ["python", "t.py", "--lr", "{lr}", "--seed", "{seed}", "--out", "{output_dir}"],
+        "env": {"TAG": "run-{sweep_index}-{job_id}"}, "sweep": {"lr": [0.1, 0.01], "seed": [1, 2]},
+    })
+    els = expand(loaded.spec, job_id="s-abcde", output_root="/out")
+    assert [e.params for e in els] == [
+        {"lr": "0.1", "seed": "1"}, {"lr": "0.1", "seed": "2"}, {"lr": "0.01", "seed": "1"}, {"lr": "0.01", "seed": "2"}]
+    assert els[3].command == ["python", "t.py", "--lr", "0.01", "--seed", "2", "--out", "/out/sweep-3"]
+    assert els[3].env == {"TAG": "run-3-s-abcde"}
+    assert [e.output_dir for e in els] == [f"/out/sweep-{i}" for i in range(4)]
+    single = expand(load_spec(None, base={"name": "s", "command": ["x"]}).spec, job_id="j", output_root="/out")
+    assert len(single) == 1 and single[0].output_dir == "/out"
+
+
+def test_substitute_never_evaluates() -> None:
+    assert substitute("{{lr}} {lr}", {"lr": "0.1"}) == "{lr} 0.1"
+    assert substitute("$(whoami) `id` ;", {}) == "$(whoami) `id` ;"
+    with pytest.raises(SpecError) as info:
+        load_spec(None, base={"name": "s", "command": ["x", "{lr.__class__}"], "sweep": {"lr": [1]}})
+    assert "placeholder" in info.value.render()
+
+
+def test_typo_suggestions_reach_nested_sections() -> None:
+    assert "memory" in allowed_keys(("resources",))
+    assert "debug" in allowed_keys(("nccl",))
+    assert "stop_on_failure" in allowed_keys(("local",))
+    assert allowed_keys(("env",)) == []
+
+
+def test_relative_workdir_is_taken_from_the_spec_file(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    spec = tmp_path / "sub" / "s.yaml"
+    spec.write_text("name: a\ncommand: [x]\nworkdir: ../code\n")
+    assert load_spec(spec).spec.workdir == str(tmp_path / "code")
+
+
+@pytest.mark.parametrize("raw,expected", [("My_Job", "my-job"), ("9lives", "job-9lives"), ("a" * 60, "a" * 40), ("--", "job")])
+def test_sanitize_name(raw: str, expected: str) -> None:
+    assert sanitize_name(raw) == expected
+
+
+def test_schema_command_prints_json_schema_with_descriptions(cli) -> None:
+    proc = cli("schema")
+    assert proc.returncode == 0
+    schema = json.loads(proc.stdout)
+    props = schema["properties"]
+    assert {"name", "command", "nodes", "procs_per_node", "sweep", "local", "slurm", "k8s"} <= set(props)
+    assert schema.get("additionalProperties") is False
+    missing = [k for k, v in props.items() if "description" not in v]
+    assert missing == []
+    assert json_schema()["title"] == "ddpjob job spec"
+
+
+def test_example_jobs_validate(cli) -> None:
+    jobs = sorted(str(p) for p in (Path(__file__).parents[2] / "jobs").glob("*.yaml"))
+    assert len(jobs) >= 4
+    proc = cli("validate", *jobs)
+    assert proc.returncode == 0, proc.stderr
+    assert len(re.findall(r": ok \(", proc.stdout)) == len(jobs)
