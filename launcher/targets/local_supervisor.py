@@ -165,7 +165,7 @@ class Supervisor:
                 failed_node = bad[0][0]
             if all(c is not None for c in codes) or failed_node is not None or self.cancelled():
                 break
-            time.sleep(0.2)
+            time.sleep(0.1)
         if self.cancelled():
             self._stop(running, st)
             st["state"] = JobState.CANCELLED.value

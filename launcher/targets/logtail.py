@@ -73,7 +73,7 @@ def follow_files(
     rank: int | None,
     follow: bool,
     finished: Callable[[], bool],
-    poll: float = 0.25,
+    poll: float = 0.1,
     sources_fn: Callable[[], list[LogSource]] | None = None,
 ) -> Iterator[str]:
     """Yield formatted lines of every source; with ``follow``, keep going until ``finished()``.
