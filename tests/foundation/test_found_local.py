@@ -183,3 +183,44 @@ def test_wait_timeout_and_unknown_id(cli, scripts):
     assert missing.returncode == 4 and "ddpjob list" in missing.stderr and "Traceback" not in missing.stderr
     listing = json.loads(cli("list", "-o", "json").stdout)
     assert [j["id"] for j in listing] == [job_id] and listing[0]["state"] == "CANCELLED"
+
+
+RECORDED = '''
+import os
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record
+def main():
+    if os.environ["RANK"] == "1":
+        raise ValueError("bad batch shape (3, 32) on rank 1")
+
+main()
+'''
+
+
+def test_torchelastic_error_file_is_the_root_cause(cli, scripts):
+    (scripts / "recorded.py").write_text(RECORDED)
+    proc = cli("submit", "--nodes", "2", "-f", "-q", "--", "python", "recorded.py", cwd=scripts)
+    assert proc.returncode == 1
+    st = status_json(cli, proc.stdout.split()[0])
+    assert "ValueError: bad batch shape (3, 32) on rank 1" in st["message"]
+    error_file = Path(st["run_dir"]) / "task-0" / "node-1.error.json"
+    assert json.loads(error_file.read_text())["message"]["message"].startswith("ValueError")
+
+
+def test_ctrl_c_stops_following_but_not_the_job(scripts, ddpjob_home, cli):
+    import signal
+
+    p = subprocess.Popen([sys.executable, "-m", "launcher", "submit", "-f", "--", "python", "sleeper.py"],
+                         cwd=scripts, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reg = Registry(ddpjob_home)
+    job_id = wait_for(lambda: reg.list() and reg.list()[0].handle and reg.list()[0].id, what="the job to be recorded")
+    out = Path(reg.get(job_id).run_dir) / "output"
+    wait_for(lambda: (out / "started-0").exists(), what="the worker to start")
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=30)
+    assert p.returncode == 130
+    assert f"{job_id} keeps running" in stderr and f"ddpjob cancel {job_id}" in stderr
+    assert "Traceback" not in stderr
+    assert status_json(cli, job_id)["state"] == "RUNNING"
+    assert cli("cancel", job_id).returncode == 0
