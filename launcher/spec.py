@@ -52,8 +52,8 @@ def _env_name(key: str) -> str:
     return key
 
 
-def _env_value(value: str) -> str:
-    return _no_control(value, "the value")  # also used for each command argument
+def _single_line(value: str) -> str:
+    return _no_control(value, "the value")
 
 
 def _unique_values(values: list[Any]) -> list[Any]:
@@ -78,9 +78,9 @@ def _scalar_to_str(value: Any) -> Any:
     return format_value(value) if isinstance(value, (int, float, bool)) else value
 
 
-CommandArg = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_env_value)]
+CommandArg = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_single_line)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
-EnvValue = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_env_value)]
+EnvValue = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_single_line)]
 SweepValues = Annotated[list[Scalar], Field(min_length=1), AfterValidator(_unique_values)]
 SweepKey = Annotated[str, AfterValidator(_sweep_key)]
 
