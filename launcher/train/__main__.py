@@ -1,0 +1,5 @@
+import sys
+
+from launcher.train.cli import main
+
+sys.exit(main())

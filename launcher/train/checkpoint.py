@@ -1,0 +1,54 @@
+"""Atomic checkpoints (rank 0 writes, every rank reads) and their RNG state."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def path_in(output_dir: str) -> Path:
+    return Path(output_dir) / CHECKPOINT
+
+
+def save(output_dir: str, state: dict[str, Any]) -> Path:
+    """Write to a temporary file in the same directory, fsync, then rename: a reader never sees half a file."""
+    final = path_in(output_dir)
+    tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    dir_fd = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return final
+
+
+def load(output_dir: str, device: torch.device) -> dict[str, Any] | None:
+    p = path_in(output_dir)
+    if not p.exists():
+        return None
+    return torch.load(p, map_location=device, weights_only=False)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])

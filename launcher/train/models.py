@@ -1,0 +1,38 @@
+"""Models: a linear layer, an MLP (3072 -> 512 -> 10) and ResNet-18 with the CIFAR stem."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def build(name: str, dataset: str) -> nn.Module:
+    if dataset == "linreg":
+        if name != "linear":
+            raise ValueError("--dataset linreg needs --model linear")
+        return nn.Linear(1, 1)
+    if name == "linear":
+        return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 10))
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 512), nn.ReLU(), nn.Linear(512, 10))
+    if name == "resnet18":
+        import torchvision
+
+        model = torchvision.models.resnet18(num_classes=10)
+        # CIFAR stem: 32x32 inputs lose too much to a 7x7/2 conv and a max-pool.
+        model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        model.maxpool = nn.Identity()
+        return model
+    raise ValueError(f"unknown model {name!r}")
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain module inside DDP or DataParallel."""
+    return model.module if hasattr(model, "module") else model
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+__all__ = ["build", "unwrap", "count_parameters", "torch"]
