@@ -1,0 +1,147 @@
+"""The per-node entry of a Slurm job: submitit unpickles a ``NodeRunner`` in each Slurm task (one
+per node) and calls it. It resolves the rendezvous from the allocation and runs torchrun.
+
+Run time, not submit time, decides the rendezvous: the first host of ``$SLURM_JOB_NODELIST`` and
+``launcher.dist.slurm_port(job id, array index)``, so a requeued job that lands on other nodes,
+and two jobs sharing nodes, still meet in the right place.
+
+Preemption and time limits: Slurm sends USR2 (``--signal=USR2@N``, or ``scancel --signal=USR2``)
+to every process of the step. torchrun is started with USR2 ignored (it would die of it, leaving
+its workers alone); the training processes install their own handler and checkpoint. The runner
+also sends SIGTERM to its torchrun, which stops the workers cleanly, and then submitit's handler
+calls ``checkpoint()`` on node 0, which waits for torchrun and hands submitit a fresh runner to
+requeue (``scontrol requeue``). The requeued run resumes from the trainer's checkpoint.
+
+This module runs inside the job (possibly in a container). It imports only the standard library
+and launcher modules; submitit is imported inside ``checkpoint``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from launcher import dist
+from launcher.targets.slurm_query import expand_nodelist
+from launcher.targets.slurm_script import node_argv, node_env, node_paths
+
+
+class NodeFailed(RuntimeError):
+    """torchrun on this node exited with an error; the message names the node and its exit code."""
+
+
+class NodeRunner:
+    """Callable pickled by submitit: one run (sweep element) of a job, on whichever node runs it."""
+
+    def __init__(self, common: dict[str, Any], element: dict[str, Any]) -> None:
+        self.common = common
+        self.element = element
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stop_sent = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"common": self.common, "element": self.element}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["common"], state["element"])  # type: ignore[misc]
+
+    def rendezvous(self, env: dict[str, str]) -> tuple[str, int]:
+        """(first host of the allocation, port derived from the job id and array index)."""
+        hosts = expand_nodelist(env.get("SLURM_JOB_NODELIST", "")) or [socket.gethostname()]
+        port = self.common["master_port"] or dist.slurm_port(
+            env.get("SLURM_ARRAY_JOB_ID") or env["SLURM_JOB_ID"], env.get("SLURM_ARRAY_TASK_ID")
+        )
+        return hosts[0], port
+
+    def __call__(self) -> dict[str, Any]:
+        node = os.environ.get("SLURM_NODEID", "0")
+        addr, port = self.rendezvous(dict(os.environ))
+        paths = node_paths(self.common["job_dir"], self.element["index"], node)
+        os.makedirs(os.path.dirname(paths["log"]), exist_ok=True)
+        os.makedirs(self.element["output_dir"], exist_ok=True)
+        argv = node_argv(self.common, self.element, node=node, addr=addr, port=str(port))
+        env = dict(os.environ)
+        env.update(node_env(self.common, self.element, node=node))
+        try:
+            os.unlink(paths["error_file"])  # a requeued run must not report the last run's failure
+        except FileNotFoundError:
+            pass
+        record = {
+            "node": int(node), "host": socket.gethostname(), "rendezvous": f"{addr}:{port}",
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+            "state": "running", "started": time.time(),
+        }
+        _write_json(paths["record"], record)
+        self._install_forwarder()
+        with open(paths["log"], "ab", buffering=0) as log:
+            log.write(f"[ddpjob] node {node} on {record['host']}: rendezvous {addr}:{port}, "
+                      f"start {record['restart'] + 1}\n".encode())
+            self._proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                cwd=self.common["workdir"], preexec_fn=_ignore_usr2,
+            )
+            code = self._proc.wait()
+        record.update(state="exited", exit_code=code, ended=time.time(), preempted=self._stop_sent)
+        _write_json(paths["record"], record)
+        if self._stop_sent:
+            # Preempted: node 0's submitit handler requeues the job, which kills this task. Do not
+            # report a result before that (a finished task would look like a finished run).
+            time.sleep(max(5, self.common["signal_delay_s"] - 5))
+            raise NodeFailed(f"node {node} was preempted and the job was not requeued")
+        if code != 0:
+            raise NodeFailed(f"torchrun on node {node} ({record['host']}) exited with code {code}; see {paths['log']}")
+        return {"node": int(node), "host": record["host"], "exit_code": code}
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """submitit's preemption hook (node 0): stop torchrun, then requeue a fresh runner."""
+        self._stop_child()
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=max(5, self.common["signal_delay_s"] - 10))
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        if not self.common["requeue"]:
+            return None
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(NodeRunner(self.common, self.element))
+
+    def _stop_child(self) -> None:
+        self._stop_sent = True
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self._proc.send_signal(signal.SIGTERM)  # torchrun passes it on to its workers
+            except ProcessLookupError:
+                pass
+
+    def _install_forwarder(self) -> None:
+        """Run our stop on every node, then submitit's handler (which checkpoints on node 0)."""
+        previous = signal.getsignal(signal.SIGUSR2)
+
+        def on_usr2(signum: int, frame: Any) -> None:
+            self._stop_child()
+            if callable(previous):
+                previous(signum, frame)
+
+        signal.signal(signal.SIGUSR2, on_usr2)
+
+
+def _ignore_usr2() -> None:
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, sort_keys=True)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":  # pragma: no cover - a hint for people who run the module by hand
+    sys.exit("launcher.targets.slurm_node is started by submitit inside a Slurm job, not by hand")

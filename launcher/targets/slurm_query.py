@@ -1,0 +1,207 @@
+"""Asking Slurm about jobs: sacct first, squeue and ``scontrol show job`` when accounting is off
+or has not caught up. Every command has a timeout; parsing is pure and table-tested.
+
+Records are keyed by native id: ``"123"`` for a plain job, ``"123_4"`` for array element 4.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+
+from launcher.errors import TargetError, TargetUnavailable
+from launcher.states import JobState
+
+COMMAND_TIMEOUT_S = 20.0
+
+# Every Slurm job state (sacct/squeue/scontrol spellings) -> JobState. Anything else: UNKNOWN.
+SLURM_STATES: dict[str, JobState] = {
+    "PENDING": JobState.PENDING,
+    "CONFIGURING": JobState.PENDING,
+    "REQUEUED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING,
+    "REQUEUE_FED": JobState.PENDING,
+    "RESV_DEL_HOLD": JobState.PENDING,
+    "SPECIAL_EXIT": JobState.FAILED,
+    "RUNNING": JobState.RUNNING,
+    "COMPLETING": JobState.RUNNING,
+    "SUSPENDED": JobState.RUNNING,
+    "STOPPED": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING,
+    "COMPLETED": JobState.SUCCEEDED,
+    "CANCELLED": JobState.CANCELLED,
+    "REVOKED": JobState.CANCELLED,
+    "FAILED": JobState.FAILED,
+    "TIMEOUT": JobState.FAILED,
+    "NODE_FAIL": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED,
+    "BOOT_FAIL": JobState.FAILED,
+    "DEADLINE": JobState.FAILED,
+    "PREEMPTED": JobState.FAILED,
+}
+
+
+def map_state(native: str) -> JobState:
+    """``"CANCELLED by 0"``, ``"RUNNING"``, ``"completed"`` -> JobState; unknown text -> UNKNOWN."""
+    word = native.strip().split(" ")[0].rstrip("+").upper() if native.strip() else ""
+    return SLURM_STATES.get(word, JobState.UNKNOWN)
+
+
+@dataclass(frozen=True)
+class SlurmRecord:
+    """What Slurm says about one job or array element."""
+
+    native_id: str
+    state: str
+    nodes: str = ""
+    exit_code: str = ""
+    reason: str = ""
+    source: str = ""
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """``"n[1-3,5],gpu01"`` -> ``["n1", "n2", "n3", "n5", "gpu01"]`` (zero padding kept)."""
+    hosts: list[str] = []
+    i = 0
+    text = text.strip()
+    while i < len(text):
+        prefixes = [""]
+        while i < len(text) and text[i] != ",":
+            if text[i] == "[":
+                end = text.index("]", i)
+                suffixes = []
+                for part in text[i + 1:end].split(","):
+                    if "-" in part:
+                        lo, hi = part.split("-", 1)
+                        suffixes += [f"{n:0{len(lo)}d}" for n in range(int(lo), int(hi) + 1)]
+                    else:
+                        suffixes.append(part)
+                prefixes = [p + s for p in prefixes for s in suffixes]
+                i = end + 1
+            else:
+                prefixes = [p + text[i] for p in prefixes]
+                i += 1
+        hosts += [p for p in prefixes if p]
+        i += 1
+    return hosts
+
+
+_RANGE_ID = re.compile(r"^(\d+)_\[([0-9,\-]+)(%\d+)?\]$")
+
+
+def expand_job_id(native: str) -> list[str]:
+    """``"123_[2-4%2]"`` (a pending part of an array) -> ``["123_2", "123_3", "123_4"]``."""
+    m = _RANGE_ID.match(native)
+    if not m:
+        return [native]
+    out = []
+    for part in m.group(2).split(","):
+        lo, _, hi = part.partition("-")
+        out += [f"{m.group(1)}_{n}" for n in range(int(lo), int(hi or lo) + 1)]
+    return out
+
+
+def parse_sacct(text: str) -> dict[str, SlurmRecord]:
+    """``sacct -X -n -P -o JobID,State,ExitCode,NodeList,Reason`` output."""
+    out: dict[str, SlurmRecord] = {}
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) < 4 or not fields[0] or "." in fields[0]:
+            continue
+        reason = fields[4] if len(fields) > 4 else ""
+        for nid in expand_job_id(fields[0]):
+            out[nid] = SlurmRecord(nid, fields[1], fields[3], fields[2], reason, "sacct")
+    return out
+
+
+def parse_squeue(text: str) -> dict[str, SlurmRecord]:
+    """``squeue -h -r -t all -o %i|%T|%N|%r`` output."""
+    out: dict[str, SlurmRecord] = {}
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) < 4 or not fields[0]:
+            continue
+        for nid in expand_job_id(fields[0].strip()):
+            out[nid] = SlurmRecord(nid, fields[1].strip(), fields[2].strip(), "", fields[3].strip(), "squeue")
+    return out
+
+
+def parse_scontrol(text: str) -> dict[str, SlurmRecord]:
+    """``scontrol show job -o ID`` output: one line of KEY=VALUE per job or array element."""
+    out: dict[str, SlurmRecord] = {}
+    for line in text.splitlines():
+        fields: dict[str, str] = {}
+        for token in line.split():
+            key, sep, value = token.partition("=")
+            if sep and key not in fields:
+                fields[key] = value
+        if "JobId" not in fields or "JobState" not in fields:
+            continue
+        array_id, task = fields.get("ArrayJobId"), fields.get("ArrayTaskId")
+        if array_id and task:
+            ids = expand_job_id(f"{array_id}_[{task}]") if not task.isdigit() else [f"{array_id}_{task}"]
+        else:
+            ids = [fields["JobId"]]
+        nodes = fields.get("NodeList", "")
+        for nid in ids:
+            out[nid] = SlurmRecord(nid, fields["JobState"], "" if nodes == "(null)" else nodes,
+                                   fields.get("ExitCode", ""), fields.get("Reason", ""), "scontrol")
+    return out
+
+
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
+    """Run a Slurm command; None when it is missing, times out or fails."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError as e:
+        raise TargetUnavailable(f"{argv[0]} not found: the Slurm client commands must be on PATH") from e
+    except subprocess.TimeoutExpired:
+        return None
+    return proc
+
+
+def query(job_ids: list[str], timeout: float = COMMAND_TIMEOUT_S) -> dict[str, SlurmRecord]:
+    """What Slurm knows about ``job_ids`` (plain or array job ids), in one call per source.
+
+    sacct answers for every job it has in the database; jobs it does not know (accounting off,
+    or slurmdbd lagging behind a fresh submission) are asked of the controller with squeue, then
+    ``scontrol show job``. A job none of them knows is absent from the result.
+    """
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    records: dict[str, SlurmRecord] = {}
+    errors: list[str] = []
+    proc = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,Reason", "-j", ",".join(ids)], timeout)
+    if proc is not None and proc.returncode == 0:
+        records.update(parse_sacct(proc.stdout))
+    else:
+        errors.append("sacct: " + (proc.stderr.strip() if proc is not None else "timed out"))
+
+    def known(jid: str) -> bool:
+        return any(k == jid or k.startswith(jid + "_") for k in records)
+
+    missing = [j for j in ids if not known(j)]
+    live_ids = [j for j in ids if any(map_state(r.state) in (JobState.PENDING, JobState.RUNNING)
+                                       for k, r in records.items() if k == j or k.startswith(j + "_"))]
+    # sacct can lag behind the controller for running arrays (pending ranges, requeues): ask the
+    # controller too for jobs that are still live, so states and pending reasons are current.
+    ask = sorted(set(missing) | set(live_ids))
+    if ask:
+        proc = _run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%N|%r", "-j", ",".join(ask)], timeout)
+        if proc is not None and proc.returncode == 0:
+            records.update(parse_squeue(proc.stdout))
+        else:
+            errors.append("squeue: " + (proc.stderr.strip() if proc is not None else "timed out"))
+        for jid in [j for j in ask if not known(j)]:
+            proc = _run(["scontrol", "show", "job", "-o", jid], timeout)
+            if proc is not None and proc.returncode == 0:
+                records.update(parse_scontrol(proc.stdout))
+            elif proc is None:
+                errors.append("scontrol: timed out")
+    if not records and len(errors) >= 2 and all("timed out" in e for e in errors):
+        raise TargetError("Slurm did not answer: " + "; ".join(errors))
+    return records

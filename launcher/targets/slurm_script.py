@@ -1,0 +1,194 @@
+"""Rendering for the Slurm target: the sbatch script and each node's torchrun command. Pure text.
+
+The sbatch script is built here, without importing submitit, in exactly the form that
+``submitit.slurm.slurm._make_sbatch_string`` writes for the same parameters (same flag order,
+quoting and layout). ``SlurmTarget.submit`` checks the two are equal before anything reaches
+``sbatch``, and the tests compare the file submitit wrote with ``ddpjob render``, so what render
+prints is what Slurm runs.
+
+Job layout under ``<folder>/<job id>/`` (the *job dir*, also submitit's folder)::
+
+    <slurm id>_submission.sh          the sbatch script (arrays: <array id>_submission.sh)
+    <slurm id>_submitted.pkl          submitit's pickle of the node runner (arrays: <id>_<i>_...)
+    <slurm id>_<task>_log.out|err     submitit's own stdout/stderr of each Slurm task
+    task-<i>/node-<n>.log             torchrun output of node n of run i (--tee 3: ranks prefixed)
+    task-<i>/node-<n>.json            the node runner's record: host, rendezvous, exit code
+    task-<i>/node-<n>.error.json      torchrun's TORCHELASTIC_ERROR_FILE
+    output/ (or output/sweep-<i>/)    DDPJOB_OUTPUT_DIR, unless the spec sets output_dir
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Any
+
+# Values only known inside the job. Render shows them as shell variables; the node runner fills
+# them in. A NUL byte marks them because no spec string can contain one (the spec refuses it).
+RUNTIME = {
+    "node": "\x00SLURM_NODEID",
+    "addr": "\x00DDPJOB_MASTER_ADDR",
+    "port": "\x00DDPJOB_MASTER_PORT",
+}
+PREEMPT_SIGNAL = "USR2"  # submitit's default; NCCL takes USR1 for itself
+
+
+def submitit_paths(job_dir: str, array: bool) -> tuple[str, str]:
+    """submitit's stdout/stderr patterns for its folder (``JobPaths.stdout``/``stderr``)."""
+    job = "%A_%a" if array else "%j"
+    return f"{job_dir}/{job}_%t_log.out", f"{job_dir}/{job}_%t_log.err"
+
+
+def submitit_command(python: str, job_dir: str) -> str:
+    """``SlurmExecutor._submitit_command_str``: what each Slurm task runs."""
+    return " ".join([python, "-u -m submitit.core._submit", shlex.quote(job_dir)])
+
+
+def _flag(key: str, value: Any) -> str:
+    key = key.replace("_", "-")
+    if value is True:
+        return f"#SBATCH --{key}"
+    return f"#SBATCH --{key}={shlex.quote(str(value))}"
+
+
+def sbatch_script(params: dict[str, Any], *, job_dir: str, python: str, map_count: int | None) -> str:
+    """The sbatch script submitit writes for ``SlurmExecutor(folder=job_dir, python=python)`` with
+    ``update_parameters(**params)`` (and ``map_count`` for an array), byte for byte.
+
+    Only the parameters the Slurm target uses are supported: job_name, partition, time, nodes,
+    ntasks_per_node, cpus_per_task, gpus_per_node, qos, mem, constraint, account, exclusive,
+    setup, signal_delay_s, array_parallelism, srun_args, additional_parameters.
+    """
+    known = {"job_name", "partition", "time", "nodes", "ntasks_per_node", "cpus_per_task", "gpus_per_node",
+             "qos", "mem", "constraint", "account", "exclusive", "setup", "signal_delay_s", "array_parallelism",
+             "srun_args", "additional_parameters", "wckey"}
+    unknown = set(params) - known
+    if unknown:
+        raise ValueError(f"sbatch_script does not render {sorted(unknown)}")
+    flags = {k: v for k, v in params.items()
+             if v is not None and k not in ("setup", "signal_delay_s", "array_parallelism", "srun_args",
+                                             "additional_parameters")}
+    flags["signal"] = f"{PREEMPT_SIGNAL}@{params.get('signal_delay_s', 90)}"
+    stdout, stderr = submitit_paths(job_dir, map_count is not None)
+    if map_count is not None:
+        flags["array"] = f"0-{map_count - 1}%{min(map_count, params.get('array_parallelism', 256))}"
+    flags["output"] = stdout.replace("%t", "0")
+    flags["error"] = stderr.replace("%t", "0")
+    flags["open-mode"] = "append"
+    flags.update(params.get("additional_parameters") or {})
+    lines = ["#!/bin/bash", "", "# Parameters"]
+    lines += [_flag(k, flags[k]) for k in sorted(flags)]
+    if params.get("setup") is not None:
+        lines += ["", "# setup"] + list(params["setup"])
+    srun = " ".join(shlex.quote(a) for a in
+                    ["srun", "--unbuffered", "--output", stdout, "--error", stderr, *(params.get("srun_args") or [])])
+    lines += ["", "# command", "export SUBMITIT_EXECUTOR=slurm", " ".join((srun, submitit_command(python, job_dir))), ""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- per-node command
+
+def task_dir(job_dir: str, index: int) -> str:
+    return f"{job_dir}/task-{index}"
+
+
+def node_paths(job_dir: str, index: int, node: str | int) -> dict[str, str]:
+    """Files of one node of one run (``node`` may be the runtime marker)."""
+    base = task_dir(job_dir, index)
+    return {
+        "log": f"{base}/node-{node}.log",
+        "record": f"{base}/node-{node}.json",
+        "error_file": f"{base}/node-{node}.error.json",
+        "torchrun_log_dir": f"{base}/torchrun-node-{node}",
+    }
+
+
+def node_argv(common: dict[str, Any], element: dict[str, Any], *, node: str, addr: str, port: str) -> list[str]:
+    """torchrun's argv for one node of one run. Used by render (with RUNTIME markers) and by the
+    node runner inside the job (with the real values), so both show the same command."""
+    paths = node_paths(common["job_dir"], element["index"], node)
+    return [
+        common["python"], "-m", "torch.distributed.run",
+        "--nnodes", str(common["nodes"]), "--node-rank", node,
+        "--nproc-per-node", str(common["procs_per_node"]),
+        "--master-addr", addr, "--master-port", port,
+        "--max-restarts", str(common["max_restarts"]),
+        "--tee", "3", "--log-dir", paths["torchrun_log_dir"],
+        *element["program"],
+    ]
+
+
+def node_env(common: dict[str, Any], element: dict[str, Any], *, node: str) -> dict[str, str]:
+    """Variables ddpjob adds for one node's processes (on top of the job's environment), sorted."""
+    env = dict(common["env"])
+    env.update(element["env"])
+    env.update({
+        "DDPJOB_JOB_ID": common["job_id"],
+        "DDPJOB_SWEEP_INDEX": str(element["index"]),
+        "DDPJOB_OUTPUT_DIR": element["output_dir"],
+        "TORCHELASTIC_ERROR_FILE": node_paths(common["job_dir"], element["index"], node)["error_file"],
+    })
+    return dict(sorted(env.items()))
+
+
+def shell_word(word: str) -> str:
+    """A shell-quoted word in which RUNTIME markers appear as ``"$VAR"`` expansions."""
+    if "\x00" not in word:
+        return shlex.quote(word)
+    out = []
+    for i, part in enumerate(word.split("\x00")):
+        if i == 0:
+            out.append(shlex.quote(part) if part else "")
+            continue
+        name = next(m[1:] for m in RUNTIME.values() if part.startswith(m[1:]))
+        rest = part[len(name):]
+        out.append(f'"${name}"' + (shlex.quote(rest) if rest else ""))
+    return "".join(out)
+
+
+def render_plan(payload: dict[str, Any]) -> str:
+    """What ``ddpjob render --target slurm`` prints: the sbatch script verbatim, then each run's
+    per-node command as an equivalent shell line (every word quoted; it never goes through a shell)."""
+    c = payload["common"]
+    elements = payload["elements"]
+    runs = len(elements)
+    port = str(c["master_port"]) if c["master_port"] else (
+        "launcher.dist.slurm_port($SLURM_ARRAY_JOB_ID, $SLURM_ARRAY_TASK_ID)" if payload["map_count"]
+        else "launcher.dist.slurm_port($SLURM_JOB_ID)")
+    out = [
+        f"# ddpjob slurm plan: job {c['job_id']}",
+        f"# {c['nodes']} node(s) x {c['procs_per_node']} process(es)"
+        + (f", {runs} runs as one job array" if payload["map_count"] else "")
+        + f"; job dir {c['job_dir']}",
+        "# Submitted through submitit: the script below is exactly the file submitit writes and sbatch runs.",
+        "",
+        f"#### sbatch script: {payload['submission_file']}",
+        payload["script"].rstrip("\n"),
+        "#### end of sbatch script",
+        "",
+        f"#### per-node command: each of the {c['nodes']} Slurm task(s) (one per node) runs "
+        "launcher.targets.slurm_node, which starts torchrun without a shell; set at run time:",
+        "#   SLURM_NODEID        this node's index in the allocation",
+        "#   DDPJOB_MASTER_ADDR  the first host of $SLURM_JOB_NODELIST (the rendezvous host)",
+        f"#   DDPJOB_MASTER_PORT  {port}",
+    ]
+    node = RUNTIME["node"]
+    for el in elements:
+        params = " ".join(f"{k}={v}" for k, v in el["params"].items())
+        out.append("")
+        out.append(f"## task {el['index']}" + (f" ({params})" if params else "") + f", output {el['output_dir']}")
+        out.append(f"# log: {shell_word(node_paths(c['job_dir'], el['index'], node)['log'])}")
+        env = node_env(c, el, node=node)
+        argv = node_argv(c, el, node=node, addr=RUNTIME["addr"], port=RUNTIME["port"])
+        env_text = " \\\n    ".join(f"{k}={shell_word(v)}" for k, v in env.items())
+        out.append(f"(cd {shlex.quote(c['workdir'])} && env \\\n    {env_text} \\\n  {' '.join(shell_word(a) for a in argv)})")
+    return "\n".join(out) + "\n"
+
+
+def resolve_folder(folder: str, home: str, cwd: str) -> str:
+    """The absolute, normalised Slurm folder: ``~`` is ``home``, relative paths start at ``cwd``."""
+    if folder == "~" or folder.startswith("~/"):
+        folder = home.rstrip("/") + folder[1:]
+    if not os.path.isabs(folder):
+        folder = os.path.join(cwd, folder)
+    return os.path.normpath(folder)
