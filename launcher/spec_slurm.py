@@ -145,7 +145,8 @@ class SlurmOptions(BaseModel):
     time: Union[str, StrictInt] = Field(
         "1:00:00",
         description="Time limit of each run, in a Slurm format: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
-        "D-HH:MM:SS. Written as whole minutes (submitit needs the limit to tell a timeout from a preemption).",
+        "D-HH:MM:SS. Quote it in YAML ('2:00:00'). Written as whole minutes (submitit needs the limit to tell "
+        "a timeout from a preemption).",
     )
     gpus_per_node: StrictInt | None = Field(
         None, ge=0, description="GPUs per node (sbatch --gpus-per-node). Default: resources.gpus; 0 requests none."
@@ -214,6 +215,13 @@ class SlurmOptions(BaseModel):
     @classmethod
     def _time(cls, v: object) -> object:
         if isinstance(v, int) and not isinstance(v, bool):
+            if v >= 60:
+                # YAML 1.1 reads an unquoted 2:00:00 as the number 7200 (base 60), which would mean
+                # 7200 minutes here. Numbers below 60 cannot come from that, so only those are taken.
+                raise ValueError(
+                    f"got the number {v}: quote the time so YAML keeps it as written, e.g. time: '2:00:00' or "
+                    "time: '120' (unquoted H:MM:SS is read as a base-60 number)"
+                )
             v = str(v)
         if isinstance(v, str):
             try:
