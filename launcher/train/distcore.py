@@ -39,14 +39,44 @@ def setup() -> DistInfo:
         torch.cuda.set_device(device)
     distributed = "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
     if distributed:
-        dist.init_process_group(backend="nccl" if cuda else "gloo", init_method="env://")
+        backend = "nccl" if cuda else "gloo"
+        store = _restart_safe_store(world)
+        if store is None:
+            dist.init_process_group(backend=backend, init_method="env://")
+        else:
+            _STORES.append(store)  # kept alive until teardown: the process group's threads use it
+            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world)
         rank, world = dist.get_rank(), dist.get_world_size()
     return DistInfo(rank, world, local_rank, device, distributed)
 
 
+def _restart_safe_store(world: int) -> dist.Store | None:
+    """The env:// store, but namespaced by torchrun's restart count; None for plain env://.
+
+    With static rendezvous (``--master-addr/--master-port``: local, Slurm and PyTorchJob all use
+    it) torchrun keeps one TCPStore across ``--max-restarts`` rounds, and env:// workers use it
+    without a per-attempt prefix (torch 2.14). Restarted workers then read the dead workers'
+    Gloo/NCCL addresses and fail with "connectFullMesh ... Connection refused". A prefix per
+    attempt gives every round clean keys. Outside torchrun's agent store, plain env:// is right.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "TORCHELASTIC_RESTART_COUNT" not in os.environ:
+        return None
+    from datetime import timedelta
+
+    tcp = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                        timeout=timedelta(minutes=10))
+    return dist.PrefixStore(f"ddpjob/attempt_{os.environ['TORCHELASTIC_RESTART_COUNT']}", tcp)
+
+
+_STORES: list[dist.Store] = []
+
+
 def teardown(info: DistInfo) -> None:
+    """Leave the process group together: no rank tears down while another still talks to it."""
     if info.distributed and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
+    _STORES.clear()
 
 
 def barrier(info: DistInfo) -> None:

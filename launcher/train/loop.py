@@ -201,6 +201,7 @@ def train(args: Any, info: DistInfo) -> dict[str, Any]:
     run_start, run_first_step = time.perf_counter(), step
     last_loss = float("nan")
     preempted = False
+    last_eval: tuple[int, dict[str, Any]] | None = None
     window_start, window_steps = time.perf_counter(), 0
     model.train()
     for epoch in range(start_epoch, args.epochs):
@@ -258,13 +259,15 @@ def train(args: Any, info: DistInfo) -> dict[str, Any]:
             break
         save_checkpoint(epoch, steps_per_epoch, "epoch_end")
         ev = evaluate(model, eval_split, args, info)
+        last_eval = (step, ev)
         metrics.log({"event": "eval", "step": step, "epoch": epoch, **ev},
                     f"epoch {epoch} eval loss {ev['eval_loss']:.4f}"
                     + (f" accuracy {ev['eval_accuracy']:.4f}" if ev["eval_accuracy"] is not None else "")
                     + f" on {ev['eval_samples']} samples")
 
     run_time = time.perf_counter() - run_start
-    ev = evaluate(model, eval_split, args, info)
+    # The last epoch's evaluation already scored these weights; do not pay for it twice.
+    ev = last_eval[1] if last_eval is not None and last_eval[0] == step else evaluate(model, eval_split, args, info)
     trained = step - run_first_step
     summary: dict[str, Any] = {
         "train_loss": last_loss, **ev, "steps": step, "epochs": args.epochs, "world_size": info.world_size,

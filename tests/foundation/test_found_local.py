@@ -224,3 +224,19 @@ def test_ctrl_c_stops_following_but_not_the_job(scripts, ddpjob_home, cli):
     assert "Traceback" not in stderr
     assert status_json(cli, job_id)["state"] == "RUNNING"
     assert cli("cancel", job_id).returncode == 0
+
+
+def test_readme_quickstart_on_two_local_nodes(cli):
+    proc = cli("submit", "jobs/quickstart.yaml", "--target", "local", "--nodes", "2", "-f")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job_id = proc.stdout.split()[1]
+    st = status_json(cli, job_id)
+    assert st["state"] == "SUCCEEDED"
+    out = Path(st["run_dir"]) / "output"
+    losses = [m["loss"] for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if m["event"] == "step"]
+    assert len(losses) >= 5 and losses[-1] < 0.5 * losses[0]  # the loss falls
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["eval_accuracy"] > 0.5
+    logs = cli("logs", job_id).stdout
+    assert "[node0 rank0] rank 0/2" in logs and "[node1 rank1] rank 1/2" in logs
+    assert "[node0 rank0] done:" in logs

@@ -1,0 +1,62 @@
+"""Fixtures for the trainer tests: a tiny CIFAR-10 written in CIFAR-10's own on-disk format."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+def write_cifar(root: Path, train_batches: int = 5, per_batch: int = 40, test_size: int = 51, seed: int = 0) -> Path:
+    """Pickled batches with str keys 'data' (N x 3072 uint8) and 'labels', and batches.meta with label_names.
+
+    Classes are learnable: each has its own mean colour pattern.
+    """
+    rng = np.random.default_rng(seed)
+    protos = rng.integers(0, 256, size=(10, 3072))
+    d = root / "cifar-10-batches-py"
+    d.mkdir(parents=True)
+
+    def batch(n: int) -> dict:
+        labels = rng.integers(0, 10, size=n)
+        data = (0.6 * protos[labels] + 0.4 * rng.integers(0, 256, size=(n, 3072))).astype(np.uint8)
+        return {"batch_label": "tiny", "labels": [int(x) for x in labels], "data": data, "filenames": [f"{i}.png" for i in range(n)]}
+
+    for i in range(1, train_batches + 1):
+        with open(d / f"data_batch_{i}", "wb") as f:
+            pickle.dump(batch(per_batch), f)
+    with open(d / "test_batch", "wb") as f:
+        pickle.dump(batch(test_size), f)
+    with open(d / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": [f"class{i}" for i in range(10)], "num_cases_per_batch": per_batch}, f)
+    return root
+
+
+@pytest.fixture
+def tiny_cifar(tmp_path: Path) -> Path:
+    return write_cifar(tmp_path / "data")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(nproc: int, args: list[str], *, max_restarts: int = 0, **kw) -> subprocess.Popen:
+    """Start the trainer under a real torchrun (one node, ``nproc`` processes, gloo on CPU)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--max-restarts", str(max_restarts),
+           "-m", "launcher.train", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}, **kw)
+
+
+@pytest.fixture
+def run_torchrun():
+    return torchrun
