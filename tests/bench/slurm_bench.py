@@ -1,0 +1,131 @@
+"""Slurm target benchmark: prints one JSON object.
+
+    python tests/bench/slurm_bench.py [--folder DIR] [--array 10] [--repeat 1]
+
+Measures, against a running Slurm (e.g. ``slurm/cluster.sh``; Slurm commands on PATH):
+- render: ``ddpjob render --target slurm`` wall time (a fresh CLI process) and the in-process plan();
+- a trivial 1-node job: submit -> RUNNING and submit -> done, through ``ddpjob submit`` and through
+  plain submitit running the same program;
+- a 10-element array the same way (ddpjob: a sweep; submitit: ``map_array``).
+
+Both sides are observed with the same query (``launcher.targets.slurm_query.query``, polled every
+0.25 s), so the numbers compare the submission paths, not the pollers. ddpjob's runs go through
+torchrun (one agent per node), which costs a Python + torch import per node that plain submitit
+running ``true`` does not pay; ``ddpjob_overhead_s`` reports the difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from launcher.states import JobState  # noqa: E402
+from launcher.targets.slurm_query import map_state, query  # noqa: E402
+
+
+def _times(job_id: str, elements: list[str], t0: float, timeout: float = 600) -> dict[str, float]:
+    """Seconds from t0 until every element was seen RUNNING (or done) and until all are done."""
+    running_at = None
+    while True:
+        recs = query([job_id])
+        states = [map_state(recs[e].state) if e in recs else JobState.PENDING for e in elements]
+        now = time.perf_counter()
+        if running_at is None and all(s != JobState.PENDING for s in states):
+            running_at = now
+        if all(s.terminal for s in states):
+            if not all(s == JobState.SUCCEEDED for s in states):
+                raise RuntimeError(f"job {job_id} ended {states}")
+            return {"to_running_s": round((running_at or now) - t0, 3), "to_done_s": round(now - t0, 3)}
+        if now - t0 > timeout:
+            raise RuntimeError(f"job {job_id} did not finish in {timeout}s: {states}")
+        time.sleep(0.25)
+
+
+def _ddpjob(args: list[str], env: dict[str, str]) -> str:
+    proc = subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ddpjob {' '.join(args)}: {proc.stderr}")
+    return proc.stdout
+
+
+def bench_render(env: dict[str, str]) -> dict[str, float]:
+    t0 = time.perf_counter()
+    _ddpjob(["render", "jobs/sweep.yaml", "--target", "slurm"], env)
+    cli_s = time.perf_counter() - t0
+    from launcher.specload import load_spec
+    from launcher.targets.base import PlanContext
+    from launcher.targets.slurm import SlurmTarget
+
+    loaded = load_spec(REPO / "jobs/sweep.yaml")
+    ctx = PlanContext(job_id="sweep-xxxxx", run_dir="/tmp/x", home=str(Path.home()), cwd=str(REPO), python=sys.executable)
+    t0 = time.perf_counter()
+    for _ in range(100):
+        SlurmTarget().plan(loaded, ctx).render()
+    return {"cli_render_s": round(cli_s, 3), "plan_and_render_ms": round((time.perf_counter() - t0) * 10, 3)}
+
+
+def bench_ddpjob(folder: str, env: dict[str, str], array: int) -> dict[str, Any]:
+    sets = ["--set", f"slurm.folder={folder}", "--set", f"workdir={REPO}", "--set", "slurm.time='10'",
+            "--nodes", "1", "-p", "1"]
+    t0 = time.perf_counter()
+    job_id = _ddpjob(["submit", "--target", "slurm", "-q", "--name", "bench-one", *sets, "--", "true"], env).strip()
+    handle = json.loads(_ddpjob(["status", job_id, "-o", "json"], env))["handle"]
+    single = _times(handle["slurm_job_id"], [handle["slurm_job_id"]], t0)
+    values = ",".join(str(i) for i in range(array))
+    t0 = time.perf_counter()
+    job_id = _ddpjob(["submit", "--target", "slurm", "-q", "--name", "bench-array", *sets,
+                      "--set", f"sweep.i=[{values}]", "--set", "slurm.array_parallelism=" + str(array),
+                      "--", "true", "{i}"], env).strip()
+    handle = json.loads(_ddpjob(["status", job_id, "-o", "json"], env))["handle"]
+    sid = handle["slurm_job_id"]
+    arr = _times(sid, [f"{sid}_{i}" for i in range(array)], t0)
+    return {"single": single, "array": arr}
+
+
+def bench_submitit(folder: str, array: int) -> dict[str, Any]:
+    import submitit
+
+    ex = submitit.SlurmExecutor(folder=f"{folder}/plain-submitit/%j")
+    ex.update_parameters(nodes=1, ntasks_per_node=1, time=10, array_parallelism=array)
+    t0 = time.perf_counter()
+    job = ex.submit(subprocess.run, ["true"], check=True)
+    single = _times(str(job.job_id), [str(job.job_id)], t0)
+    t0 = time.perf_counter()
+    jobs = ex.map_array(subprocess.run, [["true", str(i)] for i in range(array)])
+    sid = str(jobs[0].job_id).split("_")[0]
+    arr = _times(sid, [str(j.job_id) for j in jobs], t0)
+    return {"single": single, "array": arr}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--folder", help="shared folder for jobs (default: a new temporary directory)")
+    ap.add_argument("--array", type=int, default=10)
+    args = ap.parse_args()
+    folder = args.folder or tempfile.mkdtemp(prefix="ddpjob-slurm-bench-")
+    home = tempfile.mkdtemp(prefix="ddpjob-bench-home-")
+    env = {**os.environ, "DDPJOB_HOME": home}
+    result: dict[str, Any] = {"render": bench_render(env), "array_size": args.array, "folder": folder}
+    result["ddpjob"] = bench_ddpjob(folder, env, args.array)
+    result["submitit"] = bench_submitit(folder, args.array)
+    result["ddpjob_overhead_s"] = {
+        kind: {k: round(result["ddpjob"][kind][k] - result["submitit"][kind][k], 3) for k in ("to_running_s", "to_done_s")}
+        for kind in ("single", "array")
+    }
+    print(json.dumps(result, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

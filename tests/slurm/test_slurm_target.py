@@ -1,0 +1,231 @@
+"""The Slurm target against the project's real Slurm cluster (slurm/cluster.sh; fixture slurm_cluster).
+
+Nodes n1 and n2 run on this machine, so the job folder may be any local directory. Every test
+goes through the real ``ddpjob`` command line in a subprocess, with its own DDPJOB_HOME.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+RECORD = "tests/slurm/rank_record.py"
+
+
+def write_spec(tmp_path: Path, name: str, command: list[str], **extra: Any) -> Path:
+    import yaml
+
+    spec = {"name": name, "workdir": str(REPO), "command": command, "nodes": 2, "procs_per_node": 1,
+            "slurm": {"folder": str(tmp_path / "slurm"), "time": "10", "signal_delay_s": 15, **extra.pop("slurm", {})}}
+    spec.update(extra)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def submit(cli: Any, *args: str) -> str:
+    proc = cli("submit", *args, "--target", "slurm", "-q", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def status(cli: Any, job_id: str) -> dict[str, Any]:
+    proc = cli("status", job_id, "-o", "json", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def wait_for(cli: Any, job_id: str, states: set[str], timeout: float = 240) -> dict[str, Any]:
+    """Poll ``ddpjob status`` (with backoff) until the target reports one of ``states``."""
+    deadline = time.monotonic() + timeout
+    delay = 0.5
+    while True:
+        data = status(cli, job_id)
+        if data["status"] and data["status"]["state"] in states:
+            return data
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{job_id} never reached {states}: {json.dumps(data['status'], indent=1)}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 4.0)
+
+
+def records(output_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(output_dir.glob("rank-*.json"))]
+
+
+def rendered_script(cli: Any, spec: Path, job_id: str, *sets: str) -> str:
+    """The sbatch script section of ``ddpjob render`` for ``spec``, with the real job id filled in."""
+    proc = cli("render", str(spec), "--target", "slurm", *sets, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.split("#### sbatch script: ", 1)[1].split("\n", 1)[1].split("#### end of sbatch script")[0]
+    name = job_id.rsplit("-", 1)[0]
+    return text.replace(f"{name}-xxxxx", job_id)
+
+
+# --------------------------------------------------------------------------- tests
+
+def test_two_node_job_with_hostile_arguments(slurm_cluster, cli, tmp_path):
+    """2 nodes, one torchrun each, one rendezvous; hostile strings arrive literally; render == submitted."""
+    marker = f"/tmp/ddpjob-pwned-{uuid.uuid4().hex[:8]}"
+    hostile = [f"$(touch {marker})", f"'; touch {marker}; '", f"`touch {marker}`", 'a"b;c|d&']
+    spec = write_spec(tmp_path, "two", ["python", RECORD, "--allreduce", *hostile],
+                      env={"NOTE": f"$(touch {marker})"},
+                      slurm={"sbatch": {"comment": f"$(touch {marker}); echo 'x'"}})
+    proc = cli("submit", str(spec), "--target", "slurm", "-f", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job_id = re.search(r"Submitted (\S+) to slurm", proc.stdout).group(1)  # type: ignore[union-attr]
+    data = status(cli, job_id)
+    assert data["state"] == "SUCCEEDED" and data["status"]["state"] == "SUCCEEDED"
+    handle = data["handle"]
+    out = Path(handle["job_dir"]) / "output"
+    recs = records(out)
+    assert [r["rank"] for r in recs] == [0, 1]
+    assert {r["world_size"] for r in recs} == {2}
+    assert {r["host"] for r in recs} == {"n1", "n2"}
+    assert len({r["master"] for r in recs}) == 1 and recs[0]["master"].startswith("n1:")
+    assert {r["allreduce_sum"] for r in recs} == {1.0}
+    assert all(r["args"] == ["--allreduce", *hostile] for r in recs)
+    assert not Path(marker).exists()
+    # Render == submit: the file submitit wrote and sbatch ran is the rendered script.
+    submitted = Path(handle["submission_file"]).read_text()
+    assert submitted == rendered_script(cli, spec, job_id)
+    assert submitted in (Path(handle["run_dir"]) / "plan.txt").read_text()
+    # The comment reached Slurm literally.
+    sc = subprocess.run(["scontrol", "show", "job", handle["slurm_job_id"]], capture_output=True, text=True, timeout=30)
+    if sc.returncode == 0 and "Comment=" in sc.stdout:
+        assert f"Comment=$(touch {marker}); echo 'x'" in sc.stdout
+    # Logs carry node and rank prefixes.
+    logs = cli("logs", job_id, "--rank", "1", timeout=60).stdout
+    assert "[node1 rank1] rank 1 of 2 on n2" in logs and "rank0" not in logs
+    nodes = data["status"]["tasks"][0]["nodes"]
+    assert {n["host"] for n in nodes} == {"n1", "n2"} and {n["exit_code"] for n in nodes} == {0}
+
+
+def test_quickstart_two_nodes(slurm_cluster, cli, tmp_path):
+    proc = cli("submit", "jobs/quickstart.yaml", "--target", "slurm", "--nodes", "2", "-f",
+               "--set", f"slurm.folder={tmp_path}/slurm", "--set", f"workdir={REPO}",
+               "--set", "command=[python, -m, launcher.train, --dataset, synthetic, --model, mlp, --train-size, '512', "
+                        "--eval-size, '128', --epochs, '1', --batch-size, '64']", timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job_id = re.search(r"Submitted (\S+) to slurm", proc.stdout).group(1)  # type: ignore[union-attr]
+    handle = status(cli, job_id)["handle"]
+    summary = json.loads((Path(handle["job_dir"]) / "output" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 4 and not summary["preempted"]
+
+
+def test_sweep_is_one_array(slurm_cluster, cli, tmp_path):
+    job_id = submit(cli, "jobs/sweep.yaml", "--set", f"slurm.folder={tmp_path}/slurm", "--set", f"workdir={REPO}",
+                    "--set", "sweep.seed=[7]", "--set", f"command=[python, {RECORD}, --lr, '{{lr}}', --seed, '{{seed}}']")
+    data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"})
+    assert data["status"]["state"] == "SUCCEEDED", data["status"]
+    handle = data["handle"]
+    sid = handle["slurm_job_id"]
+    tasks = data["status"]["tasks"]
+    assert [t["native_id"] for t in tasks] == [f"{sid}_0", f"{sid}_1"]
+    assert [t["params"] for t in tasks] == [{"lr": "0.1", "seed": "7"}, {"lr": "0.01", "seed": "7"}]
+    for i, lr in enumerate(["0.1", "0.01"]):
+        recs = records(Path(handle["job_dir"]) / "output" / f"sweep-{i}")
+        assert [r["rank"] for r in recs] == [0, 1] and {r["host"] for r in recs} == {"n1", "n2"}
+        assert all(r["args"] == ["--lr", lr, "--seed", "7"] and r["sweep_index"] == str(i) for r in recs)
+        assert {r["slurm_job_id"] is not None and r["array_task"] for r in recs} == {str(i)}
+    # One array: one submission script, one Slurm job id for both runs.
+    assert len(list(Path(handle["job_dir"]).glob("*_submission.sh"))) == 1
+    text = cli("status", job_id, timeout=60).stdout
+    assert f"task 0 [{sid}_0]: SUCCEEDED (lr=0.1 seed=7)" in text and f"task 1 [{sid}_1]: SUCCEEDED" in text
+    logs = cli("logs", job_id, "--task", "1", timeout=60).stdout
+    assert "[task1 node0 rank0]" in logs and "[task1 node1 rank1]" in logs and "task0" not in logs
+    bad = cli("logs", job_id, "--task", "5", timeout=60)
+    assert bad.returncode != 0 and "task 5 does not exist" in bad.stderr
+
+
+def test_two_jobs_at_once_use_different_ports(slurm_cluster, cli, tmp_path):
+    ids = []
+    for name in ("conc-a", "conc-b"):
+        (tmp_path / name).mkdir()
+        spec = write_spec(tmp_path / name, name, ["python", RECORD, "--allreduce", "--sleep", "4"])
+        ids.append(submit(cli, str(spec)))
+    datas = [wait_for(cli, j, {"SUCCEEDED", "FAILED", "CANCELLED"}) for j in ids]
+    assert [d["status"]["state"] for d in datas] == ["SUCCEEDED", "SUCCEEDED"]
+    recs = [records(Path(d["handle"]["job_dir"]) / "output") for d in datas]
+    masters = [r[0]["master"] for r in recs]
+    assert masters[0] != masters[1] and all(len({x["master"] for x in r}) == 1 for r in recs)
+    # They really overlapped on the same nodes: both ran on n1 and n2.
+    assert all({x["host"] for x in r} == {"n1", "n2"} for r in recs)
+
+
+@pytest.mark.parametrize("accounting", ["on", "off"])
+def test_cancel_running_job(slurm_cluster, cli, tmp_path, accounting, request):
+    if accounting == "off":
+        ctx = _accounting_off(slurm_cluster, request)
+        if ctx is None:
+            pytest.skip("the cluster fixture offers no way to switch accounting off")
+    spec = write_spec(tmp_path, "cancel", ["python", RECORD, "--sleep", "300"])
+    job_id = submit(cli, str(spec))
+    wait_for(cli, job_id, {"RUNNING"}, timeout=120)
+    started = time.monotonic()
+    proc = cli("cancel", job_id, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = wait_for(cli, job_id, {"CANCELLED"}, timeout=60)
+    assert time.monotonic() - started < 60
+    assert data["state"] == "CANCELLED" and data["status"]["tasks"][0]["state"] == "CANCELLED"
+    if accounting == "off":
+        assert "sacct" not in data["status"]["details"]["source"]
+    assert cli("cancel", job_id, timeout=60).returncode == 0  # safe to repeat
+
+
+def test_preempted_job_requeues_and_resumes(slurm_cluster, cli, tmp_path):
+    """USR2 mid-training (what Slurm sends before preemption or the time limit): submitit's checkpoint
+    path requeues the job, the trainer resumes from its checkpoint and ends at the same step."""
+    steps = 24
+    command = ["python", "-m", "launcher.train", "--dataset", "linreg", "--model", "linear", "--train-size",
+               str(steps * 2 * 8), "--eval-size", "64", "--batch-size", "8", "--epochs", "1", "--lr", "0.01",
+               "--checkpoint-every", "4", "--log-every", "1", "--step-delay", "0.5"]
+    spec = write_spec(tmp_path, "requeue", command)
+    job_id = submit(cli, str(spec))
+    data = wait_for(cli, job_id, {"RUNNING"}, timeout=120)
+    handle = data["handle"]
+    metrics = Path(handle["job_dir"]) / "output" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and '"step": 6' in metrics.read_text()):
+        assert time.monotonic() < deadline, "training never reached step 6"
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR2", handle["slurm_job_id"]], check=True, timeout=30)
+    data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=300)
+    assert data["status"]["state"] == "SUCCEEDED", data["status"]
+    events = [json.loads(ln) for ln in metrics.read_text().splitlines() if ln.strip()]
+    preempted = [e for e in events if e.get("event") == "preempted"]
+    resumed = [e for e in events if e.get("event") == "resume"]
+    assert preempted and resumed and resumed[0]["step"] == preempted[0]["step"] > 0
+    summary = json.loads((Path(handle["job_dir"]) / "output" / "summary.json").read_text())
+    assert summary["steps"] == steps and not summary["preempted"]
+    nodes = data["status"]["tasks"][0]["nodes"]
+    assert all(n["restart"] >= 1 for n in nodes)
+
+
+def _accounting_off(cluster: Any, request: Any) -> Any:
+    """Switch the cluster's accounting off for one test, through whatever the fixture offers."""
+    for name in ("accounting_off", "without_accounting", "no_accounting"):
+        fn = getattr(cluster, name, None)
+        if callable(fn):
+            cm = fn()
+            if hasattr(cm, "__enter__"):
+                value = cm.__enter__()
+                request.addfinalizer(lambda: cm.__exit__(None, None, None))
+                return value if value is not None else True
+            return True
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
