@@ -1,0 +1,635 @@
+"""A loopback Kubernetes API server that also plays the Kubeflow training operator (test code only).
+
+The real ``kubernetes`` Python client talks to it over HTTP. It stores PyTorchJobs (checked with
+the strict CRD validator when the client asks for ``fieldValidation=Strict``), answers with real
+``Status`` objects (403, 404, 409, 422), and reconciles jobs as the operator does
+(shared/reference/kubeflow/CONTRACT.md): one pod per replica named ``<job>-<type>-<index>`` with
+the operator's labels, the operator's environment appended after the user's (last wins),
+``$(VAR)`` references expanded as the kubelet does, conditions Created -> Running -> Succeeded /
+Failed / Restarting, restart in place for OnFailure (previous logs kept), and pod cleanup by
+``runPolicy.cleanPodPolicy``. Each pod's command runs as a local process; its output is the log.
+
+Deviations, because every "pod" shares this machine's network and filesystem:
+- ``MASTER_ADDR``/``PET_MASTER_ADDR`` given to the process are ``127.0.0.1`` instead of
+  ``<job>-master-0`` (no cluster DNS here), and the master port is remapped to a free local port
+  per job (pods share one network namespace). ``Pod.injected_env`` records what the real operator
+  injects, so tests can assert the exact values.
+- Images are not pulled; the process runs with this machine's Python. Volumes are not mounted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from launcher.targets.k8s_schema import dotted, validate_pytorchjob
+
+GROUP_PATH = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
+POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
+EVENT_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
+OPERATOR = "pytorchjob-controller"
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def status_obj(code: int, reason: str, message: str, details: dict | None = None) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure" if code >= 400 else "Success",
+            "message": message, "reason": reason, "details": details or {}, "code": code}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def expand_refs(text: str, env: dict[str, str]) -> str:
+    """The kubelet's ``$(VAR)`` expansion: defined names replaced, ``$$`` -> ``$``, others kept."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i):
+            end = text.find(")", i + 2)
+            name = text[i + 2 : end] if end != -1 else None
+            if name is not None and name in env:
+                out.append(env[name])
+                i = end + 1
+            else:
+                out.append("$(")
+                i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def match_labels(labels: dict[str, str], selector: str | None) -> bool:
+    if not selector:
+        return True
+    for term in selector.split(","):
+        key, _, value = term.partition("=")
+        if labels.get(key.strip()) != value.strip():
+            return False
+    return True
+
+
+@dataclass
+class Pod:
+    name: str
+    namespace: str
+    job: str
+    rtype: str
+    index: int
+    labels: dict[str, str]
+    container: dict[str, Any]
+    restart_policy: str
+    injected_env: dict[str, str]
+    start_at: float
+    phase: str = "Pending"
+    proc: subprocess.Popen | None = None
+    log: bytearray = field(default_factory=bytearray)
+    previous_log: bytes | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    created: str = field(default_factory=now)
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def to_json(self) -> dict:
+        state: dict[str, Any]
+        if self.phase == "Pending":
+            state = {"waiting": {"reason": "ContainerCreating"}}
+        elif self.phase == "Running":
+            state = {"running": {"startedAt": self.created}}
+        else:
+            state = {"terminated": {"exitCode": self.exit_code if self.exit_code is not None else 0,
+                                    "reason": "Completed" if self.exit_code == 0 else "Error",
+                                    "startedAt": self.created, "finishedAt": now()}}
+        return {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels, "uid": self.uid,
+                         "creationTimestamp": self.created},
+            "spec": {"containers": [self.container], "restartPolicy": self.restart_policy},
+            "status": {"phase": self.phase, "startTime": self.created,
+                       "containerStatuses": [{"name": "pytorch", "image": self.container.get("image", ""),
+                                              "imageID": "", "ready": self.phase == "Running",
+                                              "restartCount": self.restarts, "state": state}]},
+        }
+
+
+class FakeCluster:
+    """State of the fake cluster plus the knobs tests use (faults, delays, pod deletion)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.lock = threading.RLock()
+        self.jobs: dict[tuple[str, str], dict] = {}
+        self.pods: dict[tuple[str, str], Pod] = {}
+        self.events: list[dict] = []
+        self.secrets: dict[tuple[str, str], dict[str, str]] = {}
+        self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
+        self.requests: list[dict] = []
+        self.faults: list[tuple[str, re.Pattern[str], int, list[int]]] = []
+        self.crd_installed = True
+        self.pod_start_delay = 0.0
+        self.unschedulable_message: str | None = None
+        self.ports: dict[tuple[str, str], int] = {}
+        self._stop = threading.Event()
+
+    # ---------------------------------------------------------------- knobs for tests
+    def fail_next(self, method: str, path_regex: str, code: int, times: int = 1) -> None:
+        self.faults.append((method.upper(), re.compile(path_regex), code, [times]))
+
+    def add_secret(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        self.secrets[(namespace, name)] = data
+
+    def add_configmap(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        self.configmaps[(namespace, name)] = data
+
+    def delete_pods(self, job: str, namespace: str = "default") -> None:
+        """What garbage collection or a TTL does: the pods (and their logs) are gone."""
+        with self.lock:
+            for key, pod in list(self.pods.items()):
+                if pod.job == job and pod.namespace == namespace:
+                    self._kill(pod)
+                    del self.pods[key]
+
+    def pods_of(self, job: str, namespace: str = "default") -> list[Pod]:
+        with self.lock:
+            return [p for p in self.pods.values() if p.job == job and p.namespace == namespace]
+
+    def job(self, name: str, namespace: str = "default") -> dict | None:
+        with self.lock:
+            return self.jobs.get((namespace, name))
+
+    def requests_to(self, path_fragment: str) -> list[dict]:
+        return [r for r in self.requests if path_fragment in r["path"]]
+
+    # ---------------------------------------------------------------- operator
+    def reconcile_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.reconcile()
+            except Exception as e:  # keep the operator alive; a test will see the job stuck
+                print(f"fake operator error: {e!r}", file=sys.stderr)
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self.lock:
+            for pod in self.pods.values():
+                self._kill(pod)
+
+    def reconcile(self) -> None:
+        with self.lock:
+            for (ns, name), job in list(self.jobs.items()):
+                status = job.setdefault("status", {})
+                conds = status.setdefault("conditions", [])
+                if not conds:
+                    self._condition(job, "Created", "PyTorchJob is created.")
+                    self._create_pods(ns, name, job)
+                if self._terminal(job):
+                    continue
+                self._step_pods(ns, name, job)
+
+    def _terminal(self, job: dict) -> bool:
+        return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in job["status"]["conditions"])
+
+    def _condition(self, job: dict, ctype: str, message: str) -> None:
+        conds = job["status"]["conditions"]
+        if ctype in ("Running", "Restarting"):
+            other = "Restarting" if ctype == "Running" else "Running"
+            conds[:] = [c for c in conds if c["type"] != other]
+        if ctype in ("Succeeded", "Failed"):
+            for c in conds:
+                if c["type"] == "Running":
+                    c["status"] = "False"
+        for c in conds:
+            if c["type"] == ctype:
+                if c["status"] != "True":
+                    c.update(status="True", lastTransitionTime=now())
+                return
+        conds.append({"type": ctype, "status": "True", "reason": f"PyTorchJob{ctype}", "message": message,
+                      "lastUpdateTime": now(), "lastTransitionTime": now()})
+        if ctype in ("Succeeded", "Failed"):
+            job["status"]["completionTime"] = now()
+
+    def _create_pods(self, ns: str, name: str, job: dict) -> None:
+        spec = job["spec"]
+        replicas = spec["pytorchReplicaSpecs"]
+        total = sum(int(r.get("replicas", 1)) for r in replicas.values())
+        nproc = str(spec.get("nprocPerNode", "auto"))
+        nproc_int = int(nproc) if nproc.isdigit() else 1
+        master = replicas.get("Master")
+        port = 23456
+        if master:
+            for c in master["template"]["spec"]["containers"]:
+                if c["name"] == "pytorch":
+                    for p in c.get("ports", []):
+                        if p.get("name") == "pytorchjob-port":
+                            port = int(p["containerPort"])
+        local_port = free_port()
+        self.ports[(ns, name)] = local_port
+        job["status"]["startTime"] = now()
+        for rtype in ("Master", "Worker"):
+            rs = replicas.get(rtype)
+            if not rs:
+                continue
+            for index in range(int(rs.get("replicas", 1))):
+                tmpl = rs["template"]
+                container = next(c for c in tmpl["spec"]["containers"] if c["name"] == "pytorch")
+                injected = {"PYTHONUNBUFFERED": "1"}
+                if master:
+                    node_rank = 0 if rtype == "Master" else index + 1
+                    injected.update({
+                        "MASTER_PORT": str(port), "PET_MASTER_PORT": str(port),
+                        "MASTER_ADDR": f"{name}-master-0", "PET_MASTER_ADDR": f"{name}-master-0",
+                        "WORLD_SIZE": str(total * nproc_int), "RANK": str(node_rank), "PET_NODE_RANK": str(node_rank),
+                    })
+                injected["PET_NPROC_PER_NODE"] = nproc
+                elastic = spec.get("elasticPolicy")
+                if elastic:
+                    lo = elastic.get("minReplicas", total)
+                    hi = elastic.get("maxReplicas", total)
+                    injected.update({"PET_RDZV_ENDPOINT": f"{name}-worker-0:{port}",
+                                     "PET_RDZV_BACKEND": elastic.get("rdzvBackend", "c10d"), "PET_NNODES": f"{lo}:{hi}"})
+                    if "maxRestarts" in elastic:
+                        injected["PET_MAX_RESTARTS"] = str(elastic["maxRestarts"])
+                else:
+                    injected["PET_NNODES"] = str(total)
+                labels = {**(tmpl.get("metadata", {}).get("labels") or {}),
+                          "training.kubeflow.org/operator-name": OPERATOR, "training.kubeflow.org/job-name": name,
+                          "training.kubeflow.org/replica-type": rtype.lower(),
+                          "training.kubeflow.org/replica-index": str(index)}
+                if rtype == "Master":
+                    labels["training.kubeflow.org/job-role"] = "master"
+                pod_name = f"{name}-{rtype.lower()}-{index}"
+                policy = rs.get("restartPolicy", "OnFailure")
+                self.pods[(ns, pod_name)] = Pod(pod_name, ns, name, rtype, index, labels, container,
+                                                "Never" if policy == "ExitCode" else policy, injected,
+                                                time.monotonic() + self.pod_start_delay)
+                self.events.append(self._event(ns, pod_name, "Normal", "SuccessfulCreatePod", f"Created pod: {pod_name}"))
+
+    def _event(self, ns: str, pod: str, etype: str, reason: str, message: str) -> dict:
+        return {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": f"{pod}.{uuid.uuid4().hex[:8]}", "namespace": ns},
+                "involvedObject": {"kind": "Pod", "name": pod, "namespace": ns}, "reason": reason,
+                "message": message, "type": etype, "count": 1, "firstTimestamp": now(), "lastTimestamp": now()}
+
+    def _process_env(self, pod: Pod) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for ref in pod.container.get("envFrom", []):
+            src = ref.get("secretRef") or ref.get("configMapRef") or {}
+            store = self.secrets if "secretRef" in ref else self.configmaps
+            env.update({ref.get("prefix", "") + k: v for k, v in store.get((pod.namespace, src.get("name")), {}).items()})
+        for item in pod.container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = expand_refs(item["value"], env)
+            elif "valueFrom" in item:
+                vf = item["valueFrom"]
+                if "secretKeyRef" in vf:
+                    ref = vf["secretKeyRef"]
+                    env[item["name"]] = self.secrets.get((pod.namespace, ref["name"]), {}).get(ref["key"], "")
+                elif "configMapKeyRef" in vf:
+                    ref = vf["configMapKeyRef"]
+                    env[item["name"]] = self.configmaps.get((pod.namespace, ref["name"]), {}).get(ref["key"], "")
+                elif "fieldRef" in vf:
+                    env[item["name"]] = {"metadata.name": pod.name, "metadata.namespace": pod.namespace}.get(vf["fieldRef"]["fieldPath"], "")
+            else:
+                env[item["name"]] = ""
+        env.update(pod.injected_env)  # the kubelet builds env last-wins: the operator's values win
+        # Deviation (see module docstring): one shared network namespace and no cluster DNS.
+        local_port = str(self.ports[(pod.namespace, pod.job)])
+        for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
+            if key in env:
+                env[key] = "127.0.0.1"
+        for key in ("MASTER_PORT", "PET_MASTER_PORT"):
+            if key in env:
+                env[key] = local_port
+        if "PET_RDZV_ENDPOINT" in env:
+            env["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{local_port}"
+        return env
+
+    def _start(self, pod: Pod) -> None:
+        env = self._process_env(pod)
+        argv = [expand_refs(a, env) for a in pod.container.get("command", []) + pod.container.get("args", [])]
+        base = {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
+                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        cwd = pod.container.get("workingDir")
+        if not cwd or not Path(cwd).is_dir():
+            cwd = str(self.workdir / pod.name)
+            Path(cwd).mkdir(parents=True, exist_ok=True)
+        try:
+            pod.proc = subprocess.Popen(argv, env={**base, **env}, cwd=cwd, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:
+            pod.log += f"exec failed: {e}\n".encode()
+            pod.phase, pod.exit_code = "Failed", 128
+            return
+        pod.phase = "Running"
+        self.events.append(self._event(pod.namespace, pod.name, "Normal", "Started", "Started container pytorch"))
+        threading.Thread(target=self._pump, args=(pod, pod.proc), daemon=True).start()
+
+    def _pump(self, pod: Pod, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+            with pod.cond:
+                pod.log += chunk
+                pod.cond.notify_all()
+        proc.wait()
+        with pod.cond:
+            pod.cond.notify_all()
+
+    def _step_pods(self, ns: str, name: str, job: dict) -> None:
+        pods = [p for p in self.pods.values() if p.job == name and p.namespace == ns]
+        run_policy = job["spec"].get("runPolicy", {})
+        for pod in pods:
+            if pod.phase == "Pending" and time.monotonic() >= pod.start_at:
+                self._start(pod)
+            elif pod.phase == "Pending" and self.unschedulable_message and not any(
+                    e["involvedObject"]["name"] == pod.name and e["reason"] == "FailedScheduling" for e in self.events):
+                self.events.append(self._event(ns, pod.name, "Warning", "FailedScheduling", self.unschedulable_message))
+            elif pod.phase == "Running" and pod.proc is not None and pod.proc.poll() is not None:
+                code = pod.proc.returncode
+                code = 128 - code if code < 0 else code  # killed by a signal: 128 + n, as a container reports
+                pod.exit_code = code
+                if code != 0 and pod.restart_policy in ("OnFailure", "Always"):
+                    if pod.restarts + 1 > int(run_policy.get("backoffLimit", 6)):
+                        pod.phase = "Failed"
+                        self._condition(job, "Failed", f"PyTorchJob {name} has failed because it has reached the specified backoff limit")
+                        continue
+                    with pod.cond:
+                        pod.previous_log = bytes(pod.log)
+                        pod.log = bytearray()
+                    pod.restarts += 1
+                    self._condition(job, "Restarting", f"PyTorchJob {name} is restarting because {pod.name} failed")
+                    self._start(pod)
+                else:
+                    pod.phase = "Succeeded" if code == 0 else "Failed"
+        master = [p for p in pods if p.rtype == "Master"]
+        if master and master[0].phase == "Running" and not any(
+                c["type"] == "Running" and c["status"] == "True" for c in job["status"]["conditions"]):
+            if not any(c["type"] == "Restarting" for c in job["status"]["conditions"]):
+                self._condition(job, "Running", f"PyTorchJob {name} is running.")
+        if any(p.phase == "Failed" for p in pods) and not self._terminal(job):
+            failed = next(p for p in pods if p.phase == "Failed")
+            self._condition(job, "Failed", f"PyTorchJob {name} is failed because 1 {failed.rtype} replica(s) failed.")
+        elif master and master[0].phase == "Succeeded":
+            self._condition(job, "Succeeded", f"PyTorchJob {name} is successfully completed.")
+        job["status"]["replicaStatuses"] = {
+            rt: {"active": sum(p.phase == "Running" for p in pods if p.rtype == rt),
+                 "succeeded": sum(p.phase == "Succeeded" for p in pods if p.rtype == rt),
+                 "failed": sum(p.phase == "Failed" for p in pods if p.rtype == rt),
+                 "selector": f"training.kubeflow.org/job-name={name},training.kubeflow.org/operator-name={OPERATOR},"
+                             f"training.kubeflow.org/replica-type={rt.lower()}"}
+            for rt in job["spec"]["pytorchReplicaSpecs"]
+        }
+        if self._terminal(job):
+            self._clean(ns, name, run_policy.get("cleanPodPolicy", "None"))
+
+    def _clean(self, ns: str, name: str, policy: str) -> None:
+        for key, pod in list(self.pods.items()):
+            if pod.job != name or pod.namespace != ns:
+                continue
+            if policy == "All" or (policy == "Running" and pod.phase in ("Running", "Pending")):
+                self._kill(pod)
+                del self.pods[key]
+
+    def _kill(self, pod: Pod) -> None:
+        if pod.proc is not None and pod.proc.poll() is None:
+            try:
+                os.killpg(pod.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            pod.proc.wait()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    cluster: FakeCluster
+
+    def log_message(self, fmt: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+        data = body if isinstance(body, bytes) else (json.dumps(body).encode() if content_type == "application/json" else str(body).encode())
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        return json.loads(raw) if raw else None
+
+    def _dispatch(self, method: str) -> None:
+        url = urlparse(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        body = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
+        c = self.cluster
+        c.requests.append({"method": method, "path": url.path, "query": query, "body": body})
+        for fault in c.faults:
+            fmethod, regex, code, left = fault
+            if fmethod == method and regex.search(url.path) and left[0] > 0:
+                left[0] -= 1
+                return self._fault(code, url.path, body)
+        m = GROUP_PATH.match(url.path)
+        if m:
+            if not c.crd_installed:
+                return self._send(404, "404 page not found\n", "text/plain")
+            return self._jobs(method, m.group(1), m.group(2), query, body)
+        m = POD_PATH.match(url.path)
+        if m and method == "GET":
+            return self._pods(m.group(1), m.group(2), bool(m.group(3)), query)
+        m = EVENT_PATH.match(url.path)
+        if m and method == "GET":
+            sel = query.get("fieldSelector", "")
+            want = dict(t.split("=", 1) for t in sel.split(",") if "=" in t)
+            with c.lock:
+                items = [e for e in c.events if e["metadata"]["namespace"] == m.group(1)
+                         and all(e["involvedObject"].get(k.split(".", 1)[1]) == v for k, v in want.items() if k.startswith("involvedObject."))]
+            return self._send(200, {"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items})
+        self._send(404, status_obj(404, "NotFound", "the server could not find the requested resource"))
+
+    def _fault(self, code: int, path: str, body: Any) -> None:
+        name = (body or {}).get("metadata", {}).get("name", path.rsplit("/", 1)[-1]) if isinstance(body, dict) else path.rsplit("/", 1)[-1]
+        if code == 403:
+            verb = {"POST": "create", "GET": "get", "DELETE": "delete"}.get(self.command, "get")
+            msg = (f'pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:default:ddpjob" cannot {verb} '
+                   'resource "pytorchjobs" in API group "kubeflow.org" in the namespace "default"')
+            return self._send(403, status_obj(403, "Forbidden", msg, {"group": "kubeflow.org", "kind": "pytorchjobs"}))
+        if code == 404:
+            return self._send(404, "404 page not found\n", "text/plain")
+        if code == 409:
+            return self._send(409, status_obj(409, "AlreadyExists", f'pytorchjobs.kubeflow.org "{name}" already exists',
+                                              {"name": name, "group": "kubeflow.org", "kind": "pytorchjobs"}))
+        if code == 422:
+            return self._send(422, status_obj(422, "Invalid", f'PyTorchJob.kubeflow.org "{name}" is invalid: spec: Invalid value',
+                                              {"name": name, "group": "kubeflow.org", "kind": "PyTorchJob"}))
+        self._send(code, status_obj(code, "InternalError", "injected failure"))
+
+    def _jobs(self, method: str, ns: str, name: str | None, query: dict, body: Any) -> None:
+        c = self.cluster
+        if method == "POST" and name is None:
+            obj_name = (body.get("metadata") or {}).get("name", "")
+            if query.get("fieldValidation") == "Strict":
+                issues = validate_pytorchjob(body)
+                if issues:
+                    causes = [{"reason": "FieldValueInvalid", "message": i.message, "field": dotted(i.path)} for i in issues]
+                    msg = f'PyTorchJob.kubeflow.org "{obj_name}" is invalid: ' + ", ".join(f"{dotted(i.path)}: {i.message}" for i in issues)
+                    return self._send(422, status_obj(422, "Invalid", msg, {"name": obj_name, "group": "kubeflow.org",
+                                                                          "kind": "PyTorchJob", "causes": causes}))
+            with c.lock:
+                if (ns, obj_name) in c.jobs:
+                    return self._fault(409, "", body)
+                stored = json.loads(json.dumps(body))
+                stored["metadata"].update(namespace=ns, uid=str(uuid.uuid4()), creationTimestamp=now(), resourceVersion="1")
+                if query.get("dryRun") != "All":
+                    c.jobs[(ns, obj_name)] = stored
+            return self._send(201, stored)
+        if method == "GET" and name is None:
+            with c.lock:
+                items = [j for (jns, _), j in c.jobs.items() if jns == ns and match_labels(j["metadata"].get("labels", {}), query.get("labelSelector"))]
+                data = json.loads(json.dumps(items))
+            return self._send(200, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJobList", "metadata": {}, "items": data})
+        with c.lock:
+            job = c.jobs.get((ns, name))
+            data = json.loads(json.dumps(job)) if job else None
+        if data is None:
+            return self._send(404, status_obj(404, "NotFound", f'pytorchjobs.kubeflow.org "{name}" not found',
+                                              {"name": name, "group": "kubeflow.org", "kind": "pytorchjobs"}))
+        if method == "GET":
+            return self._send(200, data)
+        if method == "DELETE":
+            with c.lock:
+                c.delete_pods(name, ns)
+                c.jobs.pop((ns, name), None)
+            return self._send(200, status_obj(200, "", "", {"name": name, "group": "kubeflow.org", "kind": "pytorchjobs"}))
+        self._send(405, status_obj(405, "MethodNotAllowed", "method not allowed"))
+
+    def _pods(self, ns: str, name: str | None, log: bool, query: dict) -> None:
+        c = self.cluster
+        if name is None:
+            with c.lock:
+                items = [p.to_json() for p in c.pods.values() if p.namespace == ns and match_labels(p.labels, query.get("labelSelector"))]
+            return self._send(200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items})
+        with c.lock:
+            pod = c.pods.get((ns, name))
+        if pod is None:
+            return self._send(404, status_obj(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"}))
+        if not log:
+            return self._send(200, pod.to_json())
+        if query.get("previous") == "true":
+            if pod.previous_log is None:
+                return self._send(400, status_obj(400, "BadRequest", f'previous terminated container "pytorch" in pod "{name}" not found'))
+            return self._send(200, pod.previous_log, "text/plain")
+        if pod.phase == "Pending":
+            return self._send(400, status_obj(400, "BadRequest", f'container "pytorch" in pod "{name}" is waiting to start: ContainerCreating'))
+        if query.get("follow") != "true":
+            data = bytes(pod.log)
+            tail = query.get("tailLines")
+            if tail:
+                data = b"".join(data.splitlines(keepends=True)[-int(tail):])
+            return self._send(200, data, "text/plain")
+        # follow: stream with chunked encoding until the container exits
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        sent = 0
+        current = pod.log
+        while True:
+            with pod.cond:
+                if pod.log is not current:  # restarted in place: this stream ends, as the kubelet's does
+                    break
+                if len(pod.log) == sent and (pod.proc is None or pod.proc.poll() is not None):
+                    break
+                if len(pod.log) == sent:
+                    pod.cond.wait(timeout=0.2)
+                chunk = bytes(pod.log[sent:])
+            if chunk:
+                sent += len(chunk)
+                try:
+                    self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+            with c.lock:
+                if (ns, name) not in c.pods:
+                    break
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
+
+
+@dataclass
+class FakeApiServer:
+    cluster: FakeCluster
+    url: str
+    kubeconfig: Path
+    httpd: ThreadingHTTPServer
+
+    @property
+    def server(self) -> FakeCluster:
+        return self.cluster
+
+    def close(self) -> None:
+        self.cluster.stop()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def start(tmp: Path | None = None) -> FakeApiServer:
+    tmp = tmp or Path(tempfile.mkdtemp(prefix="fake-k8s-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    cluster = FakeCluster(tmp / "pods")
+    handler = type("BoundHandler", (Handler,), {"cluster": cluster})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=cluster.reconcile_forever, daemon=True).start()
+    kubeconfig = tmp / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "ddpjob-test",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "tester", "user": {"token": "test-token"}}],
+        "contexts": [{"name": "ddpjob-test", "context": {"cluster": "fake", "user": "tester", "namespace": "default"}}],
+    }))
+    return FakeApiServer(cluster, url, kubeconfig, httpd)
+
+
+__all__ = ["FakeApiServer", "FakeCluster", "Pod", "expand_refs", "start"]
