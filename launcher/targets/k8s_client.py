@@ -1,0 +1,299 @@
+"""The kubernetes client, loaded lazily, and the translation of its errors into ddpjob's typed errors.
+
+Only this module imports ``kubernetes`` (inside ``Kube.__init__``), so ``render``/``validate`` and
+``--help`` never pay for it. Calls return plain JSON dicts (``_preload_content=False``) rather than
+the client's generated models: the manifests we send are dicts, and dicts read back the same way
+across client versions.
+
+Error mapping (each with its own message; exit codes from ``launcher.errors``):
+
+| what happened | error | exit |
+| --- | --- | --- |
+| no kubeconfig / unknown context / bad kubeconfig | ``KubeconfigMissing`` (TargetUnavailable) | 3 |
+| API server unreachable | ``ClusterUnreachable`` (TargetUnavailable) | 3 |
+| 404 on create: the PyTorchJob CRD is not installed | ``OperatorMissing`` (TargetUnavailable) | 3 |
+| 404 on create: the namespace does not exist | ``SubmitRejected`` | 3 |
+| 403 | ``PermissionDenied`` (SubmitRejected on create, TargetError later) | 3 |
+| 409 on create | ``AlreadyExists`` (SubmitRejected) | 3 |
+| 422 / 400 on create | ``InvalidObject`` (SubmitRejected), the server's message and causes | 3 |
+| anything else | ``TargetError`` with status and message | 3 |
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+from launcher.errors import SubmitRejected, TargetError, TargetUnavailable
+from launcher.targets.k8s_render import GROUP, PLURAL, VERSION
+
+OPERATOR_INSTALL = (
+    'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"'
+)
+TIMEOUT = 30.0
+T = TypeVar("T")
+
+
+class KubeconfigMissing(TargetUnavailable):
+    """No usable kubeconfig (file missing, context unknown, unreadable)."""
+
+
+class ClusterUnreachable(TargetUnavailable):
+    """The API server named in the kubeconfig did not answer."""
+
+
+class OperatorMissing(TargetUnavailable):
+    """The PyTorchJob CRD is not installed: the training operator is missing."""
+
+
+class PermissionDenied(SubmitRejected):
+    """403: the user lacks RBAC permissions (k8s/rbac.yaml grants them)."""
+
+
+class AlreadyExists(SubmitRejected):
+    """409: a PyTorchJob of that name exists in the namespace."""
+
+
+class InvalidObject(SubmitRejected):
+    """422 (or 400): the API server rejected the object; its message says why."""
+
+
+def kubeconfig_paths() -> list[str]:
+    """The kubeconfig files the client reads: $KUBECONFIG (a path list) or ~/.kube/config."""
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return [p for p in env.split(os.pathsep) if p]
+    return [os.path.expanduser("~/.kube/config")]
+
+
+class Kube:
+    """A connection to one cluster (a kubeconfig context) with the few calls the target needs."""
+
+    def __init__(self, context: str | None = None, namespace: str | None = None) -> None:
+        try:
+            from kubernetes import client, config
+            from kubernetes.config.config_exception import ConfigException
+        except ImportError as e:
+            raise TargetUnavailable(
+                "the k8s target needs the kubernetes client: pip install 'ddpjob[k8s]'"
+            ) from e
+        self.paths = kubeconfig_paths()
+        where = f"kubeconfig {os.pathsep.join(self.paths)}" + (f", context {context!r}" if context else ", current context")
+        in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ and not any(os.path.exists(p) for p in self.paths)
+        try:
+            if in_cluster:
+                config.load_incluster_config()
+                self.api_client = client.ApiClient()
+                self.context = "in-cluster"
+                default_ns = _incluster_namespace()
+            else:
+                if not any(os.path.exists(p) for p in self.paths):
+                    raise KubeconfigMissing(
+                        f"no kubeconfig found (tried {', '.join(self.paths)}); set KUBECONFIG or create one "
+                        "with your cluster's tools (e.g. `kind create cluster`, `gcloud container clusters get-credentials`)"
+                    )
+                config_file = self.paths[0] if len(self.paths) == 1 else None
+                contexts, active = config.list_kube_config_contexts(config_file=config_file)
+                chosen = active if context is None else next((c for c in contexts or [] if c.get("name") == context), None)
+                if chosen is None:
+                    names = ", ".join(sorted(c.get("name", "?") for c in contexts or [])) or "none"
+                    raise KubeconfigMissing(f"context {context!r} is not in {where.split(',')[0]} (contexts: {names})")
+                self.context = chosen.get("name", "")
+                default_ns = (chosen.get("context") or {}).get("namespace") or "default"
+                self.api_client = config.new_client_from_config(config_file=config_file, context=self.context)
+        except KubeconfigMissing:
+            raise
+        except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
+            raise KubeconfigMissing(f"cannot use the {where}: {e}") from e
+        self.namespace = namespace or default_ns
+        self.host = self.api_client.configuration.host
+        self.where = f"{self.host} (context {self.context!r}, {where.split(',')[0]})"
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self.core = client.CoreV1Api(self.api_client)
+
+    # ------------------------------------------------------------------ PyTorchJobs
+    def create_job(self, body: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        resp = self._call(
+            lambda: self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, body, dry_run="All" if dry_run else None,
+                field_validation="Strict", _preload_content=False, _request_timeout=TIMEOUT,
+            ),
+            action="create", name=name,
+        )
+        return _json(resp)
+
+    def get_job(self, name: str) -> dict[str, Any] | None:
+        return self._maybe(lambda: self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False, _request_timeout=TIMEOUT), "get", name)
+
+    def list_jobs(self, selector: str) -> list[dict[str, Any]]:
+        resp = self._call(lambda: self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, label_selector=selector, _preload_content=False,
+            _request_timeout=TIMEOUT), action="list", name=selector)
+        return list(_json(resp).get("items") or [])
+
+    def delete_job(self, name: str) -> bool:
+        """Delete with foreground propagation (pods go first); False if it was already gone."""
+        from kubernetes import client
+
+        body = client.V1DeleteOptions(propagation_policy="Foreground")
+        return self._maybe(lambda: self.custom.delete_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, body=body, _preload_content=False,
+            _request_timeout=TIMEOUT), "delete", name) is not None
+
+    # ------------------------------------------------------------------ pods, logs, events
+    def list_pods(self, selector: str) -> list[dict[str, Any]]:
+        resp = self._call(lambda: self.core.list_namespaced_pod(
+            self.namespace, label_selector=selector, _preload_content=False, _request_timeout=TIMEOUT),
+            action="list pods", name=selector)
+        return list(_json(resp).get("items") or [])
+
+    def get_pod(self, name: str) -> dict[str, Any] | None:
+        return self._maybe(lambda: self.core.read_namespaced_pod(
+            name, self.namespace, _preload_content=False, _request_timeout=TIMEOUT), "get pod", name)
+
+    def pod_log(self, name: str, *, previous: bool = False) -> bytes | None:
+        """The whole log of the pod's ``pytorch`` container (or its previous run); None if there is none."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self.core.read_namespaced_pod_log(
+                name, self.namespace, container="pytorch", previous=previous or None,
+                _preload_content=False, _request_timeout=TIMEOUT)
+            return bytes(resp.data)
+        except ApiException as e:
+            if e.status in (400, 404):  # waiting to start, no previous container, pod gone
+                return None
+            _raise(e, "read logs of", name, self)
+        except Exception as e:  # noqa: BLE001 - network errors
+            _raise_network(e, self)
+
+    def stream_log(self, name: str) -> Any | None:
+        """An open ``follow=true`` log response (urllib3), or None if the container is not running yet."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.core.read_namespaced_pod_log(
+                name, self.namespace, container="pytorch", follow=True, _preload_content=False,
+                _request_timeout=(TIMEOUT, None))
+        except ApiException as e:
+            if e.status in (400, 404):
+                return None
+            _raise(e, "stream logs of", name, self)
+        except Exception as e:  # noqa: BLE001
+            _raise_network(e, self)
+
+    def pod_events(self, pod: str) -> list[dict[str, Any]]:
+        resp = self._call(lambda: self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={pod}", _preload_content=False,
+            _request_timeout=TIMEOUT), action="list events of", name=pod)
+        return list(_json(resp).get("items") or [])
+
+    # ------------------------------------------------------------------ plumbing
+    def _call(self, fn: Callable[[], T], *, action: str, name: str) -> T:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return fn()
+        except ApiException as e:
+            _raise(e, action, name, self)
+        except Exception as e:  # noqa: BLE001 - urllib3/socket errors: translated, cause kept
+            _raise_network(e, self)
+
+    def _maybe(self, fn: Callable[[], Any], action: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return _json(fn())
+        except ApiException as e:
+            if e.status == 404 and _is_object_404(e):
+                return None
+            _raise(e, action, name, self)
+        except Exception as e:  # noqa: BLE001
+            _raise_network(e, self)
+
+
+def _json(resp: Any) -> dict[str, Any]:
+    data = resp.data if hasattr(resp, "data") else resp
+    if isinstance(data, (bytes, bytearray)):
+        return json.loads(data.decode("utf-8") or "{}")
+    return data or {}
+
+
+def _incluster_namespace() -> str:
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace", encoding="utf-8") as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def _status(e: Any) -> dict[str, Any]:
+    try:
+        body = json.loads(e.body) if e.body else {}
+        return body if isinstance(body, dict) else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+def _is_object_404(e: Any) -> bool:
+    """A 404 about the object itself (a Status naming it), not a missing API (plain '404 page not found')."""
+    st = _status(e)
+    return st.get("kind") == "Status" and bool(st.get("details", {}).get("name")) and "namespaces" != st.get("details", {}).get("kind")
+
+
+def server_message(e: Any) -> str:
+    """The API server's own words: the Status message plus its causes, else the raw body."""
+    st = _status(e)
+    msg = st.get("message") or (e.body or "").strip() or e.reason or f"HTTP {e.status}"
+    causes = (st.get("details") or {}).get("causes") or []
+    extra = [f"{c.get('field', '')}: {c.get('message', '')}".strip(": ") for c in causes]
+    extra = [x for x in extra if x and x not in msg]
+    return msg + ("".join(f"\n  - {x}" for x in extra) if extra else "")
+
+
+def _raise(e: Any, action: str, name: str, kube: Kube) -> NoReturn:
+    status = e.status
+    msg = server_message(e)
+    creating = action == "create"
+    if status == 401:
+        raise KubeconfigMissing(
+            f"the API server {kube.where} refused our credentials (401 Unauthorized): {msg}; "
+            "refresh the kubeconfig's credentials"
+        ) from e
+    if status == 403:
+        err = PermissionDenied if creating else TargetError
+        raise err(
+            f"permission denied (403) to {action} {name} in namespace {kube.namespace!r}: {msg}\n"
+            "  fix: ask an admin to apply k8s/rbac.yaml in that namespace (it grants pytorchjobs, pods, pods/log, events)"
+        ) from e
+    if status == 404 and creating:
+        st = _status(e)
+        if (st.get("details") or {}).get("kind") == "namespaces" or 'namespaces "' in msg:
+            raise SubmitRejected(f"namespace {kube.namespace!r} does not exist on {kube.host}: {msg}; "
+                                 "set k8s.namespace (or create it: kubectl create namespace NAME)") from e
+        raise OperatorMissing(
+            f"the cluster {kube.host} has no PyTorchJob API (kubeflow.org/v1 pytorchjobs; 404): the Kubeflow "
+            f"training operator is not installed. Install v1.9.x:\n  {OPERATOR_INSTALL}\n"
+            "  (see k8s/README.md)"
+        ) from e
+    if status == 409 and creating:
+        raise AlreadyExists(
+            f"a PyTorchJob named {name!r} already exists in namespace {kube.namespace!r} (409): {msg}; "
+            "submit again for a new id, or delete the old one: kubectl delete pytorchjob " + name
+        ) from e
+    if status in (400, 422) and creating:
+        raise InvalidObject(f"the API server rejected PyTorchJob {name!r} ({status} {e.reason}): {msg}") from e
+    err = SubmitRejected if creating else TargetError
+    raise err(f"could not {action} {name} on {kube.host} ({status} {e.reason}): {msg}") from e
+
+
+def _raise_network(e: Exception, kube: Kube) -> NoReturn:
+    import urllib3
+
+    if isinstance(e, (urllib3.exceptions.HTTPError, OSError)):
+        raise ClusterUnreachable(f"cannot reach the Kubernetes API server {kube.where}: {type(e).__name__}: {e}") from e
+    raise e

@@ -1,0 +1,418 @@
+"""Logs of a PyTorchJob's pods: streamed concurrently, prefixed by replica and rank, persisted locally.
+
+Pods are found by the operator's label ``training.kubeflow.org/job-name``. Every line read from the
+API is also written under the job's run directory, one file per container run::
+
+    pods/<pod>/<pod created>-<pod uid[:8]>-r<restart count>.log
+
+so ``ddpjob logs ID`` still shows everything after the pods are gone (cleanPodPolicy, TTL, the
+ExitCode policy recreating pods, a deleted job). A per-pod lock file lets one follower own a pod's
+files; a second reader at the same time streams without writing, so files never get lines twice.
+
+Contract of ``logs`` (see ``Target.logs``):
+1. Without follow: for every pod that exists and has started, fetch its current log (and the
+   previous run's after a restart) and persist it; then print every persisted file: pods that are
+   gone included. A job whose pods are all Pending prints nothing.
+2. With follow: print persisted runs first, then stream every pod in its own thread (a queue to the
+   caller). Pending pods are picked up when they start (the pod list is polled); after an in-place
+   restart the previous run is fetched and the new one streamed. Stop once the job is terminal and
+   every stream has ended (at most ``DRAIN_GRACE`` seconds later).
+3. ``tail=N``: the last N lines of each pod that exist when the call starts.
+4. Lines keep their order within a pod; pods interleave.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import queue
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.targets.base import LogFilter
+from launcher.targets.k8s_render import LABEL_OPERATOR_JOB
+from launcher.targets.logtail import LogSource, format_line
+
+POLL = 0.5
+DRAIN_GRACE = 15.0
+_POD_RE = re.compile(r"^(?P<job>.+)-(?P<type>master|worker)-(?P<index>\d+)$")
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A pod of one of the job's PyTorchJobs and where its lines come from (task, node)."""
+
+    name: str
+    task: int
+    node: int
+    label: str
+
+
+def pod_ref(pod_name: str, elements: list[dict[str, Any]], multi: bool) -> PodRef | None:
+    """Task and node of a pod from its name: ``<job>-master-0`` is node 0, ``<job>-worker-i`` node i+1."""
+    m = _POD_RE.match(pod_name)
+    if not m:
+        return None
+    task = next((e["index"] for e in elements if e["name"] == m.group("job")), None)
+    if task is None:
+        return None
+    index = int(m.group("index"))
+    node = 0 if m.group("type") == "master" else index + 1
+    label = (f"task{task} " if multi else "") + f"{m.group('type')}-{index}"
+    return PodRef(pod_name, task, node, label)
+
+
+def _attempt_file(pods_dir: Path, pod: dict[str, Any], restarts: int) -> Path:
+    meta = pod["metadata"]
+    created = re.sub(r"[^0-9TZ]", "", meta.get("creationTimestamp") or "0")
+    return pods_dir / meta["name"] / f"{created}-{(meta.get('uid') or 'nouid')[:8]}-r{restarts:03d}.log"
+
+
+def _container(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == "pytorch":
+            return cs
+    return None
+
+
+def _started(cs: dict[str, Any] | None) -> bool:
+    if cs is None:
+        return False
+    state = cs.get("state") or {}
+    return "running" in state or "terminated" in state or int(cs.get("restartCount") or 0) > 0
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}.{threading.get_ident()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class _PodLock:
+    """An exclusive, non-blocking lock on one pod's log folder (held by whoever persists it)."""
+
+    def __init__(self, pod_dir: Path) -> None:
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(pod_dir / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.held = True
+        except OSError:
+            self.held = False
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = -1
+
+
+class PodLogs:
+    """Log reader for one ddpjob job (all its PyTorchJobs)."""
+
+    def __init__(self, kube: Any, run_dir: str, elements: list[dict[str, Any]], procs_per_node: int,
+                 flt: LogFilter) -> None:
+        self.kube = kube
+        self.pods_dir = Path(run_dir) / "pods"
+        self.elements = [e for e in elements if flt.task is None or e["index"] == flt.task]
+        self.multi = len(elements) > 1
+        self.procs = procs_per_node
+        self.flt = flt
+
+    # ------------------------------------------------------------------ shared helpers
+    def _ref(self, pod_name: str) -> PodRef | None:
+        ref = pod_ref(pod_name, self.elements, self.multi)
+        if ref is None or (self.flt.node is not None and ref.node != self.flt.node):
+            return None
+        return ref
+
+    def _source(self, ref: PodRef) -> LogSource:
+        return LogSource(str(self.pods_dir / ref.name), ref.label, ref.node, self.procs, ref.task)
+
+    def _fmt(self, ref: PodRef, line: str) -> str | None:
+        return format_line(self._source(ref), line, self.flt.rank)
+
+    def _live_pods(self) -> list[dict[str, Any]]:
+        if self.kube is None:
+            return []
+        pods = []
+        for el in self.elements:
+            pods += self.kube.list_pods(f"{LABEL_OPERATOR_JOB}={el['name']}")
+        return sorted(pods, key=lambda p: _sort_key(p["metadata"]["name"]))
+
+    def _persisted(self) -> dict[str, list[Path]]:
+        out: dict[str, list[Path]] = {}
+        if not self.pods_dir.is_dir():
+            return out
+        for pod_dir in sorted(self.pods_dir.iterdir(), key=lambda p: _sort_key(p.name)):
+            if pod_dir.is_dir() and self._ref(pod_dir.name) is not None:
+                out[pod_dir.name] = sorted(pod_dir.glob("*.log"))
+        return out
+
+    # ------------------------------------------------------------------ without follow
+    def snapshot(self) -> Iterator[str]:
+        for pod in self._live_pods():
+            name = pod["metadata"]["name"]
+            if self._ref(name) is None:
+                continue
+            cs = _container(pod)
+            if not _started(cs):
+                continue
+            lock = _PodLock(self.pods_dir / name)
+            try:
+                if not lock.held:
+                    continue  # a follower is writing this pod's files as we speak
+                restarts = int(cs.get("restartCount") or 0)
+                prev = _attempt_file(self.pods_dir, pod, restarts - 1) if restarts else None
+                if prev is not None and not prev.exists():
+                    data = self.kube.pod_log(name, previous=True)
+                    if data is not None:
+                        _write_atomic(prev, data)
+                data = self.kube.pod_log(name)
+                if data is not None:
+                    _write_atomic(_attempt_file(self.pods_dir, pod, restarts), data)
+            finally:
+                lock.release()
+        for pod_name, files in self._persisted().items():
+            ref = self._ref(pod_name)
+            assert ref is not None
+            lines: list[str] = []
+            for f in files:
+                lines += f.read_bytes().decode("utf-8", "replace").splitlines()
+            if self.flt.tail is not None:
+                lines = list(deque(lines, maxlen=self.flt.tail)) if self.flt.tail > 0 else []
+            for line in lines:
+                out = self._fmt(ref, line)
+                if out is not None:
+                    yield out
+
+    # ------------------------------------------------------------------ with follow
+    def follow(self, finished: Callable[[], bool]) -> Iterator[str]:
+        q: queue.Queue[tuple[PodRef, str]] = queue.Queue()
+        stop = threading.Event()
+        threads: dict[str, threading.Thread] = {}
+        responses: list[Any] = []
+        live_names = {p["metadata"]["name"] for p in self._live_pods()}
+        # Pods that are gone: what was persisted is all there is.
+        for pod_name, files in self._persisted().items():
+            if pod_name in live_names:
+                continue
+            ref = self._ref(pod_name)
+            assert ref is not None
+            lines = [ln for f in files for ln in f.read_bytes().decode("utf-8", "replace").splitlines()]
+            if self.flt.tail is not None:
+                lines = list(deque(lines, maxlen=self.flt.tail)) if self.flt.tail > 0 else []
+            for line in lines:
+                out = self._fmt(ref, line)
+                if out is not None:
+                    yield out
+        done_at: float | None = None
+        next_poll = 0.0
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= next_poll:
+                    next_poll = now + POLL * 2
+                    if done_at is None and finished():
+                        done_at = now
+                    if done_at is None or now - done_at < 1.0:
+                        for pod in self._live_pods():
+                            name = pod["metadata"]["name"]
+                            ref = self._ref(name)
+                            if ref is not None and name not in threads:
+                                t = threading.Thread(target=self._stream_pod, args=(ref, q, stop, responses),
+                                                     daemon=True, name=f"ddpjob-log-{name}")
+                                threads[name] = t
+                                t.start()
+                try:
+                    ref, line = q.get(timeout=0.1)
+                    out = self._fmt(ref, line)
+                    if out is not None:
+                        yield out
+                    continue
+                except queue.Empty:
+                    pass
+                if done_at is not None:
+                    alive = [t for t in threads.values() if t.is_alive()]
+                    if (not alive and q.empty()) or time.monotonic() - done_at > DRAIN_GRACE:
+                        break
+        finally:
+            stop.set()
+            for resp in list(responses):
+                _close(resp)
+            for t in threads.values():
+                t.join(timeout=2.0)
+        while not q.empty():
+            ref, line = q.get_nowait()
+            out = self._fmt(ref, line)
+            if out is not None:
+                yield out
+
+    def _stream_pod(self, ref: PodRef, q: queue.Queue[tuple[PodRef, str]], stop: threading.Event,
+                    responses: list[Any]) -> None:
+        pod_dir = self.pods_dir / ref.name
+        lock = _PodLock(pod_dir)
+        try:
+            self._stream_pod_locked(ref, q, stop, responses, lock.held)
+        except Exception as e:  # noqa: BLE001 - one pod's failure must not stop the others
+            q.put((ref, f"[ddpjob] log stream of {ref.name} ended: {type(e).__name__}: {e}"))
+        finally:
+            lock.release()
+
+    def _stream_pod_locked(self, ref: PodRef, q: queue.Queue[tuple[PodRef, str]], stop: threading.Event,
+                           responses: list[Any], persist: bool) -> None:
+        done: set[Path] = set()
+        sent: dict[Path, int] = {}
+        tail = self.flt.tail
+        first_attempt = True
+        pod = self.kube.get_pod(ref.name)
+        # Earlier runs persisted by someone else (or a previous call): shown once, first.
+        existing = sorted((self.pods_dir / ref.name).glob("*.log"))
+        current = None
+        if pod is not None and _started(_container(pod)):
+            current = _attempt_file(self.pods_dir, pod, int(_container(pod).get("restartCount") or 0))
+        older = [f for f in existing if f != current]
+        old_lines = [ln for f in older for ln in f.read_bytes().decode("utf-8", "replace").splitlines()]
+        for f in older:
+            done.add(f)
+        if tail is not None:
+            old_lines = old_lines[-tail:] if tail > 0 else []
+        for line in old_lines:
+            q.put((ref, line))
+        while not stop.is_set():
+            if pod is None:
+                return  # deleted: its lines so far are persisted
+            cs = _container(pod)
+            if not _started(cs):
+                stop.wait(POLL)
+                pod = self.kube.get_pod(ref.name)
+                continue
+            assert cs is not None
+            restarts = int(cs.get("restartCount") or 0)
+            if restarts:
+                prev = _attempt_file(self.pods_dir, pod, restarts - 1)
+                if prev not in done:
+                    done.add(prev)
+                    if prev.exists():
+                        data = prev.read_bytes()
+                    else:
+                        data = self.kube.pod_log(ref.name, previous=True) or b""
+                        if persist and data:
+                            _write_atomic(prev, data)
+                    for line in data.decode("utf-8", "replace").splitlines():
+                        q.put((ref, line))
+            path = _attempt_file(self.pods_dir, pod, restarts)
+            if path not in done:
+                skip_below = 0
+                if first_attempt and tail is not None:
+                    existing_now = self.kube.pod_log(ref.name) or b""
+                    skip_below = max(0, len(existing_now.splitlines()) - tail)
+                first_attempt = False
+                self._stream_attempt(ref, path, q, stop, responses, persist, sent, skip_below)
+            pod = self.kube.get_pod(ref.name)
+            if pod is None:
+                return
+            cs = _container(pod)
+            state = (cs or {}).get("state") or {}
+            same_run = cs is not None and int(cs.get("restartCount") or 0) == restarts and \
+                _attempt_file(self.pods_dir, pod, restarts) == path
+            if same_run and "terminated" in state:
+                done.add(path)
+                # One last read after the exit: the stream may have ended before its last bytes.
+                self._stream_attempt(ref, path, q, stop, responses, persist, sent, 0, whole=True)
+                if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                    return
+            elif not same_run:
+                done.add(path)  # restarted or recreated: the next loop takes the new run
+            else:
+                stop.wait(POLL)  # the stream broke while the container runs: reconnect
+
+    def _stream_attempt(self, ref: PodRef, path: Path, q: queue.Queue[tuple[PodRef, str]], stop: threading.Event,
+                        responses: list[Any], persist: bool, sent: dict[Path, int], skip_below: int,
+                        whole: bool = False) -> bool:
+        """Read the run's log from its start, passing on only lines not sent before; True at its end."""
+        if whole:
+            data = self.kube.pod_log(ref.name)
+            if data is None:
+                return True
+            chunks: Any = [data]
+            resp = None
+        else:
+            resp = self.kube.stream_log(ref.name)
+            if resp is None:
+                stop.wait(POLL)
+                return False
+            responses.append(resp)
+            chunks = _chunks(resp)
+        already = sent.get(path, 0)
+        n = 0
+        out = None
+        if persist:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            out = open(path, "ab" if already else "wb")  # noqa: SIM115 - closed below
+        buf = b""
+        try:
+            for chunk in chunks:
+                if stop.is_set():
+                    return False
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    n += 1
+                    if n <= already:
+                        continue
+                    if out is not None:
+                        out.write(raw + b"\n")
+                        out.flush()
+                    sent[path] = n
+                    if n > skip_below:
+                        q.put((ref, raw.decode("utf-8", "replace")))
+            if buf:
+                n += 1
+                if n > already:
+                    if out is not None:
+                        out.write(buf + b"\n")
+                    sent[path] = n
+                    if n > skip_below:
+                        q.put((ref, buf.decode("utf-8", "replace")))
+        except Exception:  # noqa: BLE001 - a broken stream is reconnected by the caller
+            if stop.is_set():
+                return False
+            return False
+        finally:
+            if out is not None:
+                out.close()
+            if resp is not None:
+                _close(resp)
+                if resp in responses:
+                    responses.remove(resp)
+        return True
+
+
+def _chunks(resp: Any) -> Iterator[bytes]:
+    while True:
+        data = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+        if not data:
+            return
+        yield data
+
+
+def _close(resp: Any) -> None:
+    try:
+        resp.close()
+        resp.release_conn()
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+
+
+def _sort_key(pod_name: str) -> tuple[str, int, int]:
+    m = _POD_RE.match(pod_name)
+    if not m:
+        return (pod_name, 0, 0)
+    return (m.group("job"), 0 if m.group("type") == "master" else 1, int(m.group("index")))
