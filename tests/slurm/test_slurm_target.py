@@ -192,9 +192,33 @@ def test_cancel_running_job(slurm_cluster, cli, tmp_path, accounting, request):
     assert cli("cancel", job_id, timeout=60).returncode == 0  # safe to repeat
 
 
-def test_preempted_job_requeues_and_resumes(slurm_cluster, cli, tmp_path):
-    """USR2 mid-training (what Slurm sends before preemption or the time limit): submitit's checkpoint
-    path requeues the job, the trainer resumes from its checkpoint and ends at the same step."""
+def test_cancel_one_array_element(slurm_cluster, cli, tmp_path):
+    """``SlurmTarget.cancel_task`` (scancel ID_i) stops one run; the others go on until cancelled."""
+    from launcher.targets.slurm import SlurmTarget
+
+    spec = write_spec(tmp_path, "cancel-one", ["python", RECORD, "--sleep", "300", "{i}"], nodes=1, sweep={"i": [0, 1]})
+    job_id = submit(cli, str(spec))
+    data = wait_for(cli, job_id, {"RUNNING"}, timeout=120)
+    deadline = time.monotonic() + 120
+    while {t["state"] for t in data["status"]["tasks"]} != {"RUNNING"}:
+        assert time.monotonic() < deadline, data["status"]
+        time.sleep(1)
+        data = status(cli, job_id)
+    SlurmTarget().cancel_task(data["handle"], 1)
+    tasks = status(cli, job_id)["status"]["tasks"]
+    assert [t["state"] for t in tasks] == ["RUNNING", "CANCELLED"]
+    assert cli("cancel", job_id, timeout=120).returncode == 0
+    data = wait_for(cli, job_id, {"CANCELLED"}, timeout=60)
+    assert [t["state"] for t in data["status"]["tasks"]] == ["CANCELLED", "CANCELLED"]
+
+
+@pytest.mark.parametrize("how", ["usr2", "scontrol-requeue"])
+def test_preempted_job_requeues_and_resumes(slurm_cluster, cli, tmp_path, how):
+    """Interrupted mid-training, the job is requeued and the trainer resumes from its checkpoint, ending
+    at the same step count as an uninterrupted run (steps * world size * batch covers the data once).
+
+    usr2: what Slurm sends before a preemption or the time limit; submitit's checkpoint() path
+    requeues. scontrol-requeue: an external requeue (SIGTERM, then SIGKILL after KillWait)."""
     steps = 24
     command = ["python", "-m", "launcher.train", "--dataset", "linreg", "--model", "linear", "--train-size",
                str(steps * 2 * 8), "--eval-size", "64", "--batch-size", "8", "--epochs", "1", "--lr", "0.01",
@@ -208,13 +232,18 @@ def test_preempted_job_requeues_and_resumes(slurm_cluster, cli, tmp_path):
     while not (metrics.exists() and '"step": 6' in metrics.read_text()):
         assert time.monotonic() < deadline, "training never reached step 6"
         time.sleep(0.5)
-    subprocess.run(["scancel", "--signal=USR2", handle["slurm_job_id"]], check=True, timeout=30)
+    if how == "usr2":
+        subprocess.run(["scancel", "--signal=USR2", handle["slurm_job_id"]], check=True, timeout=30)
+    else:
+        subprocess.run(["scontrol", "requeue", handle["slurm_job_id"]], check=True, timeout=30)
     data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=300)
     assert data["status"]["state"] == "SUCCEEDED", data["status"]
     events = [json.loads(ln) for ln in metrics.read_text().splitlines() if ln.strip()]
     preempted = [e for e in events if e.get("event") == "preempted"]
     resumed = [e for e in events if e.get("event") == "resume"]
-    assert preempted and resumed and resumed[0]["step"] == preempted[0]["step"] > 0
+    assert resumed and resumed[0]["step"] >= 4  # not from scratch: at least the first periodic checkpoint
+    if how == "usr2":  # the trainer got the signal and checkpointed exactly where it stopped
+        assert preempted and resumed[0]["step"] == preempted[0]["step"] > 0
     summary = json.loads((Path(handle["job_dir"]) / "output" / "summary.json").read_text())
     assert summary["steps"] == steps and not summary["preempted"]
     nodes = data["status"]["tasks"][0]["nodes"]
