@@ -33,6 +33,8 @@ OPERATOR_INSTALL = (
     'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"'
 )
 TIMEOUT = 30.0
+# A training job silent for longer drops its log stream; the reader reconnects and skips what it has.
+STREAM_READ_TIMEOUT = 300.0
 T = TypeVar("T")
 
 
@@ -178,7 +180,7 @@ class Kube:
         try:
             return self.core.read_namespaced_pod_log(
                 name, self.namespace, container="pytorch", follow=True, _preload_content=False,
-                _request_timeout=(TIMEOUT, None))
+                _request_timeout=(TIMEOUT, STREAM_READ_TIMEOUT))
         except ApiException as e:
             if e.status in (400, 404):
                 return None
