@@ -147,3 +147,17 @@ def test_example_jobs_validate(cli) -> None:
     proc = cli("validate", *jobs)
     assert proc.returncode == 0, proc.stderr
     assert len(re.findall(r": ok \(", proc.stdout)) == len(jobs)
+
+
+def test_every_field_of_every_section_is_described():
+    schema = json_schema()
+    undocumented = []
+
+    def walk(node, where):
+        for name, prop in node.get("properties", {}).items():
+            if "description" not in prop:
+                undocumented.append(f"{where}.{name}")
+    walk(schema, "spec")
+    for name, definition in schema.get("$defs", {}).items():
+        walk(definition, name)
+    assert undocumented == []

@@ -152,3 +152,11 @@ def test_evaluate_reduces_sums_not_averages():
     with torch.no_grad():
         expected = nn.functional.mse_loss(model(split.inputs), split.targets).item()
     assert ev["eval_samples"] == 37 and abs(ev["eval_loss"] - expected) < 1e-6
+
+
+def test_lr_warmup_then_cosine():
+    args = SimpleNamespace(warmup_steps=4, schedule="cosine")
+    f = loop.lr_lambda(args, total_steps=20)
+    assert [round(f(s), 3) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert f(4) == 1.0 and 0 < f(12) < 1 and f(20) == 0.0
+    assert loop.lr_lambda(SimpleNamespace(warmup_steps=0, schedule="constant"), 20)(15) == 1.0
