@@ -285,7 +285,7 @@ def _raise(e: Any, action: str, name: str, kube: Kube) -> NoReturn:
     if status == 409 and creating:
         raise AlreadyExists(
             f"a PyTorchJob named {name!r} already exists in namespace {kube.namespace!r} (409): {msg}; "
-            "submit again for a new id, or delete the old one: kubectl delete pytorchjob " + name
+            f"submit again for a new id, or delete the old one: kubectl delete pytorchjob {name} -n {kube.namespace}"
         ) from e
     if status in (400, 422) and creating:
         raise InvalidObject(f"the API server rejected PyTorchJob {name!r} ({status} {e.reason}): {msg}") from e

@@ -1,0 +1,252 @@
+"""The Kubernetes target end to end: the real kubernetes client over HTTP against the loopback API
+server (tests/k8s/fake_apiserver.py), which plays the training operator and runs each pod's command
+as a local process under the operator's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from launcher.cli import cli as ddpjob_cli
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def ddpjob(*args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """The real command line in a subprocess (what users run); KUBECONFIG/DDPJOB_HOME come from the fixtures."""
+    proc = subprocess.run([sys.executable, "-m", "launcher", *args], cwd=REPO, env=dict(os.environ),
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"ddpjob {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+DDP_SCRIPT = """\
+import os, sys
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print(f"hello rank={dist.get_rank()} world={dist.get_world_size()} sum={t.item():g} "
+      f"node_rank={os.environ.get('PET_NODE_RANK')} args={sys.argv[1:]!r} secret={os.environ.get('TOKEN')!r}", flush=True)
+for i in range(3):
+    print(f"line {i} from rank {dist.get_rank()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def run(*args: str) -> tuple[int, str]:
+    """The CLI in-process (fast: for error paths and queries)."""
+    result = CliRunner().invoke(ddpjob_cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def job_id_of(output: str) -> str:
+    m = re.search(r"Submitted (\S+) to k8s", output)
+    assert m, output
+    return m.group(1)
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "ddp_hello.py"
+    path.write_text(DDP_SCRIPT)
+    return path
+
+
+def test_two_node_job_runs_to_success_and_logs_survive_the_pods(k8s_api, script):
+    k8s_api.server.add_secret("default", "creds", {"token": "s3cr3t"})
+    proc = ddpjob("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", "--nodes", "2",
+                  "--set", f'command=[python, "{script}", "$(HOME)", "a$$b", "$local_rank", "{{{{x}}}}"]',
+                  "--set", "k8s.env_refs.TOKEN={secret: creds, key: token}", "-f", timeout=240)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "SUCCEEDED" in proc.stderr
+    job_id = job_id_of(out)
+    # Both replicas ran under the operator's rendezvous, each line prefixed by replica and rank.
+    args = repr(["$(HOME)", "a$$b", "$local_rank", "{x}"])  # user strings reach the process literally
+    assert f"[master-0 rank0] hello rank=0 world=2 sum=3 node_rank=0 args={args} secret='s3cr3t'" in out, out
+    assert f"[worker-0 rank1] hello rank=1 world=2 sum=3 node_rank=1 args={args} secret='s3cr3t'" in out, out
+
+    # What was sent: one strict create; no rendezvous variables or secret values of ours in it.
+    (create,) = [r for r in k8s_api.server.requests if r["method"] == "POST"]
+    assert create["query"].get("fieldValidation") == "Strict" and "dryRun" not in create["query"]
+    body = json.dumps(create["body"])
+    assert "s3cr3t" not in body and '"MASTER_ADDR"' not in body and '"PET_' not in body
+    pods = k8s_api.server.pods_of(job_id)
+    assert sorted(p.name for p in pods if p.name.endswith("master-0")) == [f"{job_id}-master-0"]
+
+    lines = set(ddpjob("logs", job_id, check=True).stdout.splitlines())
+    expected = {f"[master-0 rank0] line {i} from rank 0" for i in range(3)} | \
+               {f"[worker-0 rank1] line {i} from rank 1" for i in range(3)}
+    assert expected <= lines
+
+    # The pods (and the server's copy of their logs) go away; ddpjob kept every line.
+    k8s_api.server.delete_pods(job_id)
+    assert k8s_api.server.pods_of(job_id) == []
+    after = set(ddpjob("logs", job_id, check=True).stdout.splitlines())
+    assert expected <= after and any(ln.startswith("[worker-0 rank1] hello") for ln in after)
+    assert set(ddpjob("logs", job_id, "--rank", "1", check=True).stdout.splitlines()) == \
+        {ln for ln in after if ln.startswith("[worker-0 rank1]")}
+
+    code, text = run("status", job_id)
+    assert code == 0 and "state:    SUCCEEDED" in text and f"pytorchjobs: {job_id}" in text, text
+
+
+def test_real_quickstart_trainer(k8s_api):
+    """The repository's quickstart job, unchanged, with the real trainer in two pods."""
+    proc = ddpjob("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", "--nodes", "2", "-f",
+                  timeout=480)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    job_id = job_id_of(proc.stdout)
+    logs = ddpjob("logs", job_id, check=True).stdout
+    assert re.search(r"^\[master-0 rank0\] .*done: .* world size 2", logs, re.M), logs[-3000:]
+    assert re.search(r"^\[worker-0 rank1\] rank 1/2", logs, re.M), logs[-3000:]
+    k8s_api.server.delete_pods(job_id)
+    assert ddpjob("logs", job_id, check=True).stdout.splitlines() == logs.splitlines()
+
+
+def test_sweep_is_one_pytorchjob_per_element(k8s_api):
+    code, out = run("submit", str(REPO / "jobs" / "sweep.yaml"), "--target", "k8s", "--nodes", "1",
+                    "--set", "command=[python, -c, 'print(\"lr={lr} seed={seed}\")']",
+                    "--set", "sweep={lr: [0.1, 0.01], seed: [7]}")
+    assert code == 0, out
+    job_id = job_id_of(out)
+    names = [f"{job_id}-0", f"{job_id}-1"]
+    for name in names:
+        obj = k8s_api.server.job(name)
+        assert obj["metadata"]["labels"]["ddpjob/sweep-id"] == job_id
+    assert sorted(j["metadata"]["name"] for j in k8s_api.server.jobs.values()) == names
+    code, out = run("wait", job_id, "--timeout", "240")
+    assert code == 0 and "SUCCEEDED" in out, out
+    code, out = run("status", job_id)
+    assert f"task 0 [{names[0]}]: SUCCEEDED (lr=0.1 seed=7)" in out and f"task 1 [{names[1]}]: SUCCEEDED (lr=0.01 seed=7)" in out, out
+    code, out = run("list")
+    assert re.search(rf"^{job_id}\s+k8s\s+SUCCEEDED", out, re.M), out
+    code, out = run("logs", job_id, "--task", "1")
+    assert "[task1 master-0 rank0] lr=0.01 seed=7" in out and "task0" not in out, out
+
+
+def test_restart_keeps_previous_logs_and_cancel_is_idempotent(k8s_api, tmp_path):
+    marker = tmp_path / "failed-once"
+    prog = (f"import os, sys, time; p = {str(marker)!r}; first = not os.path.exists(p); open(p, 'a').close(); "
+            "print('attempt', 'first' if first else 'second', flush=True); sys.exit(3) if first else None; "
+            "print('now waiting', flush=True); time.sleep(120)")
+    code, out = run("submit", str(REPO / "jobs" / "linreg.yaml"), "--target", "k8s", "--procs-per-node", "1",
+                    "--set", f"command=[python, -c, {json.dumps(prog)}]", "--set", "max_restarts=0")
+    assert code == 0, out
+    job_id = job_id_of(out)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        code, out = run("logs", job_id)
+        if "now waiting" in out:
+            break
+        time.sleep(0.5)
+    assert "[master-0] attempt first" in out or "[master-0 rank0] attempt first" in out, out
+    assert "attempt second" in out and "now waiting" in out, out
+    code, status = run("status", job_id)
+    assert "RUNNING" in status and "restarts=1" in status, status
+    k8s_api.server.requests.clear()
+    code, out = run("cancel", job_id)
+    assert code == 0 and "CANCELLED" in out, out
+    (delete,) = [r for r in k8s_api.server.requests if r["method"] == "DELETE"]
+    assert delete["body"].get("propagationPolicy") == "Foreground"
+    assert k8s_api.server.job(job_id) is None
+    # Deleting again (the target itself, past the registry's terminal check): 404 means done.
+    from launcher.registry import Registry
+    from launcher.targets.k8s import KubernetesTarget
+
+    KubernetesTarget().cancel(Registry().get(job_id).handle)
+    code, out = run("logs", job_id)  # pods gone with the job: both runs still shown
+    assert "attempt first" in out and "attempt second" in out, out
+
+
+def test_pending_pods_show_scheduling_events(k8s_api):
+    k8s_api.server.pod_start_delay = 600
+    k8s_api.server.unschedulable_message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s")
+    job_id = job_id_of(out)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        code, status = run("status", job_id)
+        if "FailedScheduling" in status:
+            break
+        time.sleep(0.3)
+    assert "PENDING" in status and "Pending: FailedScheduling: 0/3 nodes are available" in status, status
+    code, out = run("logs", job_id)  # nothing has started: no lines, no error
+    assert code == 0 and out == "", out
+    assert run("cancel", job_id)[0] == 0
+
+
+def test_server_dry_run_sends_dry_run_all(k8s_api):
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", "--dry-run=server")
+    assert code == 0, out
+    assert "kind: PyTorchJob" in out and "server dry run (dryRun=All" in out and "1 PyTorchJob(s) accepted" in out
+    (create,) = k8s_api.server.requests
+    assert create["query"] == {"dryRun": "All", "fieldValidation": "Strict"}
+    assert k8s_api.server.jobs == {}
+
+
+# --------------------------------------------------------------------------- API errors
+
+@pytest.mark.parametrize("status,words", [
+    (403, ["permission denied (403)", "k8s/rbac.yaml", "cannot create resource"]),
+    (409, ["already exists in namespace 'default' (409)", "kubectl delete pytorchjob"]),
+    (422, ["rejected PyTorchJob", "(422 ", "is invalid: spec: Invalid value"]),
+])
+def test_api_errors_have_their_own_message(k8s_api, status, words):
+    k8s_api.server.fail_next("POST", r"/pytorchjobs$", status)
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s")
+    assert code == 3, out
+    assert all(w in out for w in words), out
+    assert "Traceback" not in out
+
+
+def test_missing_crd_says_how_to_install_the_operator(k8s_api):
+    k8s_api.server.crd_installed = False
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s")
+    assert code == 3 and "training operator is not installed" in out, out
+    assert 'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"' in out
+    assert "Traceback" not in out
+
+
+def test_missing_kubeconfig(monkeypatch, tmp_path):
+    missing = tmp_path / "no-such-kubeconfig"
+    monkeypatch.setenv("KUBECONFIG", str(missing))
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s")
+    assert code == 3 and f"no kubeconfig found (tried {missing})" in out and "Traceback" not in out, out
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", "--set", "k8s.context=nope")
+    assert code == 3 and "no kubeconfig found" in out, out
+
+
+def test_unknown_context_and_unreachable_server(k8s_api, tmp_path, monkeypatch):
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", "--set", "k8s.context=prod")
+    assert code == 3 and "context 'prod' is not in kubeconfig" in out and "ddpjob-test" in out, out
+    cfg = json.loads(Path(k8s_api.kubeconfig).read_text())
+    cfg["clusters"][0]["cluster"]["server"] = "http://127.0.0.1:9"  # nothing listens on the discard port
+    dead = tmp_path / "dead-kubeconfig"
+    dead.write_text(json.dumps(cfg))
+    monkeypatch.setenv("KUBECONFIG", str(dead))
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s")
+    assert code == 3 and "cannot reach the Kubernetes API server http://127.0.0.1:9" in out and str(dead) in out, out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--name", "a" * 41], "name: must be a DNS-1035 label of at most 40"),
+    (["--set", "k8s.namspace=ml"], "k8s.namspace: unknown field"),
+    (["--set", "env.TOKEN=x", "--set", "k8s.env_refs.TOKEN={secret: s, key: k}"], "duplicate env name"),
+    (["--set", "k8s.cpu=0.5"], "k8s.cpu: 0.5 is a float"),
+])
+def test_bad_specs_send_nothing(k8s_api, args, words):
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", *args)
+    assert code == 2 and words in out, out
+    assert k8s_api.server.requests == []
