@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -84,23 +85,24 @@ class SlurmTarget(Target):
             output_root = os.path.normpath(os.path.join(workdir, output_root))
 
         # The interpreter that runs submitit (and torchrun) on the nodes.
+        # --kill-on-bad-exit: when torchrun on one node fails, the run has failed; without it the
+        # other nodes' agents wait out torchrun's exit barrier (5 minutes) before the job ends.
+        srun_args = ["--kill-on-bad-exit=1"]
         if runtime == "none":
             python = ctx.python
             submit_python = shlex.quote(python)
-            srun_args: list[str] | None = None
         elif runtime == "pyxis":
             python = s.container.python
             submit_python = shlex.quote(python)
             mounts = _mounts([folder, workdir], s.container.mounts)
-            srun_args = [f"--container-image={image}", f"--container-mounts={','.join(mounts)}",
-                         f"--container-workdir={workdir}"]
+            srun_args += [f"--container-image={image}", f"--container-mounts={','.join(mounts)}",
+                          f"--container-workdir={workdir}"]
         else:  # apptainer
             python = s.container.python
             binds: list[str] = []
             for m in _mounts([folder, workdir], s.container.mounts):
                 binds += ["--bind", m]
             submit_python = shlex.join(["apptainer", "exec", "--nv", *binds, "--pwd", workdir, str(image), python])
-            srun_args = None
 
         additional: dict[str, Any] = {"requeue" if s.requeue else "no-requeue": True}
         additional.update(s.sbatch)
@@ -325,7 +327,12 @@ def _message(handle: dict[str, Any], index: int, rec: slurm_query.SlurmRecord, s
         if cause:
             return f"node {node.get('node')}: {cause}"
     bad = [n for n in nodes if n.get("exit_code") not in (0, None)]
-    where = f"; torchrun on node {bad[0]['node']} exited with {bad[0]['exit_code']}" if bad else ""
+    where = ""
+    if bad:
+        where = f"; torchrun on node {bad[0]['node']} exited with {bad[0]['exit_code']}"
+        worker = _torchrun_summary(node_paths(handle["job_dir"], index, bad[0]["node"])["log"], bad[0]["node"],
+                                   handle["procs_per_node"])
+        where += f" ({worker})" if worker else ""
     sid = handle["slurm_job_id"] + (f"_{index}" if handle["array"] else "")
     return (f"Slurm state {rec.state}" + (f", exit code {rec.exit_code}" if rec.exit_code else "") + where
             + f"; see {handle['job_dir']}/task-{index}/ and {handle['job_dir']}/{sid}_0_log.err")
@@ -345,3 +352,24 @@ def _error_file_cause(path: str) -> str:
         last = [ln.strip() for ln in str(trace).strip().splitlines() if ln.strip()][-1:]
         return text + (f" ({last[0]})" if last and last[0] not in text else "")
     return str(message)
+
+
+def _torchrun_summary(log: str, node: int, procs_per_node: int) -> str:
+    """torchrun's failure summary in a node log: "rank R exited with code C" for the first failure."""
+    try:
+        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    for i, line in enumerate(lines):
+        if "Root Cause (first observed failure)" in line:
+            local_rank = exitcode = None
+            for follow in lines[i:i + 12]:
+                m = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", follow)
+                if m:
+                    local_rank = int(m.group(2))
+                m = re.search(r"exitcode\s*:\s*(-?\d+)", follow)
+                if m:
+                    exitcode = int(m.group(1))
+            if local_rank is not None:
+                return f"rank {node * procs_per_node + local_rank} exited with code {exitcode}"
+    return ""

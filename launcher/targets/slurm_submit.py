@@ -9,6 +9,8 @@ Pickling, the sbatch script, job ids and preemption handling are submitit's.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import uuid
 from pathlib import Path
 from typing import Any
@@ -77,9 +79,11 @@ def submit(payload: dict[str, Any]) -> tuple[str, str]:
                                              "rendered", "submitit"))
         raise RuntimeError(f"the sbatch script submitit would write differs from the rendered plan:\n{diff}")
     runners = [NodeRunner(c, el) for el in payload["elements"]]
-    if payload["map_count"] is None:
-        job = ex.submit(runners[0])
-        return str(job.job_id), str(job.paths.submission_file)
-    jobs = ex.submit_array(runners)
+    # submitit prints sbatch's stderr before raising it; the error message carries it already.
+    with contextlib.redirect_stderr(io.StringIO()):
+        if payload["map_count"] is None:
+            job = ex.submit(runners[0])
+            return str(job.job_id), str(job.paths.submission_file)
+        jobs = ex.submit_array(runners)
     array_id = str(jobs[0].job_id).split("_", 1)[0]
     return array_id, str(Path(c["job_dir"]) / f"{array_id}_submission.sh")

@@ -192,6 +192,26 @@ def test_cancel_running_job(slurm_cluster, cli, tmp_path, accounting, request):
     assert cli("cancel", job_id, timeout=60).returncode == 0  # safe to repeat
 
 
+def test_failing_rank_fails_the_job_with_its_cause(slurm_cluster, cli, tmp_path):
+    """Rank 1 exits 3: the job is FAILED, says which rank and code, and node 0 does not wait out
+    torchrun's 5-minute exit barrier (srun --kill-on-bad-exit)."""
+    spec = write_spec(tmp_path, "fail", ["python", "-c", "import os, sys; sys.exit(3 if os.environ['RANK'] == '1' else 0)"])
+    job_id = submit(cli, str(spec))
+    data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=150)
+    assert data["status"]["state"] == "FAILED" and data["state"] == "FAILED"
+    assert "rank 1 exited with code 3" in data["status"]["message"], data["status"]["message"]
+
+
+def test_sbatch_refusal_is_reported(slurm_cluster, cli, tmp_path):
+    spec = write_spec(tmp_path, "refused", ["python", RECORD], slurm={"partition": "no-such-partition"})
+    proc = cli("submit", str(spec), "--target", "slurm", timeout=120)
+    assert proc.returncode == 3
+    assert "sbatch refused the job" in proc.stderr and "partition" in proc.stderr
+    assert proc.stderr.count("Invalid partition name") == 1  # submitit's own print is not repeated
+    listing = json.loads(cli("list", "-o", "json", timeout=60).stdout)
+    assert listing[0]["state"] == "FAILED" and "sbatch refused" in listing[0]["message"]
+
+
 def test_cancel_one_array_element(slurm_cluster, cli, tmp_path):
     """``SlurmTarget.cancel_task`` (scancel ID_i) stops one run; the others go on until cancelled."""
     from launcher.targets.slurm import SlurmTarget
