@@ -272,11 +272,10 @@ def _raise(e: Any, action: str, name: str, kube: Kube) -> NoReturn:
             f"permission denied (403) to {action} {name} in namespace {kube.namespace!r}: {msg}\n"
             "  fix: ask an admin to apply k8s/rbac.yaml in that namespace (it grants pytorchjobs, pods, pods/log, events)"
         ) from e
-    if status == 404 and creating:
-        st = _status(e)
-        if (st.get("details") or {}).get("kind") == "namespaces" or 'namespaces "' in msg:
-            raise SubmitRejected(f"namespace {kube.namespace!r} does not exist on {kube.host}: {msg}; "
-                                 "set k8s.namespace (or create it: kubectl create namespace NAME)") from e
+    if status == 404 and creating and ((_status(e).get("details") or {}).get("kind") == "namespaces" or 'namespaces "' in msg):
+        raise SubmitRejected(f"namespace {kube.namespace!r} does not exist on {kube.host}: {msg}; "
+                             "set k8s.namespace (or create it: kubectl create namespace NAME)") from e
+    if status == 404 and (creating or not _is_object_404(e)):
         raise OperatorMissing(
             f"the cluster {kube.host} has no PyTorchJob API (kubeflow.org/v1 pytorchjobs; 404): the Kubeflow "
             f"training operator is not installed. Install v1.9.x:\n  {OPERATOR_INSTALL}\n"

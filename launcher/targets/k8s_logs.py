@@ -35,12 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.errors import DdpjobError
 from launcher.targets.base import LogFilter
 from launcher.targets.k8s_render import LABEL_OPERATOR_JOB
 from launcher.targets.logtail import LogSource, format_line
 
 POLL = 0.5
 DRAIN_GRACE = 15.0
+OUTAGE_LIMIT = 120.0
 _POD_RE = re.compile(r"^(?P<job>.+)-(?P<type>master|worker)-(?P<index>\d+)$")
 
 
@@ -157,7 +159,15 @@ class PodLogs:
 
     # ------------------------------------------------------------------ without follow
     def snapshot(self) -> Iterator[str]:
-        for pod in self._live_pods():
+        try:
+            live = self._live_pods()
+        except DdpjobError as e:
+            if not self._persisted():
+                raise
+            # The cluster is out of reach: say so once, then serve what was saved.
+            yield f"[ddpjob] showing saved logs only: {str(e).splitlines()[0]}"
+            live = []
+        for pod in live:
             name = pod["metadata"]["name"]
             if self._ref(name) is None:
                 continue
@@ -213,23 +223,32 @@ class PodLogs:
                 if out is not None:
                     yield out
         done_at: float | None = None
+        failing_since: float | None = None
         next_poll = 0.0
         try:
             while True:
                 now = time.monotonic()
                 if now >= next_poll:
                     next_poll = now + POLL * 2
-                    if done_at is None and finished():
-                        done_at = now
-                    if done_at is None or now - done_at < 1.0:
-                        for pod in self._live_pods():
-                            name = pod["metadata"]["name"]
-                            ref = self._ref(name)
-                            if ref is not None and name not in threads:
-                                t = threading.Thread(target=self._stream_pod, args=(ref, q, stop, responses),
-                                                     daemon=True, name=f"ddpjob-log-{name}")
-                                threads[name] = t
-                                t.start()
+                    try:
+                        if done_at is None and finished():
+                            done_at = now
+                        live = self._live_pods() if done_at is None or now - done_at < 1.0 else []
+                        failing_since = None
+                    except DdpjobError:
+                        # A blip of the API server must not end a long follow; a lasting outage does.
+                        failing_since = failing_since or now
+                        if now - failing_since > OUTAGE_LIMIT:
+                            raise
+                        live = []
+                    for pod in live:
+                        name = pod["metadata"]["name"]
+                        ref = self._ref(name)
+                        if ref is not None and name not in threads:
+                            t = threading.Thread(target=self._stream_pod, args=(ref, q, stop, responses),
+                                                 daemon=True, name=f"ddpjob-log-{name}")
+                            threads[name] = t
+                            t.start()
                 try:
                     ref, line = q.get(timeout=0.1)
                     out = self._fmt(ref, line)

@@ -62,9 +62,11 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
-def test_two_node_job_runs_to_success_and_logs_survive_the_pods(k8s_api, script):
+def test_two_node_job_runs_to_success_and_logs_survive_the_pods(k8s_api, script, tmp_path, monkeypatch):
     k8s_api.server.add_secret("default", "creds", {"token": "s3cr3t"})
+    k8s_api.server.pod_start_delay = 2.0  # the follower first sees Pending pods, then picks them up
     proc = ddpjob("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", "--nodes", "2",
+                  "--procs-per-node", "2",
                   "--set", f'command=[python, "{script}", "$(HOME)", "a$$b", "$local_rank", "{{{{x}}}}"]',
                   "--set", "k8s.env_refs.TOKEN={secret: creds, key: token}", "-f", timeout=240)
     out = proc.stdout
@@ -73,8 +75,10 @@ def test_two_node_job_runs_to_success_and_logs_survive_the_pods(k8s_api, script)
     job_id = job_id_of(out)
     # Both replicas ran under the operator's rendezvous, each line prefixed by replica and rank.
     args = repr(["$(HOME)", "a$$b", "$local_rank", "{x}"])  # user strings reach the process literally
-    assert f"[master-0 rank0] hello rank=0 world=2 sum=3 node_rank=0 args={args} secret='s3cr3t'" in out, out
-    assert f"[worker-0 rank1] hello rank=1 world=2 sum=3 node_rank=1 args={args} secret='s3cr3t'" in out, out
+    # 2 nodes x 2 processes: worker-0's local rank 1 is global rank 3.
+    for replica, rank, node in (("master-0", 0, 0), ("master-0", 1, 0), ("worker-0", 2, 1), ("worker-0", 3, 1)):
+        line = f"[{replica} rank{rank}] hello rank={rank} world=4 sum=10 node_rank={node} args={args} secret='s3cr3t'"
+        assert line in out, out
 
     # What was sent: one strict create; no rendezvous variables or secret values of ours in it.
     (create,) = [r for r in k8s_api.server.requests if r["method"] == "POST"]
@@ -85,17 +89,27 @@ def test_two_node_job_runs_to_success_and_logs_survive_the_pods(k8s_api, script)
     assert sorted(p.name for p in pods if p.name.endswith("master-0")) == [f"{job_id}-master-0"]
 
     lines = set(ddpjob("logs", job_id, check=True).stdout.splitlines())
-    expected = {f"[master-0 rank0] line {i} from rank 0" for i in range(3)} | \
-               {f"[worker-0 rank1] line {i} from rank 1" for i in range(3)}
+    expected = {f"[{'master' if r < 2 else 'worker'}-0 rank{r}] line {i} from rank {r}" for i in range(3) for r in range(4)}
     assert expected <= lines
 
     # The pods (and the server's copy of their logs) go away; ddpjob kept every line.
     k8s_api.server.delete_pods(job_id)
     assert k8s_api.server.pods_of(job_id) == []
     after = set(ddpjob("logs", job_id, check=True).stdout.splitlines())
-    assert expected <= after and any(ln.startswith("[worker-0 rank1] hello") for ln in after)
-    assert set(ddpjob("logs", job_id, "--rank", "1", check=True).stdout.splitlines()) == \
-        {ln for ln in after if ln.startswith("[worker-0 rank1]")}
+    assert expected <= after and any(ln.startswith("[worker-0 rank3] hello") for ln in after)
+    assert set(ddpjob("logs", job_id, "--rank", "3", check=True).stdout.splitlines()) == \
+        {ln for ln in after if ln.startswith("[worker-0 rank3]")}
+    (last,) = run("logs", job_id, "--node", "1", "--tail", "1")[1].splitlines()  # the agent may have the last word
+    assert last.startswith("[worker-0") and last in after, last
+
+    # The cluster is out of reach: the saved lines are still served.
+    cfg = json.loads(Path(k8s_api.kubeconfig).read_text())
+    cfg["clusters"][0]["cluster"]["server"] = "http://127.0.0.1:9"
+    (tmp_path / "dead").write_text(json.dumps(cfg))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "dead"))
+    saved = run("logs", job_id)[1].splitlines()
+    assert saved[0].startswith("[ddpjob] showing saved logs only: cannot reach the Kubernetes API server") and expected <= set(saved)
+    monkeypatch.setenv("KUBECONFIG", str(k8s_api.kubeconfig))
 
     code, text = run("status", job_id)
     assert code == 0 and "state:    SUCCEEDED" in text and f"pytorchjobs: {job_id}" in text, text
