@@ -76,6 +76,12 @@ def _attempt_file(pods_dir: Path, pod: dict[str, Any], restarts: int) -> Path:
     return pods_dir / meta["name"] / f"{created}-{(meta.get('uid') or 'nouid')[:8]}-r{restarts:03d}.log"
 
 
+def path_uid(path: Path, pod: dict[str, Any]) -> str | None:
+    """The pod uid behind an attempt file, if it is this pod's (the name holds its first 8 characters)."""
+    uid = pod["metadata"].get("uid") or ""
+    return uid if f"-{uid[:8]}-r" in path.name else None
+
+
 def _container(pod: dict[str, Any]) -> dict[str, Any] | None:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         if cs.get("name") == "pytorch":
@@ -342,22 +348,28 @@ class PodLogs:
             same_run = cs is not None and int(cs.get("restartCount") or 0) == restarts and \
                 _attempt_file(self.pods_dir, pod, restarts) == path
             if same_run and "terminated" in state:
-                done.add(path)
-                # One last read after the exit: the stream may have ended before its last bytes.
-                self._stream_attempt(ref, path, q, stop, responses, persist, sent, 0, whole=True)
+                if path not in done:
+                    done.add(path)
+                    # One last read after the exit: the stream may have ended before its last bytes.
+                    self._stream_attempt(ref, path, q, stop, responses, persist, sent, 0, whole=True)
                 if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
                     return
+                stop.wait(POLL)  # about to be restarted in place
             elif not same_run:
-                done.add(path)  # restarted or recreated: the next loop takes the new run
+                if path not in done and (cs or {}).get("restartCount") == restarts + 1 and \
+                        pod["metadata"].get("uid") == path_uid(path, pod):
+                    # Restarted in place: the rest of the run we were reading is now the previous log.
+                    self._stream_attempt(ref, path, q, stop, responses, persist, sent, 0, whole=True, previous=True)
+                done.add(path)  # the next loop takes the new run
             else:
                 stop.wait(POLL)  # the stream broke while the container runs: reconnect
 
     def _stream_attempt(self, ref: PodRef, path: Path, q: queue.Queue[tuple[PodRef, str]], stop: threading.Event,
                         responses: list[Any], persist: bool, sent: dict[Path, int], skip_below: int,
-                        whole: bool = False) -> bool:
+                        whole: bool = False, previous: bool = False) -> bool:
         """Read the run's log from its start, passing on only lines not sent before; True at its end."""
         if whole:
-            data = self.kube.pod_log(ref.name)
+            data = self.kube.pod_log(ref.name, previous=previous)
             if data is None:
                 return True
             chunks: Any = [data]

@@ -343,8 +343,6 @@ def spec_field(path: tuple[str | int, ...], spec: JobSpec | None = None) -> tupl
             best, best_len = target, len(prefix)
     if best == ("resources",) and spec is not None and len(rel) > 6 and rel[6] == "cpu" and spec.k8s.cpu is not None:
         best = ("k8s", "cpu")
-    if best == ("env",) and spec is not None and len(rel) > 5 and isinstance(rel[5], int):
-        pass
     return best
 
 

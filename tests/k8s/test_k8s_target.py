@@ -97,6 +97,8 @@ def test_two_node_job_runs_to_success_and_logs_survive_the_pods(k8s_api, script,
     assert k8s_api.server.pods_of(job_id) == []
     after = set(ddpjob("logs", job_id, check=True).stdout.splitlines())
     assert expected <= after and any(ln.startswith("[worker-0 rank3] hello") for ln in after)
+    followed = ddpjob("logs", job_id, "-f", timeout=60)  # a finished job: saved lines, then it returns
+    assert followed.returncode == 0 and expected <= set(followed.stdout.splitlines()), followed.stderr
     assert set(ddpjob("logs", job_id, "--rank", "3", check=True).stdout.splitlines()) == \
         {ln for ln in after if ln.startswith("[worker-0 rank3]")}
     (last,) = run("logs", job_id, "--node", "1", "--tail", "1")[1].splitlines()  # the agent may have the last word
@@ -181,6 +183,21 @@ def test_restart_keeps_previous_logs_and_cancel_is_idempotent(k8s_api, tmp_path)
     KubernetesTarget().cancel(Registry().get(job_id).handle)
     code, out = run("logs", job_id)  # pods gone with the job: both runs still shown
     assert "attempt first" in out and "attempt second" in out, out
+
+
+def test_follow_across_an_in_place_restart(k8s_api, tmp_path):
+    marker = tmp_path / "failed-once"
+    prog = (f"import os, sys; p = {str(marker)!r}; first = not os.path.exists(p); open(p, 'a').close(); "
+            "print('attempt', 'first' if first else 'second', flush=True); sys.exit(3 if first else 0)")
+    proc = ddpjob("submit", str(REPO / "jobs" / "linreg.yaml"), "--target", "k8s", "--procs-per-node", "1",
+                  "--set", f"command=[python, -c, {json.dumps(prog)}]", "--set", "max_restarts=0", "-f", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    first, second = out.find("attempt first"), out.find("attempt second")
+    assert 0 <= first < second, out  # the failed run's lines, then the restarted run's
+    job_id = job_id_of(out)
+    pod_dir = Path(os.environ["DDPJOB_HOME"]) / "runs" / job_id / "pods" / f"{job_id}-master-0"
+    assert sorted(p.name[-8:] for p in pod_dir.glob("*.log")) == ["r000.log", "r001.log"]
 
 
 def test_pending_pods_show_scheduling_events(k8s_api):
