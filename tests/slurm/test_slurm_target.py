@@ -121,15 +121,17 @@ def test_two_node_job_with_hostile_arguments(slurm_cluster, cli, tmp_path):
 
 
 def test_quickstart_two_nodes(slurm_cluster, cli, tmp_path):
+    """The README's command, unchanged but for the job folder: the reference trainer on 2 nodes."""
     proc = cli("submit", "jobs/quickstart.yaml", "--target", "slurm", "--nodes", "2", "-f",
-               "--set", f"slurm.folder={tmp_path}/slurm", "--set", f"workdir={REPO}",
-               "--set", "command=[python, -m, launcher.train, --dataset, synthetic, --model, mlp, --train-size, '512', "
-                        "--eval-size, '128', --epochs, '1', --batch-size, '64']", timeout=400)
+               "--set", f"slurm.folder={tmp_path}/slurm", timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = re.search(r"Submitted (\S+) to slurm", proc.stdout).group(1)  # type: ignore[union-attr]
-    handle = status(cli, job_id)["handle"]
-    summary = json.loads((Path(handle["job_dir"]) / "output" / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["steps"] == 4 and not summary["preempted"]
+    data = status(cli, job_id)
+    summary = json.loads((Path(data["handle"]["job_dir"]) / "output" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 96 and not summary["preempted"]
+    nodes = data["status"]["tasks"][0]["nodes"]
+    assert sorted(n["host"] for n in nodes) == ["n1", "n2"] and len({n["rendezvous"] for n in nodes}) == 1
+    assert "[node0 rank0] done: 96 steps" in proc.stdout
 
 
 def test_sweep_is_one_array(slurm_cluster, cli, tmp_path):
@@ -239,10 +241,10 @@ def test_preempted_job_requeues_and_resumes(slurm_cluster, cli, tmp_path, how):
 
     usr2: what Slurm sends before a preemption or the time limit; submitit's checkpoint() path
     requeues. scontrol-requeue: an external requeue (SIGTERM, then SIGKILL after KillWait)."""
-    steps = 24
+    steps = 20
     command = ["python", "-m", "launcher.train", "--dataset", "linreg", "--model", "linear", "--train-size",
                str(steps * 2 * 8), "--eval-size", "64", "--batch-size", "8", "--epochs", "1", "--lr", "0.01",
-               "--checkpoint-every", "4", "--log-every", "1", "--step-delay", "0.5"]
+               "--checkpoint-every", "4", "--log-every", "1", "--step-delay", "0.4"]
     spec = write_spec(tmp_path, "requeue", command)
     job_id = submit(cli, str(spec))
     data = wait_for(cli, job_id, {"RUNNING"}, timeout=120)
