@@ -8,7 +8,7 @@ from ``metadata.namespace``, which is filled from the kubeconfig context when th
 Handle (stored in the registry)::
 
     {"job_id": "quickstart-ab2cd", "run_dir": "~/.ddpjob/runs/quickstart-ab2cd",
-     "context": "kind-ddpjob", "namespace": "default", "nodes": 2, "procs_per_node": 1,
+     "context": "kind-ddpjob", "namespace": "default", "nodes": 2, "procs_per_node": 1, "elastic": false,
      "jobs": [{"index": 0, "name": "quickstart-ab2cd", "params": {}}]}
 
 Run directory: ``plan.txt`` (the manifests sent), ``plan.json``, ``k8s-status.json`` (the last
@@ -138,6 +138,7 @@ class KubernetesTarget(Target):
         return {
             "job_id": plan.job_id, "run_dir": plan.run_dir, "context": kube.context, "namespace": kube.namespace,
             "nodes": p["nodes"], "procs_per_node": p["procs_per_node"],
+            "elastic": any("elasticPolicy" in m["spec"] for m in p["manifests"]),
             "jobs": [{"index": e["index"], "name": e["name"], "params": e["params"]} for e in p["elements"]],
         }
 
@@ -225,7 +226,11 @@ class KubernetesTarget(Target):
             if follow or not (Path(handle["run_dir"]) / "pods").is_dir():
                 raise
             kube = None  # the cluster is out of reach: what was persisted is still worth showing
-        reader = PodLogs(kube, handle["run_dir"], elements, int(handle.get("procs_per_node") or 1), flt)
+        elastic = bool(handle.get("elastic"))
+        if elastic and flt.rank is not None:
+            raise TargetError("--rank is not available for elastic jobs: ranks are assigned at each rendezvous, "
+                              "not by replica; use --node")
+        reader = PodLogs(kube, handle["run_dir"], elements, int(handle.get("procs_per_node") or 1), flt, elastic)
         if not follow:
             yield from reader.snapshot()
             return

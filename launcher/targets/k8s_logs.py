@@ -125,13 +125,16 @@ class PodLogs:
     """Log reader for one ddpjob job (all its PyTorchJobs)."""
 
     def __init__(self, kube: Any, run_dir: str, elements: list[dict[str, Any]], procs_per_node: int,
-                 flt: LogFilter) -> None:
+                 flt: LogFilter, elastic: bool = False) -> None:
         self.kube = kube
         self.pods_dir = Path(run_dir) / "pods"
         self.elements = [e for e in elements if flt.task is None or e["index"] == flt.task]
         self.multi = len(elements) > 1
         self.procs = procs_per_node
         self.flt = flt
+        # Elastic jobs get their node ranks at rendezvous, so a replica's index says nothing about
+        # its ranks: lines keep torchrun's own [default<local rank>]: prefix instead.
+        self.elastic = elastic
 
     # ------------------------------------------------------------------ shared helpers
     def _ref(self, pod_name: str) -> PodRef | None:
@@ -144,6 +147,8 @@ class PodLogs:
         return LogSource(str(self.pods_dir / ref.name), ref.label, ref.node, self.procs, ref.task)
 
     def _fmt(self, ref: PodRef, line: str) -> str | None:
+        if self.elastic:
+            return f"[{ref.label}] {line}"
         return format_line(self._source(ref), line, self.flt.rank)
 
     def _live_pods(self) -> list[dict[str, Any]]:

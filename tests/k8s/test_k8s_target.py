@@ -185,6 +185,21 @@ def test_restart_keeps_previous_logs_and_cancel_is_idempotent(k8s_api, tmp_path)
     assert "attempt first" in out and "attempt second" in out, out
 
 
+def test_elastic_job_rendezvous_through_the_operator_env(k8s_api, script):
+    proc = ddpjob("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", "--nodes", "2",
+                  "--set", "k8s.elastic={min_nodes: 2, max_nodes: 2}", "--set", f"command=[python, {script}]",
+                  "-f", timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job_id = job_id_of(proc.stdout)
+    env = k8s_api.server.pods_of(job_id)[0].injected_env
+    assert env["PET_NNODES"] == "2:2" and env["PET_RDZV_BACKEND"] == "c10d"
+    # Ranks come from the c10d rendezvous, not the replica index: lines keep torchrun's prefix.
+    hello = [ln for ln in proc.stdout.splitlines() if "hello rank=" in ln]
+    assert len(hello) == 2 and all(re.match(r"^\[(master|worker)-0\] \[default0\]:hello", ln) for ln in hello), hello
+    code, out = run("logs", job_id, "--rank", "0")
+    assert code == 3 and "--rank is not available for elastic jobs" in out, out
+
+
 def test_follow_across_an_in_place_restart(k8s_api, tmp_path):
     marker = tmp_path / "failed-once"
     prog = (f"import os, sys; p = {str(marker)!r}; first = not os.path.exists(p); open(p, 'a').close(); "
