@@ -106,6 +106,9 @@ class KubernetesTarget(Target):
             notes.append("checked: PyTorchJob CRD schema (strict) and the training operator's rules")
         else:
             notes.append(f"not checked locally: {why}")
+        if spec.workdir is not None and spec.k8s.workdir is None:
+            notes.append("workdir: is a path on this machine and is not used in the pods; set k8s.workdir "
+                         "(default: the image's WORKDIR)")
         payload = {
             "job_id": ctx.job_id, "run_dir": ctx.run_dir, "nodes": spec.nodes, "procs_per_node": rendered.procs_per_node,
             "namespace": spec.k8s.namespace, "context": spec.k8s.context, "elements": rendered.elements,

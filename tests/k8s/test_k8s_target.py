@@ -227,6 +227,10 @@ def test_pending_pods_show_scheduling_events(k8s_api):
             break
         time.sleep(0.3)
     assert "PENDING" in status and "Pending: FailedScheduling: 0/3 nodes are available" in status, status
+    k8s_api.server.requests.clear()
+    code, out = run("list")  # batched: one list call for the job, no per-pod queries
+    assert code == 0 and re.search(rf"^{job_id}\s+k8s\s+PENDING", out, re.M), out
+    assert [r["path"] for r in k8s_api.server.requests] == ["/apis/kubeflow.org/v1/namespaces/default/pytorchjobs"]
     code, out = run("logs", job_id)  # nothing has started: no lines, no error
     assert code == 0 and out == "", out
     assert run("cancel", job_id)[0] == 0
