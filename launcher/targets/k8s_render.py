@@ -24,7 +24,7 @@ import yaml
 from launcher import dist
 from launcher.errors import Issue
 from launcher.spec import JobSpec, expand
-from launcher.targets.local import torchrun_program
+from launcher.targets.torchrun import worker_command
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
@@ -63,17 +63,6 @@ def kubelet_escape(text: str) -> str:
     return text.replace("$", "$$")
 
 
-def torchrun_escape(program: list[str]) -> list[str]:
-    """Protect the program's arguments from torchrun's own ``$`` macros.
-
-    torchrun passes every worker argument through ``string.Template.safe_substitute`` (its
-    ``${local_rank}`` macro), so ``$$`` would reach the program as ``$`` and ``$local_rank`` as a
-    number. Doubling ``$`` undoes that. With ``--no-python`` the program itself is not substituted.
-    """
-    keep = {1} if program and program[0] == "--no-python" else set()
-    return [a if i in keep else a.replace("$", "$$") for i, a in enumerate(program)]
-
-
 def job_name(job_id: str, index: int, sweep: bool) -> str:
     """The PyTorchJob's name: the job id, or ``<job id>-<index>`` for an element of a sweep."""
     return f"{job_id}-{index}" if sweep else job_id
@@ -103,7 +92,7 @@ def render(spec: JobSpec, job_id: str) -> Rendered:
             labels[LABEL_SWEEP_ID] = job_id
             labels[LABEL_SWEEP_INDEX] = str(el.index)
         command = ["torchrun", "--max-restarts", str(spec.max_restarts), "--tee", "3",
-                   *torchrun_escape(torchrun_program(el.command, "python"))]
+                   *worker_command(el.command, "python")]
         objects.append(_job(spec, name, labels, command, env, procs))
         elements.append({"index": el.index, "name": name, "params": el.params, "output_dir": el.output_dir})
     return Rendered(objects, elements, procs)

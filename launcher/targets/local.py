@@ -33,24 +33,9 @@ from launcher.states import JobState
 from launcher.targets import procs
 from launcher.targets.base import JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
 from launcher.targets.logtail import LogSource, follow_files
+from launcher.targets.torchrun import worker_command
 
-_PYTHONS = ("python", "python3")
 MARKER = "DDPJOB_JOB_ID"
-
-
-def torchrun_program(command: list[str], python: str) -> list[str]:
-    """What follows the torchrun options: ``script args``, ``-m module args`` or ``--no-python prog args``.
-
-    torchrun runs scripts and modules with its own interpreter (``sys.executable``), so a leading
-    ``python`` is dropped; other programs run as they are with ``--no-python``.
-    """
-    first = command[0]
-    is_python = os.path.basename(first) in _PYTHONS or os.path.basename(first).startswith("python3.")
-    if is_python and len(command) > 1 and (command[1] == "-m" or not command[1].startswith("-")):
-        return command[1:]
-    if is_python:
-        return ["--no-python", python, *command[1:]]
-    return ["--no-python", *command]
 
 
 class LocalTarget(Target):
@@ -96,7 +81,7 @@ class LocalTarget(Target):
                     "--master-addr", "127.0.0.1", "--master-port", str(port),
                     "--max-restarts", str(spec.max_restarts),
                     "--tee", "3", "--log-dir", f"{task_dir}/torchrun-node-{node}",
-                    *torchrun_program(el.command, ctx.python),
+                    *worker_command(el.command, ctx.python),
                 ]
                 nodes.append({
                     "node": node, "argv": argv, "env": dict(sorted(env.items())), "cwd": workdir,

@@ -11,7 +11,8 @@ import pytest
 
 from launcher.specload import load_spec
 from launcher.targets.base import PlanContext
-from launcher.targets.local import LocalTarget, torchrun_program
+from launcher.targets.local import LocalTarget
+from launcher.targets.torchrun import torchrun_program, worker_command
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def test_golden_sweep_plan_with_hostile_strings():
     node = plan.payload["elements"][1]["nodes"][1]
     line = next(ln for ln in text.splitlines() if "--node-rank 1" in ln and "--lr 0.01" in ln)
     assert shlex.split(line.strip().rstrip(")")) == node["argv"]
-    assert node["argv"][-1] == "$(touch /tmp/pwned); echo 'x' `id`"
+    assert node["argv"][-1] == "$$(touch /tmp/pwned); echo 'x' `id`"  # $ doubled for torchrun's macros
     assert node["env"]["NCCL_DEBUG"] == "INFO" and node["env"]["OMP_NUM_THREADS"] == "1"
 
 
@@ -72,3 +73,13 @@ def test_golden_sweep_plan_with_hostile_strings():
 ])
 def test_torchrun_program(command, expected):
     assert torchrun_program(command, "/py") == expected
+
+
+def test_worker_command_survives_torchrun_macros():
+    from torch.distributed.elastic.utils import macros
+
+    for command in (["python", "t.py", "a$$b", "$local_rank", "${local_rank}", "$(id)", "$"],
+                    ["bash", "-c", "echo $HOME $$"]):
+        args = worker_command(command, "/py")
+        program_args = args[2:] if args[0] == "--no-python" else args[1:]
+        assert macros.substitute(program_args, "3") == command[-len(program_args):]

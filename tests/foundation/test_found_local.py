@@ -75,7 +75,7 @@ def wait_for(pred, timeout: float = 120, what: str = "condition"):
 
 
 def test_two_nodes_two_procs_ranks_and_all_reduce(cli, scripts):
-    proc = cli("submit", "--nodes", "2", "--procs-per-node", "2", "-f", "--", "python", "ranks.py", "--tag", "$(id)", cwd=scripts)
+    proc = cli("submit", "--nodes", "2", "--procs-per-node", "2", "-f", "--", "python", "ranks.py", "--tag", "$(id)", "a$$b", "$local_rank", cwd=scripts)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = proc.stdout.split()[1]
     st = status_json(cli, job_id)
@@ -88,7 +88,7 @@ def test_two_nodes_two_procs_ranks_and_all_reduce(cli, scripts):
     assert {r["GROUP_RANK"] for r in recs} == {"0", "1"} and [r["LOCAL_RANK"] for r in recs] == ["0", "1", "0", "1"]
     assert all(r["sum"] == 10.0 for r in recs)  # 1+2+3+4 over a real gloo all_reduce
     assert all(r["NCCL_SOCKET_IFNAME"] == "lo" and r["OMP_NUM_THREADS"] == "1" for r in recs)
-    assert all(r["argv"] == ["--tag", "$(id)"] for r in recs)  # never through a shell
+    assert all(r["argv"] == ["--tag", "$(id)", "a$$b", "$local_rank"] for r in recs)  # no shell, no torchrun macros
     # logs: both nodes, every line traced to node and rank; filters work
     logs = cli("logs", job_id).stdout
     for rank in range(4):

@@ -21,7 +21,8 @@ from launcher.specload import load_spec
 from launcher.states import JobState
 from launcher.targets.base import PlanContext
 from launcher.targets.k8s import PYTORCHJOB_CONDITIONS, NOT_RECONCILED, KubernetesTarget, condition_state, replica_summary
-from launcher.targets.k8s_render import kubelet_escape, spec_field, torchrun_escape
+from launcher.targets.k8s_render import kubelet_escape, spec_field
+from launcher.targets.torchrun import torchrun_escape
 from launcher.targets.k8s_schema import validate_pytorchjob
 
 GOLDEN = Path(__file__).parent / "golden"
