@@ -176,6 +176,7 @@ def test_two_jobs_at_once_use_different_ports(slurm_cluster, cli, tmp_path):
 @pytest.mark.parametrize("accounting", ["on", "off"])
 def test_cancel_running_job(slurm_cluster, cli, tmp_path, accounting, request):
     if accounting == "off":
+        _wait_until_cluster_is_quiet(slurm_cluster)  # switching restarts the daemons: no jobs in flight
         slurm_cluster.set_accounting(False)
         request.addfinalizer(lambda: slurm_cluster.set_accounting(True))
         assert slurm_cluster.run("sacct", "-j", "1", check=False).returncode != 0  # really off
@@ -269,6 +270,16 @@ def test_preempted_job_requeues_and_resumes(slurm_cluster, cli, tmp_path, how):
     assert summary["steps"] == steps and not summary["preempted"]
     nodes = data["status"]["tasks"][0]["nodes"]
     assert all(n["restart"] >= 1 for n in nodes)
+
+
+def _wait_until_cluster_is_quiet(cluster: Any, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = cluster.run("squeue", "-h", "-o", "%i %T", check=False).stdout.strip()
+        nodes = cluster.run("sinfo", "-h", "-N", "-o", "%t", check=False).stdout.split()
+        if not jobs and nodes and all(n == "idle" for n in nodes):
+            return
+        time.sleep(1)
 
 
 if __name__ == "__main__":
