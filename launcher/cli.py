@@ -1,8 +1,11 @@
 """The ``ddpjob`` command line. Click commands only: heavy imports happen inside each command.
 
 Exit codes: 0 success; 1 the job failed or was cancelled (``submit -f``, ``wait``); 2 a wrong spec
-or command line; 3 the target is unavailable or refused the job; 4 unknown job id; 124 ``wait``
-timed out; 130 stopped following with Ctrl-C (the job continues).
+or command line; 3 the target is unavailable (no kubeconfig, unreachable, no Slurm) or refused the
+job; 4 unknown job id; 5 permission denied (Kubernetes 403); 6 the scheduler lacks a component
+(no PyTorchJob CRD: the training operator is not installed); 7 a job of that name exists (409);
+8 the scheduler rejected the object as invalid (422); 124 ``wait`` timed out; 130 stopped
+following with Ctrl-C (the job continues).
 """
 
 from __future__ import annotations

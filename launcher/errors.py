@@ -118,6 +118,30 @@ class SubmitRejected(DdpjobError):
     exit_code = 3
 
 
+class PermissionDenied(SubmitRejected):
+    """The scheduler said the user may not do this (Kubernetes 403)."""
+
+    exit_code = 5
+
+
+class SchedulerComponentMissing(TargetUnavailable):
+    """The scheduler lacks a part the job needs (Kubernetes: the PyTorchJob CRD / training operator)."""
+
+    exit_code = 6
+
+
+class AlreadyExists(SubmitRejected):
+    """A job of that name already exists (Kubernetes 409)."""
+
+    exit_code = 7
+
+
+class InvalidForScheduler(SubmitRejected):
+    """The scheduler rejected the object as invalid (Kubernetes 422); its message says why."""
+
+    exit_code = 8
+
+
 class TargetError(DdpjobError):
     """Talking to the target failed after submission (status, logs, cancel)."""
 

@@ -11,11 +11,11 @@ Error mapping (each with its own message; exit codes from ``launcher.errors``):
 | --- | --- | --- |
 | no kubeconfig / unknown context / bad kubeconfig | ``KubeconfigMissing`` (TargetUnavailable) | 3 |
 | API server unreachable | ``ClusterUnreachable`` (TargetUnavailable) | 3 |
-| 404 on create: the PyTorchJob CRD is not installed | ``OperatorMissing`` (TargetUnavailable) | 3 |
+| 404 on create: the PyTorchJob CRD is not installed | ``OperatorMissing`` (SchedulerComponentMissing) | 6 |
 | 404 on create: the namespace does not exist | ``SubmitRejected`` | 3 |
-| 403 | ``PermissionDenied`` (SubmitRejected on create, TargetError later) | 3 |
-| 409 on create | ``AlreadyExists`` (SubmitRejected) | 3 |
-| 422 / 400 on create | ``InvalidObject`` (SubmitRejected), the server's message and causes | 3 |
+| 403 | ``PermissionDenied`` on create, ``TargetError`` later | 5 (3 later) |
+| 409 on create | ``AlreadyExists`` | 7 |
+| 422 / 400 on create | ``InvalidObject``, the server's message and causes | 8 |
 | anything else | ``TargetError`` with status and message | 3 |
 """
 
@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
+from launcher import errors
 from launcher.errors import SubmitRejected, TargetError, TargetUnavailable
 from launcher.targets.k8s_render import GROUP, PLURAL, VERSION
 
@@ -46,19 +47,19 @@ class ClusterUnreachable(TargetUnavailable):
     """The API server named in the kubeconfig did not answer."""
 
 
-class OperatorMissing(TargetUnavailable):
+class OperatorMissing(errors.SchedulerComponentMissing):
     """The PyTorchJob CRD is not installed: the training operator is missing."""
 
 
-class PermissionDenied(SubmitRejected):
+class PermissionDenied(errors.PermissionDenied):
     """403: the user lacks RBAC permissions (k8s/rbac.yaml grants them)."""
 
 
-class AlreadyExists(SubmitRejected):
+class AlreadyExists(errors.AlreadyExists):
     """409: a PyTorchJob of that name exists in the namespace."""
 
 
-class InvalidObject(SubmitRejected):
+class InvalidObject(errors.InvalidForScheduler):
     """422 (or 400): the API server rejected the object; its message says why."""
 
 
