@@ -233,7 +233,8 @@ class JobSpec(BaseModel):
     output_dir: str | None = Field(
         None,
         description="Where runs write outputs (DDPJOB_OUTPUT_DIR, one sub-folder per sweep element). "
-        "Default: the job's run directory locally, the Slurm folder on Slurm, /workspace/outputs on Kubernetes.",
+        "May contain {job_id}. Default: the job's run directory locally, the Slurm folder on Slurm, "
+        "/workspace/outputs/<job id> on Kubernetes.",
     )
     local: LocalOptions = Field(default_factory=LocalOptions, description="Options for --target local.")
     slurm: SlurmOptions = Field(default_factory=SlurmOptions, description="Options for --target slurm.")
@@ -277,6 +278,11 @@ def check_placeholders(spec: JobSpec) -> list[Issue]:
                         + "write {{ and }} for literal braces",
                     )
                 )
+    if spec.output_dir is not None:
+        for name in placeholders(spec.output_dir):
+            if name != "job_id":
+                issues.append(Issue(("output_dir",), f"placeholder {{{name}}} cannot be used here",
+                                    hint="output_dir may use {job_id}; each sweep element gets its own sub-folder"))
     for key in spec.sweep:
         if key not in used:
             issues.append(
@@ -329,6 +335,7 @@ def expand(spec: JobSpec, *, job_id: str, output_root: str) -> list[SweepElement
     """
     keys = list(spec.sweep)
     combos = list(itertools.product(*(spec.sweep[k] for k in keys))) if keys else [()]
+    output_root = substitute(output_root, {"job_id": job_id})  # output_dir may name {job_id}
     elements = []
     for index, combo in enumerate(combos):
         params = {k: format_value(v) for k, v in zip(keys, combo)}

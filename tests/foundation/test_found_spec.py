@@ -161,3 +161,13 @@ def test_every_field_of_every_section_is_described():
     for name, definition in schema.get("$defs", {}).items():
         walk(definition, name)
     assert undocumented == []
+
+
+def test_output_dir_may_name_the_job_id():
+    loaded = load_spec(None, base={"name": "s", "command": ["x", "{lr}"], "sweep": {"lr": [1, 2]},
+                                   "output_dir": "/shared/{job_id}"})
+    els = expand(loaded.spec, job_id="s-abcde", output_root=loaded.spec.output_dir)
+    assert [e.output_dir for e in els] == ["/shared/s-abcde/sweep-0", "/shared/s-abcde/sweep-1"]
+    with pytest.raises(SpecError) as info:
+        load_spec(None, base={"name": "s", "command": ["x"], "output_dir": "/o/{lr}"})
+    assert "output_dir: placeholder {lr} cannot be used here" in info.value.render()
