@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from typing import Any
 from launcher.states import JobState, combine
 from launcher.targets import procs
 from launcher.targets.local import MARKER, _write_json
-from launcher.targets.logtail import split_torchrun_prefix
+from launcher.targets.rootcause import node_failure
 
 _stop_requested = False
 
@@ -30,58 +29,6 @@ _stop_requested = False
 def _on_term(signum: int, frame: Any) -> None:
     global _stop_requested
     _stop_requested = True
-
-
-def root_cause(node: dict[str, Any], procs_per_node: int) -> str:
-    """The first failure of a node, from torchrun's error file or, failing that, its log."""
-    try:
-        with open(node["error_file"], encoding="utf-8") as f:
-            err = json.load(f)
-        message = err.get("message", err)
-        if isinstance(message, dict):
-            text = message.get("message", "")
-            extra = message.get("extraInfo", {})
-            trace = extra.get("py_callstack", "") if isinstance(extra, dict) else ""
-            last = [ln for ln in str(trace).strip().splitlines() if ln.strip()][-1:] if trace else []
-            return (text or "") + (f" ({last[0].strip()})" if last and last[0].strip() not in text else "")
-        return str(message)
-    except (OSError, ValueError):
-        pass
-    try:
-        lines = Path(node["log"]).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    # torchrun's failure summary names the first failed rank: "rank : 1 (local_rank: 0)".
-    local_rank = None
-    exitcode = None
-    for i, line in enumerate(lines):
-        if "Root Cause (first observed failure)" in line:
-            for follow in lines[i : i + 12]:
-                m = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", follow)
-                if m:
-                    local_rank = int(m.group(2))
-                m = re.search(r"exitcode\s*:\s*(-?\d+)", follow)
-                if m:
-                    exitcode = int(m.group(1))
-    tail = _stderr_tail(node, local_rank)
-    if not tail:
-        worker = [t for lr, t in map(split_torchrun_prefix, lines) if lr is not None and (local_rank is None or lr == local_rank)]
-        tail = [t for t in worker if t.strip()][-3:]
-    rank = node["node"] * procs_per_node + local_rank if local_rank is not None else None
-    head = f"rank {rank} exited with code {exitcode}" if rank is not None else f"node {node['node']} failed"
-    return head + (": " + " | ".join(t.strip() for t in tail) if tail else "")
-
-
-def _stderr_tail(node: dict[str, Any], local_rank: int | None, n: int = 3) -> list[str]:
-    """Last lines of the failed worker's stderr, from torchrun's --log-dir (newest attempt)."""
-    if local_rank is None:
-        return []
-    files = sorted(Path(node["torchrun_log_dir"]).glob(f"*/attempt_*/{local_rank}/stderr.log"), key=lambda p: p.stat().st_mtime)
-    if not files:
-        return []
-    text = files[-1].read_text(encoding="utf-8", errors="replace")
-    lines = [split_torchrun_prefix(ln)[1] for ln in text.splitlines()]
-    return [ln for ln in lines if ln.strip()][-n:]
 
 
 class Supervisor:
@@ -173,7 +120,9 @@ class Supervisor:
         elif failed_node is not None:
             self._stop(running, st)
             st["state"] = JobState.FAILED.value
-            st["message"] = root_cause(failed_node, self.plan["procs_per_node"])
+            st["message"] = node_failure(
+                node=failed_node["node"], procs_per_node=self.plan["procs_per_node"], log=failed_node["log"],
+                error_file=failed_node["error_file"], torchrun_log_dir=failed_node["torchrun_log_dir"])
         else:
             st["state"] = JobState.SUCCEEDED.value
         st["ended"] = time.time()

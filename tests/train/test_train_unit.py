@@ -6,7 +6,6 @@ import json
 import pickle
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest

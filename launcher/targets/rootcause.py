@@ -1,0 +1,82 @@
+"""The root cause of a failed node, read from what torchrun leaves behind; shared by the targets
+whose nodes write files (local, Slurm).
+
+Sources, best first: the agent's ``TORCHELASTIC_ERROR_FILE`` (torchrun copies the failed worker's
+error file there when the worker used ``@record``), then torchrun's failure summary in the node
+log ("Root Cause (first observed failure)" with rank and exit code), then the last lines the failed
+worker wrote to stderr (``--log-dir``), then its last lines in the node log.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from launcher.targets.logtail import split_torchrun_prefix
+
+_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
+_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
+
+
+def error_file_cause(path: str) -> str:
+    """The message in a torchelastic error file, with the last line of its traceback; '' if none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            err = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    message = err.get("message", err) if isinstance(err, dict) else err
+    if isinstance(message, dict):
+        text = str(message.get("message", "")).strip()
+        extra = message.get("extraInfo", {})
+        trace = extra.get("py_callstack", "") if isinstance(extra, dict) else ""
+        last = [ln.strip() for ln in str(trace).strip().splitlines() if ln.strip()][-1:]
+        return text + (f" ({last[0]})" if last and last[0] not in text else "")
+    return str(message)
+
+
+def torchrun_summary(lines: list[str]) -> tuple[int | None, int | None]:
+    """(local rank, exit code) of the first failure named in torchrun's summary, if any."""
+    for i, line in enumerate(lines):
+        if "Root Cause (first observed failure)" in line:
+            local_rank = exitcode = None
+            for follow in lines[i : i + 12]:
+                m = _RANK.search(follow)
+                if m:
+                    local_rank = int(m.group(2))
+                m = _EXIT.search(follow)
+                if m:
+                    exitcode = int(m.group(1))
+            return local_rank, exitcode
+    return None, None
+
+
+def stderr_tail(torchrun_log_dir: str, local_rank: int | None, n: int = 3) -> list[str]:
+    """Last lines of a worker's stderr from torchrun's ``--log-dir`` (newest attempt)."""
+    if local_rank is None:
+        return []
+    files = sorted(Path(torchrun_log_dir).glob(f"*/attempt_*/{local_rank}/stderr.log"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        return []
+    lines = [split_torchrun_prefix(ln)[1] for ln in files[-1].read_text(encoding="utf-8", errors="replace").splitlines()]
+    return [ln for ln in lines if ln.strip()][-n:]
+
+
+def node_failure(*, node: int, procs_per_node: int, log: str, error_file: str, torchrun_log_dir: str) -> str:
+    """One line saying which rank failed, how, and its last words."""
+    cause = error_file_cause(error_file)
+    if cause:
+        return cause
+    try:
+        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    local_rank, exitcode = torchrun_summary(lines)
+    tail = stderr_tail(torchrun_log_dir, local_rank)
+    if not tail:
+        worker = [t for lr, t in map(split_torchrun_prefix, lines) if lr is not None and (local_rank is None or lr == local_rank)]
+        tail = [t for t in worker if t.strip()][-3:]
+    rank = node * procs_per_node + local_rank if local_rank is not None else None
+    head = f"rank {rank} exited with code {exitcode}" if rank is not None else f"node {node} failed"
+    return head + (": " + " | ".join(t.strip() for t in tail) if tail else "")
