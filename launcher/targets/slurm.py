@@ -165,6 +165,8 @@ class SlurmTarget(Target):
         (run_dir / "plan.json").write_text(json.dumps(p, indent=1, sort_keys=True))
         try:
             slurm_id, script_path = slurm_submit.submit(p)
+        except slurm_submit.RenderMismatch as e:
+            raise SubmitRejected(f"nothing was submitted: {e}") from e
         except RuntimeError as e:
             # submitit raises RuntimeError without srun on PATH and FailedJobError (a RuntimeError)
             # when sbatch refuses the job; the message carries sbatch's own words.

@@ -21,6 +21,10 @@ from submitit.slurm import slurm as submitit_slurm
 SBATCH_TIMEOUT_S = 120
 
 
+class RenderMismatch(RuntimeError):
+    """submitit would write a different script than ddpjob rendered (e.g. SUBMITIT_PREEMPT_SIGNAL set)."""
+
+
 class DdpjobExecutor(submitit_slurm.SlurmExecutor):
     """submitit's Slurm executor, with arrays that keep ``python`` and a bounded sbatch call."""
 
@@ -77,7 +81,7 @@ def submit(payload: dict[str, Any]) -> tuple[str, str]:
 
         diff = "".join(difflib.unified_diff(payload["script"].splitlines(True), expected.splitlines(True),
                                              "rendered", "submitit"))
-        raise RuntimeError(f"the sbatch script submitit would write differs from the rendered plan:\n{diff}")
+        raise RenderMismatch(f"the sbatch script submitit would write differs from the rendered plan:\n{diff}")
     runners = [NodeRunner(c, el) for el in payload["elements"]]
     # submitit prints sbatch's stderr before raising it; the error message carries it already.
     with contextlib.redirect_stderr(io.StringIO()):

@@ -214,6 +214,17 @@ def test_sbatch_refusal_is_reported(slurm_cluster, cli, tmp_path):
     assert listing[0]["state"] == "FAILED" and "sbatch refused" in listing[0]["message"]
 
 
+def test_submit_refuses_when_submitit_would_write_another_script(slurm_cluster, cli, tmp_path):
+    """The render == submit check runs before sbatch: a script that would differ is never submitted."""
+    spec = write_spec(tmp_path, "mismatch", ["python", RECORD])
+    before = slurm_cluster.run("squeue", "-h", "-o", "%i").stdout
+    proc = cli("submit", str(spec), "--target", "slurm", env={"SUBMITIT_PREEMPT_SIGNAL": "USR1"}, timeout=120)
+    assert proc.returncode == 3 and "nothing was submitted" in proc.stderr
+    assert "-#SBATCH --signal=USR2@15" in proc.stderr and "+#SBATCH --signal=USR1@15" in proc.stderr
+    assert not list((tmp_path / "slurm").glob("*/*_submission.sh"))
+    assert slurm_cluster.run("squeue", "-h", "-o", "%i").stdout == before
+
+
 def test_cancel_one_array_element(slurm_cluster, cli, tmp_path):
     """``SlurmTarget.cancel_task`` (scancel ID_i) stops one run; the others go on until cancelled."""
     from launcher.targets.slurm import SlurmTarget
