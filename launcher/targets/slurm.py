@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -34,22 +33,9 @@ from launcher.states import JobState, combine
 from launcher.targets import slurm_query
 from launcher.targets.base import JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
 from launcher.targets.logtail import LogSource, follow_files
+from launcher.targets.rootcause import node_failure
 from launcher.targets.slurm_script import node_paths, render_plan, resolve_folder, sbatch_script
-
-_PYTHONS = ("python", "python3")
-
-
-def _torchrun_program(command: list[str], python: str) -> list[str]:
-    """What follows the torchrun options (same rule as the local target: a leading ``python`` is
-    dropped because torchrun runs scripts and ``-m`` modules with its own interpreter)."""
-    first = os.path.basename(command[0])
-    is_python = first in _PYTHONS or first.startswith("python3.")
-    if is_python and len(command) > 1 and (command[1] == "-m" or not command[1].startswith("-")):
-        return command[1:]
-    if is_python:
-        return ["--no-python", python, *command[1:]]
-    return ["--no-python", *command]
-
+from launcher.targets.torchrun import worker_command
 
 class SlurmTarget(Target):
     """Runs jobs on a Slurm cluster through submitit (``pip install 'ddpjob[slurm]'``)."""
@@ -137,7 +123,7 @@ class SlurmTarget(Target):
         }
         elements = [
             {"index": el.index, "params": el.params, "output_dir": el.output_dir, "env": el.env,
-             "program": _torchrun_program(el.command, python)}
+             "program": worker_command(el.command, python)}
             for el in elements_spec
         ]
         payload = {
@@ -324,54 +310,14 @@ def _message(handle: dict[str, Any], index: int, rec: slurm_query.SlurmRecord, s
         return rec.state.lower()
     if state != JobState.FAILED:
         return ""
-    for node in sorted(nodes, key=lambda n: (n.get("exit_code") in (0, None), n.get("node", 0))):
-        cause = _error_file_cause(node_paths(handle["job_dir"], index, node.get("node", 0))["error_file"])
-        if cause:
-            return f"node {node.get('node')}: {cause}"
     bad = [n for n in nodes if n.get("exit_code") not in (0, None)]
-    where = ""
     if bad:
-        where = f"; torchrun on node {bad[0]['node']} exited with {bad[0]['exit_code']}"
-        worker = _torchrun_summary(node_paths(handle["job_dir"], index, bad[0]["node"])["log"], bad[0]["node"],
-                                   handle["procs_per_node"])
-        where += f" ({worker})" if worker else ""
+        paths = node_paths(handle["job_dir"], index, bad[0]["node"])
+        cause = node_failure(node=bad[0]["node"], procs_per_node=handle["procs_per_node"], log=paths["log"],
+                             error_file=paths["error_file"], torchrun_log_dir=paths["torchrun_log_dir"])
+        return f"node {bad[0]['node']} ({bad[0].get('host', '?')}): {cause}"
     sid = handle["slurm_job_id"] + (f"_{index}" if handle["array"] else "")
-    return (f"Slurm state {rec.state}" + (f", exit code {rec.exit_code}" if rec.exit_code else "") + where
-            + f"; see {handle['job_dir']}/task-{index}/ and {handle['job_dir']}/{sid}_0_log.err")
-
-
-def _error_file_cause(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            err = json.load(f)
-    except (OSError, ValueError):
-        return ""
-    message = err.get("message", err)
-    if isinstance(message, dict):
-        text = str(message.get("message", "")).strip()
-        extra = message.get("extraInfo", {})
-        trace = extra.get("py_callstack", "") if isinstance(extra, dict) else ""
-        last = [ln.strip() for ln in str(trace).strip().splitlines() if ln.strip()][-1:]
-        return text + (f" ({last[0]})" if last and last[0] not in text else "")
-    return str(message)
-
-
-def _torchrun_summary(log: str, node: int, procs_per_node: int) -> str:
-    """torchrun's failure summary in a node log: "rank R exited with code C" for the first failure."""
-    try:
-        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    for i, line in enumerate(lines):
-        if "Root Cause (first observed failure)" in line:
-            local_rank = exitcode = None
-            for follow in lines[i:i + 12]:
-                m = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", follow)
-                if m:
-                    local_rank = int(m.group(2))
-                m = re.search(r"exitcode\s*:\s*(-?\d+)", follow)
-                if m:
-                    exitcode = int(m.group(1))
-            if local_rank is not None:
-                return f"rank {node * procs_per_node + local_rank} exited with code {exitcode}"
-    return ""
+    # No node reported a torchrun failure: Slurm itself (time limit, memory, node failure) or the
+    # node runner before torchrun (see submitit's log).
+    return (f"Slurm state {rec.state}" + (f", exit code {rec.exit_code}" if rec.exit_code else "")
+            + f"; see {handle['job_dir']}/{sid}_0_log.err")

@@ -86,7 +86,7 @@ def _slurm_env(slurm_cluster, monkeypatch):
 def test_two_node_job_with_hostile_arguments(slurm_cluster, cli, tmp_path):
     """2 nodes, one torchrun each, one rendezvous; hostile strings arrive literally; render == submitted."""
     marker = f"/tmp/ddpjob-pwned-{uuid.uuid4().hex[:8]}"
-    hostile = [f"$(touch {marker})", f"'; touch {marker}; '", f"`touch {marker}`", 'a"b;c|d&']
+    hostile = [f"$(touch {marker})", f"'; touch {marker}; '", f"`touch {marker}`", 'a"b;c|d&', "a$$b", "$local_rank"]
     spec = write_spec(tmp_path, "two", ["python", RECORD, "--allreduce", *hostile],
                       env={"NOTE": f"$(touch {marker})"},
                       slurm={"sbatch": {"comment": f"$(touch {marker}); echo 'x'"}})
