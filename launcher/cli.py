@@ -455,9 +455,17 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
 
 @cli.command()
 @click.argument("job_id", metavar="ID")
+@click.option("--task", type=int, help="Cancel only this run of a sweep (Slurm array element); the others go on.")
 @_guard
-def cancel(job_id: str) -> None:
-    """Stop a job and every process it started. Safe to repeat."""
+def cancel(job_id: str, task: int | None) -> None:
+    """Stop a job and every process it started. Safe to repeat.
+
+    \b
+    Examples:
+      ddpjob cancel ID
+      ddpjob cancel ID --task 2     # one element of a sweep (Slurm)
+    """
+    from launcher.errors import UsageError
     from launcher.states import JobState
 
     reg = _registry()
@@ -470,7 +478,16 @@ def cancel(job_id: str) -> None:
         if rec.state.terminal:
             click.echo(f"{job_id} already ended: {rec.state.value}")
             return
-        _get_target(rec.target).cancel(rec.handle)
+        tgt = _get_target(rec.target)
+        if task is not None:
+            if not hasattr(tgt, "cancel_task"):
+                raise UsageError(f"--task is not supported by the {rec.target} target; cancel the whole job")
+            tgt.cancel_task(rec.handle, task)
+            click.echo(f"{job_id}: task {task} cancelled; the other tasks go on")
+            return
+        tgt.cancel(rec.handle)
+    elif task is not None:
+        raise UsageError(f"{job_id} has no tasks to cancel: its submission did not complete")
     reg.update_state(job_id, JobState.CANCELLED, "cancelled by user")
     click.echo(f"{job_id}: CANCELLED")
 

@@ -281,9 +281,15 @@ cmd_up() {
   start_slurmd n1
   start_slurmd n2
   wait_nodes_idle
-  local hosts
-  hosts=$(srun -N2 -n2 -t 1 /bin/hostname 2>&1 | sort | tr '\n' ' ') || die "smoke test srun -N2 hostname failed: $hosts"
-  [ "$hosts" = "n1 n2 " ] || die "smoke test: expected hosts n1 n2, got: $hosts"
+  # Smoke test; a node that just re-registered may need a moment, so try a few times.
+  local hosts="" try
+  for try in 1 2 3 4 5; do
+    hosts=$(srun -N2 -n2 -t 1 /bin/hostname 2>&1 | sort | tr '\n' ' ') || true
+    [ "$hosts" = "n1 n2 " ] && break
+    sleep 1
+    scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1 || true
+  done
+  [ "$hosts" = "n1 n2 " ] || die "smoke test srun -N2 hostname: expected n1 n2, got: $hosts (see $ROOT/log/)"
   log "up: 2 nodes (n1, n2), accounting $([ "$accounting" = 1 ] && echo on || echo off); eval \"\$($0 env)\""
 }
 

@@ -48,3 +48,11 @@ def test_command_line_mistakes(cli):
     assert bad_target.returncode == 2 and "mars" in bad_target.stderr
     for proc in (none, extra, bad_target):
         assert "Traceback" not in proc.stderr
+
+
+def test_cancel_task_is_refused_where_unsupported(cli, tmp_path):
+    (tmp_path / "s.py").write_text("import time; time.sleep(60)\n")
+    job_id = cli("submit", "-q", "--", "python", "s.py", cwd=tmp_path).stdout.strip()
+    proc = cli("cancel", job_id, "--task", "0")
+    assert proc.returncode == 2 and "--task is not supported by the local target" in proc.stderr
+    assert cli("cancel", job_id).returncode == 0

@@ -21,7 +21,7 @@ def test_two_idle_nodes_with_distinct_hostnames(slurm_cluster):
 
 
 def test_accounting_records_a_finished_job(slurm_cluster):
-    job = slurm_cluster.run("sbatch", "--parsable", "-N1", "--wrap", "/bin/true").stdout.strip()
+    job = slurm_cluster.run("sbatch", "--parsable", "-N1", "--output=/dev/null", "--wrap", "/bin/true").stdout.strip()
     deadline = time.monotonic() + 60
     state = ""
     while time.monotonic() < deadline:

@@ -226,9 +226,7 @@ def test_submit_refuses_when_submitit_would_write_another_script(slurm_cluster, 
 
 
 def test_cancel_one_array_element(slurm_cluster, cli, tmp_path):
-    """``SlurmTarget.cancel_task`` (scancel ID_i) stops one run; the others go on until cancelled."""
-    from launcher.targets.slurm import SlurmTarget
-
+    """``ddpjob cancel ID --task 1`` (scancel ID_1) stops one run; the others go on until cancelled."""
     spec = write_spec(tmp_path, "cancel-one", ["python", RECORD, "--sleep", "300", "{i}"], nodes=1, sweep={"i": [0, 1]})
     job_id = submit(cli, str(spec))
     data = wait_for(cli, job_id, {"RUNNING"}, timeout=120)
@@ -237,7 +235,8 @@ def test_cancel_one_array_element(slurm_cluster, cli, tmp_path):
         assert time.monotonic() < deadline, data["status"]
         time.sleep(1)
         data = status(cli, job_id)
-    SlurmTarget().cancel_task(data["handle"], 1)
+    one = cli("cancel", job_id, "--task", "1", timeout=120)
+    assert one.returncode == 0 and "task 1 cancelled" in one.stdout, one.stderr
     tasks = status(cli, job_id)["status"]["tasks"]
     assert [t["state"] for t in tasks] == ["RUNNING", "CANCELLED"]
     assert cli("cancel", job_id, timeout=120).returncode == 0
