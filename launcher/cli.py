@@ -212,6 +212,8 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
     else:
         click.echo(f"Submitted {job_id} to {target}: {_shape(plan)}")
         click.echo(f"  run dir: {plan.run_dir}")
+        if handle.get("job_dir"):
+            click.echo(f"  job dir: {handle['job_dir']}  (scripts, node logs and outputs on the cluster)")
         if not follow:
             click.echo(f"  follow:  ddpjob logs {job_id} -f")
             click.echo(f"  status:  ddpjob status {job_id}")
