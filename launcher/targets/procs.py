@@ -13,28 +13,28 @@ import signal
 import time
 
 
-def start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (which may hold spaces and parentheses)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read().decode("utf-8", "replace")
     except OSError:
         return None
-    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = data[data.rfind(")") + 2 :].split()
+    return data[data.rfind(")") + 2 :].split()
+
+
+def start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+    fields = _stat_fields(pid)
     try:
-        return int(fields[19])
+        return int(fields[19]) if fields else None
     except (IndexError, ValueError):
         return None
 
 
 def _state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    return data[data.rfind(")") + 2 :].split()[0]
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
 
 
 def alive(pid: int, started: int | None = None) -> bool:
