@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
-import os
 import shlex
 from pathlib import Path
 
 import pytest
+from goldens import assert_golden
 
 from launcher.specload import load_spec
 from launcher.targets.base import PlanContext
@@ -21,14 +20,7 @@ CTX = PlanContext(job_id="demo-abcde", run_dir="/home/u/.ddpjob/runs/demo-abcde"
 
 
 def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("DDPJOB_UPDATE_GOLDEN") == "1":
-        path.write_text(text)
-    assert path.exists(), f"missing golden {path}; run with DDPJOB_UPDATE_GOLDEN=1 to create it"
-    expected = path.read_text()
-    if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(path), "rendered"))
-        pytest.fail(f"rendered plan differs from {path}:\n{diff}")
+    assert_golden(GOLDEN / name, text)
 
 
 def test_golden_two_node_plan():

@@ -5,15 +5,14 @@ Update the goldens with DDPJOB_UPDATE_GOLDEN=1 (then read the diff before commit
 
 from __future__ import annotations
 
-import difflib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from goldens import assert_golden
 import yaml
 
 from launcher.errors import SpecError
@@ -35,15 +34,7 @@ def ctx(job_id: str = CTX_ID) -> PlanContext:
 
 
 def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("DDPJOB_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"missing golden {path}; run with DDPJOB_UPDATE_GOLDEN=1 to create it"
-    expected = path.read_text()
-    if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(path), "rendered"))
-        pytest.fail(f"rendered PyTorchJob differs from {path}:\n{diff}")
+    assert_golden(GOLDEN / name, text)
 
 
 def plan_of(spec_file: str | None = None, overrides: list[str] = (), base: dict[str, Any] | None = None,

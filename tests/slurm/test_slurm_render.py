@@ -6,14 +6,13 @@ Golden files live in tests/slurm/golden; DDPJOB_UPDATE_GOLDEN=1 rewrites them.
 
 from __future__ import annotations
 
-import difflib
-import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from goldens import assert_golden
 
 from launcher.errors import SpecError
 from launcher.spec_slurm import slurm_memory, time_to_minutes
@@ -34,15 +33,7 @@ HOSTILE = ["$(touch /tmp/pwned)", "'; rm -rf ~'", "`id`", 'a"b', "x;y|z&", "$HOM
 
 
 def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("DDPJOB_UPDATE_GOLDEN") == "1":
-        GOLDEN.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"missing golden {path}; run with DDPJOB_UPDATE_GOLDEN=1 to create it"
-    expected = path.read_text()
-    if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(path), "rendered"))
-        pytest.fail(f"rendered plan differs from {path}:\n{diff}")
+    assert_golden(GOLDEN / name, text)
 
 
 def plan_of(path: str | None = None, sets: list[str] = (), base: dict | None = None):  # type: ignore[assignment]
