@@ -3,17 +3,22 @@
 #
 #   slurm/cluster.sh up [--no-accounting]   install packages if missing, start (idempotent)
 #   slurm/cluster.sh down [--purge]         stop what this script started (--purge: delete its state)
-#   slurm/cluster.sh status                 which daemons run
-#   eval "$(slurm/cluster.sh env)"          point sbatch/squeue/sacct at this cluster
+#   slurm/cluster.sh status                 which daemons run (exit 0 all up, 1 partly, 3 none)
+#   eval "$(slurm/cluster.sh env)"          point sbatch/squeue/sacct/ddpjob at this cluster
 #
 # Everything lives under $DDPJOB_SLURM_ROOT (default ${TMPDIR:-/tmp}/ddpjob-slurm) and listens on
-# private ports from $SLURM_TEST_PORT (default 16817). Nodes n1 and n2 run as two slurmd on
+# private ports from $SLURM_TEST_PORT (default 16817: slurmctld 16817, slurmd n1/n2 16818/16819,
+# slurmdbd +100 = 16917, MariaDB +101 = 16918). Nodes n1 and n2 run as two slurmd on
 # 127.0.77.1/127.0.77.2, each in its own UTS namespace so jobs see distinct hostnames; the names
 # go into /etc/hosts inside a marked block that `down` removes. Needs root (apt, /etc/hosts).
+#
+# Exit codes: 0 ok, 1 a daemon failed (the message names the log to read), 2 bad usage,
+# 4 the packages are missing and cannot be installed (not root, no apt, apt failed).
 set -euo pipefail
 
 ROOT=${DDPJOB_SLURM_ROOT:-${TMPDIR:-/tmp}/ddpjob-slurm}
 BASE=${SLURM_TEST_PORT:-16817}
+case "$BASE" in ''|*[!0-9]*) echo "slurm/cluster.sh: SLURM_TEST_PORT must be a number" >&2; exit 2 ;; esac
 CTLD_PORT=$BASE
 N1_PORT=$((BASE + 1))
 N2_PORT=$((BASE + 2))
@@ -25,6 +30,7 @@ MUNGE_SOCK=$ROOT/munge-run/munge.sock
 HOSTS_BEGIN="# BEGIN ddpjob-slurm ($ROOT)"
 HOSTS_END="# END ddpjob-slurm ($ROOT)"
 DB_PASS=ddpjob-slurm-test
+NODES="n1 n2"
 export SLURM_CONF=$CONF
 
 log() { printf 'slurm/cluster.sh: %s\n' "$*" >&2; }
@@ -32,73 +38,112 @@ die() { log "error: $*"; exit 1; }
 
 # A pid is ours only if it runs (not a zombie: this VM's init reaps lazily) under the expected name.
 pid_alive() {
-  local pidfile=$1 name=$2 pid stat
+  local pidfile=$1 name=$2 pid stat state
   [ -s "$pidfile" ] || return 1
   pid=$(tr -dc '0-9' < "$pidfile")
   [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
   stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
   [[ "$stat" == *"($name)"* ]] || return 1
-  local state=${stat##*) }
+  state=${stat##*) }
+  state=${state%% *}
+  [ "$state" != Z ] && [ "$state" != X ]
+}
+
+# Same check for a bare pid (a daemon we just launched, before it writes its pid file).
+proc_alive() {
+  local pid=$1 name=$2 stat state
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+  [[ "$stat" == *"($name)"* ]] || return 1
+  state=${stat##*) }
   state=${state%% *}
   [ "$state" != Z ] && [ "$state" != X ]
 }
 
 stop_pid() {
-  local pidfile=$1 name=$2 pid i
+  local pidfile=$1 name=$2 pid _
   pid_alive "$pidfile" "$name" || { rm -f "$pidfile"; return 0; }
   pid=$(tr -dc '0-9' < "$pidfile")
   kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 50); do pid_alive "$pidfile" "$name" || break; sleep 0.1; done
-  pid_alive "$pidfile" "$name" && kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do pid_alive "$pidfile" "$name" || break; sleep 0.1; done
+  if pid_alive "$pidfile" "$name"; then
+    log "$name (pid $pid) ignored SIGTERM for 10s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do pid_alive "$pidfile" "$name" || break; sleep 0.1; done
+  fi
   rm -f "$pidfile"
 }
 
 wait_for() {  # wait_for SECONDS DESCRIPTION LOGFILE COMMAND...
-  local secs=$1 what=$2 logfile=$3 i
+  local secs=$1 what=$2 logfile=$3 _
   shift 3
-  for i in $(seq 1 $((secs * 5))); do
+  for _ in $(seq 1 $((secs * 5))); do
     if "$@" >/dev/null 2>&1; then return 0; fi
     sleep 0.2
   done
-  die "$what did not come up within ${secs}s; see $logfile"
+  die "$what did not come up within ${secs}s; read $logfile"
+}
+
+# ------------------------------------------------------------------------------------------ packages
+
+need_cmds="slurmctld slurmd sbatch srun sinfo scontrol sacct sacctmgr munged munge unmunge slurmdbd mariadbd mariadb mariadb-install-db unshare runuser"
+PKGS=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server)
+MADE_POLICY=0
+
+missing_cmds() {
+  local cmd out=""
+  for cmd in $need_cmds; do
+    PATH=$PATH:/usr/sbin:/sbin command -v "$cmd" >/dev/null 2>&1 || out="$out $cmd"
+  done
+  printf '%s' "$out"
+}
+
+cleanup_policy() {
+  if [ "$MADE_POLICY" = 1 ]; then rm -f /usr/sbin/policy-rc.d; MADE_POLICY=0; fi
 }
 
 install_packages() {
-  local missing=0 cmd
-  for cmd in slurmctld slurmd sbatch munged slurmdbd mariadbd; do
-    command -v "$cmd" >/dev/null 2>&1 || missing=1
-  done
-  [ "$missing" = 0 ] && return 0
-  [ "$(id -u)" = 0 ] || die "Slurm packages are missing and installing them needs root"
-  log "installing Debian's Slurm, munge and MariaDB packages"
-  # Keep apt from starting the system's own daemons: only this script's private ones run.
-  local made_policy=0
+  local missing aptlog
+  missing=$(missing_cmds)
+  [ -z "$missing" ] && return 0
+  if [ "$(id -u)" != 0 ]; then
+    log "error: missing$missing; installing Debian's packages (${PKGS[*]}) needs root"; exit 4
+  fi
+  command -v apt-get >/dev/null 2>&1 || { log "error: missing$missing and there is no apt-get"; exit 4; }
+  log "installing Debian's Slurm, munge and MariaDB packages (missing:$missing)"
+  mkdir -p "$ROOT/log"
+  aptlog=$ROOT/log/apt.log
+  : > "$aptlog"
+  # Keep apt from starting the system's own munge/mariadb/slurm: only this script's private ones run.
+  # This image has a policy-rc.d already; elsewhere one is created for the install and removed after.
   if [ ! -e /usr/sbin/policy-rc.d ]; then
+    trap cleanup_policy EXIT
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
     chmod 755 /usr/sbin/policy-rc.d
-    made_policy=1
+    MADE_POLICY=1
   fi
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >/dev/null
-  apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client munge slurmdbd mariadb-server >/dev/null
-  [ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
-  return 0
+  # apt-get update only when the package lists do not know the packages yet (fresh image) or are stale.
+  if ! apt-get install -y -q --no-install-recommends "${PKGS[@]}" >>"$aptlog" 2>&1; then
+    if ! { apt-get update -q >>"$aptlog" 2>&1 \
+           && apt-get install -y -q --no-install-recommends "${PKGS[@]}" >>"$aptlog" 2>&1; }; then
+      cleanup_policy
+      tail -n 15 "$aptlog" >&2
+      log "error: apt-get could not install ${PKGS[*]}; read $aptlog"
+      exit 4
+    fi
+  fi
+  cleanup_policy
+  missing=$(missing_cmds)
+  [ -z "$missing" ] || { log "error: still missing after apt-get:$missing; read $aptlog"; exit 4; }
 }
 
-write_config() {
+# -------------------------------------------------------------------------------------------- config
+
+# Prints slurm.conf for accounting on (1) or off (0).
+slurm_conf() {
   local accounting=$1
-  mkdir -p "$ROOT"/{etc,state,run,log,spool/slurmd-n1,spool/slurmd-n2}
-  local acct_storage="accounting_storage/none" gather="jobacct_gather/none" acct_lines=""
-  if [ "$accounting" = 1 ]; then
-    acct_storage="accounting_storage/slurmdbd"
-    gather="jobacct_gather/linux"
-    acct_lines="AccountingStorageHost=localhost
-AccountingStoragePort=$DBD_PORT
-AccountingStoragePass=$MUNGE_SOCK
-JobAcctGatherFrequency=30"
-  fi
-  cat > "$CONF.tmp" <<EOF
-# Written by slurm/cluster.sh; private to $ROOT.
+  cat <<EOF
+# Written by slurm/cluster.sh; private to $ROOT. Regenerated on every 'up'.
 ClusterName=$CLUSTER
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
@@ -129,73 +174,35 @@ KillWait=5
 MinJobAge=600
 InactiveLimit=0
 JobRequeue=1
-AccountingStorageType=$acct_storage
-JobAcctGatherType=$gather
 JobCompType=jobcomp/none
-$acct_lines
-NodeName=n1 NodeHostname=n1 NodeAddr=127.0.77.1 Port=$N1_PORT CPUs=4 RealMemory=4096 State=UNKNOWN
-NodeName=n2 NodeHostname=n2 NodeAddr=127.0.77.2 Port=$N2_PORT CPUs=4 RealMemory=4096 State=UNKNOWN
+EOF
+  if [ "$accounting" = 1 ]; then
+    cat <<EOF
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$DBD_PORT
+AccountingStoragePass=$MUNGE_SOCK
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+EOF
+  else
+    cat <<EOF
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+EOF
+  fi
+  # 8 CPUs (cores) and 8 GiB per node whatever the machine has (config_overrides): several small
+  # jobs, e.g. two 2-node jobs at once, fit side by side. Memory is not a consumable (CR_Core).
+  cat <<EOF
+NodeName=n1 NodeHostname=n1 NodeAddr=127.0.77.1 Port=$N1_PORT CPUs=8 RealMemory=8192 State=UNKNOWN
+NodeName=n2 NodeHostname=n2 NodeAddr=127.0.77.2 Port=$N2_PORT CPUs=8 RealMemory=8192 State=UNKNOWN
 PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
-  mv "$CONF.tmp" "$CONF"
-  printf 'CgroupPlugin=autodetect\nIgnoreSystemd=yes\n' > "$ROOT/etc/cgroup.conf"
-  echo "$accounting" > "$ROOT/etc/accounting"
 }
 
-hosts_add() {
-  grep -qF "$HOSTS_BEGIN" /etc/hosts && return 0
-  printf '%s\n127.0.77.1 n1\n127.0.77.2 n2\n%s\n' "$HOSTS_BEGIN" "$HOSTS_END" >> /etc/hosts
-}
-
-hosts_remove() {
-  grep -qF "$HOSTS_BEGIN" /etc/hosts || return 0
-  # /etc/hosts may be a bind mount: rewrite it in place rather than replacing the file.
-  local kept
-  kept=$(awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '$0==b{skip=1;next} $0==e{skip=0;next} !skip' /etc/hosts)
-  printf '%s\n' "$kept" > /etc/hosts
-}
-
-start_munge() {
-  pid_alive "$ROOT/munge-run/munged.pid" munged && return 0
-  mkdir -p "$ROOT/munge" "$ROOT/munge-run"
-  chown munge:munge "$ROOT/munge" "$ROOT/munge-run"
-  chmod 0700 "$ROOT/munge"
-  chmod 0755 "$ROOT/munge-run"
-  if [ ! -s "$ROOT/munge/munge.key" ]; then
-    dd if=/dev/urandom of="$ROOT/munge/munge.key" bs=1024 count=1 status=none
-    chown munge:munge "$ROOT/munge/munge.key"
-    chmod 0400 "$ROOT/munge/munge.key"
-  fi
-  runuser -u munge -- munged --force --socket="$MUNGE_SOCK" --key-file="$ROOT/munge/munge.key" \
-    --pid-file="$ROOT/munge-run/munged.pid" --log-file="$ROOT/munge-run/munged.log" \
-    --seed-file="$ROOT/munge/munged.seed" </dev/null >/dev/null 2>&1 \
-    || die "munged failed to start; see $ROOT/munge-run/munged.log"
-  wait_for 20 munged "$ROOT/munge-run/munged.log" sh -c "munge -S '$MUNGE_SOCK' -n | unmunge -S '$MUNGE_SOCK'"
-}
-
-start_mariadb() {
-  pid_alive "$ROOT/db/run/mariadbd.pid" mariadbd && return 0
-  mkdir -p "$ROOT/db/data" "$ROOT/db/run"
-  chown -R mysql:mysql "$ROOT/db"
-  if [ ! -d "$ROOT/db/data/mysql" ]; then
-    mariadb-install-db --user=mysql --datadir="$ROOT/db/data" --auth-root-authentication-method=socket \
-      >"$ROOT/log/mariadb-install.log" 2>&1 || die "mariadb-install-db failed; see $ROOT/log/mariadb-install.log"
-  fi
-  setsid mariadbd --user=mysql --datadir="$ROOT/db/data" --port="$DB_PORT" --bind-address=127.0.0.1 \
-    --socket="$ROOT/db/run/mysqld.sock" --pid-file="$ROOT/db/run/mariadbd.pid" \
-    --log-error="$ROOT/db/run/error.log" --skip-name-resolve </dev/null >/dev/null 2>&1 &
-  wait_for 60 mariadbd "$ROOT/db/run/error.log" mariadb --socket="$ROOT/db/run/mysqld.sock" -u root -e "SELECT 1"
-  mariadb --socket="$ROOT/db/run/mysqld.sock" -u root -e "
-    CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
-    CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
-    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
-    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
-    FLUSH PRIVILEGES;"
-}
-
-start_slurmdbd() {
-  pid_alive "$ROOT/run/slurmdbd.pid" slurmdbd && return 0
-  cat > "$ROOT/etc/slurmdbd.conf" <<EOF
+slurmdbd_conf() {
+  cat <<EOF
+# Written by slurm/cluster.sh; private to $ROOT.
 AuthType=auth/munge
 AuthInfo=socket=$MUNGE_SOCK
 DbdHost=localhost
@@ -210,67 +217,198 @@ StorageUser=slurm
 StoragePass=$DB_PASS
 StorageLoc=slurm_acct_db
 EOF
-  chmod 0600 "$ROOT/etc/slurmdbd.conf"
-  slurmdbd </dev/null >/dev/null 2>&1 || die "slurmdbd failed to start; see $ROOT/log/slurmdbd.log"
+}
+
+# install_file SRC DEST MODE: replace DEST by SRC; returns 0 if the content changed.
+install_file() {
+  local src=$1 dest=$2 mode=$3
+  chmod "$mode" "$src"
+  if [ -f "$dest" ] && cmp -s "$src" "$dest"; then rm -f "$src"; return 1; fi
+  mv "$src" "$dest"
+  return 0
+}
+
+hosts_add() {
+  grep -qxF "$HOSTS_BEGIN" /etc/hosts && return 0
+  printf '%s\n127.0.77.1 n1\n127.0.77.2 n2\n%s\n' "$HOSTS_BEGIN" "$HOSTS_END" >> /etc/hosts
+}
+
+hosts_remove() {
+  grep -qxF "$HOSTS_BEGIN" /etc/hosts || return 0
+  # /etc/hosts may be a bind mount: rewrite it in place rather than replacing the file.
+  local kept
+  kept=$(awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '$0==b{skip=1;next} $0==e{skip=0;next} !skip' /etc/hosts)
+  printf '%s\n' "$kept" > /etc/hosts
+}
+
+# ------------------------------------------------------------------------------------------- daemons
+
+STARTED=0  # set to 1 when this run started or restarted any Slurm daemon
+
+start_munge() {
+  pid_alive "$ROOT/munge-run/munged.pid" munged && return 0
+  mkdir -p "$ROOT/munge" "$ROOT/munge-run"
+  chown munge:munge "$ROOT/munge" "$ROOT/munge-run"
+  chmod 0700 "$ROOT/munge"   # key directory: private
+  chmod 0755 "$ROOT/munge-run"  # socket directory: munged insists that everyone can traverse it
+  if [ ! -s "$ROOT/munge/munge.key" ]; then
+    dd if=/dev/urandom of="$ROOT/munge/munge.key" bs=1024 count=1 status=none
+    chown munge:munge "$ROOT/munge/munge.key"
+    chmod 0400 "$ROOT/munge/munge.key"
+  fi
+  rm -f "$ROOT/munge-run/munged.pid"
+  runuser -u munge -- munged --force --socket="$MUNGE_SOCK" --key-file="$ROOT/munge/munge.key" \
+    --pid-file="$ROOT/munge-run/munged.pid" --log-file="$ROOT/munge-run/munged.log" \
+    --seed-file="$ROOT/munge/munged.seed" </dev/null >/dev/null 2>&1 \
+    || die "munged failed to start; read $ROOT/munge-run/munged.log"
+  wait_for 20 munged "$ROOT/munge-run/munged.log" sh -c "munge -S '$MUNGE_SOCK' -n | unmunge -S '$MUNGE_SOCK'"
+  STARTED=1
+}
+
+db() { mariadb --socket="$ROOT/db/run/mysqld.sock" -u root "$@"; }
+
+start_mariadb() {
+  pid_alive "$ROOT/db/run/mariadbd.pid" mariadbd && return 0
+  mkdir -p "$ROOT/db/data" "$ROOT/db/run"
+  chown -R mysql:mysql "$ROOT/db"
+  if [ ! -d "$ROOT/db/data/mysql" ]; then
+    mariadb-install-db --user=mysql --datadir="$ROOT/db/data" --auth-root-authentication-method=socket \
+      >"$ROOT/log/mariadb-install.log" 2>&1 || die "mariadb-install-db failed; read $ROOT/log/mariadb-install.log"
+  fi
+  rm -f "$ROOT/db/run/mariadbd.pid"
+  # Started as root, runs as mysql; its error log must be in a directory mysql can write (db/run).
+  setsid mariadbd --user=mysql --datadir="$ROOT/db/data" --port="$DB_PORT" --bind-address=127.0.0.1 \
+    --socket="$ROOT/db/run/mysqld.sock" --pid-file="$ROOT/db/run/mariadbd.pid" \
+    --log-error="$ROOT/db/run/error.log" --skip-name-resolve </dev/null >/dev/null 2>&1 &
+  local pid=$! _
+  for _ in $(seq 1 300); do
+    db -e "SELECT 1" >/dev/null 2>&1 && break
+    proc_alive "$pid" mariadbd || die "mariadbd exited at start (port $DB_PORT taken?); read $ROOT/db/run/error.log"
+    sleep 0.2
+  done
+  db -e "SELECT 1" >/dev/null 2>&1 || die "mariadbd did not answer within 60s; read $ROOT/db/run/error.log"
+  db -e "
+    CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+    CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+    FLUSH PRIVILEGES;" || die "could not create the slurm database user; read $ROOT/db/run/error.log"
+}
+
+start_slurmdbd() {
+  local changed=0
+  slurmdbd_conf > "$ROOT/etc/slurmdbd.conf.tmp"
+  install_file "$ROOT/etc/slurmdbd.conf.tmp" "$ROOT/etc/slurmdbd.conf" 0600 && changed=1
+  if pid_alive "$ROOT/run/slurmdbd.pid" slurmdbd; then
+    [ "$changed" = 0 ] && return 0
+    log "slurmdbd.conf changed: restarting slurmdbd"
+    stop_pid "$ROOT/run/slurmdbd.pid" slurmdbd
+  fi
+  rm -f "$ROOT/run/slurmdbd.pid"
+  SLURM_CONF=$CONF slurmdbd </dev/null >/dev/null 2>&1 || die "slurmdbd failed to start; read $ROOT/log/slurmdbd.log"
   wait_for 30 slurmdbd "$ROOT/log/slurmdbd.log" sacctmgr -n -P list cluster
   if ! sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; then
-    sacctmgr -i add cluster "$CLUSTER" >/dev/null
+    sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr add cluster $CLUSTER failed; read $ROOT/log/slurmdbd.log"
   fi
 }
 
 start_slurmctld() {
   pid_alive "$ROOT/run/slurmctld.pid" slurmctld && return 0
-  slurmctld -i </dev/null >/dev/null 2>&1 || die "slurmctld failed to start; see $ROOT/log/slurmctld.log"
-  wait_for 30 slurmctld "$ROOT/log/slurmctld.log" sh -c "scontrol ping | grep -q UP"
+  rm -f "$ROOT/run/slurmctld.pid"
+  # -i: go on if a state file is unreadable (a fresh StateSaveLocation has none).
+  slurmctld -i </dev/null >/dev/null 2>&1 || die "slurmctld failed to start; read $ROOT/log/slurmctld.log"
+  wait_for 30 slurmctld "$ROOT/log/slurmctld.log" sh -c "scontrol ping | grep -q 'is UP'"
+  STARTED=1
 }
 
 start_slurmd() {
   local node=$1
   pid_alive "$ROOT/run/slurmd-$node.pid" slurmd && return 0
+  rm -f "$ROOT/run/slurmd-$node.pid"
+  mkdir -p "$ROOT/spool/slurmd-$node"
   # Its own UTS namespace: jobs on this node see hostname $node, as on a separate machine.
   unshare --uts sh -c "hostname $node && exec slurmd -N $node" </dev/null >/dev/null 2>&1 \
-    || die "slurmd $node failed to start; see $ROOT/log/slurmd-$node.log"
-  wait_for 20 "slurmd $node" "$ROOT/log/slurmd-$node.log" test -s "$ROOT/run/slurmd-$node.pid"
-}
-
-wait_nodes_idle() {
-  local i states
-  for i in $(seq 1 150); do
-    states=$(sinfo -h -N -o '%N %t' 2>/dev/null | sort -u)
-    if echo "$states" | grep -q '^n1 \(idle\|mix\|alloc\)' && echo "$states" | grep -q '^n2 \(idle\|mix\|alloc\)'; then
-      return 0
-    fi
-    if [ "$i" = 10 ] || [ "$i" = 50 ]; then
-      scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1 || true
-    fi
-    sleep 0.2
-  done
-  die "nodes are not idle: $(echo "$states" | tr '\n' ' '); see $ROOT/log/"
+    || die "slurmd $node failed to start; read $ROOT/log/slurmd-$node.log"
+  wait_for 20 "slurmd $node" "$ROOT/log/slurmd-$node.log" pid_alive "$ROOT/run/slurmd-$node.pid" slurmd
+  STARTED=1
 }
 
 stop_slurm_daemons() {
-  stop_pid "$ROOT/run/slurmd-n1.pid" slurmd
-  stop_pid "$ROOT/run/slurmd-n2.pid" slurmd
+  local node
+  for node in $NODES; do stop_pid "$ROOT/run/slurmd-$node.pid" slurmd; done
   stop_pid "$ROOT/run/slurmctld.pid" slurmctld
 }
 
+# Node states as "n1 idle" lines. A trailing * (not responding), ~ or # means not usable yet.
+node_states() { sinfo -h -N -o '%N %t' 2>/dev/null | sort -u; }
+
+wait_nodes_usable() {
+  local _ states node state resumed=""
+  for _ in $(seq 1 200); do
+    states=$(node_states)
+    local ok=1
+    for node in $NODES; do
+      state=$(awk -v n="$node" '$1==n{print $2; exit}' <<<"$states")
+      case "$state" in
+        idle|mix|alloc|comp) ;;
+        drain|drng|down|fail|failg|inval)
+          ok=0
+          # ReturnToService=2 does not clear a DRAIN: resume each such node once.
+          if [[ " $resumed " != *" $node "* ]]; then
+            log "node $node is $state: scontrol update state=resume"
+            scontrol update nodename="$node" state=resume >/dev/null 2>&1 || true
+            resumed="$resumed $node"
+          fi ;;
+        *) ok=0 ;;
+      esac
+    done
+    [ "$ok" = 1 ] && return 0
+    sleep 0.2
+  done
+  die "nodes are not usable after 40s: $(tr '\n' ' ' <<<"$states")(sinfo -R: $(sinfo -h -R 2>/dev/null | tr '\n' ' ')); read $ROOT/log/slurmctld.log and $ROOT/log/slurmd-n*.log"
+}
+
+smoke_test() {
+  local hosts="" _
+  for _ in 1 2 3 4 5; do
+    hosts=$(timeout 60 srun -N2 -n2 -t 1 --job-name=cluster-smoke /bin/hostname 2>&1 | sort | tr '\n' ' ') || true
+    [ "$hosts" = "n1 n2 " ] && return 0
+    sleep 1
+    scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1 || true
+  done
+  die "smoke test srun -N2 -n2 hostname: expected 'n1 n2', got: $hosts; read $ROOT/log/"
+}
+
+# ---------------------------------------------------------------------------------------- commands
+
 cmd_up() {
-  local accounting=1
+  local accounting=1 arg
   for arg in "$@"; do
     case "$arg" in
       --no-accounting) accounting=0 ;;
-      *) die "unknown option $arg (usage: up [--no-accounting])" ;;
+      *) log "error: unknown option $arg (usage: up [--no-accounting])"; exit 2 ;;
     esac
   done
+  [ "$(id -u)" = 0 ] || { log "error: up needs root (packages, /etc/hosts, slurmd as root)"; exit 4; }
   install_packages
-  mkdir -p "$ROOT/log"
-  local previous
-  previous=$(cat "$ROOT/etc/accounting" 2>/dev/null || echo none)
-  if [ "$previous" != "$accounting" ] && pid_alive "$ROOT/run/slurmctld.pid" slurmctld; then
-    log "switching accounting $previous -> $accounting: restarting the Slurm daemons"
+  mkdir -p "$ROOT"/{etc,state,run,log}
+  for arg in $NODES; do mkdir -p "$ROOT/spool/slurmd-$arg"; done
+  printf 'CgroupPlugin=autodetect\nIgnoreSystemd=yes\n' > "$ROOT/etc/cgroup.conf"
+  # munged and mariadbd drop root: every parent directory of $ROOT must let them through.
+  local user
+  for user in munge $([ "$accounting" = 1 ] && echo mysql); do
+    runuser -u "$user" -- test -x "$ROOT" \
+      || die "user $user cannot reach $ROOT (a parent directory is not world-executable, e.g. a 0700 temp dir); set DDPJOB_SLURM_ROOT elsewhere"
+  done
+
+  # A changed slurm.conf (accounting switched, or a newer version of this script) restarts
+  # slurmctld and the slurmds; jobs' steps survive a slurmd restart. munge and MariaDB stay up.
+  slurm_conf "$accounting" > "$CONF.tmp"
+  if install_file "$CONF.tmp" "$CONF" 0644 && pid_alive "$ROOT/run/slurmctld.pid" slurmctld; then
+    log "slurm.conf changed (accounting $([ "$accounting" = 1 ] && echo on || echo off)): restarting slurmctld and slurmd"
     stop_slurm_daemons
   fi
-  write_config "$accounting"
+  echo "$accounting" > "$ROOT/etc/accounting"
   hosts_add
   start_munge
   if [ "$accounting" = 1 ]; then
@@ -278,27 +416,24 @@ cmd_up() {
     start_slurmdbd
   fi
   start_slurmctld
-  start_slurmd n1
-  start_slurmd n2
-  wait_nodes_idle
-  # Smoke test; a node that just re-registered may need a moment, so try a few times.
-  local hosts="" try
-  for try in 1 2 3 4 5; do
-    hosts=$(srun -N2 -n2 -t 1 /bin/hostname 2>&1 | sort | tr '\n' ' ') || true
-    [ "$hosts" = "n1 n2 " ] && break
-    sleep 1
-    scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1 || true
-  done
-  [ "$hosts" = "n1 n2 " ] || die "smoke test srun -N2 hostname: expected n1 n2, got: $hosts (see $ROOT/log/)"
-  log "up: 2 nodes (n1, n2), accounting $([ "$accounting" = 1 ] && echo on || echo off); eval \"\$($0 env)\""
+  for arg in $NODES; do start_slurmd "$arg"; done
+  wait_nodes_usable
+  if [ "$STARTED" = 1 ] || [ -z "$(node_states | awk '$2!="idle"')" ]; then
+    smoke_test
+  else
+    # Already up and busy with jobs: the daemons and node states above are the health check
+    # (a smoke srun could wait behind the running jobs).
+    log "already up; nodes busy, smoke srun skipped"
+  fi
+  log "up: nodes n1 n2, accounting $([ "$accounting" = 1 ] && echo on || echo off); use: eval \"\$($0 env)\""
 }
 
 cmd_down() {
-  local purge=0
+  local purge=0 arg
   for arg in "$@"; do
     case "$arg" in
       --purge) purge=1 ;;
-      *) die "unknown option $arg (usage: down [--purge])" ;;
+      *) log "error: unknown option $arg (usage: down [--purge])"; exit 2 ;;
     esac
   done
   stop_slurm_daemons
@@ -307,32 +442,55 @@ cmd_down() {
   stop_pid "$ROOT/munge-run/munged.pid" munged
   hosts_remove
   if [ "$purge" = 1 ]; then
+    case "$ROOT" in /|'') die "refusing to delete '$ROOT'" ;; esac
     rm -rf "$ROOT"
     log "down: stopped and purged $ROOT"
   else
-    log "down: stopped (state kept in $ROOT; --purge deletes it)"
+    log "down: stopped (state kept in $ROOT; 'down --purge' deletes it)"
   fi
 }
 
 cmd_status() {
-  local any=0 f name
+  local running=0 expected=0 f name accounting
+  accounting=$(cat "$ROOT/etc/accounting" 2>/dev/null || echo 1)
   for f in munge-run/munged.pid:munged db/run/mariadbd.pid:mariadbd run/slurmdbd.pid:slurmdbd \
            run/slurmctld.pid:slurmctld run/slurmd-n1.pid:slurmd run/slurmd-n2.pid:slurmd; do
     name=${f#*:}
+    if [ "$accounting" = 1 ] || { [ "$name" != mariadbd ] && [ "$name" != slurmdbd ]; }; then
+      expected=$((expected + 1))
+    fi
     if pid_alive "$ROOT/${f%%:*}" "$name"; then
       echo "$name running (pid $(tr -dc '0-9' < "$ROOT/${f%%:*}"), $ROOT/${f%%:*})"
-      any=1
+      running=$((running + 1))
+    else
+      echo "$name not running"
     fi
   done
-  [ "$any" = 1 ] || { echo "not running ($ROOT)"; return 3; }
-  echo "accounting: $([ "$(cat "$ROOT/etc/accounting" 2>/dev/null)" = 1 ] && echo on || echo off)"
+  echo "accounting: $([ "$accounting" = 1 ] && echo on || echo off)"
+  echo "root: $ROOT"
+  echo "SLURM_CONF=$CONF"
+  if [ "$running" = 0 ]; then echo "cluster: down"; return 3; fi
   sinfo -N 2>/dev/null || true
+  # The Slurm daemons must all run, and with accounting, slurmdbd and MariaDB too.
+  local core=1 d
+  for d in "run/slurmctld.pid:slurmctld" "run/slurmd-n1.pid:slurmd" "run/slurmd-n2.pid:slurmd" \
+           "munge-run/munged.pid:munged"; do
+    pid_alive "$ROOT/${d%%:*}" "${d#*:}" || core=0
+  done
+  if [ "$accounting" = 1 ]; then
+    pid_alive "$ROOT/run/slurmdbd.pid" slurmdbd || core=0
+    pid_alive "$ROOT/db/run/mariadbd.pid" mariadbd || core=0
+  fi
+  if [ "$core" = 1 ]; then echo "cluster: up"; return 0; fi
+  echo "cluster: partly up (run '$0 up' to repair)"
+  return 1
 }
 
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   down) shift; cmd_down "$@" ;;
-  status) cmd_status ;;
-  env) echo "export SLURM_CONF=$CONF" ;;
+  status) shift; [ $# = 0 ] || { log "error: status takes no options"; exit 2; }; cmd_status ;;
+  env) printf 'export SLURM_CONF=%q\n' "$CONF" ;;
+  -h|--help|help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) echo "usage: $0 up [--no-accounting] | down [--purge] | status | env" >&2; exit 2 ;;
 esac

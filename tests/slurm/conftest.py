@@ -1,14 +1,30 @@
-"""The private 2-node Slurm cluster (slurm/cluster.sh) as a pytest fixture.
+"""The private 2-node Slurm cluster (slurm/cluster.sh) as pytest fixtures.
 
-``slurm_cluster`` starts the cluster for the session (installing Debian's packages if needed)
-and stops it afterwards if this session started it. Tests skip only where the cluster cannot
-exist (not root, no apt); under CI=true they fail instead, so CI cannot silently skip them.
+``slurm_cluster`` (session scope) runs ``slurm/cluster.sh up``: it starts the cluster, installing
+Debian's packages if needed, or reuses a running one (``up`` is idempotent), and at the end of the
+session stops it again only if this session started it. It yields a :class:`SlurmCluster`:
+
+* ``root``: the cluster's private directory (``$DDPJOB_SLURM_ROOT``, default ``${TMPDIR:-/tmp}/ddpjob-slurm``)
+* ``env``: what a Slurm client needs on top of ``os.environ`` (``{"SLURM_CONF": ...}``; PATH unchanged)
+* ``accounting``: whether slurmdbd accounting is on (``sacct`` works)
+* ``run(*argv)``: run a client command (sbatch, squeue, sacct, scontrol ...) against the cluster
+* ``script(*args, env=None)``: run ``slurm/cluster.sh`` (status, up, ...); raises on failure
+* ``set_accounting(on)``: restart slurmctld/slurmd with accounting on or off (``cluster.sh up
+  [--no-accounting]``); running job steps survive, munge/MariaDB/slurmdbd stay up
+
+``slurm_no_accounting`` (function scope) is the same cluster with accounting switched off for one
+test, and back on afterwards.
+
+Tests skip only where the cluster cannot exist (not root; the packages are missing and cannot be
+installed: the script exits 4). With CI=true they fail instead, so CI cannot silently skip them.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +32,35 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm" / "cluster.sh"
+CANNOT_INSTALL = 4  # cluster.sh's exit code: not root / packages missing and not installable
+
+
+class ClusterScriptError(RuntimeError):
+    def __init__(self, args: tuple[str, ...], proc: subprocess.CompletedProcess[str]) -> None:
+        self.returncode = proc.returncode
+        super().__init__(f"slurm/cluster.sh {' '.join(args)} failed (exit {proc.returncode}):\n"
+                         f"{proc.stdout}\n{proc.stderr}")
+
+
+def cluster_script(*args: str, env: dict[str, str] | None = None, timeout: float = 900,
+                   check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``slurm/cluster.sh ARGS`` (stdin closed, so it can never wait on a terminal)."""
+    proc = subprocess.run(["bash", str(SCRIPT), *args], check=False, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise ClusterScriptError(args, proc)
+    return proc
+
+
+def cluster_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables ``cluster.sh env`` tells a client to export (SLURM_CONF)."""
+    out: dict[str, str] = {}
+    for line in cluster_script("env", env=env).stdout.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            key, value = words[1].split("=", 1)
+            out[key] = value
+    return out
 
 
 @dataclass
@@ -28,45 +73,67 @@ class SlurmCluster:
 
     def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client command (sbatch, squeue, sacct, scontrol ...) against this cluster."""
-        return subprocess.run(list(args), env={**os.environ, **self.env}, capture_output=True, text=True,
-                              check=check, timeout=timeout)
+        return subprocess.run(list(args), env={**os.environ, **self.env}, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, check=check, timeout=timeout)
+
+    @staticmethod
+    def script(*args: str, env: dict[str, str] | None = None, timeout: float = 900,
+               check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``slurm/cluster.sh ARGS`` (``env`` on top of os.environ, e.g. another DDPJOB_SLURM_ROOT)."""
+        return cluster_script(*args, env=env, timeout=timeout, check=check)
+
+    @staticmethod
+    def client_env(env: dict[str, str] | None = None) -> dict[str, str]:
+        """What ``cluster.sh env`` exports (for another root/port: pass ``env``)."""
+        return cluster_env(env)
 
     def set_accounting(self, on: bool) -> None:
-        """Restart the Slurm daemons with accounting storage on or off (munge and MariaDB stay up)."""
+        """Restart slurmctld and the slurmds with accounting storage on or off (munge, MariaDB and
+        slurmdbd stay up; job steps that run go on). Takes about a second."""
         if on == self.accounting:
             return
-        _script("up", *([] if on else ["--no-accounting"]))
+        cluster_script("up", *([] if on else ["--no-accounting"]))
         self.accounting = on
-
-
-def _script(*args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        raise RuntimeError(f"slurm/cluster.sh {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 def _unavailable_reason() -> str | None:
     if os.geteuid() != 0:
-        return "the private Slurm cluster needs root (apt-get, /etc/hosts, slurmd)"
-    if not Path("/usr/bin/apt-get").exists() and not Path("/usr/sbin/slurmctld").exists():
-        return "no apt-get to install Debian's Slurm packages"
+        return "the private Slurm cluster needs root (apt-get, /etc/hosts, slurmd as root)"
     return None
 
 
+def _skip_or_fail(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"Slurm tests cannot run under CI=true: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
-def slurm_cluster() -> SlurmCluster:
+def slurm_cluster() -> Iterator[SlurmCluster]:
     reason = _unavailable_reason()
     if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Slurm tests cannot run: {reason}")
-        pytest.skip(reason)
-    root = Path(os.environ.get("DDPJOB_SLURM_ROOT") or Path(os.environ.get("TMPDIR", "/tmp")) / "ddpjob-slurm")
-    was_running = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True, text=True).returncode == 0
-    _script("up")
-    cluster = SlurmCluster(root=root, env={"SLURM_CONF": str(root / "etc" / "slurm.conf")}, accounting=True)
+        _skip_or_fail(reason)
+    was_running = cluster_script("status", check=False).returncode == 0
+    try:
+        cluster_script("up")
+    except ClusterScriptError as exc:
+        if exc.returncode == CANNOT_INSTALL:
+            _skip_or_fail(f"Slurm packages cannot be installed here: {exc}")
+        raise
+    env = cluster_env()
+    cluster = SlurmCluster(root=Path(env["SLURM_CONF"]).parents[1], env=env, accounting=True)
     yield cluster
-    if not cluster.accounting:
-        _script("up")
     if not was_running:
-        _script("down")
+        cluster_script("down")
+    elif not cluster.accounting:
+        cluster_script("up")  # leave it as we found it: running, accounting on
+
+
+@pytest.fixture
+def slurm_no_accounting(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The cluster with accounting storage off for one test (restored afterwards)."""
+    slurm_cluster.set_accounting(False)
+    try:
+        yield slurm_cluster
+    finally:
+        slurm_cluster.set_accounting(True)
