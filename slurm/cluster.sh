@@ -259,7 +259,7 @@ start_munge() {
   rm -f "$ROOT/munge-run/munged.pid"
   runuser -u munge -- munged --force --socket="$MUNGE_SOCK" --key-file="$ROOT/munge/munge.key" \
     --pid-file="$ROOT/munge-run/munged.pid" --log-file="$ROOT/munge-run/munged.log" \
-    --seed-file="$ROOT/munge/munged.seed" </dev/null >/dev/null 2>&1 \
+    --seed-file="$ROOT/munge/munged.seed" </dev/null >/dev/null 2>&1 9>&- \
     || die "munged failed to start; read $ROOT/munge-run/munged.log"
   wait_for 20 munged "$ROOT/munge-run/munged.log" sh -c "munge -S '$MUNGE_SOCK' -n | unmunge -S '$MUNGE_SOCK'"
   STARTED=1
@@ -279,7 +279,7 @@ start_mariadb() {
   # Started as root, runs as mysql; its error log must be in a directory mysql can write (db/run).
   setsid mariadbd --user=mysql --datadir="$ROOT/db/data" --port="$DB_PORT" --bind-address=127.0.0.1 \
     --socket="$ROOT/db/run/mysqld.sock" --pid-file="$ROOT/db/run/mariadbd.pid" \
-    --log-error="$ROOT/db/run/error.log" --skip-name-resolve </dev/null >/dev/null 2>&1 &
+    --log-error="$ROOT/db/run/error.log" --skip-name-resolve </dev/null >/dev/null 2>&1 9>&- &
   local pid=$! _
   for _ in $(seq 1 300); do
     db -e "SELECT 1" >/dev/null 2>&1 && break
@@ -305,7 +305,7 @@ start_slurmdbd() {
     stop_pid "$ROOT/run/slurmdbd.pid" slurmdbd
   fi
   rm -f "$ROOT/run/slurmdbd.pid"
-  SLURM_CONF=$CONF slurmdbd </dev/null >/dev/null 2>&1 || die "slurmdbd failed to start; read $ROOT/log/slurmdbd.log"
+  SLURM_CONF=$CONF slurmdbd </dev/null >/dev/null 2>&1 9>&- || die "slurmdbd failed to start; read $ROOT/log/slurmdbd.log"
   wait_for 30 slurmdbd "$ROOT/log/slurmdbd.log" sacctmgr -n -P list cluster
   if ! sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; then
     sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr add cluster $CLUSTER failed; read $ROOT/log/slurmdbd.log"
@@ -316,7 +316,7 @@ start_slurmctld() {
   pid_alive "$ROOT/run/slurmctld.pid" slurmctld && return 0
   rm -f "$ROOT/run/slurmctld.pid"
   # -i: go on if a state file is unreadable (a fresh StateSaveLocation has none).
-  slurmctld -i </dev/null >/dev/null 2>&1 || die "slurmctld failed to start; read $ROOT/log/slurmctld.log"
+  slurmctld -i </dev/null >/dev/null 2>&1 9>&- || die "slurmctld failed to start; read $ROOT/log/slurmctld.log"
   wait_for 30 slurmctld "$ROOT/log/slurmctld.log" sh -c "scontrol ping | grep -q 'is UP'"
   STARTED=1
 }
@@ -327,7 +327,7 @@ start_slurmd() {
   rm -f "$ROOT/run/slurmd-$node.pid"
   mkdir -p "$ROOT/spool/slurmd-$node"
   # Its own UTS namespace: jobs on this node see hostname $node, as on a separate machine.
-  unshare --uts sh -c "hostname $node && exec slurmd -N $node" </dev/null >/dev/null 2>&1 \
+  unshare --uts sh -c "hostname $node && exec slurmd -N $node" </dev/null >/dev/null 2>&1 9>&- \
     || die "slurmd $node failed to start; read $ROOT/log/slurmd-$node.log"
   wait_for 20 "slurmd $node" "$ROOT/log/slurmd-$node.log" pid_alive "$ROOT/run/slurmd-$node.pid" slurmd
   STARTED=1
@@ -486,9 +486,18 @@ cmd_status() {
   return 1
 }
 
+# One up/down at a time per root (two test sessions may share a cluster). The daemons do not
+# inherit the lock (9>&- on each launch).
+lock() {
+  [ "$(id -u)" = 0 ] || return 0
+  mkdir -p "$ROOT"
+  exec 9>"$ROOT/.lock"
+  flock -w 900 9 || die "another slurm/cluster.sh held $ROOT/.lock for 15 minutes"
+}
+
 case "${1:-}" in
-  up) shift; cmd_up "$@" ;;
-  down) shift; cmd_down "$@" ;;
+  up) shift; lock; cmd_up "$@" ;;
+  down) shift; if [ -d "$ROOT" ]; then lock; fi; cmd_down "$@" ;;
   status) shift; [ $# = 0 ] || { log "error: status takes no options"; exit 2; }; cmd_status ;;
   env) printf 'export SLURM_CONF=%q\n' "$CONF" ;;
   -h|--help|help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' ;;
