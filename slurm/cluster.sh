@@ -36,11 +36,13 @@ export SLURM_CONF=$CONF
 log() { printf 'slurm/cluster.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# The pid in a pid file ("" if none; a daemon may delete its file while we read it).
+read_pid() { { tr -dc '0-9' < "$1"; } 2>/dev/null || true; }
+
 # A pid is ours only if it runs (not a zombie: this VM's init reaps lazily) under the expected name.
 pid_alive() {
   local pidfile=$1 name=$2 pid stat state
-  [ -s "$pidfile" ] || return 1
-  pid=$(tr -dc '0-9' < "$pidfile")
+  pid=$(read_pid "$pidfile")
   [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
   stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
   [[ "$stat" == *"($name)"* ]] || return 1
@@ -61,14 +63,15 @@ proc_alive() {
 
 stop_pid() {
   local pidfile=$1 name=$2 pid _
-  pid_alive "$pidfile" "$name" || { rm -f "$pidfile"; return 0; }
-  pid=$(tr -dc '0-9' < "$pidfile")
+  pid=$(read_pid "$pidfile")
+  if [ -z "$pid" ] || ! proc_alive "$pid" "$name"; then rm -f "$pidfile"; return 0; fi
   kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do pid_alive "$pidfile" "$name" || break; sleep 0.1; done
-  if pid_alive "$pidfile" "$name"; then
+  # Watch the pid itself: some daemons delete their pid file before they are gone.
+  for _ in $(seq 1 100); do proc_alive "$pid" "$name" || break; sleep 0.1; done
+  if proc_alive "$pid" "$name"; then
     log "$name (pid $pid) ignored SIGTERM for 10s; sending SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do pid_alive "$pidfile" "$name" || break; sleep 0.1; done
+    for _ in $(seq 1 50); do proc_alive "$pid" "$name" || break; sleep 0.1; done
   fi
   rm -f "$pidfile"
 }
@@ -460,7 +463,7 @@ cmd_status() {
       expected=$((expected + 1))
     fi
     if pid_alive "$ROOT/${f%%:*}" "$name"; then
-      echo "$name running (pid $(tr -dc '0-9' < "$ROOT/${f%%:*}"), $ROOT/${f%%:*})"
+      echo "$name running (pid $(read_pid "$ROOT/${f%%:*}"), $ROOT/${f%%:*})"
       running=$((running + 1))
     else
       echo "$name not running"
