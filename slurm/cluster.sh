@@ -41,14 +41,9 @@ read_pid() { { tr -dc '0-9' < "$1"; } 2>/dev/null || true; }
 
 # A pid is ours only if it runs (not a zombie: this VM's init reaps lazily) under the expected name.
 pid_alive() {
-  local pidfile=$1 name=$2 pid stat state
-  pid=$(read_pid "$pidfile")
-  [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
-  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
-  [[ "$stat" == *"($name)"* ]] || return 1
-  state=${stat##*) }
-  state=${state%% *}
-  [ "$state" != Z ] && [ "$state" != X ]
+  local pid
+  pid=$(read_pid "$1")
+  [ -n "$pid" ] && proc_alive "$pid" "$2"
 }
 
 # Same check for a bare pid (a daemon we just launched, before it writes its pid file).

@@ -201,17 +201,19 @@ class PodLogs:
             finally:
                 lock.release()
         for pod_name, files in self._persisted().items():
-            ref = self._ref(pod_name)
-            assert ref is not None
-            lines: list[str] = []
-            for f in files:
-                lines += f.read_bytes().decode("utf-8", "replace").splitlines()
-            if self.flt.tail is not None:
-                lines = list(deque(lines, maxlen=self.flt.tail)) if self.flt.tail > 0 else []
-            for line in lines:
-                out = self._fmt(ref, line)
-                if out is not None:
-                    yield out
+            yield from self._saved_lines(pod_name, files)
+
+    def _saved_lines(self, pod_name: str, files: list[Path]) -> Iterator[str]:
+        """A pod's persisted lines (its attempts in order), honouring --tail, formatted and filtered."""
+        ref = self._ref(pod_name)
+        assert ref is not None
+        lines = [ln for f in files for ln in f.read_bytes().decode("utf-8", "replace").splitlines()]
+        if self.flt.tail is not None:
+            lines = list(deque(lines, maxlen=self.flt.tail)) if self.flt.tail > 0 else []
+        for line in lines:
+            out = self._fmt(ref, line)
+            if out is not None:
+                yield out
 
     # ------------------------------------------------------------------ with follow
     def follow(self, finished: Callable[[], bool]) -> Iterator[str]:
@@ -222,17 +224,8 @@ class PodLogs:
         live_names = {p["metadata"]["name"] for p in self._live_pods()}
         # Pods that are gone: what was persisted is all there is.
         for pod_name, files in self._persisted().items():
-            if pod_name in live_names:
-                continue
-            ref = self._ref(pod_name)
-            assert ref is not None
-            lines = [ln for f in files for ln in f.read_bytes().decode("utf-8", "replace").splitlines()]
-            if self.flt.tail is not None:
-                lines = list(deque(lines, maxlen=self.flt.tail)) if self.flt.tail > 0 else []
-            for line in lines:
-                out = self._fmt(ref, line)
-                if out is not None:
-                    yield out
+            if pod_name not in live_names:
+                yield from self._saved_lines(pod_name, files)
         done_at: float | None = None
         failing_since: float | None = None
         next_poll = 0.0
