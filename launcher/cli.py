@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-if TYPE_CHECKING:
-    from launcher.registry import JobRecord, Registry
-    from launcher.specload import LoadedSpec
-    from launcher.targets.base import JobStatus, Plan
+from launcher.states import JobState
+from launcher.targets import TARGET_NAMES  # names only: no target is imported here
 
-TARGET_CHOICE = click.Choice(["local", "slurm", "k8s"])
+if TYPE_CHECKING:
+    from launcher.jobs import Jobs
+    from launcher.specload import LoadedSpec
+
+TARGET_CHOICE = click.Choice(TARGET_NAMES)
 _DEBUG = {"on": bool(os.environ.get("DDPJOB_DEBUG"))}
 
 
@@ -106,47 +108,21 @@ def _overrides(sets: tuple[str, ...], nodes: int | None, procs: str | None, name
 
 def _load(args: tuple[str, ...], overrides: list[str]) -> LoadedSpec:
     """A spec file (``SPEC``) or a bare command (``-- python train.py ...``)."""
+    from launcher import jobs
     from launcher.errors import UsageError
-    from launcher.spec import sanitize_name
-    from launcher.specload import load_spec
 
-    if not args:
-        raise UsageError("give a spec file (ddpjob submit jobs/quickstart.yaml) or a command after -- "
-                         "(ddpjob submit --nodes 2 -- python train.py)")
-    if args[0].endswith((".yaml", ".yml")):
+    if args and args[0].endswith((".yaml", ".yml")):
         if len(args) > 1:
             raise UsageError(f"extra arguments after the spec {args[0]}: {' '.join(args[1:])}; "
                              "put the command in the spec's command:, or use --set")
-        return load_spec(args[0], overrides=overrides)
-    script = next((a for a in args[1:] if not a.startswith("-")), args[0])
-    base = {"name": sanitize_name(os.path.splitext(os.path.basename(script))[0]), "command": list(args)}
-    return load_spec(None, overrides=overrides, base=base)
+        return jobs.load(args[0], overrides=overrides)
+    return jobs.load(None, command=list(args), overrides=overrides)
 
 
-def _ctx(job_id: str, run_dir: str, port: int | None) -> Any:
-    from launcher.targets.base import PlanContext
+def _jobs() -> Jobs:
+    from launcher.jobs import Jobs
 
-    return PlanContext(
-        job_id=job_id, run_dir=run_dir, port=port, cpu_count=os.cpu_count() or 1, gpu_count=_gpu_count(),
-        home=os.path.expanduser("~"), cwd=os.getcwd(), python=sys.executable,
-    )
-
-
-def _gpu_count() -> int:
-    """GPUs on this machine without importing torch: the NVIDIA device nodes, honouring CUDA_VISIBLE_DEVICES."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])
-    try:
-        return len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()])
-    except OSError:
-        return 0
-
-
-def _registry() -> Registry:
-    from launcher.registry import Registry
-
-    return Registry()
+    return Jobs()
 
 
 # --------------------------------------------------------------------------- commands
@@ -175,106 +151,42 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
     The job id is printed at once; the job runs on.
     """
     loaded = _load(args, _overrides(sets, nodes, procs_per_node, name))
-    tgt = _get_target(target)
-    reg = _registry()
-    spec = loaded.spec
-    # Plan once with a provisional id: target checks fail here, before anything is recorded.
-    provisional = f"{spec.name}-xxxxx"
-    port = spec.master_port
-    if target == "local" and port is None:
-        from launcher.targets.local import pick_port
-
-        port = pick_port(set())
-    plan = tgt.plan(loaded, _ctx(provisional, str(reg.runs_dir() / provisional), port))
+    service = _jobs()
     if dry_run:
+        plan = service.plan(loaded, target)
         click.echo(plan.render(), nl=False)
         if dry_run == "server":
-            click.echo(tgt.server_dry_run(plan))
+            click.echo(service.server_dry_run(plan))
         return
-    want_port = target == "local" and spec.master_port is None
-    from launcher.targets.local import pick_port
-
-    job_id, port = reg.reserve(spec.name, target, spec.model_dump(mode="json"), want_port=want_port,
-                               port_picker=pick_port)
-    if port is None:
-        port = spec.master_port
-    from launcher.states import JobState
-
-    try:
-        plan = tgt.plan(loaded, _ctx(job_id, str(reg.runs_dir() / job_id), port))
-        handle = tgt.submit(plan)
-    except BaseException as e:
-        reg.update_state(job_id, JobState.FAILED, f"submit failed: {e}")
-        raise
-    reg.record_handle(job_id, handle)
+    done = service.submit(loaded, target)
+    job_id, plan = done.job_id, done.plan
     if quiet:
         click.echo(job_id)
     else:
-        click.echo(f"Submitted {job_id} to {target}: {_shape(plan)}")
+        click.echo(f"Submitted {job_id} to {target}: {plan.shape()}")
         click.echo(f"  run dir: {plan.run_dir}")
-        if handle.get("job_dir"):
-            click.echo(f"  job dir: {handle['job_dir']}  (scripts, node logs and outputs on the cluster)")
+        job_dir = getattr(done.handle, "job_dir", None)
+        if job_dir:
+            click.echo(f"  job dir: {job_dir}  (scripts, node logs and outputs on the cluster)")
         if not follow:
             click.echo(f"  follow:  ddpjob logs {job_id} -f")
             click.echo(f"  status:  ddpjob status {job_id}")
     if follow:
-        sys.exit(_follow_to_end(reg, job_id))
+        sys.exit(_follow_to_end(service, job_id))
 
 
-def _shape(plan: Plan) -> str:
-    p = plan.payload
-    nodes = p.get("nodes", "?")
-    procs = p.get("procs_per_node", "?")
-    runs = len(p.get("elements", [])) or 1
-    text = f"{nodes} node(s) x {procs} process(es)"
-    if runs > 1:
-        text += f", {runs} runs (sweep)"
-    if plan.port:
-        text += f", rendezvous port {plan.port}"
-    return text
-
-
-def _get_target(name: str) -> Any:
-    from launcher.targets import get_target
-
-    return get_target(name)
-
-
-def _refresh(reg: Registry, rec: JobRecord) -> tuple[JobRecord, JobStatus | None]:
-    """Ask the target for the job's status and store it; terminal records are final."""
-    from launcher.states import JobState
-    from launcher.targets.base import JobStatus
-
-    if rec.handle is None:
-        age = time.time() - rec.created_at
-        if rec.state.terminal:
-            return rec, None
-        msg = "submission did not complete: no handle was recorded"
-        if age > 120:
-            reg.update_state(rec.id, JobState.FAILED, msg + " (the submitting process stopped)")
-            return reg.get(rec.id), None
-        return rec, JobStatus(JobState.PENDING, "being submitted")
-    st = _get_target(rec.target).status(rec.handle)
-    if not rec.state.terminal:
-        reg.update_state(rec.id, st.state, st.message)
-        rec = reg.get(rec.id)
-    return rec, st
-
-
-def _follow_to_end(reg: Registry, job_id: str, flt: Any = None) -> int:
+def _follow_to_end(service: Jobs, job_id: str, flt: Any = None) -> int:
     from launcher.targets.base import LogFilter
 
-    rec = reg.get(job_id)
-    tgt = _get_target(rec.target)
     try:
-        for line in tgt.logs(rec.handle, flt or LogFilter(), follow=True):
+        for line in service.logs(job_id, flt or LogFilter(), follow=True):
             click.echo(line)
-        rec, st = _refresh(reg, reg.get(job_id))
+        rec, _ = service.refresh(job_id)
     except KeyboardInterrupt:
         click.echo(f"\nStopped following; {job_id} keeps running. Cancel it with: ddpjob cancel {job_id}", err=True)
         return 130
-    click.echo(f"{job_id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""), err=True)
-    return 0 if rec.state.value == "SUCCEEDED" else 1
+    click.echo(f"{rec.id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""), err=True)
+    return 0 if rec.state is JobState.SUCCEEDED else 1
 
 
 @cli.command()
@@ -285,18 +197,15 @@ def render(spec_file: str, target: str, nodes: int | None, procs_per_node: str |
            sets: tuple[str, ...]) -> None:
     """Print exactly what would be submitted (torchrun lines, sbatch script, PyTorchJob); touch nothing.
 
+    The job id is shown as <name>-xxxxx and, locally, the rendezvous port as <port>: both are
+    chosen at submit.
+
     \b
     Example:
       ddpjob render jobs/cifar.yaml --target k8s --nodes 4
     """
     loaded = _load((spec_file,), _overrides(sets, nodes, procs_per_node, name))
-    tgt = _get_target(target)
-    from launcher.registry import ddpjob_home
-
-    job_id = f"{loaded.spec.name}-xxxxx"
-    port = loaded.spec.master_port or (29500 if target == "local" else None)
-    plan = tgt.plan(loaded, _ctx(job_id, str(ddpjob_home() / "runs" / job_id), port))
-    click.echo(plan.render(), nl=False)
+    click.echo(_jobs().plan(loaded, target).render(), nl=False)
 
 
 @cli.command()
@@ -310,21 +219,21 @@ def validate(spec_files: tuple[str, ...], target: str | None) -> None:
     Example:
       ddpjob validate jobs/*.yaml --target k8s
     """
+    import math
+
     from launcher.errors import SpecError
-    from launcher.spec import expand
 
     bad = 0
+    service = _jobs()
     for f in spec_files:
         try:
             loaded = _load((f,), [])
-            if target:
-                job_id = f"{loaded.spec.name}-xxxxx"
-                _get_target(target).plan(loaded, _ctx(job_id, f"/tmp/ddpjob-validate/{job_id}", loaded.spec.master_port or 29500))
+            plan = service.plan(loaded, target) if target else None
         except SpecError as e:
             bad += 1
             click.echo(e.render(), err=True)
             continue
-        runs = len(expand(loaded.spec, job_id="x", output_root="x"))
+        runs = plan.runs if plan else math.prod(len(v) for v in loaded.spec.sweep.values())
         click.echo(f"{f}: ok ({loaded.spec.nodes} node(s), {runs} run(s)" + (f", {target} checks passed)" if target else ")"))
     if bad:
         sys.exit(2)
@@ -355,8 +264,7 @@ def status(job_id: str, output: str) -> None:
     """Show a job's state, each run's nodes and exit codes, and the root cause of a failure."""
     import json
 
-    reg = _registry()
-    rec, st = _refresh(reg, reg.get(job_id))
+    rec, st = _jobs().refresh(job_id)
     if output == "json":
         data = rec.to_json()
         data["status"] = st.to_json() if st else None
@@ -385,6 +293,7 @@ def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
+
 @cli.command(name="list")
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--limit", type=int, default=50, show_default=True, help="Newest N jobs (0: all).")
@@ -394,22 +303,7 @@ def list_(output: str, limit: int, target: str | None) -> None:
     """List jobs, newest first (states of unfinished jobs are refreshed)."""
     import json
 
-    from launcher.errors import DdpjobError
-
-    reg = _registry()
-    records = reg.list(limit=limit or None, target=target)
-    live: dict[str, dict[str, dict[str, Any]]] = {}
-    for rec in records:
-        if not rec.state.terminal and rec.handle is not None:
-            live.setdefault(rec.target, {})[rec.id] = rec.handle
-    for tname, handles in live.items():
-        try:
-            statuses = _get_target(tname).status_many(handles)  # one batched query per target
-        except DdpjobError:
-            continue  # target unreachable from here: show what was last known
-        for job_id, st in statuses.items():
-            reg.update_state(job_id, st.state, st.message)
-    fresh = [reg.get(r.id) if r.id in live.get(r.target, {}) else r for r in records]
+    fresh = _jobs().list_jobs(limit=limit or None, target=target)
     if output == "json":
         click.echo(json.dumps([r.to_json() for r in fresh], indent=2, sort_keys=True))
         return
@@ -443,15 +337,12 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
     """
     from launcher.targets.base import LogFilter
 
-    reg = _registry()
-    rec = reg.get(job_id)
+    service = _jobs()
     flt = LogFilter(task=task, node=node, rank=rank, tail=tail)
-    if rec.handle is None:
-        _fail(f"{job_id} has no logs: its submission did not complete ({rec.message or rec.state.value})", 1)
     if follow:
-        code = _follow_to_end(reg, job_id, flt)
+        code = _follow_to_end(service, job_id, flt)
         sys.exit(0 if code in (0, 1) else code)
-    for line in _get_target(rec.target).logs(rec.handle, flt, follow=False):
+    for line in service.logs(job_id, flt, follow=False):
         click.echo(line)
 
 
@@ -467,31 +358,17 @@ def cancel(job_id: str, task: int | None) -> None:
       ddpjob cancel ID
       ddpjob cancel ID --task 2     # one element of a sweep (Slurm)
     """
-    from launcher.errors import UsageError
-    from launcher.states import JobState
+    from launcher.jobs import Cancelled
 
-    reg = _registry()
-    rec = reg.get(job_id)
-    if rec.state.terminal:
-        click.echo(f"{job_id} already ended: {rec.state.value}")
-        return
-    if rec.handle is not None:
-        rec, _ = _refresh(reg, rec)
-        if rec.state.terminal:
-            click.echo(f"{job_id} already ended: {rec.state.value}")
-            return
-        tgt = _get_target(rec.target)
-        if task is not None:
-            if not hasattr(tgt, "cancel_task"):
-                raise UsageError(f"--task is not supported by the {rec.target} target; cancel the whole job")
-            tgt.cancel_task(rec.handle, task)
-            click.echo(f"{job_id}: task {task} cancelled; the other tasks go on")
-            return
-        tgt.cancel(rec.handle)
-    elif task is not None:
-        raise UsageError(f"{job_id} has no tasks to cancel: its submission did not complete")
-    reg.update_state(job_id, JobState.CANCELLED, "cancelled by user")
-    click.echo(f"{job_id}: CANCELLED")
+    service = _jobs()
+    result = service.cancel(job_id, task)
+    rec = service.get(job_id)
+    if result is Cancelled.ALREADY_ENDED:
+        click.echo(f"{rec.id} already ended: {rec.state.value}")
+    elif result is Cancelled.TASK_CANCELLED:
+        click.echo(f"{rec.id}: task {task} cancelled; the other tasks go on")
+    else:
+        click.echo(f"{rec.id}: CANCELLED")
 
 
 @cli.command()
@@ -500,21 +377,9 @@ def cancel(job_id: str, task: int | None) -> None:
 @_guard
 def wait(job_id: str, timeout: float | None) -> None:
     """Wait until a job ends. Exit 0 only if it SUCCEEDED, 1 otherwise."""
-    from launcher.errors import WaitTimeout
-
-    reg = _registry()
-    start = time.monotonic()
-    delay = 0.2
-    while True:
-        rec, _ = _refresh(reg, reg.get(job_id))
-        if rec.state.terminal:
-            click.echo(f"{job_id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""))
-            sys.exit(0 if rec.state.value == "SUCCEEDED" else 1)
-        if timeout is not None and time.monotonic() - start >= timeout:
-            raise WaitTimeout(f"{job_id} is still {rec.state.value} after {timeout:g}s; it keeps running")
-        sleep = delay if timeout is None else min(delay, max(0.0, timeout - (time.monotonic() - start)))
-        time.sleep(sleep)
-        delay = min(delay * 1.5, 5.0)  # poll politely: back off to one query every 5 s
+    rec = _jobs().wait(job_id, timeout)
+    click.echo(f"{rec.id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""))
+    sys.exit(0 if rec.state is JobState.SUCCEEDED else 1)
 
 
 def main() -> None:

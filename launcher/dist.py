@@ -1,31 +1,15 @@
-"""The one place where rendezvous and NCCL/Gloo environment are decided for each target.
+"""The one place where the processes' NCCL/Gloo and threading environment is decided.
 
-Pure functions of (spec, target, context). Precedence, lowest first: target defaults, the spec's
-``nccl:`` section, the spec's ``env:``. ddpjob never sets what torchrun computes per process
-(RANK, LOCAL_RANK, WORLD_SIZE, ...): torchrun sets those for every worker it starts.
+Pure functions of the spec and what the target declares (its NCCL/Gloo defaults, its cores per
+node). Precedence, lowest first: the target's defaults, the spec's ``nccl:`` section, the spec's
+``env:``. Each target keeps its own rendezvous rule (local: a reserved free port; Slurm: derived
+from the job id inside the job; Kubernetes: what the operator injects). ddpjob never sets what
+torchrun computes per process (RANK, LOCAL_RANK, WORLD_SIZE, ...).
 """
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass
-from typing import Literal
-
 from launcher.spec import JobSpec
-
-TargetName = Literal["local", "slurm", "k8s"]
-
-# Kubernetes: the operator injects MASTER_ADDR/PORT from the Master's port named pytorchjob-port.
-K8S_DEFAULT_PORT = 29500
-# Slurm: ports derived from the job id fall in this range (below the usual ephemeral range 32768+).
-SLURM_PORT_BASE = 20000
-SLURM_PORT_SPAN = 10000
-
-_NCCL_DEFAULTS: dict[str, dict[str, str]] = {
-    "local": {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "WARN"},
-    "slurm": {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"},
-    "k8s": {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"},
-}
 
 
 def resolve_procs_per_node(spec: JobSpec, gpus_per_node: int) -> int:
@@ -46,11 +30,9 @@ def omp_threads(cpus_per_node: int | None, procs_per_node: int) -> int:
     return max(1, cpus_per_node // max(1, procs_per_node))
 
 
-def nccl_env(spec: JobSpec, target: TargetName, *, rdma: bool = False) -> dict[str, str]:
-    """NCCL/Gloo variables for ``target``: target defaults, then the spec's ``nccl:`` section."""
-    env = dict(_NCCL_DEFAULTS[target])
-    if target == "k8s" and rdma:
-        env["NCCL_IB_DISABLE"] = "0"
+def nccl_env(spec: JobSpec, defaults: dict[str, str]) -> dict[str, str]:
+    """NCCL/Gloo variables: the target's ``defaults``, then the spec's ``nccl:`` section."""
+    env = dict(defaults)
     n = spec.nccl
     if n.debug is not None:
         env["NCCL_DEBUG"] = n.debug
@@ -65,55 +47,22 @@ def nccl_env(spec: JobSpec, target: TargetName, *, rdma: bool = False) -> dict[s
 
 def process_env(
     spec: JobSpec,
-    target: TargetName,
+    defaults: dict[str, str],
     *,
     cpus_per_node: int | None,
     procs_per_node: int,
     omp_override: int | None = None,
-    rdma: bool = False,
 ) -> dict[str, str]:
     """Every variable ddpjob adds for the processes of one node, user values winning.
 
     Args:
+        defaults: the target's NCCL/Gloo defaults (each target declares its own).
         cpus_per_node: cores one node may use (None: unknown, OMP_NUM_THREADS=1 as torchrun does).
         procs_per_node: resolved processes per node.
         omp_override: an explicit OMP_NUM_THREADS (e.g. ``local.omp_num_threads``).
     """
-    env = nccl_env(spec, target, rdma=rdma)
+    env = nccl_env(spec, defaults)
     env["OMP_NUM_THREADS"] = str(omp_override or omp_threads(cpus_per_node, procs_per_node))
     env["PYTHONUNBUFFERED"] = "1"
     env.update(spec.env)
     return env
-
-
-@dataclass(frozen=True)
-class Rendezvous:
-    """Where torchrun agents meet. ``addr`` may be a shell expression resolved inside a Slurm job."""
-
-    addr: str
-    port: int
-
-
-def local_rendezvous(spec: JobSpec, free_port: int) -> Rendezvous:
-    """Local: loopback, the spec's port or one free at submit time (chosen by the registry)."""
-    return Rendezvous("127.0.0.1", spec.master_port or free_port)
-
-
-def slurm_port(job_id: int | str, array_index: int | str | None = None) -> int:
-    """A port derived from the Slurm job id (and array index) so concurrent jobs do not collide.
-
-    Consecutive job ids map to consecutive ports; array elements are spread by a hash so that
-    element k of job j and element 0 of job j+k do not meet.
-    """
-    key = f"{job_id}" if array_index in (None, "") else f"{job_id}_{array_index}"
-    try:
-        base = int(job_id)
-    except (TypeError, ValueError):
-        base = zlib.crc32(str(job_id).encode())
-    offset = base if array_index in (None, "") else base + zlib.crc32(key.encode())
-    return SLURM_PORT_BASE + offset % SLURM_PORT_SPAN
-
-
-def k8s_port(spec: JobSpec) -> int:
-    """Kubernetes: every pod has its own network namespace, so a fixed port never clashes."""
-    return spec.master_port or K8S_DEFAULT_PORT

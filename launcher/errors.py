@@ -148,6 +148,12 @@ class TargetError(DdpjobError):
     exit_code = 3
 
 
+class NotSubmitted(DdpjobError):
+    """The job was reserved but its submission did not complete: it has no logs or tasks."""
+
+    exit_code = 1
+
+
 class WaitTimeout(DdpjobError):
     """``wait --timeout`` ran out before the job ended; the job keeps running."""
 

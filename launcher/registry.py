@@ -13,7 +13,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,22 +116,23 @@ class Registry:
         target: str,
         spec: dict[str, Any],
         *,
-        want_port: bool = False,
-        port_picker: Any = None,
+        port: int | None = None,
+        port_picker: Callable[[set[int]], int] | None = None,
     ) -> tuple[str, int | None]:
-        """Phase one: insert a PENDING job with a new id (and, locally, a port no live job uses).
+        """Phase one: insert a PENDING job with a new id (and, for targets that need one, a port).
 
         Args:
-            want_port: pick a rendezvous port inside the same transaction, so two submits at the
-                same moment never get the same one.
-            port_picker: ``callable(busy: set[int]) -> int`` returning a port free on this machine.
+            port: a port the job will use (the spec's ``master_port``), recorded so that other jobs
+                of this machine avoid it.
+            port_picker: returns a port free on this machine and not in the ports of live jobs it is
+                given; called inside the same transaction as the insert, so two submits at the same
+                moment never get the same port.
         Returns:
-            (job id, port or None).
+            (job id, the port recorded or None).
         """
         now = time.time()
         with self._connect(write=True) as conn:
-            port = None
-            if want_port:
+            if port is None and port_picker is not None:
                 busy = {
                     r[0]
                     for r in conn.execute(
@@ -155,9 +156,10 @@ class Registry:
                     continue
         raise RuntimeError("could not allocate a unique job id after 20 tries")
 
-    def set_spec(self, job_id: str, spec: dict[str, Any]) -> None:
+    def release(self, job_id: str) -> None:
+        """Take back a reservation that was never submitted (its plan failed): no trace is left."""
         with self._connect(write=True) as conn:
-            conn.execute("UPDATE jobs SET spec_json = :spec WHERE id = :id", {"spec": json.dumps(spec, sort_keys=True), "id": job_id})
+            conn.execute("DELETE FROM jobs WHERE id = :id AND handle_json IS NULL", {"id": job_id})
 
     def record_handle(self, job_id: str, handle: dict[str, Any]) -> None:
         """Phase two: what the target returned, so later shells can find the job."""

@@ -11,30 +11,18 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, create_model, field_validator
 
 from launcher.errors import Issue
-from launcher.spec_k8s import K8sOptions
-from launcher.spec_slurm import SlurmOptions
+from launcher.quantity import QuantityError, parse_memory
+from launcher.specfields import ENV_NAME_RE, is_reserved_env, no_control
 
 NAME_MAX = 40
 # DNS-1035 label: what Kubernetes requires of service names, and a safe job name everywhere else.
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 NCCL_EXTRA_RE = re.compile(r"^(NCCL|TORCH_NCCL|GLOO|TORCH_DISTRIBUTED)_[A-Z0-9_]+$")
-QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 PLACEHOLDER_RE = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 
-# Variables torchrun (or the launcher, per target) computes itself. A user value would be wrong on
-# every node but one, so the spec refuses them instead of letting them win.
-RESERVED_ENV = frozenset(
-    {
-        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-        "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-        "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_JOB_ID",
-        "DDPJOB_OUTPUT_DIR",
-    }
-)
 # Values the placeholders in ``command`` and ``env`` may use besides the sweep parameters.
 BUILTIN_PLACEHOLDERS = ("job_id", "sweep_index", "output_dir")
 
@@ -44,7 +32,7 @@ Scalar = Union[StrictInt, float, bool, str]
 def _env_name(key: str) -> str:
     if not ENV_NAME_RE.match(key):
         raise ValueError(f"{key!r} is not a valid variable name (letters, digits, '_'; not starting with a digit)")
-    if key in RESERVED_ENV or key.startswith("PET_"):
+    if is_reserved_env(key):
         raise ValueError(
             f"{key} is computed by torchrun/ddpjob for each process and cannot be set "
             "(use master_port: to choose the rendezvous port)"
@@ -53,7 +41,7 @@ def _env_name(key: str) -> str:
 
 
 def _single_line(value: str) -> str:
-    return _no_control(value, "the value")
+    return no_control(value, "the value")
 
 
 def _unique_values(values: list[Any]) -> list[Any]:
@@ -62,7 +50,7 @@ def _unique_values(values: list[Any]) -> list[Any]:
         text = format_value(value)
         if text in seen:
             raise ValueError(f"{text!r} is listed twice; each value must be unique")
-        _no_control(text, "a value")
+        no_control(text, "a value")
         seen.add(text)
     return values
 
@@ -83,14 +71,6 @@ EnvName = Annotated[str, AfterValidator(_env_name)]
 EnvValue = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_single_line)]
 SweepValues = Annotated[list[Scalar], Field(min_length=1), AfterValidator(_unique_values)]
 SweepKey = Annotated[str, AfterValidator(_sweep_key)]
-
-
-def _no_control(value: str, what: str) -> str:
-    if "\x00" in value:
-        raise ValueError(f"{what} contains a NUL byte, which no process argument or variable can hold")
-    if "\n" in value or "\r" in value:
-        raise ValueError(f"{what} contains a line break; put multi-line content in a file and pass its path")
-    return value
 
 
 def sanitize_name(text: str) -> str:
@@ -141,7 +121,7 @@ class NcclOptions(BaseModel):
                 raise ValueError(
                     f"{key!r} is not an NCCL/Gloo variable; put other variables under env:"
                 )
-            _no_control(value, f"value of {key}")
+            no_control(value, f"value of {key}")
         return v
 
 
@@ -154,7 +134,8 @@ class Resources(BaseModel):
         None, ge=1, description="CPU cores per node (a whole number). Also sets OMP_NUM_THREADS per process."
     )
     gpus: StrictInt = Field(0, ge=0, description="GPUs per node (nvidia.com/gpu on Kubernetes, --gpus-per-node on Slurm).")
-    memory: str | None = Field(None, description="Memory per node as a quantity, e.g. '16Gi'.")
+    memory: str | None = Field(
+        None, description="Memory per node as a Kubernetes quantity, e.g. '16Gi' (binary) or '16G' (decimal).")
     shm: str = Field(
         "2Gi",
         description="Size of /dev/shm (Kubernetes mounts a memory emptyDir; containers default to 64 MB, "
@@ -164,26 +145,19 @@ class Resources(BaseModel):
     @field_validator("memory", "shm")
     @classmethod
     def _quantity(cls, v: str | None) -> str | None:
-        if v is not None and not QUANTITY_RE.match(str(v)):
-            raise ValueError("must be a quantity such as '512Mi', '16Gi' or '2G'")
+        if v is not None:
+            try:
+                parse_memory(v, "quantity")
+            except QuantityError as e:
+                raise ValueError(str(e)) from None
         return v
 
 
-class LocalOptions(BaseModel):
-    """Options for ``--target local`` (torchrun agents on this machine, one per simulated node)."""
+class JobSpecBase(BaseModel):
+    """A ddpjob job spec. Every field is optional except ``name`` and ``command``.
 
-    model_config = ConfigDict(extra="forbid")
-
-    stop_on_failure: bool = Field(
-        False, description="For sweeps: stop at the first failed element instead of running the rest."
-    )
-    omp_num_threads: StrictInt | None = Field(
-        None, ge=1, description="OMP_NUM_THREADS per process. Default: this machine's cores / all local processes."
-    )
-
-
-class JobSpec(BaseModel):
-    """A ddpjob job spec. Every field is optional except ``name`` and ``command``."""
+    The per-target sections (``local:``, ``slurm:``, ``k8s:``) are added by ``_with_target_sections``
+    from the targets' own options models, so a new target brings its section with it."""
 
     model_config = ConfigDict(extra="forbid", title="ddpjob job spec")
 
@@ -236,9 +210,6 @@ class JobSpec(BaseModel):
         "May contain {job_id}. Default: the job's run directory locally, the Slurm folder on Slurm, "
         "/workspace/outputs/<job id> on Kubernetes.",
     )
-    local: LocalOptions = Field(default_factory=LocalOptions, description="Options for --target local.")
-    slurm: SlurmOptions = Field(default_factory=SlurmOptions, description="Options for --target slurm.")
-    k8s: K8sOptions = Field(default_factory=K8sOptions, description="Options for --target k8s.")
 
     @field_validator("name")
     @classmethod
@@ -258,8 +229,22 @@ class JobSpec(BaseModel):
         return v
 
 
+def _with_target_sections(base: type[JobSpecBase]) -> type[JobSpecBase]:
+    """``JobSpec``: the common fields plus one section per registered target, validated as part of
+    every spec (a typo in ``k8s:`` is found even when running locally)."""
+    from launcher.targets import TARGETS, options_model
 
-def check_placeholders(spec: JobSpec) -> list[Issue]:
+    sections: dict[str, Any] = {}
+    for name, entry in TARGETS.items():
+        model = options_model(name)
+        sections[name] = (model, Field(default_factory=model, description=entry.summary))
+    return create_model("JobSpec", __base__=base, __doc__=base.__doc__, **sections)
+
+
+JobSpec = _with_target_sections(JobSpecBase)
+
+
+def check_placeholders(spec: JobSpecBase) -> list[Issue]:
     """Every ``{name}`` must be a sweep parameter or a built-in, and every sweep parameter used."""
     known = set(spec.sweep) | set(BUILTIN_PLACEHOLDERS)
     used: set[str] = set()
@@ -327,7 +312,7 @@ class SweepElement:
     output_dir: str
 
 
-def expand(spec: JobSpec, *, job_id: str, output_root: str) -> list[SweepElement]:
+def expand(spec: JobSpecBase, *, job_id: str, output_root: str) -> list[SweepElement]:
     """The runs of a job, in a stable order (the cartesian product of ``sweep``, last key fastest).
 
     Each element gets its own output folder: ``output_root`` itself without a sweep, else

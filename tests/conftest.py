@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,13 +15,21 @@ REPO = Path(__file__).resolve().parents[1]
 # Shared test helpers (tests/goldens.py) import by name from any test directory.
 sys.path.insert(0, str(Path(__file__).parent))
 
+from testkit import stop_leftovers  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
-def ddpjob_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own registry, so nothing touches the user's ~/.ddpjob."""
+def ddpjob_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test gets its own registry, so nothing touches the user's ~/.ddpjob. Afterwards, any
+    process the test left running (found by this home in its environment: supervisors, torchrun
+    agents, workers) is stopped, so a failed test cannot leave sleepers behind."""
     home = tmp_path_factory.mktemp("ddpjob-home")
     monkeypatch.setenv("DDPJOB_HOME", str(home))
-    return home
+    yield home
+    left, survivors = stop_leftovers(home)
+    if left:
+        warnings.warn(f"stopped processes {left} this test left running"
+                      + (f"; {survivors} survived SIGKILL" if survivors else ""), stacklevel=1)
 
 
 @pytest.fixture

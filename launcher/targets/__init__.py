@@ -1,30 +1,65 @@
-"""Targets: where a job runs. Each module is imported only when its target is used."""
+"""Targets: where a job runs. The one place where target names are declared.
+
+Each target is a package ``launcher/targets/<name>/`` holding its spec section (``options.py``,
+a pydantic model that becomes the spec's ``<name>:`` field), its plan/render, submit, status and
+logs (``target.py``). This module holds only strings, so that importing it (the CLI does, for
+``--target``) costs nothing; a target's modules are imported when that target is used.
+
+Adding a target: write the package, then add one line to ``TARGETS`` below.
+"""
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
-
-from launcher.errors import TargetUnavailable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from launcher.targets.base import Target
 
-TARGETS = ("local", "slurm", "k8s")
-_MODULES = {"local": ("launcher.targets.local", "LocalTarget"),
-            "slurm": ("launcher.targets.slurm", "SlurmTarget"),
-            "k8s": ("launcher.targets.k8s", "KubernetesTarget")}
+
+@dataclass(frozen=True)
+class TargetEntry:
+    """How to find one target: its Target class and its spec section's options model."""
+
+    target: str  # "module:Class"
+    options: str  # "module:Model", the spec's ``<name>:`` section
+    summary: str  # one line for --help and the schema
+
+
+TARGETS: dict[str, TargetEntry] = {
+    "local": TargetEntry("launcher.targets.local.target:LocalTarget", "launcher.targets.local.options:LocalOptions",
+                         "Options for --target local (torchrun agents on this machine)."),
+    "slurm": TargetEntry("launcher.targets.slurm.target:SlurmTarget", "launcher.targets.slurm.options:SlurmOptions",
+                         "Options for --target slurm."),
+    "k8s": TargetEntry("launcher.targets.k8s.target:KubernetesTarget", "launcher.targets.k8s.options:K8sOptions",
+                       "Options for --target k8s."),
+}
+TARGET_NAMES: tuple[str, ...] = tuple(TARGETS)
+
+
+def _load(ref: str) -> Any:
+    module_name, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def options_model(name: str) -> Any:
+    """The pydantic model of the spec section of target ``name`` (imports only that module)."""
+    return _load(TARGETS[name].options)
 
 
 def get_target(name: str) -> Target:
     """The target called ``name``; raises ``TargetUnavailable`` if it cannot be loaded here."""
-    if name not in _MODULES:
-        raise TargetUnavailable(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}")
-    module_name, cls_name = _MODULES[name]
+    from launcher.errors import TargetUnavailable
+
+    entry = TARGETS.get(name)
+    if entry is None:
+        raise TargetUnavailable(f"unknown target {name!r}; choose one of {', '.join(TARGET_NAMES)}")
+    module_name = entry.target.partition(":")[0]
     try:
-        module = importlib.import_module(module_name)
+        cls = _load(entry.target)
     except ModuleNotFoundError as e:
         if e.name == module_name:
             raise TargetUnavailable(f"the {name} target is not part of this installation") from e
         raise
-    return getattr(module, cls_name)()
+    return cls()

@@ -2,7 +2,8 @@
 
 ``plan(spec, ctx) -> Plan`` is pure: no I/O, no cluster calls, deterministic given the context.
 What ``Plan.render()`` prints (``ddpjob render``, ``submit --dry-run``) is exactly what
-``submit(plan)`` hands to the scheduler.
+``submit(plan)`` hands to the scheduler. ``submit`` returns the target's ``Handle`` (a dataclass
+stored as JSON in the registry); ``status``, ``logs``, ``cancel`` and ``cancel_task`` take it back.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher.specload import LoadedSpec
-from launcher.states import JobState
+from launcher.states import JobState, combine
+from launcher.targets.shared.files import from_json, to_json
+
+if TYPE_CHECKING:
+    from launcher.specload import LoadedSpec
 
 
 @dataclass(frozen=True)
@@ -23,11 +27,14 @@ class PlanContext:
     Attributes:
         job_id: the registry id (also the Kubernetes name, the Slurm job name).
         run_dir: the job's local directory (logs, state, plan).
-        port: a rendezvous port chosen at submit time (local target), else None.
+        port: the rendezvous port reserved at submit time for targets that pick one (local);
+            None when it is not chosen yet (``render``, ``--dry-run``): the plan then says so.
         cpu_count: cores of this machine (local OMP_NUM_THREADS).
         gpu_count: GPUs of this machine (local ``procs_per_node: auto``).
         home: the user's home (Slurm's default folder); ``cwd``: where ddpjob was run.
         python: the interpreter that runs torchrun locally.
+        inputs: what the target read from outside before planning (``Target.inputs``), e.g. the
+            CRD to validate against; part of the plan's input, never read inside ``plan``.
     """
 
     job_id: str
@@ -38,23 +45,46 @@ class PlanContext:
     home: str = "/home/user"
     cwd: str = "/work"
     python: str = "python3"
-    extra: dict[str, Any] = field(default_factory=dict)
+    inputs: Any = None
+
+
+@dataclass
+class Handle:
+    """What a target needs to find a submitted job again; each target adds its own fields."""
+
+    job_id: str
+    run_dir: str
+
+    def to_json(self) -> dict[str, Any]:
+        return to_json(self)
 
 
 @dataclass
 class Plan:
-    """A printable, submittable request. ``payload`` is target-specific and JSON-serialisable."""
+    """A printable, submittable request. ``payload`` is the target's own typed request."""
 
     target: str
     job_id: str
     name: str
     run_dir: str
     text: str
-    payload: dict[str, Any]
+    payload: Any
+    nodes: int
+    procs_per_node: int
+    runs: int = 1
     port: int | None = None
 
     def render(self) -> str:
         return self.text
+
+    def shape(self) -> str:
+        """``2 node(s) x 1 process(es), 4 runs (sweep), rendezvous port 23456``."""
+        text = f"{self.nodes} node(s) x {self.procs_per_node} process(es)"
+        if self.runs > 1:
+            text += f", {self.runs} runs (sweep)"
+        if self.port:
+            text += f", rendezvous port {self.port}"
+        return text
 
 
 @dataclass
@@ -91,6 +121,22 @@ class JobStatus:
         }
 
 
+def summarize(tasks: list[TaskStatus]) -> tuple[JobState, str]:
+    """The state and message of a job from its runs: one run speaks for itself; a sweep gets
+    counts per state and the first failure, e.g. ``2 succeeded, 1 failed; task 1: <cause>``."""
+    state = combine([t.state for t in tasks])
+    if len(tasks) == 1:
+        return state, tasks[0].message
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[t.state.value] = counts.get(t.state.value, 0) + 1
+    message = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
+    failed = next((t for t in tasks if t.state == JobState.FAILED), None)
+    if failed is not None:
+        message += f"; task {failed.index}: {failed.message}"
+    return state, message
+
+
 @dataclass(frozen=True)
 class LogFilter:
     """Which lines ``logs`` yields. None means all."""
@@ -102,24 +148,39 @@ class LogFilter:
 
 
 class Target(abc.ABC):
-    """One execution backend. Implementations import heavy clients lazily, inside methods."""
+    """One execution backend. Implementations import heavy clients lazily, inside methods.
 
-    name: str
+    Class attributes:
+        name: the name in ``launcher.targets.TARGETS``.
+        handle_type: the target's ``Handle`` dataclass.
+        picks_port: the service reserves a rendezvous port (``pick_port``) with the job id, in one
+            registry transaction, so jobs submitted at the same moment never share one.
+    """
+
+    name: ClassVar[str]
+    handle_type: ClassVar[type[Handle]] = Handle
+    picks_port: ClassVar[bool] = False
+
+    def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
+        """What ``plan`` needs from outside ddpjob, read once before planning and passed in
+        ``PlanContext.inputs`` (e.g. a scheduler's schema). ``online``: submitting, so the
+        scheduler may be asked; offline (render, validate, --dry-run) only local copies are used."""
+        return None
 
     @abc.abstractmethod
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
         """Build the request. Pure; raises ``SpecError`` (via ``loaded.error``) for target-specific problems."""
 
     @abc.abstractmethod
-    def submit(self, plan: Plan) -> dict[str, Any]:
-        """Hand ``plan`` to the scheduler; return the handle (JSON-serialisable) stored in the registry."""
+    def submit(self, plan: Plan) -> Handle:
+        """Hand ``plan`` to the scheduler; return the handle stored in the registry."""
 
     @abc.abstractmethod
-    def status(self, handle: dict[str, Any]) -> JobStatus:
+    def status(self, handle: Any) -> JobStatus:
         """Current state, per task and node, with the root cause of a failure when known."""
 
     @abc.abstractmethod
-    def logs(self, handle: dict[str, Any], flt: LogFilter, follow: bool = False) -> Iterator[str]:
+    def logs(self, handle: Any, flt: LogFilter, follow: bool = False) -> Iterator[str]:
         """Lines of output, each prefixed with where it came from (task, node, rank).
 
         Contract (every target):
@@ -133,10 +194,16 @@ class Target(abc.ABC):
         """
 
     @abc.abstractmethod
-    def cancel(self, handle: dict[str, Any]) -> None:
+    def cancel(self, handle: Any) -> None:
         """Stop the job and everything it started. Safe to repeat; a finished job is left as it is."""
 
-    def status_many(self, handles: dict[str, dict[str, Any]]) -> dict[str, JobStatus]:
+    def cancel_task(self, handle: Any, index: int) -> None:
+        """Stop one run of a sweep; the others go on. Targets that can do this override it."""
+        from launcher.errors import UsageError
+
+        raise UsageError(f"--task is not supported by the {self.name} target; cancel the whole job")
+
+    def status_many(self, handles: dict[str, Any]) -> dict[str, JobStatus]:
         """Status of several jobs (``ddpjob list``). Targets with a batch query override this
         to ask once for all jobs instead of once per job."""
         return {job_id: self.status(h) for job_id, h in handles.items()}
@@ -146,3 +213,11 @@ class Target(abc.ABC):
         from launcher.errors import UsageError
 
         raise UsageError(f"--dry-run=server is not supported by the {self.name} target; use --dry-run")
+
+    def pick_port(self, busy: set[int]) -> int:
+        """A free rendezvous port not in ``busy`` (only for targets with ``picks_port``)."""
+        raise NotImplementedError
+
+    def load_handle(self, data: dict[str, Any]) -> Handle:
+        """The handle stored in the registry as JSON, back as this target's dataclass."""
+        return from_json(self.handle_type, data)

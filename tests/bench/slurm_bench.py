@@ -8,7 +8,7 @@ Measures, against a running Slurm (e.g. ``slurm/cluster.sh``; Slurm commands on 
   plain submitit running the same program;
 - a 10-element array the same way (ddpjob: a sweep; submitit: ``map_array``).
 
-Both sides are observed with the same query (``launcher.targets.slurm_query.query``, polled every
+Both sides are observed with the same query (``launcher.targets.slurm.query.query``, polled every
 0.25 s), so the numbers compare the submission paths, not the pollers. ddpjob's runs go through
 torchrun (one agent per node), which costs a Python + torch import per node that plain submitit
 running ``true`` does not pay. So plain submitit is measured twice: running ``true`` (the floor) and
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from launcher.states import JobState  # noqa: E402
-from launcher.targets.slurm_query import map_state, query  # noqa: E402
+from launcher.targets.slurm.query import map_state, query  # noqa: E402
 
 
 def _times(job_id: str, elements: list[str], t0: float, timeout: float = 600) -> dict[str, float]:
@@ -68,7 +68,7 @@ def bench_render(env: dict[str, str]) -> dict[str, float]:
     cli_s = time.perf_counter() - t0
     from launcher.specload import load_spec
     from launcher.targets.base import PlanContext
-    from launcher.targets.slurm import SlurmTarget
+    from launcher.targets.slurm.target import SlurmTarget
 
     loaded = load_spec(REPO / "jobs/sweep.yaml")
     ctx = PlanContext(job_id="sweep-xxxxx", run_dir="/tmp/x", home=str(Path.home()), cwd=str(REPO), python=sys.executable)

@@ -6,6 +6,12 @@ import pytest
 
 from launcher import dist
 from launcher.specload import load_spec
+from launcher.targets.k8s import target as k8s
+from launcher.targets.local import target as local
+from launcher.targets.slurm import node as slurm_node
+from launcher.targets.slurm import target as slurm
+
+DEFAULTS = {"local": local.NCCL_DEFAULTS, "slurm": slurm.NCCL_DEFAULTS, "k8s": k8s.NCCL_DEFAULTS}
 
 
 def spec(**fields):
@@ -18,7 +24,7 @@ def spec(**fields):
     ("k8s", {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}),
 ])
 def test_target_defaults(target, expected):
-    assert dist.nccl_env(spec(), target) == expected
+    assert dist.nccl_env(spec(), DEFAULTS[target]) == expected
 
 
 @pytest.mark.parametrize("nccl,env,target,key,value", [
@@ -32,12 +38,13 @@ def test_target_defaults(target, expected):
     ({}, {"NCCL_SOCKET_IFNAME": "ib0"}, "k8s", "NCCL_SOCKET_IFNAME", "ib0"),
 ])
 def test_user_values_win(nccl, env, target, key, value):
-    out = dist.process_env(spec(nccl=nccl, env=env), target, cpus_per_node=4, procs_per_node=2)
+    out = dist.process_env(spec(nccl=nccl, env=env), DEFAULTS[target], cpus_per_node=4, procs_per_node=2)
     assert out[key] == value
 
 
 def test_rdma_enables_ib_on_k8s():
-    assert dist.nccl_env(spec(), "k8s", rdma=True)["NCCL_IB_DISABLE"] == "0"
+    assert dist.nccl_env(spec(), k8s.NCCL_DEFAULTS_RDMA)["NCCL_IB_DISABLE"] == "0"
+    assert dist.nccl_env(spec(), k8s.NCCL_DEFAULTS_RDMA) == {**k8s.NCCL_DEFAULTS, "NCCL_IB_DISABLE": "0"}
 
 
 @pytest.mark.parametrize("cpus,procs,threads", [(None, 2, 1), (8, 2, 4), (2, 4, 1), (1, 1, 1), (16, 1, 16)])
@@ -46,7 +53,7 @@ def test_omp_threads_split_cores(cpus, procs, threads):
 
 
 def test_never_sets_what_torchrun_computes():
-    out = dist.process_env(spec(), "local", cpus_per_node=2, procs_per_node=1)
+    out = dist.process_env(spec(), local.NCCL_DEFAULTS, cpus_per_node=2, procs_per_node=1)
     assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"} & set(out)
 
 
@@ -55,12 +62,9 @@ def test_procs_per_node(ppn, gpus, expected):
     assert dist.resolve_procs_per_node(spec(procs_per_node=ppn), gpus) == expected
 
 
-def test_rendezvous_ports():
-    assert dist.local_rendezvous(spec(), 23456) == dist.Rendezvous("127.0.0.1", 23456)
-    assert dist.local_rendezvous(spec(master_port=31000), 23456).port == 31000
-    assert dist.k8s_port(spec()) == 29500
-    ports = {dist.slurm_port(j) for j in range(1000, 1100)}
+def test_slurm_ports():
+    ports = {slurm_node.slurm_port(j) for j in range(1000, 1100)}
     assert len(ports) == 100 and all(20000 <= p < 30000 for p in ports)
-    assert dist.slurm_port(1234) == dist.slurm_port("1234")  # deterministic
-    elements = {dist.slurm_port(77, i) for i in range(10)}
-    assert len(elements) == 10 and dist.slurm_port(77) not in elements
+    assert slurm_node.slurm_port(1234) == slurm_node.slurm_port("1234")  # deterministic
+    elements = {slurm_node.slurm_port(77, i) for i in range(10)}
+    assert len(elements) == 10 and slurm_node.slurm_port(77) not in elements

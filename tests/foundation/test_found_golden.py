@@ -10,8 +10,8 @@ from goldens import assert_golden
 
 from launcher.specload import load_spec
 from launcher.targets.base import PlanContext
-from launcher.targets.local import LocalTarget
-from launcher.targets.torchrun import torchrun_program, worker_command
+from launcher.targets.local.target import LocalTarget
+from launcher.targets.shared.launch import torchrun_program, worker_command
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[2]
@@ -27,15 +27,15 @@ def test_golden_two_node_plan():
     loaded = load_spec(REPO / "jobs" / "quickstart.yaml", overrides=["workdir=/work/proj"])
     plan = LocalTarget().plan(loaded, CTX)
     check_golden("local_quickstart.txt", plan.render())
-    nodes = plan.payload["elements"][0]["nodes"]
-    assert [n["argv"][n["argv"].index("--node-rank") + 1] for n in nodes] == ["0", "1"]
+    nodes = plan.payload.elements[0].nodes
+    assert [n.argv[n.argv.index("--node-rank") + 1] for n in nodes] == ["0", "1"]
     for n in nodes:
-        argv = n["argv"]
+        argv = n.argv
         assert argv[argv.index("--nnodes") + 1] == "2" and argv[argv.index("--master-port") + 1] == "29501"
         assert argv[argv.index("--max-restarts") + 1] == "1"
-        assert n["env"]["OMP_NUM_THREADS"] == "1"  # cpus: 1 per node, 1 process
-        assert list(n["env"]) == sorted(n["env"])
-        assert "RANK" not in n["env"] and "WORLD_SIZE" not in n["env"]
+        assert n.env["OMP_NUM_THREADS"] == "1"  # cpus: 1 per node, 1 process
+        assert list(n.env) == sorted(n.env)
+        assert "RANK" not in n.env and "WORLD_SIZE" not in n.env
 
 
 def test_golden_sweep_plan_with_hostile_strings():
@@ -47,13 +47,13 @@ def test_golden_sweep_plan_with_hostile_strings():
     plan = LocalTarget().plan(loaded, CTX)
     text = plan.render()
     check_golden("local_sweep_hostile.txt", text)
-    assert len(plan.payload["elements"]) == 2
+    assert len(plan.payload.elements) == 2
     # The rendered text is a faithful shell rendering: splitting it gives back the exact argv.
-    node = plan.payload["elements"][1]["nodes"][1]
+    node = plan.payload.elements[1].nodes[1]
     line = next(ln for ln in text.splitlines() if "--node-rank 1" in ln and "--lr 0.01" in ln)
-    assert shlex.split(line.strip().rstrip(")")) == node["argv"]
-    assert node["argv"][-1] == "$$(touch /tmp/pwned); echo 'x' `id`"  # $ doubled for torchrun's macros
-    assert node["env"]["NCCL_DEBUG"] == "INFO" and node["env"]["OMP_NUM_THREADS"] == "1"
+    assert shlex.split(line.strip().rstrip(")")) == node.argv
+    assert node.argv[-1] == "$$(touch /tmp/pwned); echo 'x' `id`"  # $ doubled for torchrun's macros
+    assert node.env["NCCL_DEBUG"] == "INFO" and node.env["OMP_NUM_THREADS"] == "1"
 
 
 @pytest.mark.parametrize("command,expected", [

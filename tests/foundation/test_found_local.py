@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.registry import Registry
-from launcher.targets import procs
+from launcher.targets.shared import procs
 
 RANKS = '''
 import json, os
@@ -239,3 +240,27 @@ def test_readme_quickstart_on_two_local_nodes(cli):
     logs = cli("logs", job_id).stdout
     assert "[node0 rank0] rank 0/2" in logs and "[node1 rank1] rank 1/2" in logs
     assert "[node0 rank0] done:" in logs
+
+
+def test_processes_a_test_leaves_behind_are_stopped(tmp_path):
+    """The autouse fixture's cleanup: a job's process under this registry is stopped; a process of
+    the same home that runs no job (a Slurm daemon started from a test) is left alone."""
+    from testkit import stop_leftovers
+
+    home = tmp_path / "home"
+    base = {**os.environ, "DDPJOB_HOME": str(home)}
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    job = subprocess.Popen(sleep, env={**base, "DDPJOB_JOB_ID": "leftover-abcde"})
+    daemon = subprocess.Popen(sleep, env=base)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and job.pid not in procs.marked_pids("DDPJOB_HOME", str(home)):
+            time.sleep(0.05)
+        found, survivors = stop_leftovers(home)
+        assert found == [job.pid] and survivors == []
+        assert job.wait(timeout=10) is not None and daemon.poll() is None
+    finally:
+        job.kill()
+        daemon.kill()
+        job.wait()
+        daemon.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -58,11 +59,11 @@ def test_ports_of_live_jobs_are_not_reused(tmp_path):
         seen.append(set(busy))
         return 20000 + len(busy)
 
-    _, p1 = reg.reserve("a", "local", {}, want_port=True, port_picker=picker)
-    j2, p2 = reg.reserve("b", "local", {}, want_port=True, port_picker=picker)
+    _, p1 = reg.reserve("a", "local", {}, port_picker=picker)
+    j2, p2 = reg.reserve("b", "local", {}, port_picker=picker)
     assert p1 != p2 and seen[1] == {p1}
     reg.update_state(j2, JobState.SUCCEEDED)
-    _, p3 = reg.reserve("c", "local", {}, want_port=True, port_picker=picker)
+    _, p3 = reg.reserve("c", "local", {}, port_picker=picker)
     assert seen[2] == {p1}  # a finished job's port is free again
     assert p3 == p2
 
@@ -77,31 +78,60 @@ def test_wal_mode(tmp_path):
 def test_concurrent_reserve_from_threads(tmp_path):
     reg = Registry(tmp_path)
     with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda i: Registry(tmp_path).reserve("t", "local", {}, want_port=True,
+        results = list(pool.map(lambda i: Registry(tmp_path).reserve("t", "local", {},
                                                                        port_picker=lambda busy: max(busy | {19999}) + 1), range(40)))
     assert len({r[0] for r in results}) == 40
     assert len({r[1] for r in results}) == 40  # the port choice is atomic with the insert
     assert len(reg.list()) == 40
 
 
+def test_a_released_reservation_leaves_no_trace(tmp_path):
+    reg = Registry(tmp_path)
+    job_id, _ = reg.reserve("a", "local", {})
+    kept, _ = reg.reserve("b", "local", {})
+    reg.record_handle(kept, {"pid": 1})
+    reg.release(job_id)
+    reg.release(kept)  # a job with a handle was submitted: it is never released
+    assert [r.id for r in reg.list()] == [kept]
+
+
 def test_twenty_concurrent_cli_calls_never_corrupt(tmp_path, ddpjob_home):
+    """Writers and readers at once: local submits (reserve a port, record a handle), submits the
+    target refuses (recorded FAILED), dry runs, validations and lists."""
     spec = REPO / "jobs" / "quickstart.yaml"
     reg = Registry(ddpjob_home)
     for i in range(5):
         reg.reserve(f"seed{i}", "local", {"nodes": 1})
-    cmds = []
-    for i in range(20):
-        verb = [["submit", str(spec), "--dry-run"], ["validate", str(spec)], ["list", "-o", "json"]][i % 3]
-        cmds.append([sys.executable, "-m", "launcher", *verb])
-    procs = [subprocess.Popen(c, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
-    outs = [(p.wait(timeout=120), *p.communicate()) for p in procs]
-    assert all(rc == 0 for rc, _, _ in outs), [e for rc, _, e in outs if rc]
-    for (rc, out, _), c in zip(outs, cmds):
+    verbs = [
+        ["submit", "-q", "--target", "local", "--name", "quick", "--", "python", "-c", "pass"],
+        ["submit", "-q", str(spec), "--target", "k8s"],  # no kubeconfig: refused after its reservation
+        ["submit", str(spec), "--dry-run"],
+        ["validate", str(spec)],
+        ["list", "-o", "json"],
+    ]
+    cmds = [[sys.executable, "-m", "launcher", *verbs[i % len(verbs)]] for i in range(20)]
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "no-kubeconfig")}
+    procs = [subprocess.Popen(c, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for c in cmds]
+    outs = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    for (rc, out, err), c in zip(outs, cmds):
+        if "k8s" in c:
+            assert rc == 3 and "kubeconfig" in err, err
+            continue
+        assert rc == 0, (c, err)
         if "list" in c:
-            assert len(json.loads(out)) == 5
+            assert len(json.loads(out)) >= 5
+    submitted = [out.strip() for (rc, out, _), c in zip(outs, cmds) if "local" in c]
     with sqlite3.connect(reg.path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 5  # dry runs record nothing
+        rows = {r[0]: r[1:] for r in conn.execute("SELECT id, state, handle_json, port FROM jobs")}
+    assert len(rows) == 5 + 4 + 4  # seeds, local submits, refused submits; dry runs record nothing
+    assert len(set(submitted)) == 4 and all(rows[j][1] for j in submitted)  # each has its handle
+    assert len({rows[j][2] for j in submitted}) == 4  # and its own port
+    assert sum(1 for r in rows.values() if r[0] == "FAILED") == 4
+    for job_id in submitted:  # the local jobs still run to their end
+        assert subprocess.run([sys.executable, "-m", "launcher", "wait", job_id, "--timeout", "240"],
+                              cwd=REPO, capture_output=True, text=True).returncode == 0
 
 
 @pytest.mark.parametrize("states,expected", [

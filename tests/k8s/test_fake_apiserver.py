@@ -9,6 +9,7 @@ import textwrap
 import time
 
 import pytest
+from testkit import needs_crd
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -56,6 +57,7 @@ def test_kubelet_expansion():
     assert expand_refs("$$(A) $(NOPE) $", env) == "$(A) $(NOPE) $"
 
 
+@needs_crd
 def test_status_errors_reach_the_real_client(k8s_api):
     obj = job("demo", ["true"], workers=0)
     bad = copy.deepcopy(obj)

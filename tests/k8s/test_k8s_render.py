@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit import needs_crd
 from goldens import assert_golden
 import yaml
 
@@ -19,10 +20,10 @@ from launcher.errors import SpecError
 from launcher.specload import load_spec
 from launcher.states import JobState
 from launcher.targets.base import PlanContext
-from launcher.targets.k8s import PYTORCHJOB_CONDITIONS, NOT_RECONCILED, KubernetesTarget, condition_state, replica_summary
-from launcher.targets.k8s_render import kubelet_escape, spec_field
-from launcher.targets.torchrun import torchrun_escape
-from launcher.targets.k8s_schema import validate_pytorchjob
+from launcher.targets.k8s.target import PYTORCHJOB_CONDITIONS, NOT_RECONCILED, KubernetesTarget, condition_state, replica_summary
+from launcher.targets.k8s.render import kubelet_escape, spec_field
+from launcher.targets.shared.launch import torchrun_escape
+from launcher.targets.k8s.schema import validate_pytorchjob
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +62,7 @@ def env_of(c: dict[str, Any]) -> dict[str, Any]:
 
 def common_checks(text: str, plan) -> list[dict[str, Any]]:
     objs = docs(text)
-    assert objs == plan.payload["manifests"]  # the text is exactly what submit sends
+    assert objs == plan.payload.manifests  # the text is exactly what submit sends
     assert "&id" not in text and "*id" not in text  # no YAML anchors/aliases
     for obj in objs:
         assert validate_pytorchjob(obj) == [], obj["metadata"]["name"]
@@ -88,6 +89,7 @@ def common_checks(text: str, plan) -> list[dict[str, Any]]:
     return objs
 
 
+@needs_crd
 def test_golden_one_node():
     plan = plan_of("linreg.yaml")
     text = plan.render()
@@ -101,6 +103,7 @@ def test_golden_one_node():
     assert replicas(obj)["Master"]["template"]["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
 
 
+@needs_crd
 def test_golden_two_nodes():
     plan = plan_of("quickstart.yaml")
     text = plan.render()
@@ -116,6 +119,7 @@ def test_golden_two_nodes():
     assert replicas(obj)["Master"]["restartPolicy"] == "OnFailure"
 
 
+@needs_crd
 def test_golden_gpus():
     plan = plan_of("cifar.yaml", ["nodes=3", "resources.gpus=4"])
     text = plan.render()
@@ -157,6 +161,7 @@ VOLUMES_SPEC = {
 }
 
 
+@needs_crd
 def test_golden_volumes_and_secrets():
     plan = plan_of(base=VOLUMES_SPEC)
     text = plan.render()
@@ -186,6 +191,7 @@ def test_golden_volumes_and_secrets():
     assert "api-key" not in json.dumps(env["WANDB_API_KEY"]).replace('"key": "api-key"', "")
 
 
+@needs_crd
 def test_golden_elastic():
     plan = plan_of("quickstart.yaml", ["nodes=3", "k8s.elastic={min_nodes: 2, max_nodes: 4}"])
     text = plan.render()
@@ -195,6 +201,7 @@ def test_golden_elastic():
     assert "nProcPerNode" not in obj["spec"]["elasticPolicy"] and "standalone" not in obj["spec"]["elasticPolicy"]
 
 
+@needs_crd
 def test_golden_sweep():
     plan = plan_of("sweep.yaml")
     text = plan.render()
@@ -208,6 +215,7 @@ def test_golden_sweep():
     assert env_of(container(objs[2]))["DDPJOB_OUTPUT_DIR"] == f"/workspace/outputs/{CTX_ID}/sweep-2"
 
 
+@needs_crd
 def test_golden_hostile_strings():
     plan = plan_of(base={
         "name": "demo", "image": "img:1", "command": ["python", "train.py", "--note", "$(HOME) $$ ${{local_rank}}}}", "{lr}"],
@@ -326,6 +334,9 @@ def test_crd_missing_is_said_not_hidden(monkeypatch, tmp_path):
     monkeypatch.setenv("DDPJOB_PYTORCHJOB_CRD", str(tmp_path / "nope.yaml"))
     text = plan_of("quickstart.yaml").render()
     assert "# not checked locally: the CRD schema was not found" in text
+    monkeypatch.delenv("DDPJOB_PYTORCHJOB_CRD")
+    text = plan_of("quickstart.yaml").render()
+    assert "# not checked locally: no copy of the PyTorchJob CRD here (set DDPJOB_PYTORCHJOB_CRD)" in text
 
 
 def test_render_and_help_do_not_import_kubernetes(tmp_path):

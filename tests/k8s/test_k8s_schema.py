@@ -5,9 +5,11 @@ from __future__ import annotations
 import copy
 
 import pytest
+from testkit import needs_crd
 
 from launcher.errors import TargetUnavailable
-from launcher.targets.k8s_schema import default_crd_path, dotted, validate_pytorchjob
+from launcher.errors import dotted_path as dotted
+from launcher.targets.k8s.schema import default_crd_path, validate_pytorchjob
 
 
 def job(workers: int = 1) -> dict:
@@ -33,10 +35,15 @@ def paths(issues) -> list[str]:
     return [dotted(i.path) for i in issues]
 
 
-def test_crd_comes_from_shared_reference():
-    assert default_crd_path().name == "kubeflow.org_pytorchjobs.yaml" and default_crd_path().exists()
+def test_crd_comes_only_from_the_variable(monkeypatch, tmp_path):
+    """The product never looks outside its package (no ../shared): the CRD is an explicit input."""
+    monkeypatch.setenv("DDPJOB_PYTORCHJOB_CRD", str(tmp_path / "crd.yaml"))
+    assert default_crd_path() == tmp_path / "crd.yaml"
+    monkeypatch.delenv("DDPJOB_PYTORCHJOB_CRD")
+    assert default_crd_path() is None
 
 
+@needs_crd
 def test_valid_jobs_pass():
     assert validate_pytorchjob(job(1)) == []
     assert validate_pytorchjob(job(0)) == []
@@ -45,6 +52,7 @@ def test_valid_jobs_pass():
 MC = "spec.pytorchReplicaSpecs.Master.template.spec.containers[0]"
 
 
+@needs_crd
 @pytest.mark.parametrize("mutate,path,words", [
     (lambda j: j["spec"]["pytorchReplicaSpecs"]["Worker"].update(restartPolcy="Never"),
      "spec.pytorchReplicaSpecs.Worker.restartPolcy", "unknown field"),
@@ -71,6 +79,7 @@ def test_each_rule_is_enforced_with_its_path(mutate, path, words):
     assert any(words in i.message for i in hits), [str(i) for i in hits]
 
 
+@needs_crd
 def test_port_protocol_default_applies_to_uniqueness():
     obj = job(0)
     master_container(obj)["ports"].append({"name": "p2", "containerPort": 29500, "protocol": "TCP"})

@@ -178,9 +178,10 @@ def test_restart_keeps_previous_logs_and_cancel_is_idempotent(k8s_api, tmp_path)
     assert k8s_api.server.job(job_id) is None
     # Deleting again (the target itself, past the registry's terminal check): 404 means done.
     from launcher.registry import Registry
-    from launcher.targets.k8s import KubernetesTarget
+    from launcher.targets.k8s.target import KubernetesTarget
 
-    KubernetesTarget().cancel(Registry().get(job_id).handle)
+    target = KubernetesTarget()
+    target.cancel(target.load_handle(Registry().get(job_id).handle))
     code, out = run("logs", job_id)  # pods gone with the job: both runs still shown
     assert "attempt first" in out and "attempt second" in out, out
 

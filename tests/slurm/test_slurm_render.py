@@ -15,15 +15,16 @@ import pytest
 from goldens import assert_golden
 
 from launcher.errors import SpecError
-from launcher.spec_slurm import slurm_memory, time_to_minutes
+from launcher.quantity import parse_memory, slurm_mem
+from launcher.targets.slurm.options import time_to_minutes
 from launcher.specload import load_spec
 from launcher.states import JobState
 from launcher.targets.base import PlanContext
-from launcher.targets.slurm import SlurmTarget
-from launcher.targets.slurm_query import (
+from launcher.targets.slurm.target import SlurmTarget
+from launcher.targets.slurm.query import (
     SLURM_STATES, expand_job_id, expand_nodelist, map_state, parse_sacct, parse_scontrol, parse_squeue,
 )
-from launcher.targets.slurm_script import node_argv, node_env
+from launcher.targets.slurm.script import node_argv, node_env
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def srun_line(script: str) -> list[str]:
 def test_golden_single_node_job():
     plan = plan_of("jobs/quickstart.yaml", ["nodes=1", "slurm.partition=debug", "slurm.time=30"])
     check_golden("slurm_single.txt", plan.render())
-    flags = sbatch_flags(plan.payload["script"])
+    flags = sbatch_flags(plan.payload.script)
     assert flags["nodes"] == "1" and flags["ntasks-per-node"] == "1" and flags["partition"] == "debug"
     assert flags["time"] == "30" and flags["signal"] == "USR2@90" and flags["requeue"] is True
     assert "array" not in flags
@@ -70,13 +71,13 @@ def test_golden_two_node_job():
     plan = plan_of("jobs/quickstart.yaml", ["slurm.account=proj1", "slurm.qos=high", "slurm.constraint=a100|h100",
                                             "slurm.exclusive=true", "resources.gpus=4", "slurm.time=1-02:00:00"])
     check_golden("slurm_two_node.txt", plan.render())
-    flags = sbatch_flags(plan.payload["script"])
+    flags = sbatch_flags(plan.payload.script)
     assert flags["nodes"] == "2" and flags["gpus-per-node"] == "4" and flags["exclusive"] is True
     assert flags["time"] == str(26 * 60) and flags["mem"] == "2G" and flags["constraint"] == "a100|h100"
     # procs_per_node: auto -> one process per GPU; the rendezvous is resolved inside the job.
-    assert plan.payload["common"]["procs_per_node"] == 4
+    assert plan.payload.common.procs_per_node == 4
     assert '--master-addr "$DDPJOB_MASTER_ADDR" --master-port "$DDPJOB_MASTER_PORT"' in plan.render()
-    env = plan.payload["common"]["env"]
+    env = plan.payload.common.env
     assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_DEBUG"] == "WARN"
 
 
@@ -86,37 +87,37 @@ def test_golden_array_sweep():
                                        "slurm.sbatch={mail-type: END, hold: true}"])
     text = plan.render()
     check_golden("slurm_array.txt", text)
-    flags = sbatch_flags(plan.payload["script"])
+    flags = sbatch_flags(plan.payload.script)
     assert flags["array"] == "0-3%2" and flags["mail-type"] == "END" and flags["hold"] is True
     assert flags["output"].endswith("/%A_%a_0_log.out")
-    outs = [el["output_dir"] for el in plan.payload["elements"]]
+    outs = [el.output_dir for el in plan.payload.elements]
     assert outs == [f"/home/u/.ddpjob/slurm/demo-abcde/output/sweep-{i}" for i in range(4)]
-    assert [el["params"] for el in plan.payload["elements"]][1] == {"lr": "0.1", "seed": "2"}
+    assert [el.params for el in plan.payload.elements][1] == {"lr": "0.1", "seed": "2"}
     assert text.count("## task ") == 4 and "--lr 0.01 --seed 2" in text
-    assert "# setup\nmodule load cuda/12.4\nsource /opt/env.sh\n" in plan.payload["script"]
+    assert "# setup\nmodule load cuda/12.4\nsource /opt/env.sh\n" in plan.payload.script
 
 
 def test_golden_pyxis_container():
     plan = plan_of("jobs/quickstart.yaml", ["slurm.container.runtime=pyxis", "slurm.container.mounts=[/data:/data:ro]",
                                             "image=nvcr.io#nvidia/pytorch:24.01-py3"])
     check_golden("slurm_pyxis.txt", plan.render())
-    argv = srun_line(plan.payload["script"])
+    argv = srun_line(plan.payload.script)
     assert "--container-image=nvcr.io#nvidia/pytorch:24.01-py3" in argv
     assert "--container-mounts=/home/u/.ddpjob/slurm,/work/proj,/data:/data:ro" in argv
     # Inside the image, its own python runs submitit and torchrun.
     assert argv[argv.index("-u") - 1] == "python3"
-    assert plan.payload["common"]["python"] == "python3"
+    assert plan.payload.common.python == "python3"
 
 
 def test_golden_apptainer_container():
     plan = plan_of("jobs/quickstart.yaml", ["slurm.container.runtime=apptainer", "slurm.container.image=/images/train.sif",
                                             "slurm.folder=/shared/ddpjob"])
     check_golden("slurm_apptainer.txt", plan.render())
-    argv = srun_line(plan.payload["script"])
+    argv = srun_line(plan.payload.script)
     start = argv.index("apptainer")
     assert argv[start:start + 3] == ["apptainer", "exec", "--nv"]
     assert "/images/train.sif" in argv and argv[argv.index("/images/train.sif") + 1] == "python3"
-    assert plan.payload["common"]["job_dir"] == "/shared/ddpjob/demo-abcde"
+    assert plan.payload.common.job_dir == "/shared/ddpjob/demo-abcde"
 
 
 def test_container_needs_an_image():
@@ -133,7 +134,7 @@ def test_hostile_strings_never_reach_the_script_unquoted():
         "command": ["python", "train.py", "--note", *HOSTILE],
         "env": {"NOTE": "$(touch /tmp/pwned)", "QUOTE": "it's `id`"},
     }, sets=["slurm.sbatch={comment: \"$(touch /tmp/pwned); echo 'x'\"}"])
-    script = plan.payload["script"]
+    script = plan.payload.script
     # Command and env never enter the sbatch script: they travel in submitit's pickle.
     body = "\n".join(ln for ln in script.splitlines() if not ln.startswith("#SBATCH --comment="))
     for word in HOSTILE[:3]:
@@ -142,7 +143,7 @@ def test_hostile_strings_never_reach_the_script_unquoted():
     comment_line = next(ln for ln in script.splitlines() if ln.startswith("#SBATCH --comment="))
     assert shlex.split(comment_line.partition("=")[2]) == ["$(touch /tmp/pwned); echo 'x'"]
     # The rendered per-node line is a faithful shell rendering of the argv the runner executes.
-    c, el = plan.payload["common"], plan.payload["elements"][0]
+    c, el = plan.payload.common, plan.payload.elements[0]
     text = plan.render()
     line = next(ln for ln in text.splitlines() if "torch.distributed.run" in ln)
     expected = node_argv(c, el, node="$SLURM_NODEID", addr="$DDPJOB_MASTER_ADDR", port="$DDPJOB_MASTER_PORT")
@@ -198,11 +199,36 @@ def test_time_formats(text, minutes):
     assert time_to_minutes(text) == minutes
 
 
-@pytest.mark.parametrize("quantity,slurm", [
-    ("2Gi", "2G"), ("512Mi", "512M"), ("2G", "2G"), ("1000", "1000M"), ("1.5Gi", "1536M"), ("1Ti", "1T"), ("100Ki", "1M"),
+@pytest.mark.parametrize("dialect,quantity,slurm", [
+    # resources.memory: Kubernetes quantities (G decimal, Gi binary), the same bytes on Slurm.
+    ("quantity", "2Gi", "2G"), ("quantity", "512Mi", "512M"), ("quantity", "2G", "1908M"), ("quantity", "1.5Gi", "1536M"),
+    ("quantity", "1Ti", "1T"), ("quantity", "1025Ki", "2M"), ("quantity", "1048576", "1M"), ("quantity", "64Ti", "64T"),
+    # slurm.memory: sbatch --mem's own spelling (G binary, a bare number is megabytes).
+    ("sbatch", "2G", "2G"), ("sbatch", "2Gi", "2G"), ("sbatch", "1000", "1000M"), ("sbatch", "4096K", "4M"),
 ])
-def test_memory_conversion(quantity, slurm):
-    assert slurm_memory(quantity) == slurm
+def test_memory_conversion(dialect, quantity, slurm):
+    assert slurm_mem(parse_memory(quantity, dialect)) == slurm
+
+
+@pytest.mark.parametrize("dialect,quantity,words", [
+    ("quantity", "1P", "more memory than any node"), ("quantity", "65Ti", "more memory"), ("quantity", "1000", "bare number is bytes"),
+    ("quantity", "2GB", "memory size such as"), ("quantity", "-1Gi", "memory size such as"), ("sbatch", "2Pi", "memory size such as"),
+    ("sbatch", "0", "less than 1Mi"), ("quantity", "1e9", "memory size such as"),
+])
+def test_memory_refused(dialect, quantity, words):
+    from launcher.quantity import QuantityError
+
+    with pytest.raises(QuantityError, match=words):
+        parse_memory(quantity, dialect)
+
+
+@pytest.mark.parametrize("field", ["resources.memory", "slurm.memory", "resources.shm"])
+def test_bad_memory_is_a_spec_error_with_its_field(field):
+    """One quantity parser for spec and Slurm: 1P used to pass the spec and crash the Slurm render (exit 70)."""
+    proc = subprocess.run([sys.executable, "-m", "launcher", "render", "jobs/quickstart.yaml", "--target", "slurm",
+                           "--set", f"{field}=1P"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    assert f"--set {field}=1P: {field}: " in proc.stderr and "Traceback" not in proc.stderr
 
 
 # --------------------------------------------------------------------------- render == submit
@@ -218,13 +244,13 @@ def test_render_equals_submitit_sbatch_string(path, sets):
     """The rendered script is byte for byte what submitit's own _make_sbatch_string produces."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    from launcher.targets.slurm_script import submitit_command
+    from launcher.targets.slurm.script import submitit_command
 
     p = plan_of(path, sets).payload
-    c = p["common"]
-    expected = _make_sbatch_string(command=submitit_command(c["submit_python"], c["job_dir"]), folder=c["job_dir"],
-                                   map_count=p["map_count"], **p["executor_params"])
-    assert p["script"] == expected
+    c = p.common
+    expected = _make_sbatch_string(command=submitit_command(c.submit_python, c.job_dir), folder=c.job_dir,
+                                   map_count=p.map_count, **p.executor_params)
+    assert p.script == expected
 
 
 def test_render_is_deterministic_and_needs_no_submitit():

@@ -13,6 +13,8 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
+from launcher.quantity import QuantityError, parse_memory
+
 # sbatch --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
 # "days-hours:minutes" and "days-hours:minutes:seconds".
 _TIME_RES = (
@@ -25,7 +27,6 @@ _TIME_RES = (
 )
 _NAME_LIST_RE = re.compile(r"^[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*$")
 _CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.,:&|*()\[\]!-]+$")
-_MEMORY_RE = re.compile(r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|K|M|G|T)?$")
 _OPTION_NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 # Paths go into #SBATCH --output and srun arguments: no '%' (Slurm filename patterns), no blanks,
 # quotes or shell metacharacters, so the script never needs to rely on quoting for them.
@@ -59,27 +60,6 @@ def time_to_minutes(value: str) -> int:
                 seconds += int(num) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[unit]
             return max(1, math.ceil(seconds / 60))
     raise ValueError(value)
-
-
-def slurm_memory(quantity: str) -> str:
-    """A memory quantity ('2Gi', '512Mi', '4G', '1000') in sbatch --mem form ('2G', '512M', ...).
-
-    Slurm's K/M/G/T suffixes are binary (1G = 1024M). A bare number is megabytes, as in sbatch.
-    """
-    m = _MEMORY_RE.match(quantity)
-    if not m:
-        raise ValueError(quantity)
-    number, suffix = float(m.group(1)), m.group(3) or ""
-    if suffix in ("", "M", "Mi") and number == int(number):
-        return f"{int(number)}M"
-    binary = {"Ki": 2**10, "K": 2**10, "Mi": 2**20, "M": 2**20, "Gi": 2**30, "G": 2**30, "Ti": 2**40, "T": 2**40}
-    decimal = {"k": 10**3}
-    factor = binary.get(suffix) or decimal.get(suffix) or 2**20
-    total = number * factor
-    for unit, size in (("T", 2**40), ("G", 2**30)):
-        if total >= size and total % size == 0:
-            return f"{int(total // size)}{unit}"
-    return f"{math.ceil(total / 2**20)}M"
 
 
 class ContainerOptions(BaseModel):
@@ -157,7 +137,8 @@ class SlurmOptions(BaseModel):
         "Default: resources.cpus.",
     )
     memory: str | None = Field(
-        None, description="Memory per node, e.g. '16G' or '16Gi' (sbatch --mem). Default: resources.memory."
+        None, description="Memory per node in sbatch --mem's spelling: '16G' and '16Gi' both mean 16 GiB, a bare "
+        "number is megabytes. Default: resources.memory."
     )
     constraint: str | None = Field(None, description="Node features (sbatch --constraint), e.g. 'a100|h100'.")
     exclusive: bool = Field(False, description="Whole nodes for this job only (sbatch --exclusive).")
@@ -237,9 +218,9 @@ class SlurmOptions(BaseModel):
     def _memory(cls, v: str | None) -> str | None:
         if v is not None:
             try:
-                slurm_memory(v)
-            except ValueError:
-                raise ValueError("must be a memory size such as '16G', '16Gi' or '512M'") from None
+                parse_memory(v, "sbatch")
+            except QuantityError as e:
+                raise ValueError(str(e)) from None
         return v
 
     @field_validator("folder")

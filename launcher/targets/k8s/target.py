@@ -1,37 +1,37 @@
 """Kubernetes target: one Kubeflow ``PyTorchJob`` (kubeflow.org/v1) per run of the job.
 
-``plan`` renders plain dicts (``k8s_render``) and checks them with the strict CRD validator and
-the operator's webhook rules (``k8s_schema``); nothing here imports the kubernetes client until a
-method talks to a cluster (``k8s_client``). What ``render`` prints is what ``submit`` sends, apart
+``plan`` renders plain dicts (``render``) and checks them with the strict CRD validator and
+the operator's webhook rules (``schema``); nothing here imports the kubernetes client until a
+method talks to a cluster (``client``). What ``render`` prints is what ``submit`` sends, apart
 from ``metadata.namespace``, which is filled from the kubeconfig context when the spec has none.
 
-Handle (stored in the registry)::
-
-    {"job_id": "quickstart-ab2cd", "run_dir": "~/.ddpjob/runs/quickstart-ab2cd",
-     "context": "kind-ddpjob", "namespace": "default", "nodes": 2, "procs_per_node": 1, "elastic": false,
-     "jobs": [{"index": 0, "name": "quickstart-ab2cd", "params": {}}]}
+The handle (``K8sHandle``, stored in the registry) holds the kubeconfig context and namespace used
+at submit, the shape of the job and the name and parameters of each run's PyTorchJob.
 
 Run directory: ``plan.txt`` (the manifests sent), ``plan.json``, ``k8s-status.json`` (the last
 state seen per PyTorchJob, used once a job has been deleted) and ``pods/`` (every log line read;
-see ``k8s_logs``).
+see ``logs``).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.errors import DdpjobError, Issue, TargetError
-from launcher.specload import LoadedSpec
-from launcher.states import JobState, combine
-from launcher.targets.base import JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
-from launcher.targets.k8s_render import (
-    LABEL_JOB_ID, LABEL_OPERATOR_JOB, crd_available, render, render_text, spec_field, spec_issues,
+from launcher.states import JobState
+from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
+from launcher.targets.k8s.render import (
+    LABEL_JOB_ID, LABEL_OPERATOR_JOB, K8sElement, crd_available, render, render_text, spec_field, spec_issues,
 )
+from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
+
+if TYPE_CHECKING:
+    from launcher.specload import LoadedSpec
 
 # PyTorchJob condition type -> ddpjob state. Anything else (a newer operator's condition) -> UNKNOWN.
 PYTORCHJOB_CONDITIONS: dict[str, JobState] = {
@@ -42,9 +42,46 @@ PYTORCHJOB_CONDITIONS: dict[str, JobState] = {
     "Failed": JobState.FAILED,
     "Suspended": JobState.PENDING,  # e.g. held by Kueue until admitted
 }
+NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}
+NCCL_DEFAULTS_RDMA = {**NCCL_DEFAULTS, "NCCL_IB_DISABLE": "0"}  # k8s.rdma: the pods have InfiniBand
 NOT_RECONCILED = ("submitted, but not reconciled yet: is the training operator installed and running? "
                   "(kubectl get pods -A -l control-plane=kubeflow-training-operator)")
 STATUS_FILE = "k8s-status.json"
+
+
+@dataclass
+class K8sPayload:
+    """The manifests ``submit`` creates, in order, and what the handle needs about them."""
+
+    job_id: str
+    run_dir: str
+    nodes: int
+    procs_per_node: int
+    namespace: str | None
+    context: str | None
+    elements: list[K8sElement]
+    manifests: list[dict[str, Any]]
+
+
+@dataclass
+class K8sRun:
+    """One run's PyTorchJob."""
+
+    index: int
+    name: str
+    params: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class K8sHandle(Handle):
+    """Where the PyTorchJobs are (the context and namespace used at submit) and their names."""
+
+    context: str | None = None
+    namespace: str = "default"
+    nodes: int = 1
+    procs_per_node: int = 1
+    elastic: bool = False
+    jobs: list[K8sRun] = field(default_factory=list)
 
 
 def condition_state(status: dict[str, Any] | None) -> tuple[JobState, str]:
@@ -82,6 +119,7 @@ class KubernetesTarget(Target):
     """Submits PyTorchJobs with the official kubernetes client (``pip install 'ddpjob[k8s]'``)."""
 
     name = "k8s"
+    handle_type: ClassVar[type[Handle]] = K8sHandle
 
     # ------------------------------------------------------------------ plan
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
@@ -89,11 +127,12 @@ class KubernetesTarget(Target):
         issues = spec_issues(spec, ctx.job_id)
         if issues:
             raise loaded.error(issues)
-        rendered = render(spec, ctx.job_id)
+        rendered = render(spec, ctx.job_id, NCCL_DEFAULTS_RDMA if spec.k8s.rdma else NCCL_DEFAULTS)
         ok, why = crd_available()
         notes = []
         if ok:
-            from launcher.targets.k8s_schema import dotted, validate_pytorchjob
+            from launcher.errors import dotted_path as dotted
+            from launcher.targets.k8s.schema import validate_pytorchjob
 
             found: dict[tuple[Any, ...], Issue] = {}
             for obj in rendered.objects:
@@ -109,22 +148,20 @@ class KubernetesTarget(Target):
         if spec.workdir is not None and spec.k8s.workdir is None:
             notes.append("workdir: is a path on this machine and is not used in the pods; set k8s.workdir "
                          "(default: the image's WORKDIR)")
-        payload = {
-            "job_id": ctx.job_id, "run_dir": ctx.run_dir, "nodes": spec.nodes, "procs_per_node": rendered.procs_per_node,
-            "namespace": spec.k8s.namespace, "context": spec.k8s.context, "elements": rendered.elements,
-            "manifests": rendered.objects,
-        }
+        payload = K8sPayload(ctx.job_id, ctx.run_dir, spec.nodes, rendered.procs_per_node, spec.k8s.namespace,
+                             spec.k8s.context, rendered.elements, rendered.objects)
         text = render_text(rendered, ctx.job_id, spec.k8s.namespace, notes)
-        return Plan("k8s", ctx.job_id, spec.name, ctx.run_dir, text, payload, None)
+        return Plan("k8s", ctx.job_id, spec.name, ctx.run_dir, text, payload, spec.nodes, rendered.procs_per_node,
+                    len(rendered.elements))
 
     # ------------------------------------------------------------------ submit
-    def submit(self, plan: Plan) -> dict[str, Any]:
-        p = plan.payload
-        kube = _kube(p["context"], p["namespace"])
+    def submit(self, plan: Plan) -> K8sHandle:
+        p: K8sPayload = plan.payload
+        kube = _kube(p.context, p.namespace)
         run_dir = Path(plan.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "plan.txt").write_text(plan.render())
-        (run_dir / "plan.json").write_text(json.dumps(p, indent=1, sort_keys=True))
+        atomic_write(run_dir / "plan.txt", plan.render())
+        write_json(run_dir / "plan.json", to_json(p))
         created: list[str] = []
         try:
             for obj in _bodies(p, kube.namespace):
@@ -138,16 +175,16 @@ class KubernetesTarget(Target):
                 except DdpjobError:
                     pass
             raise
-        return {
-            "job_id": plan.job_id, "run_dir": plan.run_dir, "context": kube.context, "namespace": kube.namespace,
-            "nodes": p["nodes"], "procs_per_node": p["procs_per_node"],
-            "elastic": any("elasticPolicy" in m["spec"] for m in p["manifests"]),
-            "jobs": [{"index": e["index"], "name": e["name"], "params": e["params"]} for e in p["elements"]],
-        }
+        return K8sHandle(
+            job_id=plan.job_id, run_dir=plan.run_dir, context=kube.context, namespace=kube.namespace,
+            nodes=p.nodes, procs_per_node=p.procs_per_node,
+            elastic=any("elasticPolicy" in m["spec"] for m in p.manifests),
+            jobs=[K8sRun(e.index, e.name, e.params) for e in p.elements],
+        )
 
     def server_dry_run(self, plan: Plan) -> str:
-        p = plan.payload
-        kube = _kube(p["context"], p["namespace"])
+        p: K8sPayload = plan.payload
+        kube = _kube(p.context, p.namespace)
         names = []
         for obj in _bodies(p, kube.namespace):
             kube.create_job(obj, dry_run=True)
@@ -156,105 +193,95 @@ class KubernetesTarget(Target):
                 f"{len(names)} PyTorchJob(s) accepted: {', '.join(names)}")
 
     # ------------------------------------------------------------------ status
-    def status(self, handle: dict[str, Any]) -> JobStatus:
-        kube = _kube(handle["context"], handle["namespace"])
+    def status(self, handle: K8sHandle) -> JobStatus:
+        kube = _kube(handle.context, handle.namespace)
         return self._status(kube, handle, pods=True)
 
-    def status_many(self, handles: dict[str, dict[str, Any]]) -> dict[str, JobStatus]:
+    def status_many(self, handles: dict[str, K8sHandle]) -> dict[str, JobStatus]:
         kubes: dict[tuple[str | None, str], Any] = {}
         out = {}
         for job_id, handle in handles.items():
-            key = (handle.get("context"), handle["namespace"])
+            key = (handle.context, handle.namespace)
             if key not in kubes:
                 kubes[key] = _kube(*key)
             out[job_id] = self._status(kubes[key], handle, pods=False)  # one list call per job
         return out
 
-    def _status(self, kube: Any, handle: dict[str, Any], *, pods: bool) -> JobStatus:
-        objs = {o["metadata"]["name"]: o for o in kube.list_jobs(f"{LABEL_JOB_ID}={handle['job_id']}")}
-        seen = _read_seen(handle["run_dir"])
+    def _status(self, kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
+        objs = {o["metadata"]["name"]: o for o in kube.list_jobs(f"{LABEL_JOB_ID}={handle.job_id}")}
+        seen = _read_seen(handle.run_dir)
         tasks = []
         replicas = []
-        for el in handle["jobs"]:
-            obj = objs.get(el["name"])
+        for el in handle.jobs:
+            obj = objs.get(el.name)
             if obj is None:
-                last = seen.get(el["name"])
+                last = seen.get(el.name)
                 if last and JobState.parse(last["state"]).terminal:
                     state, msg = JobState.parse(last["state"]), last.get("message", "") + " (the PyTorchJob has since been deleted)"
                 else:
                     state, msg = JobState.CANCELLED, ("the PyTorchJob no longer exists (deleted with kubectl or "
                                                       "ddpjob cancel, or by its TTL) and its final state was not seen")
-                tasks.append(TaskStatus(el["index"], state, msg, params=el.get("params", {}), native_id=el["name"]))
+                tasks.append(TaskStatus(el.index, state, msg, params=el.params, native_id=el.name))
                 continue
             state, msg = condition_state(obj.get("status"))
             summary = replica_summary(obj.get("status"))
             if summary:
-                replicas.append(summary if len(handle["jobs"]) == 1 else f"{el['name']}: {summary}")
+                replicas.append(summary if len(handle.jobs) == 1 else f"{el.name}: {summary}")
             nodes: list[dict[str, Any]] = []
             if pods and not state.terminal:
-                nodes, pending = _pod_nodes(kube, el["name"])
+                nodes, pending = _pod_nodes(kube, el.name)
                 if pending:
                     msg = "; ".join([msg, *pending]) if msg and msg != NOT_RECONCILED else "; ".join(pending) or msg
-            seen[el["name"]] = {"state": state.value, "message": msg}
-            tasks.append(TaskStatus(el["index"], state, msg, nodes, el.get("params", {}), el["name"]))
-        _write_seen(handle["run_dir"], seen)
-        overall = combine([t.state for t in tasks])
-        if len(tasks) == 1:
-            message = tasks[0].message
-        else:
-            counts: dict[str, int] = {}
-            for t in tasks:
-                counts[t.state.value] = counts.get(t.state.value, 0) + 1
-            message = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
-            failed = next((t for t in tasks if t.state == JobState.FAILED), None)
-            if failed is not None:
-                message += f"; task {failed.index}: {failed.message}"
-        details = {"namespace": handle["namespace"], "context": handle.get("context"),
-                   "pytorchjobs": ", ".join(el["name"] for el in handle["jobs"])}
+            seen[el.name] = {"state": state.value, "message": msg}
+            tasks.append(TaskStatus(el.index, state, msg, nodes, el.params, el.name))
+        _write_seen(handle.run_dir, seen)
+        overall, message = summarize(tasks)
+        details = {"namespace": handle.namespace, "context": handle.context,
+                   "pytorchjobs": ", ".join(el.name for el in handle.jobs)}
         if replicas:
             details["replicas"] = " | ".join(replicas)
         return JobStatus(overall, message, tasks, details)
 
     # ------------------------------------------------------------------ logs
-    def logs(self, handle: dict[str, Any], flt: LogFilter, follow: bool = False) -> Iterator[str]:
-        """Lines of every pod, prefixed ``[master-0 rank0]``; see ``launcher.targets.k8s_logs`` for the rules."""
-        from launcher.targets.k8s_logs import PodLogs
+    def logs(self, handle: K8sHandle, flt: LogFilter, follow: bool = False) -> Iterator[str]:
+        """Lines of every pod, prefixed ``[master-0 rank0]``; see ``launcher.targets.k8s.logs`` for the rules."""
+        from launcher.targets.k8s.logs import PodLogs
 
-        elements = [{"index": j["index"], "name": j["name"]} for j in handle["jobs"]]
+        elements = [{"index": j.index, "name": j.name} for j in handle.jobs]
         if flt.task is not None and not any(e["index"] == flt.task for e in elements):
             raise TargetError(f"task {flt.task} does not exist (this job has {len(elements)} task(s))")
         try:
-            kube = _kube(handle["context"], handle["namespace"])
+            kube = _kube(handle.context, handle.namespace)
         except DdpjobError:
-            if follow or not (Path(handle["run_dir"]) / "pods").is_dir():
+            if follow or not (Path(handle.run_dir) / "pods").is_dir():
                 raise
             kube = None  # the cluster is out of reach: what was persisted is still worth showing
-        elastic = bool(handle.get("elastic"))
+        elastic = handle.elastic
         if elastic and flt.rank is not None:
             raise TargetError("--rank is not available for elastic jobs: ranks are assigned at each rendezvous, "
                               "not by replica; use --node")
-        reader = PodLogs(kube, handle["run_dir"], elements, int(handle.get("procs_per_node") or 1), flt, elastic)
+        reader = PodLogs(kube, handle.run_dir, elements, handle.procs_per_node or 1, flt, elastic)
         if not follow:
             yield from reader.snapshot()
             return
         yield from reader.follow(lambda: self._status(kube, handle, pods=False).state.terminal)
 
     # ------------------------------------------------------------------ cancel
-    def cancel(self, handle: dict[str, Any]) -> None:
-        kube = _kube(handle["context"], handle["namespace"])
-        for el in handle["jobs"]:
-            kube.delete_job(el["name"])  # foreground propagation; a 404 means already gone
+    def cancel(self, handle: K8sHandle) -> None:
+        kube = _kube(handle.context, handle.namespace)
+        for el in handle.jobs:
+            kube.delete_job(el.name)  # foreground propagation; a 404 means already gone
 
 
 def _kube(context: str | None, namespace: str | None) -> Any:
-    from launcher.targets.k8s_client import Kube
+    from launcher.targets.k8s.client import Kube
 
     return Kube(context, namespace)
 
 
-def _bodies(payload: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+def _bodies(payload: K8sPayload, namespace: str) -> list[dict[str, Any]]:
     out = []
-    for obj in payload["manifests"]:
+    for obj in payload.manifests:
         body = copy.deepcopy(obj)
         meta = {"name": body["metadata"]["name"], "namespace": namespace}
         meta.update({k: v for k, v in body["metadata"].items() if k not in ("name", "namespace")})
@@ -265,7 +292,7 @@ def _bodies(payload: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
 
 def _pod_nodes(kube: Any, job_name: str) -> tuple[list[dict[str, Any]], list[str]]:
     """Per-pod rows for ``status`` and the scheduling events of Pending pods."""
-    from launcher.targets.k8s_logs import pod_ref
+    from launcher.targets.k8s.pods import pod_ref
 
     nodes = []
     pending = []
@@ -292,19 +319,13 @@ def _pod_nodes(kube: Any, job_name: str) -> tuple[list[dict[str, Any]], list[str
 
 
 def _read_seen(run_dir: str) -> dict[str, Any]:
-    try:
-        with open(os.path.join(run_dir, STATUS_FILE), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    seen = read_json(os.path.join(run_dir, STATUS_FILE))
+    return seen if isinstance(seen, dict) else {}
 
 
 def _write_seen(run_dir: str, seen: dict[str, Any]) -> None:
     try:
         os.makedirs(run_dir, exist_ok=True)
-        tmp = os.path.join(run_dir, f"{STATUS_FILE}.tmp{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(seen, f, indent=1, sort_keys=True)
-        os.replace(tmp, os.path.join(run_dir, STATUS_FILE))
+        write_json(os.path.join(run_dir, STATUS_FILE), seen)
     except OSError:
         pass  # a cache only

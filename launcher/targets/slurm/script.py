@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import os
 import shlex
+from dataclasses import dataclass
 from typing import Any
+
+from launcher.targets.shared.launch import run_env, torchrun_argv
 
 # Values only known inside the job. Render shows them as shell variables; the node runner fills
 # them in. A NUL byte marks them because no spec string can contain one (the spec refuses it).
@@ -31,6 +34,36 @@ RUNTIME = {
     "port": "\x00DDPJOB_MASTER_PORT",
 }
 PREEMPT_SIGNAL = "USR2"  # submitit's default; NCCL takes USR1 for itself
+
+
+@dataclass
+class SlurmCommon:
+    """What every run of a job shares; pickled (inside the node runner) into the job."""
+
+    job_id: str
+    job_dir: str
+    nodes: int
+    procs_per_node: int
+    python: str  # runs torchrun on the nodes (the container's interpreter with a runtime)
+    submit_python: str  # the command submitit's sbatch script runs (apptainer exec ... python)
+    workdir: str
+    max_restarts: int
+    master_port: int | None
+    requeue: bool
+    signal_delay_s: int
+    max_timeouts: int
+    env: dict[str, str]
+
+
+@dataclass
+class SlurmElement:
+    """One run (sweep element): its parameters, output folder, env and worker command."""
+
+    index: int
+    params: dict[str, str]
+    output_dir: str
+    env: dict[str, str]
+    program: list[str]
 
 
 def submitit_paths(job_dir: str, array: bool) -> tuple[str, str]:
@@ -103,32 +136,21 @@ def node_paths(job_dir: str, index: int, node: str | int) -> dict[str, str]:
     }
 
 
-def node_argv(common: dict[str, Any], element: dict[str, Any], *, node: str, addr: str, port: str) -> list[str]:
+def node_argv(common: SlurmCommon, element: SlurmElement, *, node: str, addr: str, port: str) -> list[str]:
     """torchrun's argv for one node of one run. Used by render (with RUNTIME markers) and by the
     node runner inside the job (with the real values), so both show the same command."""
-    paths = node_paths(common["job_dir"], element["index"], node)
-    return [
-        common["python"], "-m", "torch.distributed.run",
-        "--nnodes", str(common["nodes"]), "--node-rank", node,
-        "--nproc-per-node", str(common["procs_per_node"]),
-        "--master-addr", addr, "--master-port", port,
-        "--max-restarts", str(common["max_restarts"]),
-        "--tee", "3", "--log-dir", paths["torchrun_log_dir"],
-        *element["program"],
-    ]
+    return torchrun_argv(
+        element.program, launcher=[common.python, "-m", "torch.distributed.run"], max_restarts=common.max_restarts,
+        nodes=common.nodes, node_rank=node, procs_per_node=common.procs_per_node, addr=addr, port=port,
+        log_dir=node_paths(common.job_dir, element.index, node)["torchrun_log_dir"],
+    )
 
 
-def node_env(common: dict[str, Any], element: dict[str, Any], *, node: str) -> dict[str, str]:
+def node_env(common: SlurmCommon, element: SlurmElement, *, node: str) -> dict[str, str]:
     """Variables ddpjob adds for one node's processes (on top of the job's environment), sorted."""
-    env = dict(common["env"])
-    env.update(element["env"])
-    env.update({
-        "DDPJOB_JOB_ID": common["job_id"],
-        "DDPJOB_SWEEP_INDEX": str(element["index"]),
-        "DDPJOB_OUTPUT_DIR": element["output_dir"],
-        "TORCHELASTIC_ERROR_FILE": node_paths(common["job_dir"], element["index"], node)["error_file"],
-    })
-    return dict(sorted(env.items()))
+    return run_env(common.env, element.env, job_id=common.job_id, sweep_index=element.index,
+                   output_dir=element.output_dir,
+                   error_file=node_paths(common.job_dir, element.index, node)["error_file"])
 
 
 def shell_word(word: str) -> str:
@@ -146,42 +168,42 @@ def shell_word(word: str) -> str:
     return "".join(out)
 
 
-def render_plan(payload: dict[str, Any]) -> str:
+def render_plan(common: SlurmCommon, elements: list[SlurmElement], *, script: str, submission_file: str,
+                array: bool) -> str:
     """What ``ddpjob render --target slurm`` prints: the sbatch script verbatim, then each run's
     per-node command as an equivalent shell line (every word quoted; it never goes through a shell)."""
-    c = payload["common"]
-    elements = payload["elements"]
+    c = common
     runs = len(elements)
-    port = str(c["master_port"]) if c["master_port"] else (
-        "launcher.dist.slurm_port($SLURM_ARRAY_JOB_ID, $SLURM_ARRAY_TASK_ID)" if payload["map_count"]
-        else "launcher.dist.slurm_port($SLURM_JOB_ID)")
+    port = str(c.master_port) if c.master_port else (
+        "launcher.targets.slurm.node.slurm_port($SLURM_ARRAY_JOB_ID, $SLURM_ARRAY_TASK_ID)" if array
+        else "launcher.targets.slurm.node.slurm_port($SLURM_JOB_ID)")
     out = [
-        f"# ddpjob slurm plan: job {c['job_id']}",
-        f"# {c['nodes']} node(s) x {c['procs_per_node']} process(es)"
-        + (f", {runs} runs as one job array" if payload["map_count"] else "")
-        + f"; job dir {c['job_dir']}",
+        f"# ddpjob slurm plan: job {c.job_id}",
+        f"# {c.nodes} node(s) x {c.procs_per_node} process(es)"
+        + (f", {runs} runs as one job array" if array else "")
+        + f"; job dir {c.job_dir}",
         "# Submitted through submitit: the script below is exactly the file submitit writes and sbatch runs.",
         "",
-        f"#### sbatch script: {payload['submission_file']}",
-        payload["script"].rstrip("\n"),
+        f"#### sbatch script: {submission_file}",
+        script.rstrip("\n"),
         "#### end of sbatch script",
         "",
-        f"#### per-node command: each of the {c['nodes']} Slurm task(s) (one per node) runs "
-        "launcher.targets.slurm_node, which starts torchrun without a shell; set at run time:",
+        f"#### per-node command: each of the {c.nodes} Slurm task(s) (one per node) runs "
+        "launcher.targets.slurm.node, which starts torchrun without a shell; set at run time:",
         "#   SLURM_NODEID        this node's index in the allocation",
         "#   DDPJOB_MASTER_ADDR  the first host of $SLURM_JOB_NODELIST (the rendezvous host)",
         f"#   DDPJOB_MASTER_PORT  {port}",
     ]
     node = RUNTIME["node"]
     for el in elements:
-        params = " ".join(f"{k}={v}" for k, v in el["params"].items())
+        params = " ".join(f"{k}={v}" for k, v in el.params.items())
         out.append("")
-        out.append(f"## task {el['index']}" + (f" ({params})" if params else "") + f", output {el['output_dir']}")
-        out.append(f"# log: {shell_word(node_paths(c['job_dir'], el['index'], node)['log'])}")
+        out.append(f"## task {el.index}" + (f" ({params})" if params else "") + f", output {el.output_dir}")
+        out.append(f"# log: {shell_word(node_paths(c.job_dir, el.index, node)['log'])}")
         env = node_env(c, el, node=node)
         argv = node_argv(c, el, node=node, addr=RUNTIME["addr"], port=RUNTIME["port"])
         env_text = " \\\n    ".join(f"{k}={shell_word(v)}" for k, v in env.items())
-        out.append(f"(cd {shlex.quote(c['workdir'])} && env \\\n    {env_text} \\\n  {' '.join(shell_word(a) for a in argv)})")
+        out.append(f"(cd {shlex.quote(c.workdir)} && env \\\n    {env_text} \\\n  {' '.join(shell_word(a) for a in argv)})")
     return "\n".join(out) + "\n"
 
 

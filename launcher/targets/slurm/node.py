@@ -2,7 +2,7 @@
 per node) and calls it. It resolves the rendezvous from the allocation and runs torchrun.
 
 Run time, not submit time, decides the rendezvous: the first host of ``$SLURM_JOB_NODELIST`` and
-``launcher.dist.slurm_port(job id, array index)``, so a requeued job that lands on other nodes,
+``slurm_port(job id, array index)``, so a requeued job that lands on other nodes,
 and two jobs sharing nodes, still meet in the right place.
 
 Preemption and time limits: Slurm sends USR2 (``--signal=USR2@N``, or ``scancel --signal=USR2``)
@@ -18,18 +18,37 @@ and launcher modules; submitit is imported inside ``checkpoint``.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import zlib
 from typing import Any
 
-from launcher import dist
-from launcher.targets.slurm_query import expand_nodelist
-from launcher.targets.slurm_script import node_argv, node_env, node_paths
+from launcher.targets.shared.files import write_json
+from launcher.targets.slurm.query import expand_nodelist
+from launcher.targets.slurm.script import SlurmCommon, SlurmElement, node_argv, node_env, node_paths
+
+# Ports derived from the job id fall in this range (below the usual ephemeral range 32768+).
+SLURM_PORT_BASE = 20000
+SLURM_PORT_SPAN = 10000
+
+
+def slurm_port(job_id: int | str, array_index: int | str | None = None) -> int:
+    """A port derived from the Slurm job id (and array index) so concurrent jobs do not collide.
+
+    Consecutive job ids map to consecutive ports; array elements are spread by a hash so that
+    element k of job j and element 0 of job j+k do not meet.
+    """
+    key = f"{job_id}" if array_index in (None, "") else f"{job_id}_{array_index}"
+    try:
+        base = int(job_id)
+    except (TypeError, ValueError):
+        base = zlib.crc32(str(job_id).encode())
+    offset = base if array_index in (None, "") else base + zlib.crc32(key.encode())
+    return SLURM_PORT_BASE + offset % SLURM_PORT_SPAN
 
 
 class NodeFailed(RuntimeError):
@@ -39,7 +58,7 @@ class NodeFailed(RuntimeError):
 class NodeRunner:
     """Callable pickled by submitit: one run (sweep element) of a job, on whichever node runs it."""
 
-    def __init__(self, common: dict[str, Any], element: dict[str, Any]) -> None:
+    def __init__(self, common: SlurmCommon, element: SlurmElement) -> None:
         self.common = common
         self.element = element
         self._proc: subprocess.Popen[bytes] | None = None
@@ -54,7 +73,7 @@ class NodeRunner:
     def rendezvous(self, env: dict[str, str]) -> tuple[str, int]:
         """(first host of the allocation, port derived from the job id and array index)."""
         hosts = expand_nodelist(env.get("SLURM_JOB_NODELIST", "")) or [socket.gethostname()]
-        port = self.common["master_port"] or dist.slurm_port(
+        port = self.common.master_port or slurm_port(
             env.get("SLURM_ARRAY_JOB_ID") or env["SLURM_JOB_ID"], env.get("SLURM_ARRAY_TASK_ID")
         )
         return hosts[0], port
@@ -62,9 +81,9 @@ class NodeRunner:
     def __call__(self) -> dict[str, Any]:
         node = os.environ.get("SLURM_NODEID", "0")
         addr, port = self.rendezvous(dict(os.environ))
-        paths = node_paths(self.common["job_dir"], self.element["index"], node)
+        paths = node_paths(self.common.job_dir, self.element.index, node)
         os.makedirs(os.path.dirname(paths["log"]), exist_ok=True)
-        os.makedirs(self.element["output_dir"], exist_ok=True)
+        os.makedirs(self.element.output_dir, exist_ok=True)
         argv = node_argv(self.common, self.element, node=node, addr=addr, port=str(port))
         env = dict(os.environ)
         env.update(node_env(self.common, self.element, node=node))
@@ -77,22 +96,22 @@ class NodeRunner:
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
             "state": "running", "started": time.time(),
         }
-        _write_json(paths["record"], record)
+        write_json(paths["record"], record)
         self._install_forwarder()
         with open(paths["log"], "ab", buffering=0) as log:
             log.write(f"[ddpjob] node {node} on {record['host']}: rendezvous {addr}:{port}, "
                       f"start {record['restart'] + 1}\n".encode())
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=self.common["workdir"], preexec_fn=_ignore_usr2,
+                cwd=self.common.workdir, preexec_fn=_ignore_usr2,
             )
             code = self._proc.wait()
         record.update(state="exited", exit_code=code, ended=time.time(), preempted=self._stop_sent)
-        _write_json(paths["record"], record)
+        write_json(paths["record"], record)
         if self._stop_sent:
             # Preempted: node 0's submitit handler requeues the job, which kills this task. Do not
             # report a result before that (a finished task would look like a finished run).
-            time.sleep(max(5, self.common["signal_delay_s"] - 5))
+            time.sleep(max(5, self.common.signal_delay_s - 5))
             raise NodeFailed(f"node {node} was preempted and the job was not requeued")
         if code != 0:
             raise NodeFailed(f"torchrun on node {node} ({record['host']}) exited with code {code}; see {paths['log']}")
@@ -103,10 +122,10 @@ class NodeRunner:
         self._stop_child()
         if self._proc is not None:
             try:
-                self._proc.wait(timeout=max(5, self.common["signal_delay_s"] - 10))
+                self._proc.wait(timeout=max(5, self.common.signal_delay_s - 10))
             except subprocess.TimeoutExpired:
                 self._proc.kill()
-        if not self.common["requeue"]:
+        if not self.common.requeue:
             return None
         from submitit.helpers import DelayedSubmission
 
@@ -136,12 +155,5 @@ def _ignore_usr2() -> None:
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, sort_keys=True)
-    os.replace(tmp, path)
-
-
 if __name__ == "__main__":  # pragma: no cover - a hint for people who run the module by hand
-    sys.exit("launcher.targets.slurm_node is started by submitit inside a Slurm job, not by hand")
+    sys.exit("launcher.targets.slurm.node is started by submitit inside a Slurm job, not by hand")

@@ -23,102 +23,26 @@ Contract of ``logs`` (see ``Target.logs``):
 
 from __future__ import annotations
 
-import fcntl
-import os
 import queue
-import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import DdpjobError
 from launcher.targets.base import LogFilter
-from launcher.targets.k8s_render import LABEL_OPERATOR_JOB
-from launcher.targets.logtail import LogSource, format_line
+from launcher.targets.k8s.pods import (
+    PodLock, PodRef, attempt_file, close, container, path_uid, pod_ref, read_chunks, sort_key, started,
+)
+from launcher.targets.k8s.render import LABEL_OPERATOR_JOB
+from launcher.targets.shared.files import atomic_write
+from launcher.targets.shared.logtail import LogSource, format_line
 
 POLL = 0.5
 DRAIN_GRACE = 15.0
 OUTAGE_LIMIT = 120.0
-_POD_RE = re.compile(r"^(?P<job>.+)-(?P<type>master|worker)-(?P<index>\d+)$")
-
-
-@dataclass(frozen=True)
-class PodRef:
-    """A pod of one of the job's PyTorchJobs and where its lines come from (task, node)."""
-
-    name: str
-    task: int
-    node: int
-    label: str
-
-
-def pod_ref(pod_name: str, elements: list[dict[str, Any]], multi: bool) -> PodRef | None:
-    """Task and node of a pod from its name: ``<job>-master-0`` is node 0, ``<job>-worker-i`` node i+1."""
-    m = _POD_RE.match(pod_name)
-    if not m:
-        return None
-    task = next((e["index"] for e in elements if e["name"] == m.group("job")), None)
-    if task is None:
-        return None
-    index = int(m.group("index"))
-    node = 0 if m.group("type") == "master" else index + 1
-    label = (f"task{task} " if multi else "") + f"{m.group('type')}-{index}"
-    return PodRef(pod_name, task, node, label)
-
-
-def _attempt_file(pods_dir: Path, pod: dict[str, Any], restarts: int) -> Path:
-    meta = pod["metadata"]
-    created = re.sub(r"[^0-9TZ]", "", meta.get("creationTimestamp") or "0")
-    return pods_dir / meta["name"] / f"{created}-{(meta.get('uid') or 'nouid')[:8]}-r{restarts:03d}.log"
-
-
-def path_uid(path: Path, pod: dict[str, Any]) -> str | None:
-    """The pod uid behind an attempt file, if it is this pod's (the name holds its first 8 characters)."""
-    uid = pod["metadata"].get("uid") or ""
-    return uid if f"-{uid[:8]}-r" in path.name else None
-
-
-def _container(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") == "pytorch":
-            return cs
-    return None
-
-
-def _started(cs: dict[str, Any] | None) -> bool:
-    if cs is None:
-        return False
-    state = cs.get("state") or {}
-    return "running" in state or "terminated" in state or int(cs.get("restartCount") or 0) > 0
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}.{threading.get_ident()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-class _PodLock:
-    """An exclusive, non-blocking lock on one pod's log folder (held by whoever persists it)."""
-
-    def __init__(self, pod_dir: Path) -> None:
-        pod_dir.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(pod_dir / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self.held = True
-        except OSError:
-            self.held = False
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing drops the flock
-            self.fd = -1
 
 
 class PodLogs:
@@ -157,13 +81,13 @@ class PodLogs:
         pods = []
         for el in self.elements:
             pods += self.kube.list_pods(f"{LABEL_OPERATOR_JOB}={el['name']}")
-        return sorted(pods, key=lambda p: _sort_key(p["metadata"]["name"]))
+        return sorted(pods, key=lambda p: sort_key(p["metadata"]["name"]))
 
     def _persisted(self) -> dict[str, list[Path]]:
         out: dict[str, list[Path]] = {}
         if not self.pods_dir.is_dir():
             return out
-        for pod_dir in sorted(self.pods_dir.iterdir(), key=lambda p: _sort_key(p.name)):
+        for pod_dir in sorted(self.pods_dir.iterdir(), key=lambda p: sort_key(p.name)):
             if pod_dir.is_dir() and self._ref(pod_dir.name) is not None:
                 out[pod_dir.name] = sorted(pod_dir.glob("*.log"))
         return out
@@ -182,22 +106,22 @@ class PodLogs:
             name = pod["metadata"]["name"]
             if self._ref(name) is None:
                 continue
-            cs = _container(pod)
-            if not _started(cs):
+            cs = container(pod)
+            if not started(cs):
                 continue
-            lock = _PodLock(self.pods_dir / name)
+            lock = PodLock(self.pods_dir / name)
             try:
                 if not lock.held:
                     continue  # a follower is writing this pod's files as we speak
                 restarts = int(cs.get("restartCount") or 0)
-                prev = _attempt_file(self.pods_dir, pod, restarts - 1) if restarts else None
+                prev = attempt_file(self.pods_dir, pod, restarts - 1) if restarts else None
                 if prev is not None and not prev.exists():
                     data = self.kube.pod_log(name, previous=True)
                     if data is not None:
-                        _write_atomic(prev, data)
+                        atomic_write(prev, data)
                 data = self.kube.pod_log(name)
                 if data is not None:
-                    _write_atomic(_attempt_file(self.pods_dir, pod, restarts), data)
+                    atomic_write(attempt_file(self.pods_dir, pod, restarts), data)
             finally:
                 lock.release()
         for pod_name, files in self._persisted().items():
@@ -268,7 +192,7 @@ class PodLogs:
         finally:
             stop.set()
             for resp in list(responses):
-                _close(resp)
+                close(resp)
             for t in threads.values():
                 t.join(timeout=2.0)
         while not q.empty():
@@ -280,7 +204,7 @@ class PodLogs:
     def _stream_pod(self, ref: PodRef, q: queue.Queue[tuple[PodRef, str]], stop: threading.Event,
                     responses: list[Any]) -> None:
         pod_dir = self.pods_dir / ref.name
-        lock = _PodLock(pod_dir)
+        lock = PodLock(pod_dir)
         try:
             self._stream_pod_locked(ref, q, stop, responses, lock.held)
         except Exception as e:  # noqa: BLE001 - one pod's failure must not stop the others
@@ -290,47 +214,24 @@ class PodLogs:
 
     def _stream_pod_locked(self, ref: PodRef, q: queue.Queue[tuple[PodRef, str]], stop: threading.Event,
                            responses: list[Any], persist: bool) -> None:
-        done: set[Path] = set()
         sent: dict[Path, int] = {}
         tail = self.flt.tail
         first_attempt = True
         pod = self.kube.get_pod(ref.name)
-        # Earlier runs persisted by someone else (or a previous call): shown once, first.
-        existing = sorted((self.pods_dir / ref.name).glob("*.log"))
-        current = None
-        if pod is not None and _started(_container(pod)):
-            current = _attempt_file(self.pods_dir, pod, int(_container(pod).get("restartCount") or 0))
-        older = [f for f in existing if f != current]
-        old_lines = [ln for f in older for ln in f.read_bytes().decode("utf-8", "replace").splitlines()]
-        for f in older:
-            done.add(f)
-        if tail is not None:
-            old_lines = old_lines[-tail:] if tail > 0 else []
-        for line in old_lines:
-            q.put((ref, line))
+        done = self._replay_older_runs(ref, pod, q)
         while not stop.is_set():
             if pod is None:
                 return  # deleted: its lines so far are persisted
-            cs = _container(pod)
-            if not _started(cs):
+            cs = container(pod)
+            if not started(cs):
                 stop.wait(POLL)
                 pod = self.kube.get_pod(ref.name)
                 continue
             assert cs is not None
             restarts = int(cs.get("restartCount") or 0)
             if restarts:
-                prev = _attempt_file(self.pods_dir, pod, restarts - 1)
-                if prev not in done:
-                    done.add(prev)
-                    if prev.exists():
-                        data = prev.read_bytes()
-                    else:
-                        data = self.kube.pod_log(ref.name, previous=True) or b""
-                        if persist and data:
-                            _write_atomic(prev, data)
-                    for line in data.decode("utf-8", "replace").splitlines():
-                        q.put((ref, line))
-            path = _attempt_file(self.pods_dir, pod, restarts)
+                self._previous_run(ref, pod, restarts, q, done, persist)
+            path = attempt_file(self.pods_dir, pod, restarts)
             if path not in done:
                 skip_below = 0
                 if first_attempt and tail is not None:
@@ -341,10 +242,10 @@ class PodLogs:
             pod = self.kube.get_pod(ref.name)
             if pod is None:
                 return
-            cs = _container(pod)
+            cs = container(pod)
             state = (cs or {}).get("state") or {}
             same_run = cs is not None and int(cs.get("restartCount") or 0) == restarts and \
-                _attempt_file(self.pods_dir, pod, restarts) == path
+                attempt_file(self.pods_dir, pod, restarts) == path
             if same_run and "terminated" in state:
                 if path not in done:
                     done.add(path)
@@ -362,6 +263,39 @@ class PodLogs:
             else:
                 stop.wait(POLL)  # the stream broke while the container runs: reconnect
 
+    def _replay_older_runs(self, ref: PodRef, pod: dict[str, Any] | None,
+                           q: queue.Queue[tuple[PodRef, str]]) -> set[Path]:
+        """Queue the runs persisted earlier (by another reader, or a previous call) before the current
+        one, once, honouring ``tail``; returns their files, which need no more reading."""
+        existing = sorted((self.pods_dir / ref.name).glob("*.log"))
+        current = None
+        if pod is not None and started(container(pod)):
+            current = attempt_file(self.pods_dir, pod, int(container(pod).get("restartCount") or 0))
+        older = [f for f in existing if f != current]
+        old_lines = [ln for f in older for ln in f.read_bytes().decode("utf-8", "replace").splitlines()]
+        tail = self.flt.tail
+        if tail is not None:
+            old_lines = old_lines[-tail:] if tail > 0 else []
+        for line in old_lines:
+            q.put((ref, line))
+        return set(older)
+
+    def _previous_run(self, ref: PodRef, pod: dict[str, Any], restarts: int, q: queue.Queue[tuple[PodRef, str]],
+                      done: set[Path], persist: bool) -> None:
+        """After an in-place restart: the run before the current one, from its file or the API."""
+        prev = attempt_file(self.pods_dir, pod, restarts - 1)
+        if prev in done:
+            return
+        done.add(prev)
+        if prev.exists():
+            data = prev.read_bytes()
+        else:
+            data = self.kube.pod_log(ref.name, previous=True) or b""
+            if persist and data:
+                atomic_write(prev, data)
+        for line in data.decode("utf-8", "replace").splitlines():
+            q.put((ref, line))
+
     def _stream_attempt(self, ref: PodRef, path: Path, q: queue.Queue[tuple[PodRef, str]], stop: threading.Event,
                         responses: list[Any], persist: bool, sent: dict[Path, int], skip_below: int,
                         whole: bool = False, previous: bool = False) -> bool:
@@ -378,7 +312,7 @@ class PodLogs:
                 stop.wait(POLL)
                 return False
             responses.append(resp)
-            chunks = _chunks(resp)
+            chunks = read_chunks(resp)
         already = sent.get(path, 0)
         n = 0
         out = None
@@ -418,30 +352,7 @@ class PodLogs:
             if out is not None:
                 out.close()
             if resp is not None:
-                _close(resp)
+                close(resp)
                 if resp in responses:
                     responses.remove(resp)
         return True
-
-
-def _chunks(resp: Any) -> Iterator[bytes]:
-    while True:
-        data = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
-        if not data:
-            return
-        yield data
-
-
-def _close(resp: Any) -> None:
-    try:
-        resp.close()
-        resp.release_conn()
-    except Exception:  # noqa: BLE001 - best effort
-        pass
-
-
-def _sort_key(pod_name: str) -> tuple[str, int, int]:
-    m = _POD_RE.match(pod_name)
-    if not m:
-        return (pod_name, 0, 0)
-    return (m.group("job"), 0 if m.group("type") == "master" else 1, int(m.group("index")))

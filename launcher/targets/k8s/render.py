@@ -2,7 +2,7 @@
 
 ``ddpjob render --target k8s`` and ``validate`` use only this module (and the schema check), so
 they stay fast and work without the ``k8s`` extra. The rules come from the training operator
-v1.9.x (shared/reference/kubeflow/CONTRACT.md):
+v1.9.x (see k8s/README.md):
 
 - Always a ``Master`` (1 replica) plus ``Worker`` (nodes - 1, omitted for one node): only with a
   Master does the operator inject MASTER_ADDR/PORT, RANK and the PET_* variables torchrun reads.
@@ -16,7 +16,7 @@ v1.9.x (shared/reference/kubeflow/CONTRACT.md):
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -24,7 +24,7 @@ import yaml
 from launcher import dist
 from launcher.errors import Issue
 from launcher.spec import JobSpec, expand
-from launcher.targets.torchrun import worker_command
+from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
@@ -37,20 +37,30 @@ LABEL_SWEEP_ID = "ddpjob/sweep-id"
 LABEL_SWEEP_INDEX = "ddpjob/sweep-index"
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_OPERATOR_JOB = "training.kubeflow.org/job-name"
-LABEL_REPLICA_TYPE = "training.kubeflow.org/replica-type"
-LABEL_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 ISTIO_ANNOTATION = "sidecar.istio.io/inject"
 SERVICE_NAME_MAX = 63
+# The operator injects MASTER_ADDR/PORT from the Master's port named pytorchjob-port; every pod has
+# its own network namespace, so a fixed port never clashes.
+DEFAULT_PORT = 29500
+
+
+@dataclass
+class K8sElement:
+    """One run (sweep element) and the name of its PyTorchJob."""
+
+    index: int
+    name: str
+    params: dict[str, str]
+    output_dir: str
 
 
 @dataclass
 class Rendered:
-    """The PyTorchJobs of one job (one per sweep element) and what ``plan`` reports about them."""
+    """The PyTorchJobs of one job (one per sweep element)."""
 
     objects: list[dict[str, Any]]
-    elements: list[dict[str, Any]]
+    elements: list[K8sElement]
     procs_per_node: int
-    notes: list[str] = field(default_factory=list)
 
 
 def kubelet_escape(text: str) -> str:
@@ -73,28 +83,28 @@ def cpu_request(spec: JobSpec) -> str | None:
     return None if value is None else str(value)
 
 
-def render(spec: JobSpec, job_id: str) -> Rendered:
+def render(spec: JobSpec, job_id: str, nccl_defaults: dict[str, str]) -> Rendered:
     """The PyTorchJob of every run of ``spec`` (deterministic: sorted env, fixed key order)."""
     k = spec.k8s
     procs = dist.resolve_procs_per_node(spec, spec.resources.gpus)
     cpus_whole = k.cpu if isinstance(k.cpu, int) else (spec.resources.cpus if k.cpu is None else None)
-    base_env = dist.process_env(spec, "k8s", cpus_per_node=cpus_whole, procs_per_node=procs, rdma=k.rdma)
+    base_env = dist.process_env(spec, nccl_defaults, cpus_per_node=cpus_whole, procs_per_node=procs)
     output_root = spec.output_dir or f"{OUTPUT_ROOT}/{job_id}"
     sweep = bool(spec.sweep)
     objects: list[dict[str, Any]] = []
-    elements: list[dict[str, Any]] = []
+    elements: list[K8sElement] = []
     for el in expand(spec, job_id=job_id, output_root=output_root):
         name = job_name(job_id, el.index, sweep)
-        env = {**base_env, **el.env, "DDPJOB_JOB_ID": job_id, "DDPJOB_SWEEP_INDEX": str(el.index),
-               "DDPJOB_OUTPUT_DIR": el.output_dir}
+        env = run_env(base_env, el.env, job_id=job_id, sweep_index=el.index, output_dir=el.output_dir)
         labels = {LABEL_JOB_ID: job_id}
         if sweep:
             labels[LABEL_SWEEP_ID] = job_id
             labels[LABEL_SWEEP_INDEX] = str(el.index)
-        command = ["torchrun", "--max-restarts", str(spec.max_restarts), "--tee", "3",
-                   *worker_command(el.command, "python")]
+        # No rendezvous flags: the operator's PET_* variables give torchrun nodes, rank and master.
+        command = torchrun_argv(worker_command(el.command, "python"), launcher=["torchrun"],
+                                max_restarts=spec.max_restarts)
         objects.append(_job(spec, name, labels, command, env, procs))
-        elements.append({"index": el.index, "name": name, "params": el.params, "output_dir": el.output_dir})
+        elements.append(K8sElement(el.index, name, el.params, el.output_dir))
     return Rendered(objects, elements, procs)
 
 
@@ -196,7 +206,7 @@ def _container(spec: JobSpec, command: list[str], env: dict[str, str]) -> dict[s
                 item[ref_key]["optional"] = True
             env_from.append(item)
         c["envFrom"] = env_from
-    c["ports"] = [{"name": PORT_NAME, "containerPort": dist.k8s_port(spec), "protocol": "TCP"}]
+    c["ports"] = [{"name": PORT_NAME, "containerPort": spec.master_port or DEFAULT_PORT, "protocol": "TCP"}]
     c["resources"] = _resources(spec)
     c["volumeMounts"] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
@@ -369,11 +379,13 @@ def render_text(rendered: Rendered, job_id: str, namespace: str | None, notes: l
 
 def crd_available() -> tuple[bool, str]:
     """Whether the strict validator can run here (its CRD copy and jsonschema are present)."""
-    from launcher.targets import k8s_schema
+    from launcher.targets.k8s import schema
 
-    path = k8s_schema.default_crd_path()
+    path = schema.default_crd_path()
+    if path is None:
+        return False, f"no copy of the PyTorchJob CRD here (set {schema.CRD_ENV}); the API server still checks it"
     if not os.path.exists(path):
-        return False, f"the CRD schema was not found at {path} (set {k8s_schema.CRD_ENV}); the API server still checks it"
+        return False, f"the CRD schema was not found at {path} (set {schema.CRD_ENV}); the API server still checks it"
     try:
         import jsonschema  # noqa: F401
     except ImportError:

@@ -28,7 +28,7 @@ from typing import Any, NoReturn, TypeVar
 
 from launcher import errors
 from launcher.errors import SubmitRejected, TargetError, TargetUnavailable
-from launcher.targets.k8s_render import GROUP, PLURAL, VERSION
+from launcher.targets.k8s.render import GROUP, PLURAL, VERSION
 
 OPERATOR_INSTALL = (
     'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"'
@@ -127,10 +127,6 @@ class Kube:
             action="create", name=name,
         )
         return _json(resp)
-
-    def get_job(self, name: str) -> dict[str, Any] | None:
-        return self._maybe(lambda: self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False, _request_timeout=TIMEOUT), "get", name)
 
     def list_jobs(self, selector: str) -> list[dict[str, Any]]:
         resp = self._call(lambda: self.custom.list_namespaced_custom_object(

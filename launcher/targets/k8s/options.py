@@ -1,6 +1,6 @@
 """The ``k8s:`` section of a job spec (options used only by the Kubernetes target).
 
-Everything here ends up in a ``kubeflow.org/v1`` PyTorchJob (see ``launcher.targets.k8s_render``).
+Everything here ends up in a ``kubeflow.org/v1`` PyTorchJob (see ``launcher.targets.k8s.render``).
 Values are checked for what the API server accepts (label syntax, DNS names, quantities), so a
 mistake is reported at its line in the spec instead of as a 422 from the cluster. Secrets are only
 ever referenced (``secretKeyRef``/``envFrom``), never copied into the manifest.
@@ -13,6 +13,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
+from launcher.specfields import ENV_NAME_RE, is_reserved_env
+
 # DNS-1123 label (namespaces, volume names, configMap/secret/PVC names are subdomains, but a label
 # is what most clusters use and is always a valid subdomain).
 DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -22,7 +24,6 @@ _QUALIFIED_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 # Kubernetes CPU quantity: whole or decimal cores ("2", "1.5") or millicores ("500m").
 CPU_QUANTITY_RE = re.compile(r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Labels and annotations ddpjob or the operator set; a user value would be overwritten or break tracking.
 RESERVED_LABEL_PREFIXES = ("ddpjob/", "training.kubeflow.org/", "kueue.x-k8s.io/")
 
@@ -81,11 +82,9 @@ def _abs_path(v: str) -> str:
 
 
 def _env_name(v: str) -> str:
-    from launcher.spec import RESERVED_ENV
-
-    if not _ENV_NAME_RE.match(v):
+    if not ENV_NAME_RE.match(v):
         raise ValueError(f"{v!r} is not a valid variable name (letters, digits, '_'; not starting with a digit)")
-    if v in RESERVED_ENV or v.startswith("PET_"):
+    if is_reserved_env(v):
         raise ValueError(f"{v} is computed by torchrun/ddpjob/the operator for each process and cannot be set")
     return v
 
@@ -195,7 +194,7 @@ class EnvFromRef(BaseModel):
     def _one_source(self) -> EnvFromRef:
         if (self.secret is None) == (self.config_map is None):
             raise ValueError("give exactly one of secret or config_map")
-        if self.prefix is not None and not _ENV_NAME_RE.match(self.prefix):
+        if self.prefix is not None and not ENV_NAME_RE.match(self.prefix):
             raise ValueError(f"prefix {self.prefix!r} must be a valid start of a variable name")
         return self
 

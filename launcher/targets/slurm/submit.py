@@ -18,6 +18,8 @@ from typing import Any
 from submitit.core import utils
 from submitit.slurm import slurm as submitit_slurm
 
+from launcher.targets.slurm.target import SlurmPayload
+
 SBATCH_TIMEOUT_S = 120
 
 
@@ -64,30 +66,30 @@ class DdpjobExecutor(submitit_slurm.SlurmExecutor):
         return jobs
 
 
-def submit(payload: dict[str, Any]) -> tuple[str, str]:
+def submit(payload: SlurmPayload) -> tuple[str, str]:
     """Submit the plan's runs (one job, or one array for a sweep). Returns (Slurm job id, script path).
 
     Raises ``RuntimeError`` if the script submitit would write differs from the rendered one, before
     anything is submitted.
     """
-    from launcher.targets.slurm_node import NodeRunner
+    from launcher.targets.slurm.node import NodeRunner
 
-    c = payload["common"]
-    ex = DdpjobExecutor(folder=c["job_dir"], max_num_timeout=c["max_timeouts"], python=c["submit_python"])
-    ex.update_parameters(**payload["executor_params"])
-    expected = ex.expected_script(payload["map_count"])
-    if expected != payload["script"]:
+    c = payload.common
+    ex = DdpjobExecutor(folder=c.job_dir, max_num_timeout=c.max_timeouts, python=c.submit_python)
+    ex.update_parameters(**payload.executor_params)
+    expected = ex.expected_script(payload.map_count)
+    if expected != payload.script:
         import difflib
 
-        diff = "".join(difflib.unified_diff(payload["script"].splitlines(True), expected.splitlines(True),
+        diff = "".join(difflib.unified_diff(payload.script.splitlines(True), expected.splitlines(True),
                                              "rendered", "submitit"))
         raise RenderMismatch(f"the sbatch script submitit would write differs from the rendered plan:\n{diff}")
-    runners = [NodeRunner(c, el) for el in payload["elements"]]
+    runners = [NodeRunner(c, el) for el in payload.elements]
     # submitit prints sbatch's stderr before raising it; the error message carries it already.
     with contextlib.redirect_stderr(io.StringIO()):
-        if payload["map_count"] is None:
+        if payload.map_count is None:
             job = ex.submit(runners[0])
             return str(job.job_id), str(job.paths.submission_file)
         jobs = ex.submit_array(runners)
     array_id = str(jobs[0].job_id).split("_", 1)[0]
-    return array_id, str(Path(c["job_dir"]) / f"{array_id}_submission.sh")
+    return array_id, str(Path(c.job_dir) / f"{array_id}_submission.sh")

@@ -1,7 +1,7 @@
 """Strict validation of a PyTorchJob against the upstream CRD schema, plus the operator's own rules.
 
 Plain JSON Schema validation of the CRD misses what the API server and the training operator
-enforce (see shared/reference/kubeflow/README.md); this module adds:
+enforce (see k8s/README.md); this module adds:
 
 1. unknown fields rejected (the server prunes them silently, or rejects them with
    ``fieldValidation=Strict``): ``additionalProperties: false`` on every object with properties;
@@ -13,8 +13,8 @@ enforce (see shared/reference/kubeflow/README.md); this module adds:
    enum-like fields the schema leaves as free strings, and ``elasticPolicy.standalone`` refused
    (``PET_STANDALONE=""`` makes torchrun fail parsing its arguments).
 
-The CRD is not part of this repository: it is read from ``$DDPJOB_PYTORCHJOB_CRD`` or from
-``shared/reference/kubeflow/`` beside the repository.
+The CRD is not part of ddpjob: it is read from ``$DDPJOB_PYTORCHJOB_CRD``; without it the strict
+check does not run and the plan says so.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import TargetUnavailable
+from launcher.errors import TargetUnavailable, dotted_path
 
 CRD_ENV = "DDPJOB_PYTORCHJOB_CRD"
 CRD_NAME = "kubeflow.org_pytorchjobs.yaml"
@@ -56,22 +56,13 @@ class SchemaIssue:
     message: str
 
     def __str__(self) -> str:
-        return f"{dotted(self.path)}: {self.message}"
+        return f"{dotted_path(self.path)}: {self.message}"
 
 
-def dotted(path: Path_) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else ("." if out else "") + str(p)
-    return out or "<root>"
-
-
-def default_crd_path() -> Path:
-    """``$DDPJOB_PYTORCHJOB_CRD``, else shared/reference/kubeflow/ beside the repository."""
+def default_crd_path() -> Path | None:
+    """The PyTorchJob CRD to check against: ``$DDPJOB_PYTORCHJOB_CRD``, else None (not checked)."""
     env = os.environ.get(CRD_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "reference" / "kubeflow" / CRD_NAME
+    return Path(env) if env else None
 
 
 @functools.lru_cache(maxsize=4)
@@ -90,10 +81,10 @@ def _load_crd(path: str) -> dict[str, Any]:
     versions = [v for v in crd["spec"]["versions"] if v.get("name") == "v1"]
     if not versions:
         raise TargetUnavailable(f"{path} has no v1 version of the PyTorchJob CRD")
-    return _strict(versions[0]["schema"]["openAPIV3Schema"], root=True)
+    return _strict(versions[0]["schema"]["openAPIV3Schema"])
 
 
-def _strict(node: Any, root: bool = False) -> Any:
+def _strict(node: Any) -> Any:
     """A copy of the schema where every object with properties refuses unknown fields."""
     node = copy.deepcopy(node)
 
@@ -112,7 +103,10 @@ def _strict(node: Any, root: bool = False) -> Any:
 
 
 def schema(crd_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    return _load_crd(str(crd_path or default_crd_path()))
+    path = crd_path or default_crd_path()
+    if path is None:
+        raise TargetUnavailable(f"no PyTorchJob CRD to check against: set {CRD_ENV} to a copy of {CRD_NAME}")
+    return _load_crd(str(path))
 
 
 def validate_pytorchjob(obj: dict[str, Any], crd_path: str | os.PathLike[str] | None = None) -> list[SchemaIssue]:

@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from launcher.targets.logtail import split_torchrun_prefix
+from launcher.targets.shared.logtail import split_torchrun_prefix
 
 _RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
 _EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")

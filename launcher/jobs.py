@@ -1,0 +1,249 @@
+"""The service layer: the one path from a spec to a running job and back, for every entry point.
+
+The CLI (``launcher.cli``) parses arguments, calls ``Jobs`` and prints; the Python API uses the
+same class. One submit walks, in this order::
+
+    load spec -> reserve id (and a port, where the target picks one) -> plan ONCE -> submit -> record handle
+
+A plan that fails after the reservation releases it (nothing was submitted, nothing is listed).
+``render`` and ``submit --dry-run`` plan the same way with a placeholder id (``<name>-xxxxx``)
+and no port: where a value is only known at submit, the plan says so instead of inventing one.
+
+``status``, ``list_jobs``, ``wait``, ``logs`` and ``cancel`` work from the registry, so any later
+shell (or process) can follow a job. Library code here raises typed errors and never prints.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from launcher.errors import DdpjobError, NotSubmitted, UsageError, WaitTimeout
+from launcher.states import JobState
+
+if TYPE_CHECKING:
+    from launcher.registry import JobRecord, Registry
+    from launcher.specload import LoadedSpec
+    from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target
+
+# A job without a handle this long after its reservation was abandoned by its submitting process.
+ABANDONED_AFTER_S = 120.0
+
+
+@dataclass
+class Submission:
+    """What ``Jobs.submit`` returns: the recorded id, the plan that was submitted and its handle."""
+
+    job_id: str
+    plan: Plan
+    handle: Handle
+
+
+class Cancelled(enum.Enum):
+    """What ``Jobs.cancel`` did."""
+
+    CANCELLED = "cancelled"
+    TASK_CANCELLED = "task cancelled"
+    ALREADY_ENDED = "already ended"
+
+
+def load(spec_path: str | None, *, command: list[str] | None = None, overrides: list[str] = ()) -> LoadedSpec:  # type: ignore[assignment]
+    """A spec file, or a spec made of a bare ``command`` (``ddpjob submit -- python train.py``).
+
+    Overrides (``KEY=VALUE``) apply before validation. Raises ``SpecError`` listing every problem.
+    """
+    from launcher.spec import sanitize_name
+    from launcher.specload import load_spec
+
+    if spec_path is not None:
+        return load_spec(spec_path, overrides=list(overrides))
+    if not command:
+        raise UsageError("give a spec file (ddpjob submit jobs/quickstart.yaml) or a command after -- "
+                         "(ddpjob submit --nodes 2 -- python train.py)")
+    script = next((a for a in command[1:] if not a.startswith("-")), command[0])
+    base = {"name": sanitize_name(os.path.splitext(os.path.basename(script))[0]), "command": list(command)}
+    return load_spec(None, overrides=list(overrides), base=base)
+
+
+def gpu_count() -> int:
+    """GPUs on this machine without importing torch: the NVIDIA device nodes, honouring CUDA_VISIBLE_DEVICES."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])
+    try:
+        return len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()])
+    except OSError:
+        return 0
+
+
+class Jobs:
+    """Submit, inspect, follow and stop jobs; the registry remembers them between calls.
+
+    Args:
+        registry: where jobs are recorded (default: ``$DDPJOB_HOME``, else ``~/.ddpjob``).
+    """
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        if registry is None:
+            from launcher.registry import Registry
+
+            registry = Registry()
+        self.registry = registry
+
+    # ------------------------------------------------------------------ plan and submit
+
+    def context(self, job_id: str, port: int | None = None, inputs: Any = None) -> PlanContext:
+        """What a plan may depend on besides the spec, read from this machine once."""
+        from launcher.targets.base import PlanContext
+
+        return PlanContext(
+            job_id=job_id, run_dir=str(self.registry.runs_dir() / job_id), port=port,
+            cpu_count=os.cpu_count() or 1, gpu_count=gpu_count(), home=os.path.expanduser("~"),
+            cwd=os.getcwd(), python=sys.executable, inputs=inputs,
+        )
+
+    def plan(self, loaded: LoadedSpec, target: str) -> Plan:
+        """The plan ``submit`` would make, with a placeholder id and no port: submits nothing and
+        asks no scheduler (the target's inputs come from local copies only)."""
+        from launcher.targets import get_target
+
+        tgt = get_target(target)
+        inputs = tgt.inputs(loaded, online=False)
+        return tgt.plan(loaded, self.context(f"{loaded.spec.name}-xxxxx", inputs=inputs))
+
+    def server_dry_run(self, plan: Plan) -> str:
+        """Ask the scheduler to check ``plan`` without creating anything (Kubernetes: dryRun=All)."""
+        from launcher.targets import get_target
+
+        return get_target(plan.target).server_dry_run(plan)
+
+    def submit(self, loaded: LoadedSpec, target: str) -> Submission:
+        """Reserve, plan once, submit and record. Raises ``SpecError`` (nothing recorded) or the
+        target's error (the job is recorded FAILED with the reason)."""
+        from launcher.targets import get_target
+
+        tgt = get_target(target)
+        spec = loaded.spec
+        inputs = tgt.inputs(loaded, online=True)  # before the reservation: a refusal leaves no trace
+        picker = tgt.pick_port if tgt.picks_port and spec.master_port is None else None
+        fixed = spec.master_port if tgt.picks_port else None
+        job_id, port = self.registry.reserve(spec.name, target, spec.model_dump(mode="json"), port=fixed,
+                                             port_picker=picker)
+        try:
+            plan = tgt.plan(loaded, self.context(job_id, port, inputs))
+        except BaseException:
+            self.registry.release(job_id)
+            raise
+        try:
+            handle = tgt.submit(plan)
+        except BaseException as e:
+            self.registry.update_state(job_id, JobState.FAILED, f"submit failed: {e}")
+            raise
+        self.registry.record_handle(job_id, handle.to_json())
+        return Submission(job_id, plan, handle)
+
+    # ------------------------------------------------------------------ inspect
+
+    def get(self, job_id: str) -> JobRecord:
+        """The registry's record (a unique prefix of the id is enough); ``JobNotFound`` otherwise."""
+        return self.registry.get(job_id)
+
+    def refresh(self, job_id: str) -> tuple[JobRecord, JobStatus | None]:
+        """Ask the target for the job's status and store it; terminal records are final."""
+        from launcher.targets.base import JobStatus
+
+        rec = self.registry.get(job_id)
+        if rec.handle is None:
+            if rec.state.terminal:
+                return rec, None
+            msg = "submission did not complete: no handle was recorded"
+            if time.time() - rec.created_at > ABANDONED_AFTER_S:
+                self.registry.update_state(rec.id, JobState.FAILED, msg + " (the submitting process stopped)")
+                return self.registry.get(rec.id), None
+            return rec, JobStatus(JobState.PENDING, "being submitted")
+        tgt, handle = self._target_and_handle(rec)
+        st = tgt.status(handle)
+        if not rec.state.terminal:
+            self.registry.update_state(rec.id, st.state, st.message)
+            rec = self.registry.get(rec.id)
+        return rec, st
+
+    def list_jobs(self, *, limit: int | None = 50, target: str | None = None) -> list[JobRecord]:
+        """Jobs, newest first; unfinished ones are refreshed with one batched query per target.
+        A target out of reach leaves its jobs as last known."""
+        from launcher.targets import get_target
+
+        records = self.registry.list(limit=limit or None, target=target)
+        live: dict[str, dict[str, Any]] = {}
+        for rec in records:
+            if not rec.state.terminal and rec.handle is not None:
+                live.setdefault(rec.target, {})[rec.id] = rec.handle
+        for tname, handles in live.items():
+            try:
+                tgt = get_target(tname)
+                statuses = tgt.status_many({j: tgt.load_handle(h) for j, h in handles.items()})
+            except DdpjobError:
+                continue
+            for job_id, st in statuses.items():
+                self.registry.update_state(job_id, st.state, st.message)
+        return [self.registry.get(r.id) if r.id in live.get(r.target, {}) else r for r in records]
+
+    def wait(self, job_id: str, timeout: float | None = None) -> JobRecord:
+        """Poll until the job ends (politely: backing off to one query every 5 s).
+
+        Raises:
+            WaitTimeout: ``timeout`` seconds passed first; the job keeps running.
+        """
+        start = time.monotonic()
+        delay = 0.2
+        while True:
+            rec, _ = self.refresh(job_id)
+            if rec.state.terminal:
+                return rec
+            elapsed = time.monotonic() - start
+            if timeout is not None and elapsed >= timeout:
+                raise WaitTimeout(f"{rec.id} is still {rec.state.value} after {timeout:g}s; it keeps running")
+            time.sleep(delay if timeout is None else min(delay, max(0.0, timeout - elapsed)))
+            delay = min(delay * 1.5, 5.0)
+
+    def logs(self, job_id: str, flt: LogFilter, *, follow: bool = False) -> Iterator[str]:
+        """The job's lines, prefixed with node and rank (see ``Target.logs`` for the rules)."""
+        rec = self.registry.get(job_id)
+        if rec.handle is None:
+            raise NotSubmitted(f"{rec.id} has no logs: its submission did not complete ({rec.message or rec.state.value})")
+        tgt, handle = self._target_and_handle(rec)
+        yield from tgt.logs(handle, flt, follow=follow)
+
+    # ------------------------------------------------------------------ stop
+
+    def cancel(self, job_id: str, task: int | None = None) -> Cancelled:
+        """Stop the job (or one run of a sweep, ``task``) and everything it started. Safe to repeat."""
+        rec = self.registry.get(job_id)
+        if rec.state.terminal:
+            return Cancelled.ALREADY_ENDED
+        if rec.handle is None:
+            if task is not None:
+                raise UsageError(f"{rec.id} has no tasks to cancel: its submission did not complete")
+        else:
+            rec, _ = self.refresh(rec.id)
+            if rec.state.terminal:
+                return Cancelled.ALREADY_ENDED
+            tgt, handle = self._target_and_handle(rec)
+            if task is not None:
+                tgt.cancel_task(handle, task)
+                return Cancelled.TASK_CANCELLED
+            tgt.cancel(handle)
+        self.registry.update_state(rec.id, JobState.CANCELLED, "cancelled by user")
+        return Cancelled.CANCELLED
+
+    def _target_and_handle(self, rec: JobRecord) -> tuple[Target, Handle]:
+        from launcher.targets import get_target
+
+        tgt = get_target(rec.target)
+        assert rec.handle is not None
+        return tgt, tgt.load_handle(rec.handle)

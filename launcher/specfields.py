@@ -1,0 +1,36 @@
+"""Checks shared by the spec's common fields and the targets' sections (``targets/*/options.py``).
+
+A leaf module (it imports nothing from ddpjob), so every options model can use it without an
+import cycle through ``launcher.spec``.
+"""
+
+from __future__ import annotations
+
+import re
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Variables torchrun (or the launcher, per target) computes itself. A user value would be wrong on
+# every node but one, so the spec refuses them instead of letting them win.
+RESERVED_ENV = frozenset(
+    {
+        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+        "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+        "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_JOB_ID",
+        "DDPJOB_OUTPUT_DIR",
+    }
+)
+
+
+def is_reserved_env(name: str) -> bool:
+    """Set per process by torchrun, ddpjob or an operator (``PET_*``): never by a spec."""
+    return name in RESERVED_ENV or name.startswith("PET_")
+
+
+def no_control(value: str, what: str) -> str:
+    """Refuse NUL bytes and line breaks: no argument or variable can carry them safely."""
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL byte, which no process argument or variable can hold")
+    if "\n" in value or "\r" in value:
+        raise ValueError(f"{what} contains a line break; put multi-line content in a file and pass its path")
+    return value

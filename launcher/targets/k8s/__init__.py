@@ -1,0 +1,7 @@
+"""The Kubernetes target: one Kubeflow PyTorchJob (kubeflow.org/v1) per run, created with the
+official kubernetes client.
+
+``options.py`` (the spec's ``k8s:`` section), ``render.py`` (manifests as plain dicts, pure),
+``schema.py`` (the strict CRD check), ``target.py`` (plan, submit, status, logs, cancel),
+``client.py`` (the kubernetes client, imported only to talk to a cluster) and ``logs.py``.
+Nothing is imported here, so the package costs nothing."""

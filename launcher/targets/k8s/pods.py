@@ -1,0 +1,105 @@
+"""The pods of a PyTorchJob as ``logs`` sees them: which replica (task, node) a pod is, which file
+keeps each run of its container under ``pods/``, and a lock so one reader owns a pod's files."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_POD_RE = re.compile(r"^(?P<job>.+)-(?P<type>master|worker)-(?P<index>\d+)$")
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A pod of one of the job's PyTorchJobs and where its lines come from (task, node)."""
+
+    name: str
+    task: int
+    node: int
+    label: str
+
+
+def pod_ref(pod_name: str, elements: list[dict[str, Any]], multi: bool) -> PodRef | None:
+    """Task and node of a pod from its name: ``<job>-master-0`` is node 0, ``<job>-worker-i`` node i+1."""
+    m = _POD_RE.match(pod_name)
+    if not m:
+        return None
+    task = next((e["index"] for e in elements if e["name"] == m.group("job")), None)
+    if task is None:
+        return None
+    index = int(m.group("index"))
+    node = 0 if m.group("type") == "master" else index + 1
+    label = (f"task{task} " if multi else "") + f"{m.group('type')}-{index}"
+    return PodRef(pod_name, task, node, label)
+
+
+def attempt_file(pods_dir: Path, pod: dict[str, Any], restarts: int) -> Path:
+    meta = pod["metadata"]
+    created = re.sub(r"[^0-9TZ]", "", meta.get("creationTimestamp") or "0")
+    return pods_dir / meta["name"] / f"{created}-{(meta.get('uid') or 'nouid')[:8]}-r{restarts:03d}.log"
+
+
+def path_uid(path: Path, pod: dict[str, Any]) -> str | None:
+    """The pod uid behind an attempt file, if it is this pod's (the name holds its first 8 characters)."""
+    uid = pod["metadata"].get("uid") or ""
+    return uid if f"-{uid[:8]}-r" in path.name else None
+
+
+def container(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == "pytorch":
+            return cs
+    return None
+
+
+def started(cs: dict[str, Any] | None) -> bool:
+    if cs is None:
+        return False
+    state = cs.get("state") or {}
+    return "running" in state or "terminated" in state or int(cs.get("restartCount") or 0) > 0
+
+
+class PodLock:
+    """An exclusive, non-blocking lock on one pod's log folder (held by whoever persists it)."""
+
+    def __init__(self, pod_dir: Path) -> None:
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(pod_dir / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.held = True
+        except OSError:
+            self.held = False
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = -1
+
+
+def read_chunks(resp: Any) -> Iterator[bytes]:
+    while True:
+        data = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+        if not data:
+            return
+        yield data
+
+
+def close(resp: Any) -> None:
+    try:
+        resp.close()
+        resp.release_conn()
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+
+
+def sort_key(pod_name: str) -> tuple[str, int, int]:
+    m = _POD_RE.match(pod_name)
+    if not m:
+        return (pod_name, 0, 0)
+    return (m.group("job"), 0 if m.group("type") == "master" else 1, int(m.group("index")))

@@ -1,0 +1,292 @@
+"""Local target: N torchrun agents on this machine, one per simulated node, under a detached supervisor.
+
+Layout of a run directory::
+
+    plan.json              what the supervisor runs (the payload of the Plan)
+    plan.txt               the rendered plan
+    state.json             written by the supervisor: states, pids, exit codes, root cause
+    supervisor.log         the supervisor's own messages
+    task-<i>/node-<n>.log  output of node n of run i (torchrun prefixes worker lines with [default<local_rank>]:)
+    task-<i>/node-<n>.error.json  torchrun's TORCHELASTIC_ERROR_FILE for that agent
+    output/ (or output/sweep-<i>/)   DDPJOB_OUTPUT_DIR, unless the spec sets output_dir
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from launcher import dist
+from launcher.errors import TargetError, TargetUnavailable
+from launcher.spec import expand
+from launcher.states import JobState
+from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
+from launcher.targets.shared import procs
+from launcher.targets.shared.files import atomic_write, from_json, read_json, to_json, write_json
+from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
+from launcher.targets.shared.logtail import LogSource, follow_files
+
+if TYPE_CHECKING:
+    from launcher.specload import LoadedSpec
+
+MARKER = "DDPJOB_JOB_ID"  # every process of a job carries it in its environment (see procs)
+NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "WARN"}
+# Ports are chosen below Linux's ephemeral range (32768+), so an outgoing connection is unlikely to
+# take the port between the choice and the rendezvous.
+PORT_RANGE = range(20000, 32000)
+# What render and --dry-run show where the port chosen at submit will be.
+PORT_AT_SUBMIT = "<port>"
+
+
+@dataclass
+class LocalNode:
+    """One node of one run: the torchrun agent the supervisor starts."""
+
+    node: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    log: str
+    error_file: str
+    torchrun_log_dir: str
+
+
+@dataclass
+class LocalElement:
+    """One run (sweep element) and its nodes."""
+
+    index: int
+    params: dict[str, str]
+    output_dir: str
+    nodes: list[LocalNode]
+
+
+@dataclass
+class LocalPayload:
+    """What the supervisor runs (``plan.json``). ``port`` is None until submit chooses it."""
+
+    job_id: str
+    run_dir: str
+    nodes: int
+    procs_per_node: int
+    port: int | None
+    stop_on_failure: bool
+    elements: list[LocalElement]
+
+
+@dataclass
+class LocalHandle(Handle):
+    """The supervisor's pid and start time (a pid alone could be reused by another process)."""
+
+    pid: int = 0
+    start: int | None = None
+
+
+class LocalTarget(Target):
+    """Runs every node on this machine. Rendezvous: 127.0.0.1 and a port no live local job uses."""
+
+    name = "local"
+    handle_type: ClassVar[type[Handle]] = LocalHandle
+    picks_port = True
+
+    def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
+        spec = loaded.spec
+        port = spec.master_port or ctx.port
+        port_text = str(port) if port is not None else PORT_AT_SUBMIT
+        procs_per_node = dist.resolve_procs_per_node(spec, ctx.gpu_count // max(1, spec.nodes))
+        # Simulated nodes share this machine's cores.
+        cpus_per_node = spec.resources.cpus or max(1, ctx.cpu_count // spec.nodes)
+        env_base = dist.process_env(
+            spec, NCCL_DEFAULTS, cpus_per_node=cpus_per_node, procs_per_node=procs_per_node,
+            omp_override=spec.local.omp_num_threads,
+        )
+        workdir = spec.workdir or ctx.cwd
+        output_root = spec.output_dir or f"{ctx.run_dir}/output"
+        if not os.path.isabs(output_root):
+            output_root = os.path.normpath(os.path.join(workdir, output_root))
+        elements = []
+        for el in expand(spec, job_id=ctx.job_id, output_root=output_root):
+            task_dir = f"{ctx.run_dir}/task-{el.index}"
+            nodes = []
+            for node in range(spec.nodes):
+                error_file = f"{task_dir}/node-{node}.error.json"
+                env = run_env(env_base, el.env, job_id=ctx.job_id, sweep_index=el.index,
+                              output_dir=el.output_dir, error_file=error_file)
+                if ctx.gpu_count >= spec.nodes * procs_per_node and ctx.gpu_count > 0:
+                    # Give each simulated node its own GPUs, as separate machines would have.
+                    first = node * procs_per_node
+                    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + procs_per_node))
+                    env = dict(sorted(env.items()))
+                log_dir = f"{task_dir}/torchrun-node-{node}"
+                argv = torchrun_argv(
+                    worker_command(el.command, ctx.python), launcher=[ctx.python, "-m", "torch.distributed.run"],
+                    max_restarts=spec.max_restarts, nodes=spec.nodes, node_rank=str(node),
+                    procs_per_node=procs_per_node, addr="127.0.0.1", port=port_text, log_dir=log_dir,
+                )
+                nodes.append(LocalNode(node, argv, env, workdir, f"{task_dir}/node-{node}.log", error_file, log_dir))
+            elements.append(LocalElement(el.index, el.params, el.output_dir, nodes))
+        payload = LocalPayload(ctx.job_id, ctx.run_dir, spec.nodes, procs_per_node, port,
+                               spec.local.stop_on_failure, elements)
+        return Plan("local", ctx.job_id, spec.name, ctx.run_dir, render_local(payload), payload,
+                    spec.nodes, procs_per_node, len(elements), port)
+
+    def pick_port(self, busy: set[int]) -> int:
+        """A port free on 127.0.0.1 now and not held by another live local job (``busy``).
+
+        Every port of the range is tried, in random order, before giving up.
+        """
+        ports = [p for p in PORT_RANGE if p not in busy]
+        random.SystemRandom().shuffle(ports)
+        for port in ports:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            return port
+        raise TargetUnavailable(f"no free port on 127.0.0.1 in {PORT_RANGE.start}-{PORT_RANGE.stop - 1}; "
+                                "set master_port: in the spec")
+
+    def submit(self, plan: Plan) -> LocalHandle:
+        payload: LocalPayload = plan.payload
+        if payload.port is None:
+            raise TargetError("internal: the local plan has no rendezvous port (it is reserved at submit)")
+        python = payload.elements[0].nodes[0].argv[0]
+        if python == sys.executable:
+            import importlib.util
+
+            if importlib.util.find_spec("torch") is None:
+                raise TargetUnavailable(
+                    f"torch is not installed for {python}; the local target runs torchrun: "
+                    "pip install 'ddpjob[train]'"
+                )
+        run_dir = Path(plan.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(run_dir / "plan.json", to_json(payload))
+        atomic_write(run_dir / "plan.txt", plan.render())
+        env = dict(os.environ)
+        env[MARKER] = plan.job_id
+        with open(run_dir / "supervisor.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "launcher.targets.local.supervisor", str(run_dir)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, env=env, cwd=str(run_dir), close_fds=True,
+            )
+        return LocalHandle(plan.job_id, str(run_dir), proc.pid, procs.start_time(proc.pid))
+
+    def status(self, handle: LocalHandle) -> JobStatus:
+        state = read_state(handle.run_dir)
+        sup_alive = procs.alive(handle.pid, handle.start)
+        if state is None:
+            if sup_alive:
+                return JobStatus(JobState.PENDING, "starting", details={"run_dir": handle.run_dir})
+            return JobStatus(JobState.FAILED, _supervisor_died(handle), details={"run_dir": handle.run_dir})
+        job_state = JobState.parse(state["state"])
+        message = state.get("message", "")
+        if not job_state.terminal and not sup_alive:
+            # Re-read: the supervisor may have written its final state just before exiting.
+            state = read_state(handle.run_dir) or state
+            job_state = JobState.parse(state["state"])
+            if not job_state.terminal:
+                job_state, message = JobState.FAILED, _supervisor_died(handle)
+        tasks = [
+            TaskStatus(
+                index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
+                nodes=t.get("nodes", []), params=t.get("params", {}),
+            )
+            for t in state.get("elements", [])
+        ]
+        return JobStatus(job_state, message, tasks, {"run_dir": handle.run_dir, "port": state.get("port")})
+
+    def logs(self, handle: LocalHandle, flt: LogFilter, follow: bool = False) -> Iterator[str]:
+        plan = read_plan(handle.run_dir)
+        multi = len(plan.elements) > 1
+        srcs = []
+        for el in plan.elements:
+            if flt.task is not None and el.index != flt.task:
+                continue
+            for n in el.nodes:
+                if flt.node is not None and n.node != flt.node:
+                    continue
+                label = (f"task{el.index} " if multi else "") + f"node{n.node}"
+                srcs.append(LogSource(n.log, label, n.node, plan.procs_per_node, el.index))
+        if flt.task is not None and not srcs:
+            raise TargetError(f"task {flt.task} does not exist (this job has {len(plan.elements)} task(s))")
+        yield from follow_files(
+            srcs, tail=flt.tail, rank=flt.rank, follow=follow,
+            finished=lambda: self.status(handle).state.terminal,
+        )
+
+    def cancel(self, handle: LocalHandle) -> None:
+        run_dir = Path(handle.run_dir)
+        state = read_state(str(run_dir))
+        if state is not None and JobState.parse(state["state"]).terminal:
+            return
+        atomic_write(run_dir / "cancel-requested", str(time.time()))
+        # The supervisor stops its agents (and their workers) and writes CANCELLED; give it time.
+        if procs.alive(handle.pid, handle.start):
+            try:
+                os.kill(handle.pid, 15)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and procs.alive(handle.pid, handle.start):
+                time.sleep(0.1)
+        # Whatever is left (a stuck supervisor, a worker that ignored SIGTERM) goes now.
+        survivors = procs.kill_marked(MARKER, handle.job_id, grace=2.0)
+        if survivors:
+            raise TargetError(f"could not stop processes {survivors} of job {handle.job_id}")
+        state = read_state(str(run_dir))
+        if state is None or not JobState.parse(state["state"]).terminal:
+            write_json(run_dir / "state.json", {
+                **(state or {"elements": []}), "state": JobState.CANCELLED.value,
+                "message": "cancelled by user", "ended": time.time(),
+            })
+
+
+def read_state(run_dir: str) -> dict[str, Any] | None:
+    """``state.json`` as the supervisor last wrote it, or None before its first write."""
+    state = read_json(os.path.join(run_dir, "state.json"))
+    return state if isinstance(state, dict) else None
+
+
+def read_plan(run_dir: str) -> LocalPayload:
+    """The payload ``submit`` wrote to ``plan.json``."""
+    data = read_json(os.path.join(run_dir, "plan.json"))
+    if data is None:
+        raise TargetError(f"the run directory {run_dir} has no readable plan.json (was it deleted?)")
+    return from_json(LocalPayload, data)
+
+
+def _supervisor_died(handle: LocalHandle) -> str:
+    return f"the supervisor (pid {handle.pid}) exited without a final state; see {handle.run_dir}/supervisor.log"
+
+
+def render_local(payload: LocalPayload) -> str:
+    """Shell-equivalent text of the plan: one block per run and node, env sorted, every word quoted."""
+    if payload.port is None:
+        rendezvous = f"rendezvous 127.0.0.1:{PORT_AT_SUBMIT} (a free port chosen at submit; master_port: fixes it)"
+    else:
+        rendezvous = f"rendezvous 127.0.0.1:{payload.port}"
+    out = [
+        f"# ddpjob local plan: job {payload.job_id}",
+        f"# {payload.nodes} node(s) x {payload.procs_per_node} process(es), {rendezvous}, run dir {payload.run_dir}",
+    ]
+    for el in payload.elements:
+        params = " ".join(f"{k}={v}" for k, v in el.params.items())
+        out.append("")
+        out.append(f"## task {el.index}" + (f" ({params})" if params else "") + f", output {el.output_dir}")
+        for n in el.nodes:
+            out.append(f"# node {n.node} -> {n.log}")
+            env = " \\\n    ".join(f"{k}={shlex.quote(v)}" for k, v in n.env.items())
+            out.append(f"(cd {shlex.quote(n.cwd)} && env \\\n    {env} \\\n  {shlex.join(n.argv)})")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,76 @@
+"""Files that other processes read while they are written, and typed records stored as JSON.
+
+``atomic_write`` is the one way ddpjob writes a file that another process may read at the same
+moment (a supervisor's state, a node's record, a saved log): write a temporary file beside it,
+then rename, so a reader sees the old or the new content, never half of it.
+
+``to_json``/``from_json`` turn the targets' dataclasses (plans' payloads, handles) into JSON and
+back, nested dataclasses, lists and dicts included. Keys a record does not know are ignored and
+missing keys take the field's default, so records written by an older ddpjob still load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
+    """Replace ``path`` with ``data`` in one step (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    os.replace(tmp, path)
+
+
+def write_json(path: str | os.PathLike[str], data: Any) -> None:
+    """``data`` as indented, key-sorted JSON, written atomically."""
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True))
+
+
+def read_json(path: str | os.PathLike[str]) -> Any | None:
+    """The JSON in ``path``, or None when it does not exist or is not (yet) valid JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def to_json(obj: Any) -> Any:
+    """A dataclass (nested ones included) as plain JSON data."""
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+
+
+def from_json(cls: type[T], data: Any) -> T:
+    """Build dataclass ``cls`` from JSON data written by ``to_json``."""
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a mapping for {cls.__name__}, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {f.name: _convert(hints[f.name], data[f.name])
+              for f in dataclasses.fields(cls) if f.init and f.name in data}  # type: ignore[arg-type]
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value) if len(inner) == 1 else value
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return from_json(tp, value)
+    if origin is list and args:
+        return [_convert(args[0], v) for v in value]
+    if origin is dict and len(args) == 2:
+        return {k: _convert(args[1], v) for k, v in value.items()}
+    return value

@@ -1,0 +1,357 @@
+"""Slurm target: one sbatch job (a job array for a sweep) submitted through submitit.
+
+Each run is a multi-node allocation with one Slurm task per node; each task runs
+``launcher.targets.slurm.node.NodeRunner`` (unpickled by submitit), which starts torchrun with
+``--nnodes N --node-rank $SLURM_NODEID`` and the rendezvous resolved inside the job. See
+``script`` for the job layout on disk and how render == submit is kept.
+
+The handle (``SlurmHandle``, stored in the registry) holds the Slurm job id, the job dir and the
+shape of the job (runs, nodes, processes per node, each run's parameters).
+
+Native ids: ``123`` for a single job, ``123_<i>`` for run ``i`` of an array.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from launcher import dist
+from launcher.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
+from launcher.quantity import parse_memory, slurm_mem
+from launcher.spec import expand
+from launcher.states import JobState
+from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
+from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
+from launcher.targets.shared.launch import worker_command
+from launcher.targets.shared.logtail import LogSource, follow_files
+from launcher.targets.shared.rootcause import node_failure
+from launcher.targets.slurm import query as slurm_query
+from launcher.targets.slurm.options import _IMAGE_RE, time_to_minutes
+from launcher.targets.slurm.script import (
+    SlurmCommon, SlurmElement, node_paths, render_plan, resolve_folder, sbatch_script,
+)
+
+if TYPE_CHECKING:
+    from launcher.specload import LoadedSpec
+
+NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"}  # HPC fabrics usually have InfiniBand
+
+
+@dataclass
+class SlurmPayload:
+    """What ``submit`` hands to submitit: the executor's parameters, the script it must write, runs."""
+
+    common: SlurmCommon
+    elements: list[SlurmElement]
+    executor_params: dict[str, Any]
+    map_count: int | None  # the array size for a sweep, else None
+    script: str
+    run_dir: str
+    submission_file: str
+
+
+@dataclass
+class SlurmHandle(Handle):
+    """Native ids: ``slurm_job_id`` for a single job, ``<slurm_job_id>_<i>`` for run ``i`` of an array."""
+
+    slurm_job_id: str = ""
+    array: bool = False
+    runs: int = 1
+    nodes: int = 1
+    procs_per_node: int = 1
+    job_dir: str = ""
+    submission_file: str = ""
+    params: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """How each node starts: the interpreter on the node, what sbatch runs, srun's extra options."""
+
+    python: str
+    submit_python: str
+    srun_args: list[str]
+
+
+class SlurmTarget(Target):
+    """Runs jobs on a Slurm cluster through submitit (``pip install 'ddpjob[slurm]'``)."""
+
+    name = "slurm"
+    handle_type: ClassVar[type[Handle]] = SlurmHandle
+
+    # ------------------------------------------------------------------ plan
+
+    def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
+        spec = loaded.spec
+        s = spec.slurm
+        gpus = s.gpus_per_node if s.gpus_per_node is not None else spec.resources.gpus
+        cpus = s.cpus_per_task or spec.resources.cpus
+        procs_per_node = dist.resolve_procs_per_node(spec, gpus)
+        folder = resolve_folder(s.folder, ctx.home, ctx.cwd)
+        job_dir = f"{folder}/{ctx.job_id}"
+        workdir = spec.workdir or ctx.cwd
+        launch = _launch(loaded, ctx, folder, workdir)
+        output_root = spec.output_dir or f"{job_dir}/output"
+        if not os.path.isabs(output_root):
+            output_root = os.path.normpath(os.path.join(workdir, output_root))
+        runs = expand(spec, job_id=ctx.job_id, output_root=output_root)
+        array = bool(spec.sweep)
+        params = _executor_params(spec, ctx.job_id, gpus=gpus, cpus=cpus, runs=len(runs) if array else None,
+                                  srun_args=launch.srun_args)
+        map_count = len(runs) if array else None
+        script = sbatch_script(params, job_dir=job_dir, python=launch.submit_python, map_count=map_count)
+        common = SlurmCommon(
+            job_id=ctx.job_id, job_dir=job_dir, nodes=spec.nodes, procs_per_node=procs_per_node,
+            python=launch.python, submit_python=launch.submit_python, workdir=workdir,
+            max_restarts=spec.max_restarts, master_port=spec.master_port, requeue=s.requeue,
+            signal_delay_s=s.signal_delay_s, max_timeouts=s.max_timeouts,
+            env=dist.process_env(spec, NCCL_DEFAULTS, cpus_per_node=cpus, procs_per_node=procs_per_node),
+        )
+        elements = [SlurmElement(el.index, el.params, el.output_dir, el.env, worker_command(el.command, launch.python))
+                    for el in runs]
+        submission_file = f"{job_dir}/" + ("<SLURM_ARRAY_JOB_ID>" if array else "<SLURM_JOB_ID>") + "_submission.sh"
+        payload = SlurmPayload(common, elements, params, map_count, script, ctx.run_dir, submission_file)
+        text = render_plan(common, elements, script=script, submission_file=submission_file, array=array)
+        return Plan("slurm", ctx.job_id, spec.name, ctx.run_dir, text, payload, spec.nodes, procs_per_node,
+                    len(elements), spec.master_port)
+
+    # ------------------------------------------------------------------ submit
+
+    def submit(self, plan: Plan) -> SlurmHandle:
+        try:
+            from launcher.targets.slurm import submit as slurm_submit
+        except ModuleNotFoundError as e:
+            if e.name == "submitit" or (e.name or "").startswith("submitit."):
+                raise TargetUnavailable("the slurm target needs submitit: pip install 'ddpjob[slurm]'") from e
+            raise
+        p: SlurmPayload = plan.payload
+        os.makedirs(plan.run_dir, exist_ok=True)
+        atomic_write(f"{plan.run_dir}/plan.txt", plan.render())
+        write_json(f"{plan.run_dir}/plan.json", to_json(p))
+        try:
+            slurm_id, script_path = slurm_submit.submit(p)
+        except slurm_submit.RenderMismatch as e:
+            raise SubmitRejected(f"nothing was submitted: {e}") from e
+        except RuntimeError as e:
+            # submitit raises RuntimeError without srun on PATH and FailedJobError (a RuntimeError)
+            # when sbatch refuses the job; the message carries sbatch's own words.
+            if "srun" in str(e) and "slurm cluster" in str(e):
+                raise TargetUnavailable("no Slurm here: srun is not on PATH") from e
+            raise SubmitRejected(f"sbatch refused the job: {str(e).strip()}") from e
+        c = p.common
+        return SlurmHandle(
+            job_id=plan.job_id, run_dir=plan.run_dir, slurm_job_id=slurm_id, array=p.map_count is not None,
+            runs=len(p.elements), nodes=c.nodes, procs_per_node=c.procs_per_node, job_dir=c.job_dir,
+            submission_file=script_path, params=[el.params for el in p.elements],
+        )
+
+    # ------------------------------------------------------------------ status
+
+    def status(self, handle: SlurmHandle) -> JobStatus:
+        return self.status_many({"_": handle})["_"]
+
+    def status_many(self, handles: dict[str, SlurmHandle]) -> dict[str, JobStatus]:
+        records = slurm_query.query([h.slurm_job_id for h in handles.values()])
+        return {job_id: _job_status(h, records) for job_id, h in handles.items()}
+
+    # ------------------------------------------------------------------ logs
+
+    def logs(self, handle: SlurmHandle, flt: LogFilter, follow: bool = False) -> Iterator[str]:
+        """Lines of each run's node logs (``<job dir>/task-<i>/node-<n>.log``), prefixed with task,
+        node and rank.
+
+        1. Without ``follow``: what the log files hold now, then stop; a run that has not started
+           (still pending) has no files and yields nothing.
+        2. With ``follow``: existing lines, then new ones; files that do not exist yet (pending
+           runs of an array, nodes still starting) are waited for. Stops once Slurm reports the job
+           terminal and every file is drained. Slurm is asked at most every few seconds (backing
+           off to 10 s), never once per poll of the files.
+        3. ``tail=N``: the last N lines of each file before following.
+        4. ``task``/``node``/``rank`` select one run, node or global rank; an unknown task is an error.
+        5. A requeued run appends to the same files; a ``[ddpjob] ... start K`` line marks each start.
+        """
+        runs = handle.runs
+        if flt.task is not None and not 0 <= flt.task < runs:
+            raise TargetError(f"task {flt.task} does not exist (this job has {runs} run(s): 0..{runs - 1})")
+        srcs = []
+        for index in range(runs):
+            if flt.task is not None and index != flt.task:
+                continue
+            for node in range(handle.nodes):
+                if flt.node is not None and node != flt.node:
+                    continue
+                label = (f"task{index} " if runs > 1 else "") + f"node{node}"
+                srcs.append(LogSource(node_paths(handle.job_dir, index, node)["log"], label, node,
+                                      handle.procs_per_node, index))
+        yield from follow_files(srcs, tail=flt.tail, rank=flt.rank, follow=follow,
+                                finished=_polite(lambda: self.status(handle).state.terminal), poll=0.2)
+
+    # ------------------------------------------------------------------ cancel
+
+    def cancel(self, handle: SlurmHandle) -> None:
+        self._cancel(handle, None)
+
+    def cancel_task(self, handle: SlurmHandle, index: int) -> None:
+        """Cancel one run of an array (``scancel <id>_<index>``); the other runs go on."""
+        if not handle.array or not 0 <= index < handle.runs:
+            raise TargetError(f"task {index} does not exist (this job has {handle.runs} run(s))")
+        self._cancel(handle, index)
+
+    def _cancel(self, handle: SlurmHandle, index: int | None) -> None:
+        jid = handle.slurm_job_id + (f"_{index}" if index is not None else "")
+        proc = slurm_query._run(["scancel", jid], slurm_query.COMMAND_TIMEOUT_S)
+        if proc is None:
+            raise TargetError(f"scancel {jid} timed out; the controller may be overloaded, try again")
+        if proc.returncode != 0 and "already completing or completed" not in proc.stderr \
+                and "Invalid job id" not in proc.stderr:
+            raise TargetError(f"scancel {jid} failed: {proc.stderr.strip()}")
+        # Wait (politely) until Slurm reports the cancellation, so status right after says so.
+        deadline = time.monotonic() + 30
+        delay = 0.3
+        while time.monotonic() < deadline:
+            st = self.status(handle)
+            states = [t.state for t in st.tasks if index is None or t.index == index]
+            if states and all(s.terminal for s in states):
+                return
+            time.sleep(delay)
+            delay = min(delay * 1.5, 3.0)
+
+
+def _launch(loaded: LoadedSpec, ctx: PlanContext, folder: str, workdir: str) -> _Launch:
+    """The interpreter each node runs and how: on the node itself, or inside a pyxis/apptainer image."""
+    spec = loaded.spec
+    c = spec.slurm.container
+    image = c.image or spec.image
+    # --kill-on-bad-exit: when torchrun on one node fails, the run has failed; without it the
+    # other nodes' agents wait out torchrun's exit barrier (5 minutes) before the job ends.
+    srun_args = ["--kill-on-bad-exit=1"]
+    if c.runtime == "none":
+        return _Launch(ctx.python, shlex.quote(ctx.python), srun_args)
+    if image is None:
+        raise loaded.error([Issue(("slurm", "container", "image"), f"container runtime {c.runtime} needs an image",
+                                  hint="set image: (top level) or slurm.container.image")])
+    if not _IMAGE_RE.match(image):
+        raise loaded.error([Issue(("image",), "must be an image reference or path without blanks or quotes")])
+    mounts = _mounts([folder, workdir], c.mounts)
+    if c.runtime == "pyxis":
+        srun_args += [f"--container-image={image}", f"--container-mounts={','.join(mounts)}",
+                      f"--container-workdir={workdir}"]
+        return _Launch(c.python, shlex.quote(c.python), srun_args)
+    binds: list[str] = []
+    for m in mounts:
+        binds += ["--bind", m]
+    return _Launch(c.python, shlex.join(["apptainer", "exec", "--nv", *binds, "--pwd", workdir, image, c.python]),
+                   srun_args)
+
+
+def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, runs: int | None,
+                     srun_args: list[str]) -> dict[str, Any]:
+    """submitit's ``SlurmExecutor`` parameters (and so the sbatch flags) for the job."""
+    s = spec.slurm
+    memory = s.memory or spec.resources.memory
+    if s.memory:
+        mem: str | None = slurm_mem(parse_memory(s.memory, "sbatch"))
+    else:
+        mem = slurm_mem(parse_memory(memory, "quantity")) if memory else None
+    additional: dict[str, Any] = {"requeue" if s.requeue else "no-requeue": True}
+    additional.update(s.sbatch)
+    params: dict[str, Any] = {
+        "job_name": job_id,
+        "nodes": spec.nodes,
+        "ntasks_per_node": 1,
+        "time": time_to_minutes(str(s.time)),
+        "signal_delay_s": s.signal_delay_s,
+        "wckey": None,
+        "additional_parameters": additional,
+    }
+    optional = {
+        "partition": s.partition, "account": s.account, "qos": s.qos, "constraint": s.constraint,
+        "cpus_per_task": cpus, "gpus_per_node": gpus or None, "mem": mem,
+        "exclusive": True if s.exclusive else None, "setup": list(s.setup) or None,
+        "srun_args": srun_args,
+        "array_parallelism": (s.array_parallelism or runs) if runs is not None else None,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    return params
+
+
+def _mounts(paths: list[str], extra: list[str]) -> list[str]:
+    out: list[str] = []
+    for p in paths:
+        if p not in out:
+            out.append(p)
+    out += [m for m in extra if m not in out]
+    return out
+
+
+def _polite(fn: Callable[[], bool], first: float = 1.0, factor: float = 1.5, most: float = 10.0) -> Callable[[], bool]:
+    """``fn`` called at most once per interval (growing from ``first`` to ``most``); cached in between."""
+    state = {"next": 0.0, "delay": first, "value": False}
+
+    def wrapper() -> bool:
+        now = time.monotonic()
+        if state["value"] or now < state["next"]:
+            return bool(state["value"])
+        state["value"] = fn()
+        state["next"] = now + state["delay"]
+        state["delay"] = min(state["delay"] * factor, most)
+        return bool(state["value"])
+
+    return wrapper
+
+
+def _job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord]) -> JobStatus:
+    jid = handle.slurm_job_id
+    tasks = []
+    for index in range(handle.runs):
+        nid = f"{jid}_{index}" if handle.array else jid
+        rec = records.get(nid)
+        params = handle.params[index] if index < len(handle.params) else {}
+        nodes = _node_records(handle, index)
+        if rec is None:
+            tasks.append(TaskStatus(index, JobState.UNKNOWN, f"Slurm has no record of job {nid} (no accounting and "
+                                    "purged from the controller?)", nodes, params, nid))
+            continue
+        state = slurm_query.map_state(rec.state)
+        message = _message(handle, index, rec, state, nodes)
+        tasks.append(TaskStatus(index, state, message, nodes, params, nid))
+    overall, message = summarize(tasks)
+    details = {"run_dir": handle.run_dir, "slurm_job_id": jid, "job_dir": handle.job_dir,
+               "source": ",".join(sorted({r.source for k, r in records.items() if k == jid or k.startswith(jid + "_")}))}
+    return JobStatus(overall, message, tasks, details)
+
+
+def _node_records(handle: SlurmHandle, index: int) -> list[dict[str, Any]]:
+    out = []
+    for node in range(handle.nodes):
+        rec = read_json(node_paths(handle.job_dir, index, node)["record"])
+        if not isinstance(rec, dict):
+            continue
+        out.append({k: rec[k] for k in ("node", "host", "rendezvous", "state", "exit_code", "restart") if k in rec})
+    return out
+
+
+def _message(handle: SlurmHandle, index: int, rec: slurm_query.SlurmRecord, state: JobState,
+             nodes: list[dict[str, Any]]) -> str:
+    if state == JobState.PENDING:
+        return f"{rec.state.split(' ')[0].lower()}" + (f": {rec.reason}" if rec.reason and rec.reason != "None" else "")
+    if state == JobState.CANCELLED:
+        return rec.state.lower()
+    if state != JobState.FAILED:
+        return ""
+    bad = [n for n in nodes if n.get("exit_code") not in (0, None)]
+    if bad:
+        paths = node_paths(handle.job_dir, index, bad[0]["node"])
+        cause = node_failure(node=bad[0]["node"], procs_per_node=handle.procs_per_node, log=paths["log"],
+                             error_file=paths["error_file"], torchrun_log_dir=paths["torchrun_log_dir"])
+        return f"node {bad[0]['node']} ({bad[0].get('host', '?')}): {cause}"
+    sid = handle.slurm_job_id + (f"_{index}" if handle.array else "")
+    # No node reported a torchrun failure: Slurm itself (time limit, memory, node failure) or the
+    # node runner before torchrun (see submitit's log).
+    return (f"Slurm state {rec.state}" + (f", exit code {rec.exit_code}" if rec.exit_code else "")
+            + f"; see {handle.job_dir}/{sid}_0_log.err")

@@ -1,0 +1,164 @@
+"""The shape of the house: one package per target, no import cycles, small modules, a CLI that
+imports no target, and one plan for render, --dry-run and submit."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.targets import TARGET_NAMES, TARGETS
+
+REPO = Path(__file__).resolve().parents[2]
+PKG = REPO / "launcher"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def imports(path: Path, *, top_level_only: bool) -> set[str]:
+    """Modules of ``launcher`` that ``path`` imports, outside ``if TYPE_CHECKING:`` blocks; with
+    ``top_level_only``, only those run when the module is imported (not inside functions)."""
+    tree = ast.parse(path.read_text())
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)}
+
+    def statements(body: list[ast.stmt]) -> list[ast.AST]:
+        out: list[ast.AST] = []
+        for node in body:
+            out.append(node)
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for field in ("body", "orelse", "finalbody"):
+                    out += statements(getattr(node, field, []) or [])
+                for h in getattr(node, "handlers", []):
+                    out += statements(h.body)
+        return out
+
+    nodes = statements(tree.body) if top_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    for node in nodes:
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                found.add(sub if sub in MODULES else node.module)
+    return {m for m in found if m.startswith("launcher")}
+
+
+def test_no_module_is_over_400_lines():
+    long = {name: n for name, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
+
+
+def test_no_import_cycle_between_launcher_modules():
+    graph = {name: imports(path, top_level_only=True) & set(MODULES) for name, path in MODULES.items()}
+    for name in graph:  # importing a.b.c runs a and a.b first: parents count as imports too
+        graph[name] |= {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)} & set(MODULES)
+        graph[name].discard(name)
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def dfs(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1 and not node.startswith(nxt + "."):  # a package's own __init__ is not a cycle
+                cycles.append(stack[stack.index(nxt):] + [nxt] if nxt in stack else [node, nxt])
+            elif nxt not in state:
+                dfs(nxt, stack + [nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            dfs(name, [name])
+    assert cycles == []
+
+
+def test_cli_imports_no_target_package_and_targets_never_import_each_other():
+    cli_imports = imports(PKG / "cli.py", top_level_only=False)
+    assert not [m for m in cli_imports if any(m.startswith(f"launcher.targets.{t}") for t in TARGET_NAMES)]
+    for name in TARGET_NAMES:
+        for path in (PKG / "targets" / name).rglob("*.py"):
+            others = [m for m in imports(path, top_level_only=False)
+                      if any(m.startswith(f"launcher.targets.{t}") for t in TARGET_NAMES if t != name)]
+            assert others == [], path
+
+
+def test_target_names_are_declared_once():
+    """The registry is the only list: spec sections, --target choices and the schema follow it."""
+    from launcher.spec import JobSpec, json_schema
+
+    assert set(TARGET_NAMES) <= set(JobSpec.model_fields)
+    assert set(TARGET_NAMES) <= set(json_schema()["properties"])
+    literal = re.compile(r"""["'](local|slurm|k8s)["']\s*,\s*["'](local|slurm|k8s)["']""")
+    for name, path in MODULES.items():
+        if name != "launcher.targets":
+            assert not literal.search(path.read_text()), f"{path} lists target names"
+    for entry in TARGETS.values():
+        assert entry.target.startswith("launcher.targets.") and entry.options.startswith("launcher.targets.")
+
+
+def write_spec(tmp_path: Path) -> Path:
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text("name: tiny\ncommand: [python, -c, 'print(1)']\nnodes: 2\n")
+    return spec
+
+
+def test_render_dry_run_and_submit_give_the_same_plan(cli, tmp_path):
+    """What render shows is what submit runs: the same text but for the id and the local port, which
+    render shows as placeholders (no port that submit would not use)."""
+    spec = write_spec(tmp_path)
+    rendered = cli("render", str(spec), "--target", "local", check=True).stdout
+    dry = cli("submit", str(spec), "--target", "local", "--dry-run", check=True).stdout
+    assert rendered == dry
+    assert "<port>" in rendered and not re.search(r"--master-port \d", rendered)
+    job_id = cli("submit", "-q", str(spec), "--target", "local", check=True).stdout.strip()
+    rec = cli("status", job_id, "-o", "json", check=True).stdout
+    port = str(__import__("json").loads(rec)["port"])
+    run_dir = Path(__import__("json").loads(rec)["run_dir"])
+    submitted = (run_dir / "plan.txt").read_text()
+    expected = rendered.replace("tiny-xxxxx", job_id).replace(
+        "127.0.0.1:<port> (a free port chosen at submit; master_port: fixes it)", f"127.0.0.1:{port}"
+    ).replace("--master-port '<port>'", f"--master-port {port}")
+    assert submitted == expected
+    assert cli("wait", job_id, "--timeout", "120").returncode == 0
+
+
+@pytest.mark.parametrize("target", ["slurm", "k8s"])
+def test_render_and_dry_run_agree_on_other_targets(cli, tmp_path, target):
+    spec = write_spec(tmp_path)
+    extra = ["--set", "image=img:1"] if target == "k8s" else []
+    rendered = cli("render", str(spec), "--target", target, *extra, check=True).stdout
+    assert rendered == cli("submit", str(spec), "--target", target, "--dry-run", *extra, check=True).stdout
+
+
+def test_a_plan_that_fails_after_the_reservation_leaves_no_job(cli, tmp_path):
+    """The id is reserved before the plan; a plan refused by the target's checks releases it."""
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\ncommand: [python, t.py]\nslurm:\n  container: {runtime: pyxis}\n")
+    proc = cli("submit", str(spec), "--target", "slurm")
+    assert proc.returncode == 2 and f"{spec}:" in proc.stderr and "needs an image" in proc.stderr
+    assert "no jobs yet" in cli("list", check=True).stdout
+
+
+def test_submit_path_is_one_service(tmp_path):
+    """The CLI goes through launcher.jobs for everything it does with jobs (no registry or target
+    calls of its own)."""
+    text = (PKG / "cli.py").read_text()
+    assert "Registry(" not in text and "get_target(" not in text and ".reserve(" not in text
+    proc = subprocess.run([sys.executable, "-c", "import launcher.cli, sys; print(sorted(sys.modules))"],
+                          capture_output=True, text=True, check=True)
+    assert "'launcher.jobs'" not in proc.stdout  # imported by the commands, not at start-up
