@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -135,9 +134,11 @@ def _jobs() -> Jobs:
               "--dry-run=server also asks the scheduler to check it (Kubernetes: dryRun=All).")
 @click.option("--follow", "-f", is_flag=True, help="Stream logs until the job ends; exit with its result.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the job id.")
+@click.option("--no-preflight", is_flag=True, help="Do not check first that the script or module exists "
+              "(from the job's working directory; on Slurm, a filesystem shared with the nodes is assumed).")
 @_guard
 def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node: str | None, name: str | None,
-           sets: tuple[str, ...], dry_run: str | None, follow: bool, quiet: bool) -> None:
+           sets: tuple[str, ...], dry_run: str | None, follow: bool, quiet: bool, no_preflight: bool) -> None:
     """Submit a job from a spec file, or a command given after --.
 
     \b
@@ -158,7 +159,18 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
         if dry_run == "server":
             click.echo(service.server_dry_run(plan))
         return
-    done = service.submit(loaded, target)
+    from launcher.jobs import SubmitInterrupted
+
+    try:
+        done = service.submit(loaded, target, preflight=not no_preflight)
+    except SubmitInterrupted as e:  # Ctrl-C came while the job was handed over: it runs
+        job_id = e.submission.job_id
+        click.echo(f"\nSubmitted {job_id} before you pressed Ctrl-C; it runs.\n"
+                   f"  follow:  ddpjob logs {job_id} -f\n  cancel:  ddpjob cancel {job_id}", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("\nStopped: nothing was submitted.", err=True)
+        sys.exit(130)
     job_id, plan = done.job_id, done.plan
     if quiet:
         click.echo(job_id)
@@ -270,28 +282,10 @@ def status(job_id: str, output: str) -> None:
         data["status"] = st.to_json() if st else None
         click.echo(json.dumps(data, indent=2, sort_keys=True))
         return
-    click.echo(f"job:      {rec.id} ({rec.target})")
-    click.echo(f"state:    {rec.state.value}")
-    if rec.message:
-        click.echo(f"message:  {rec.message}")
-    click.echo(f"run dir:  {rec.run_dir}")
-    click.echo(f"created:  {_when(rec.created_at)}" + (f"   ended: {_when(rec.ended_at)}" if rec.ended_at else ""))
-    if st is not None:
-        for key, value in sorted(st.details.items()):
-            if key != "run_dir" and value not in (None, "", [], {}):
-                click.echo(f"{key + ':':<9} {value}")
-        for t in st.tasks:
-            params = " ".join(f"{k}={v}" for k, v in t.params.items())
-            head = f"task {t.index}" + (f" [{t.native_id}]" if t.native_id else "")
-            click.echo(f"  {head}: {t.state.value}" + (f" ({params})" if params else "") + (f": {t.message}" if t.message else ""))
-            for n in t.nodes:
-                extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log"))
-                click.echo(f"    node {n.get('node', '?')}: {extra}")
+    from launcher.show import status_lines
 
-
-def _when(ts: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
-
+    for line in status_lines(rec, st):
+        click.echo(line)
 
 
 @cli.command(name="list")
@@ -310,12 +304,10 @@ def list_(output: str, limit: int, target: str | None) -> None:
     if not fresh:
         click.echo("no jobs yet; submit one with: ddpjob submit jobs/quickstart.yaml --target local --nodes 2")
         return
-    rows = [("ID", "TARGET", "STATE", "NODES", "CREATED", "MESSAGE")]
-    for r in fresh:
-        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), _when(r.created_at), r.message[:60]))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for row in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[5])
+    from launcher.show import job_table
+
+    for line in job_table(fresh):
+        click.echo(line)
 
 
 @cli.command()
