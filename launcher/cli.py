@@ -11,12 +11,14 @@ following with Ctrl-C (the job continues).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from launcher.cli_support import DEBUG, guard as _guard, interrupted as _interrupted
 from launcher.states import JobState
 from launcher.targets import TARGET_NAMES  # names only: no target is imported here
 
@@ -25,39 +27,6 @@ if TYPE_CHECKING:
     from launcher.specload import LoadedSpec
 
 TARGET_CHOICE = click.Choice(TARGET_NAMES)
-_DEBUG = {"on": bool(os.environ.get("DDPJOB_DEBUG"))}
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"ddpjob: error: {message}", err=True)
-    sys.exit(code)
-
-
-def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn ddpjob's typed errors into a message and an exit code; never a traceback for them."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from launcher.errors import DdpjobError, SpecError
-
-        try:
-            return fn(*args, **kwargs)
-        except SpecError as e:
-            click.echo(e.render(), err=True)
-            sys.exit(e.exit_code)
-        except DdpjobError as e:
-            if _DEBUG["on"]:
-                raise
-            _fail(str(e), e.exit_code)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt, BrokenPipeError):
-            raise
-        except Exception as e:  # an unexpected error is a bug: say so, keep the details one flag away
-            if _DEBUG["on"]:
-                raise
-            _fail(f"internal error: {type(e).__name__}: {e} (run with --debug for the traceback)", 70)
-
-    return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -76,7 +45,7 @@ def cli(debug: bool) -> None:
     Jobs are recorded under $DDPJOB_HOME (default ~/.ddpjob), so any later shell can follow them.
     """
     if debug:
-        _DEBUG["on"] = True
+        DEBUG["on"] = True
 
 
 # --------------------------------------------------------------------------- spec helpers
@@ -151,7 +120,16 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
     Everything after -- is the command, passed to torchrun as it is (never through a shell).
     The job id is printed at once; the job runs on.
     """
-    loaded = _load(args, _overrides(sets, nodes, procs_per_node, name))
+    try:
+        loaded = _load(args, _overrides(sets, nodes, procs_per_node, name))
+    except Exception as e:
+        if not _interrupted(e):
+            raise
+        click.echo("\nStopped: nothing was submitted.", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("\nStopped: nothing was submitted.", err=True)
+        sys.exit(130)
     service = _jobs()
     if dry_run:
         plan = service.plan(loaded, target)
@@ -159,32 +137,40 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
         if dry_run == "server":
             click.echo(service.server_dry_run(plan))
         return
-    from launcher.jobs import SubmitInterrupted
+    from launcher.jobs import SubmitInterrupted, deferred_interrupt
 
-    try:
-        done = service.submit(loaded, target, preflight=not no_preflight)
-    except SubmitInterrupted as e:  # Ctrl-C came while the job was handed over: it runs
-        job_id = e.submission.job_id
-        click.echo(f"\nSubmitted {job_id} before you pressed Ctrl-C; it runs.\n"
-                   f"  follow:  ddpjob logs {job_id} -f\n  cancel:  ddpjob cancel {job_id}", err=True)
+    # Ctrl-C from here on waits until the job is recorded and its id printed (at most the target's
+    # own timeouts): a job is never submitted without the user learning its id.
+    with deferred_interrupt() as held:
+        try:
+            done = service.submit(loaded, target, preflight=not no_preflight)
+        except SubmitInterrupted as e:
+            done = e.submission
+            held.append(signal.SIGINT)
+        _print_submitted(done, target, quiet=quiet, hints=not follow and not held)
+    if held:
+        click.echo(f"\nCtrl-C: {done.job_id} was submitted and runs.\n  follow:  ddpjob logs {done.job_id} -f\n"
+                   f"  cancel:  ddpjob cancel {done.job_id}", err=True)
         sys.exit(130)
-    except KeyboardInterrupt:
-        click.echo("\nStopped: nothing was submitted.", err=True)
-        sys.exit(130)
+    if follow:
+        sys.exit(_follow_to_end(service, done.job_id))
+
+
+def _print_submitted(done: Any, target: str, *, quiet: bool, hints: bool) -> None:
     job_id, plan = done.job_id, done.plan
     if quiet:
         click.echo(job_id)
-    else:
-        click.echo(f"Submitted {job_id} to {target}: {plan.shape()}")
-        click.echo(f"  run dir: {plan.run_dir}")
-        job_dir = getattr(done.handle, "job_dir", None)
-        if job_dir:
-            click.echo(f"  job dir: {job_dir}  (scripts, node logs and outputs on the cluster)")
-        if not follow:
-            click.echo(f"  follow:  ddpjob logs {job_id} -f")
-            click.echo(f"  status:  ddpjob status {job_id}")
-    if follow:
-        sys.exit(_follow_to_end(service, job_id))
+        sys.stdout.flush()
+        return
+    click.echo(f"Submitted {job_id} to {target}: {plan.shape()}")
+    click.echo(f"  run dir: {plan.run_dir}")
+    job_dir = getattr(done.handle, "job_dir", None)
+    if job_dir:
+        click.echo(f"  job dir: {job_dir}  (scripts, node logs and outputs on the cluster)")
+    if hints:
+        click.echo(f"  follow:  ddpjob logs {job_id} -f")
+        click.echo(f"  status:  ddpjob status {job_id}")
+    sys.stdout.flush()
 
 
 def _follow_to_end(service: Jobs, job_id: str, flt: Any = None) -> int:
@@ -377,6 +363,10 @@ def wait(job_id: str, timeout: float | None) -> None:
 def main() -> None:
     try:
         cli(prog_name="ddpjob")
+    except SystemExit:
+        # The command is done: a Ctrl-C now would only lose buffered output (a printed job id).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise
     except BrokenPipeError:
         # `ddpjob logs ID | head`: the reader left; not an error. Keep Python from complaining at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)

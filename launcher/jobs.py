@@ -15,15 +15,20 @@ shell (or process) can follow a job. Library code here raises typed errors and n
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import DdpjobError, NotSubmitted, UsageError, WaitTimeout
+from launcher.errors import (
+    DdpjobError, NotSubmitted, SpecError, SubmitRejected, TargetUnavailable, UsageError, WaitTimeout,
+)
 from launcher.states import JobState
 
 if TYPE_CHECKING:
@@ -42,6 +47,30 @@ class Submission:
     job_id: str
     plan: Plan
     handle: Handle
+
+
+class SubmitInterrupted(KeyboardInterrupt):
+    """Ctrl-C arrived while the job was handed over; it was submitted and recorded all the same."""
+
+    def __init__(self, submission: Submission) -> None:
+        super().__init__(submission.job_id)
+        self.submission = submission
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[list[int]]:
+    """Hold Ctrl-C from reservation to recorded handle, so a job is either not submitted at all or
+    recorded with its handle; the caller learns of a held Ctrl-C from the yielded list. The window
+    is bounded by the targets' own timeouts (sbatch, API calls)."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Cancelled(enum.Enum):
@@ -122,30 +151,51 @@ class Jobs:
 
         return get_target(plan.target).server_dry_run(plan)
 
-    def submit(self, loaded: LoadedSpec, target: str) -> Submission:
-        """Reserve, plan once, submit and record. Raises ``SpecError`` (nothing recorded) or the
-        target's error (the job is recorded FAILED with the reason)."""
+    def submit(self, loaded: LoadedSpec, target: str, *, preflight: bool = True) -> Submission:
+        """Check, reserve, plan once, submit and record.
+
+        A spec error, or a target that is unavailable or refuses the job, leaves nothing behind
+        (it was never submitted); any other failure during the hand-over is recorded as a FAILED
+        job with the reason. Ctrl-C between reservation and record is held until the job is
+        recorded, then raised as ``SubmitInterrupted`` carrying the submission.
+
+        Args:
+            preflight: first check on this machine what the target can (a missing script).
+        """
         from launcher.targets import get_target
 
         tgt = get_target(target)
         spec = loaded.spec
+        if preflight:
+            issues = tgt.preflight(loaded, self.context(f"{spec.name}-xxxxx"))
+            if issues:
+                raise loaded.error(issues)
         inputs = tgt.inputs(loaded, online=True)  # before the reservation: a refusal leaves no trace
         picker = tgt.pick_port if tgt.picks_port and spec.master_port is None else None
         fixed = spec.master_port if tgt.picks_port else None
-        job_id, port = self.registry.reserve(spec.name, target, spec.model_dump(mode="json"), port=fixed,
-                                             port_picker=picker)
-        try:
-            plan = tgt.plan(loaded, self.context(job_id, port, inputs))
-        except BaseException:
-            self.registry.release(job_id)
-            raise
-        try:
-            handle = tgt.submit(plan)
-        except BaseException as e:
-            self.registry.update_state(job_id, JobState.FAILED, f"submit failed: {e}")
-            raise
-        self.registry.record_handle(job_id, handle.to_json())
-        return Submission(job_id, plan, handle)
+        with deferred_interrupt() as interrupted:
+            job_id, port = self.registry.reserve(spec.name, target, spec.model_dump(mode="json"), port=fixed,
+                                                 port_picker=picker)
+            try:
+                plan = tgt.plan(loaded, self.context(job_id, port, inputs))
+                handle = tgt.submit(plan)
+            except (SpecError, TargetUnavailable, SubmitRejected):
+                self._release(job_id)  # nothing was submitted: not a job, nothing to list
+                raise
+            except BaseException as e:
+                self.registry.update_state(job_id, JobState.FAILED, f"submit failed: {e}")
+                raise
+            self.registry.record_handle(job_id, handle.to_json())
+            done = Submission(job_id, plan, handle)
+        if interrupted:
+            raise SubmitInterrupted(done)
+        return done
+
+    def _release(self, job_id: str) -> None:
+        import shutil
+
+        self.registry.release(job_id)
+        shutil.rmtree(self.registry.runs_dir() / job_id, ignore_errors=True)
 
     # ------------------------------------------------------------------ inspect
 

@@ -161,6 +161,11 @@ class Target(abc.ABC):
     handle_type: ClassVar[type[Handle]] = Handle
     picks_port: ClassVar[bool] = False
 
+    def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
+        """Problems found on this machine before submitting (a missing script, ...), as spec
+        ``Issue``s; ``submit --no-preflight`` skips this. Default: nothing to check."""
+        return []
+
     def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
         """What ``plan`` needs from outside ddpjob, read once before planning and passed in
         ``PlanContext.inputs`` (e.g. a scheduler's schema). ``online``: submitting, so the

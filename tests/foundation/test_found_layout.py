@@ -149,7 +149,7 @@ def test_a_plan_that_fails_after_the_reservation_leaves_no_job(cli, tmp_path):
     """The id is reserved before the plan; a plan refused by the target's checks releases it."""
     spec = tmp_path / "bad.yaml"
     spec.write_text("name: bad\ncommand: [python, t.py]\nslurm:\n  container: {runtime: pyxis}\n")
-    proc = cli("submit", str(spec), "--target", "slurm")
+    proc = cli("submit", str(spec), "--target", "slurm", "--no-preflight")
     assert proc.returncode == 2 and f"{spec}:" in proc.stderr and "needs an image" in proc.stderr
     assert "no jobs yet" in cli("list", check=True).stdout
 

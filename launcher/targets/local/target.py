@@ -34,6 +34,7 @@ from launcher.targets.shared import procs
 from launcher.targets.shared.files import atomic_write, from_json, read_json, to_json, write_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 from launcher.targets.shared.logtail import LogSource, follow_files
+from launcher.targets.shared.preflight import missing_program
 
 if TYPE_CHECKING:
     from launcher.specload import LoadedSpec
@@ -97,6 +98,10 @@ class LocalTarget(Target):
     name = "local"
     handle_type: ClassVar[type[Handle]] = LocalHandle
     picks_port = True
+
+    def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
+        spec = loaded.spec
+        return missing_program(spec.command, spec.workdir or ctx.cwd)
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
         spec = loaded.spec

@@ -29,6 +29,7 @@ from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContex
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.shared.logtail import LogSource, follow_files
+from launcher.targets.shared.preflight import missing_program
 from launcher.targets.shared.rootcause import node_failure
 from launcher.targets.slurm import query as slurm_query
 from launcher.targets.slurm.options import _IMAGE_RE, time_to_minutes
@@ -85,6 +86,13 @@ class SlurmTarget(Target):
     handle_type: ClassVar[type[Handle]] = SlurmHandle
 
     # ------------------------------------------------------------------ plan
+
+    def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
+        """The script from the working directory, assuming (as Slurm jobs usually do) that it is on
+        a filesystem the nodes share; modules only when the nodes run this machine's Python."""
+        spec = loaded.spec
+        return missing_program(spec.command, spec.workdir or ctx.cwd,
+                               check_modules=spec.slurm.container.runtime == "none")
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
         spec = loaded.spec
