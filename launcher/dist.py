@@ -65,4 +65,6 @@ def process_env(
     env["OMP_NUM_THREADS"] = str(omp_override or omp_threads(cpus_per_node, procs_per_node))
     env["PYTHONUNBUFFERED"] = "1"
     env.update(spec.env)
+    for name in spec.env_from_host:  # the processes inherit these from the submitting shell
+        env.pop(name, None)
     return env

@@ -7,17 +7,22 @@ One spec runs unchanged on every target. The loader that turns a YAML file into 
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, create_model, field_validator
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, ValidationInfo, create_model, field_validator,
+)
 
 from launcher.errors import Issue
 from launcher.quantity import QuantityError, parse_memory
 from launcher.specfields import ENV_NAME_RE, is_reserved_env, no_control
 
 NAME_MAX = 40
+# A sweep of more runs is almost always a mistake (5 lists of 20 values make 3.2 million runs).
+MAX_RUNS = 10_000
 # DNS-1035 label: what Kubernetes requires of service names, and a safe job name everywhere else.
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NCCL_EXTRA_RE = re.compile(r"^(NCCL|TORCH_NCCL|GLOO|TORCH_DISTRIBUTED)_[A-Z0-9_]+$")
@@ -182,14 +187,21 @@ class JobSpecBase(BaseModel):
         "directory. Default: the directory you submit from (local, Slurm) or the image's WORKDIR (Kubernetes).",
     )
     nodes: StrictInt = Field(1, ge=1, le=1024, description="Number of nodes (torchrun agents).")
-    procs_per_node: StrictInt | Literal["auto"] = Field(
-        "auto", description="Processes per node: an integer, or 'auto' (the node's GPU count, or 1 on CPU)."
+    procs_per_node: Annotated[StrictInt, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        "auto", description="Processes per node: an integer from 1, or 'auto' (the node's GPU count, or 1 on CPU)."
     )
     resources: Resources = Field(default_factory=Resources, description="Per-node resources.")
     env: dict[EnvName, EnvValue] = Field(
         default_factory=dict,
         description="Environment variables for every process. They win over ddpjob's defaults. "
-        "RANK, WORLD_SIZE, MASTER_ADDR and friends are computed for you and cannot be set.",
+        "RANK, WORLD_SIZE, MASTER_ADDR and friends are computed for you and cannot be set. Values of "
+        "names that look secret (*TOKEN*, *SECRET*, *PASSWORD*, *_KEY, ...) are shown as ***.",
+    )
+    env_from_host: list[EnvName] = Field(
+        default_factory=list,
+        description="Names of variables every process takes from the environment of the shell that submits "
+        "(local and Slurm): the value is never written into ddpjob's registry, plans or scripts. "
+        "On Kubernetes use k8s.env_refs (a Secret) instead.",
     )
     nccl: NcclOptions = Field(default_factory=NcclOptions, description="NCCL/Gloo settings.")
     master_port: StrictInt | None = Field(
@@ -219,6 +231,26 @@ class JobSpecBase(BaseModel):
                 f"must be a DNS-1035 label of at most {NAME_MAX} characters: lowercase letters, digits and "
                 "'-', starting with a letter and ending with a letter or digit"
             )
+        return v
+
+    @field_validator("env_from_host")
+    @classmethod
+    def _env_from_host(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        for i, name in enumerate(v):
+            if name in v[:i]:
+                raise ValueError(f"{name} is listed twice")
+            if name in (info.data.get("env") or {}):
+                raise ValueError(f"{name} is also set in env:; keep one of them")
+        return v
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_size(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        runs = math.prod(len(values) for values in v.values())
+        if runs > MAX_RUNS:
+            sizes = " x ".join(str(len(values)) for values in v.values())
+            raise ValueError(f"the sweep makes {runs:,} runs ({sizes} values); at most {MAX_RUNS:,} are allowed: "
+                             "split it into several jobs")
         return v
 
     @field_validator("command")

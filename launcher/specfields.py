@@ -27,10 +27,22 @@ def is_reserved_env(name: str) -> bool:
     return name in RESERVED_ENV or name.startswith("PET_")
 
 
-def no_control(value: str, what: str) -> str:
-    """Refuse NUL bytes and line breaks: no argument or variable can carry them safely."""
+def control_problem(value: str, what: str) -> str | None:
+    """Why ``value`` cannot be an argument or variable (a NUL byte, a line break, another control
+    character such as ESC, which would also rewrite the terminal of whoever lists the job), or None."""
     if "\x00" in value:
-        raise ValueError(f"{what} contains a NUL byte, which no process argument or variable can hold")
+        return f"{what} contains a NUL byte, which no process argument or variable can hold"
     if "\n" in value or "\r" in value:
-        raise ValueError(f"{what} contains a line break; put multi-line content in a file and pass its path")
+        return f"{what} contains a line break; put multi-line content in a file and pass its path"
+    bad = next((c for c in value if (ord(c) < 32 and c != "\t") or 127 <= ord(c) < 160), None)
+    if bad is not None:
+        return f"{what} contains the control character {bad!r}"
+    return None
+
+
+def no_control(value: str, what: str) -> str:
+    """Refuse NUL bytes, line breaks and other control characters (tabs are fine)."""
+    problem = control_problem(value, what)
+    if problem:
+        raise ValueError(problem)
     return value

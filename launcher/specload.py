@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from launcher import specyaml
 from launcher.errors import Issue, SpecError
+from launcher.secretenv import is_secret, mask_override, printable
 from launcher.spec import JobSpec, check_placeholders, sanitize_name
+from launcher.specfields import control_problem
 
 
 @dataclass
@@ -37,60 +39,25 @@ class LoadedSpec:
         return SpecError(self.file, located, self.locations)
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader (no arbitrary objects). YAML 1.1 quirks such as `on: yes` stay as PyYAML reads them."""
-
-
-def _compose(text: str, file: str) -> tuple[Any, dict[tuple[str | int, ...], tuple[int, int]], list[Issue]]:
-    """Parse YAML into plain data plus a map from field path to (line, column)."""
-    try:
-        node = yaml.compose(text, Loader=_Loader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        problem = getattr(e, "problem", None) or str(e)
-        path: tuple[str | int, ...] = ()
-        issue = Issue(path, f"YAML syntax error: {problem}", hint="check indentation, colons and quotes")
-        locs = {(): (mark.line + 1, mark.column + 1)} if mark else {}
-        raise SpecError(file, [issue], locs) from e
-    locations: dict[tuple[str | int, ...], tuple[int, int]] = {}
-    issues: list[Issue] = []
-    if node is None:
-        return None, locations, issues
-
-    def walk(n: yaml.Node, path: tuple[str | int, ...]) -> None:
-        if isinstance(n, yaml.MappingNode):
-            seen: dict[Any, int] = {}
-            for key_node, value_node in n.value:
-                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
-                sub = path + (key,)
-                if key in seen:
-                    issues.append(
-                        Issue(sub, f"duplicate key {key!r} (first on line {seen[key]})", hint="keep one of them")
-                    )
-                seen[key] = key_node.start_mark.line + 1
-                locations[sub] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-                walk(value_node, sub)
-        elif isinstance(n, yaml.SequenceNode):
-            for i, item in enumerate(n.value):
-                locations[path + (i,)] = (item.start_mark.line + 1, item.start_mark.column + 1)
-                walk(item, path + (i,))
-
-    locations[()] = (node.start_mark.line + 1, node.start_mark.column + 1)
-    walk(node, ())
-    data = yaml.load(text, Loader=_Loader)  # noqa: S506 - SafeLoader subclass
-    return data, locations, issues
+def override_source(text: str) -> str:
+    """How a ``--set`` is named in messages: control characters escaped, secret values masked."""
+    return f"--set {printable(mask_override(text))}"
 
 
 def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
-    """``a.b=value`` -> (("a", "b"), value parsed as a YAML scalar/flow value)."""
+    """``a.b=value`` -> (("a", "b"), value parsed as a YAML scalar/flow value, under the file's bounds)."""
     key, sep, raw = text.partition("=")
     parts = tuple(p.strip() for p in key.split("."))
+    source = override_source(text)
     if not sep or not all(parts):
-        raise SpecError(None, [Issue((), f"--set {text!r}: expected KEY=VALUE, e.g. --set resources.cpus=4", source=f"--set {text}")])
-    try:
-        value = yaml.load(raw, Loader=_Loader) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+        raise SpecError(None, [Issue((), "expected KEY=VALUE, e.g. --set resources.cpus=4", source=source)])
+    problem = control_problem(key, "the key") or control_problem(raw, "the value")
+    if len(parts) > specyaml.MAX_DEPTH:
+        problem = f"more than {specyaml.MAX_DEPTH} levels of keys"
+    if problem:
+        raise SpecError(None, [Issue(parts, problem, hint="a spec file refuses the same; pass a file's path instead",
+                                     source=source)])
+    value = specyaml.parse_value(raw, source) if raw.strip() else ""
     return parts, value
 
 
@@ -135,14 +102,8 @@ def load_spec(
     locations: dict[tuple[str | int, ...], tuple[int, int]] = {}
     issues: list[Issue] = []
     if path is not None:
-        p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError as e:
-            raise SpecError(file, [Issue((), "file not found", hint="check the path; `ddpjob validate FILE` checks a spec")]) from e
-        except (OSError, UnicodeDecodeError) as e:
-            raise SpecError(file, [Issue((), f"cannot read the file: {e}")]) from e
-        data, locations, issues = _compose(text, file)
+        text = specyaml.read_spec_text(str(path))
+        data, locations, issues = specyaml.parse(text, file)
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -153,12 +114,13 @@ def load_spec(
     sources: dict[tuple[str, ...], str] = {}
     for text_override in overrides:
         parts, value = parse_override(text_override)
-        src = f"--set {text_override}"
+        src = override_source(text_override)
         problem = _apply(data, parts, value, src)
         if problem:
             issues.append(problem)
         sources[parts] = src
 
+    issues.extend(_nul_bytes(data, ()))
     spec: JobSpec | None = None
     try:
         spec = JobSpec.model_validate(data)
@@ -176,6 +138,19 @@ def load_spec(
         resolved = str((Path(file).resolve().parent / spec.workdir).resolve())
         spec = spec.model_copy(update={"workdir": resolved})
     return LoadedSpec(spec, file, locations, sources)
+
+
+def _nul_bytes(data: Any, path: tuple[str | int, ...]) -> list[Issue]:
+    """Every string holding a NUL byte (no path, argument or variable can hold one)."""
+    if isinstance(data, str):
+        return [Issue(path, "contains a NUL byte, which no path, argument or variable can hold")] if "\x00" in data else []
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    out: list[Issue] = []
+    for key, value in items:
+        if isinstance(key, str) and "\x00" in key:
+            out.append(Issue(path, "a key contains a NUL byte"))
+        out += _nul_bytes(value, path + (key if isinstance(key, (str, int)) else str(key),))
+    return out
 
 
 def _line_of(issue: Issue, locations: dict[tuple[str | int, ...], tuple[int, int]]) -> tuple[int, int]:
@@ -212,7 +187,8 @@ def _issues_from_pydantic(e: ValidationError, data: Any) -> list[Issue]:
                 msgs.append(msg)
         message = " or ".join(msgs) if len(msgs) > 1 else msgs[0]
         value = first.get("input")
-        if isinstance(value, (int, float, str, bool)) and len(repr(value)) <= 60 and repr(value) not in message:
+        secret = len(path) == 2 and path[0] == "env" and is_secret(str(path[1]))
+        if not secret and isinstance(value, (int, float, str, bool)) and len(repr(value)) <= 60 and repr(value) not in message:
             message += f" (got {value!r})"
         hint = None
         if path == ("name",) and isinstance(value, str):
