@@ -32,7 +32,7 @@ def status_lines(rec: JobRecord, st: JobStatus | None) -> list[str]:
             head = f"task {t.index}" + (f" [{t.native_id}]" if t.native_id else "")
             out.append(f"  {head}: {t.state.value}" + (f" ({params})" if params else "") + (f": {t.message}" if t.message else ""))
             for n in t.nodes:
-                extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log"))
+                extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log", "ended"))
                 out.append(f"    node {n.get('node', '?')}: {extra}")
     return out
 

@@ -110,3 +110,59 @@ def testdeferred_interrupt_holds_ctrl_c_until_the_end_of_the_window(_):
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)  # the default handler is back
         time.sleep(0.05)
+
+
+WAITER = """
+import os, pathlib, time
+go = pathlib.Path(os.environ["GO_FILE"])
+print("waiting", os.environ["RANK"], flush=True)
+while not go.exists():
+    time.sleep(0.1)
+print("done", os.environ["RANK"], flush=True)
+"""
+
+
+def _start_waiting_job(cli, tmp_path: Path) -> tuple[str, Path, dict]:
+    (tmp_path / "waiter.py").write_text(WAITER)
+    go = tmp_path / "go"
+    job_id = cli("submit", "-q", "--nodes", "2", "--set", f"env.GO_FILE={go}", "--", "python", "waiter.py",
+                 cwd=tmp_path, check=True).stdout.strip()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if cli("logs", job_id).stdout.count("waiting") == 2:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("the workers did not start")
+    data = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+    return job_id, go, data
+
+
+def test_a_killed_supervisor_does_not_turn_a_good_run_into_failed(cli, tmp_path):
+    job_id, go, data = _start_waiting_job(cli, tmp_path)
+    os.kill(data["handle"]["pid"], signal.SIGKILL)  # the supervisor, as the OOM killer would
+    time.sleep(0.5)
+    status = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+    assert status["state"] == "RUNNING" and "supervisor" in status["message"] and "is gone" in status["message"]
+    follower = subprocess.Popen([sys.executable, "-m", "launcher", "logs", job_id, "-f"], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    assert follower.poll() is None  # logs -f follows a job whose supervisor is gone
+    go.write_text("go")
+    out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 0 and out.count("done") == 2, (out, err)
+    end = cli("wait", job_id, "--timeout", "60")
+    assert end.returncode == 0 and "SUCCEEDED" in end.stdout and "exit records" in end.stdout, end.stdout
+
+
+def test_cancel_stops_a_job_whose_supervisor_was_killed(cli, tmp_path):
+    from launcher.targets.shared import procs
+
+    job_id, go, data = _start_waiting_job(cli, tmp_path)
+    os.kill(data["handle"]["pid"], signal.SIGKILL)
+    time.sleep(0.5)
+    assert procs.marked_pids("DDPJOB_JOB_ID", job_id)  # agents and workers run on
+    proc = cli("cancel", job_id)
+    assert proc.returncode == 0 and "CANCELLED" in proc.stdout, proc.stdout + proc.stderr
+    assert procs.marked_pids("DDPJOB_JOB_ID", job_id) == []
+    assert "CANCELLED" in cli("status", job_id, check=True).stdout

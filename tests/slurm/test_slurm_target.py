@@ -7,6 +7,7 @@ goes through the real ``ddpjob`` command line in a subprocess, with its own DDPJ
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -204,6 +205,31 @@ def test_failing_rank_fails_the_job_with_its_cause(slurm_cluster, cli, tmp_path)
     assert "rank 1 exited with code 3" in data["status"]["message"], data["status"]["message"]
 
 
+RAISER = """
+import os, time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    time.sleep(1)
+    raise ValueError("bad batch on rank 1")
+dist.barrier()  # rank 0 waits; it dies in gloo once rank 1 is gone
+"""
+
+
+def test_the_first_failure_is_the_root_cause(slurm_cluster, cli, tmp_path):
+    """Rank 1 raises while rank 0 waits in a collective: status names rank 1 and its ValueError,
+    not rank 0's gloo error that followed (it used to, 3 runs out of 3)."""
+    script = tmp_path / "raiser.py"
+    script.write_text(RAISER)
+    spec = write_spec(tmp_path, "raiser", ["python", str(script)])
+    job_id = submit(cli, str(spec))
+    data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=180)
+    message = data["status"]["message"]
+    assert data["status"]["state"] == "FAILED" and "ValueError" in message and "bad batch on rank 1" in message, message
+    assert message.startswith("node 1 ") and "rank 1" in message, message
+
+
 def test_sbatch_refusal_is_reported(slurm_cluster, cli, tmp_path):
     spec = write_spec(tmp_path, "refused", ["python", RECORD], slurm={"partition": "no-such-partition"})
     proc = cli("submit", str(spec), "--target", "slurm", timeout=120)
@@ -293,3 +319,30 @@ def _wait_until_cluster_is_quiet(cluster: Any, timeout: float = 90) -> None:
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+def test_controller_down_is_exit_3_quickly_and_list_says_stale(slurm_cluster, cli, tmp_path):
+    """With slurmctld stopped, status answers exit 3 'Slurm controller unreachable' within 15 s
+    (it used to print a stale RUNNING with exit 0), and list marks the last known state stale."""
+    import signal as _signal
+
+    spec = write_spec(tmp_path, "sleepy", ["python", "-c", "import time; time.sleep(300)"])
+    job_id = submit(cli, str(spec))
+    wait_for(cli, job_id, {"RUNNING"}, timeout=120)
+    pidfile = slurm_cluster.root / "run" / "slurmctld.pid"
+    pid = int(pidfile.read_text().strip())
+    os.kill(pid, _signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.2)
+    try:
+        started = time.monotonic()
+        proc = cli("status", job_id, timeout=60)
+        took = time.monotonic() - started
+        assert proc.returncode == 3 and "Slurm controller unreachable" in proc.stderr, proc.stdout + proc.stderr
+        assert took < 15, took
+        listing = cli("list", timeout=60)
+        assert listing.returncode == 0 and "stale" in listing.stdout and "RUNNING" in listing.stdout, listing.stdout
+    finally:
+        slurm_cluster.script("up")
+        cli("cancel", job_id, timeout=120)

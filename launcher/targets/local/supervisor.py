@@ -19,7 +19,7 @@ from typing import Any
 
 from launcher.states import JobState
 from launcher.targets.base import TaskStatus, summarize
-from launcher.targets.local.target import MARKER, LocalElement, LocalNode, read_plan
+from launcher.targets.local.target import MARKER, LocalElement, LocalNode, exit_file, read_plan
 from launcher.targets.shared import procs
 from launcher.targets.shared.files import write_json
 from launcher.targets.shared.rootcause import node_failure
@@ -47,7 +47,12 @@ class Supervisor:
         }
 
     def save(self) -> None:
-        write_json(self.run_dir / "state.json", self.state)
+        try:
+            write_json(self.run_dir / "state.json", self.state)
+        except OSError as e:
+            # A full disk must not end the run: the nodes' exit records (written in place by
+            # launcher.targets.local.node) still tell status how it ended.
+            print(f"[ddpjob] could not write state.json: {e}", file=sys.stderr, flush=True)
 
     def cancelled(self) -> bool:
         return _stop_requested or (self.run_dir / "cancel-requested").exists()
@@ -86,7 +91,9 @@ class Supervisor:
             env = {**os.environ, **node.env}
             with open(node.log, "ab") as log:
                 try:
-                    p = subprocess.Popen(node.argv, env=env, cwd=node.cwd, stdin=subprocess.DEVNULL,
+                    # Through the node wrapper: it records how the agent ended even if we are killed.
+                    argv = [sys.executable, "-m", "launcher.targets.local.node", exit_file(node), "--", *node.argv]
+                    p = subprocess.Popen(argv, env=env, cwd=node.cwd, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT)
                 except OSError as e:
                     st["state"] = JobState.FAILED.value

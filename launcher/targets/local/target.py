@@ -29,12 +29,13 @@ from launcher import dist
 from launcher.errors import TargetError, TargetUnavailable
 from launcher.spec import expand
 from launcher.states import JobState
-from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
+from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
 from launcher.targets.shared import procs
 from launcher.targets.shared.files import atomic_write, from_json, read_json, to_json, write_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 from launcher.targets.shared.logtail import LogSource, follow_files
 from launcher.targets.shared.preflight import missing_program
+from launcher.targets.shared.rootcause import node_failure
 
 if TYPE_CHECKING:
     from launcher.specload import LoadedSpec
@@ -98,6 +99,7 @@ class LocalTarget(Target):
     name = "local"
     handle_type: ClassVar[type[Handle]] = LocalHandle
     picks_port = True
+    passes_host_env = True  # the supervisor and its agents inherit the submitting environment
 
     def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
         spec = loaded.spec
@@ -189,28 +191,27 @@ class LocalTarget(Target):
         return LocalHandle(plan.job_id, str(run_dir), proc.pid, procs.start_time(proc.pid))
 
     def status(self, handle: LocalHandle) -> JobStatus:
+        """The supervisor's ``state.json`` while it runs; when it is gone without a final state, the
+        truth from the processes themselves: RUNNING while any process of the job lives, then how
+        the nodes ended according to their exit records."""
         state = read_state(handle.run_dir)
-        sup_alive = procs.alive(handle.pid, handle.start)
-        if state is None:
-            if sup_alive:
-                return JobStatus(JobState.PENDING, "starting", details={"run_dir": handle.run_dir})
-            return JobStatus(JobState.FAILED, _supervisor_died(handle), details={"run_dir": handle.run_dir})
-        job_state = JobState.parse(state["state"])
-        message = state.get("message", "")
-        if not job_state.terminal and not sup_alive:
-            # Re-read: the supervisor may have written its final state just before exiting.
-            state = read_state(handle.run_dir) or state
-            job_state = JobState.parse(state["state"])
-            if not job_state.terminal:
-                job_state, message = JobState.FAILED, _supervisor_died(handle)
-        tasks = [
-            TaskStatus(
-                index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
-                nodes=t.get("nodes", []), params=t.get("params", {}),
-            )
-            for t in state.get("elements", [])
-        ]
-        return JobStatus(job_state, message, tasks, {"run_dir": handle.run_dir, "port": state.get("port")})
+        details = {"run_dir": handle.run_dir, "port": (state or {}).get("port")}
+        if state is not None and JobState.parse(state["state"]).terminal:
+            return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
+        if procs.alive(handle.pid, handle.start):
+            if state is None:
+                return JobStatus(JobState.PENDING, "starting", details=details)
+            return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
+        # The supervisor is gone. Re-read first: it may have written its final state as it exited.
+        state = read_state(handle.run_dir)
+        if state is not None and JobState.parse(state["state"]).terminal:
+            return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
+        live = procs.marked_pids(MARKER, handle.job_id)
+        if live:
+            note = (f"the supervisor (pid {handle.pid}) is gone; {len(live)} process(es) of the job run on "
+                    f"(ddpjob cancel stops them); see {handle.run_dir}/supervisor.log")
+            return JobStatus(JobState.RUNNING, note, _tasks(state or {}), details)
+        return _ended_without_supervisor(handle, details)
 
     def logs(self, handle: LocalHandle, flt: LogFilter, follow: bool = False) -> Iterator[str]:
         plan = read_plan(handle.run_dir)
@@ -232,11 +233,17 @@ class LocalTarget(Target):
         )
 
     def cancel(self, handle: LocalHandle) -> None:
+        """Stop the supervisor and every process carrying the job's marker, whatever the recorded
+        state says (a supervisor killed mid-run leaves its agents and workers running)."""
         run_dir = Path(handle.run_dir)
         state = read_state(str(run_dir))
         if state is not None and JobState.parse(state["state"]).terminal:
+            procs.kill_marked(MARKER, handle.job_id, grace=2.0)  # leftovers of a finished run, if any
             return
-        atomic_write(run_dir / "cancel-requested", str(time.time()))
+        try:
+            atomic_write(run_dir / "cancel-requested", str(time.time()))
+        except OSError:
+            pass  # a full disk: the signals below stop the job all the same
         # The supervisor stops its agents (and their workers) and writes CANCELLED; give it time.
         if procs.alive(handle.pid, handle.start):
             try:
@@ -274,6 +281,52 @@ def read_plan(run_dir: str) -> LocalPayload:
 
 def _supervisor_died(handle: LocalHandle) -> str:
     return f"the supervisor (pid {handle.pid}) exited without a final state; see {handle.run_dir}/supervisor.log"
+
+
+def exit_file(node: LocalNode) -> str:
+    """Where the node wrapper (``launcher.targets.local.node``) records how the node's agent ended."""
+    return f"{os.path.splitext(node.log)[0]}.exit.json"
+
+
+def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
+    return [
+        TaskStatus(index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
+                   nodes=t.get("nodes", []), params=t.get("params", {}))
+        for t in state.get("elements", [])
+    ]
+
+
+def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> JobStatus:
+    """Every process has ended and the supervisor left no final state: read the nodes' records."""
+    from launcher.targets.local.node import read_record
+
+    try:
+        plan = read_plan(handle.run_dir)
+    except TargetError:
+        return JobStatus(JobState.FAILED, _supervisor_died(handle), details=details)
+    tasks = []
+    for el in plan.elements:
+        records = [(n, read_record(exit_file(n))) for n in el.nodes]
+        nodes = [{"node": n.node, "exit_code": r["exit_code"] if r else None, "log": n.log} for n, r in records]
+        if all(r is None for _, r in records):
+            tasks.append(TaskStatus(el.index, JobState.FAILED, "not run: the supervisor stopped before it started",
+                                    nodes, el.params))
+            continue
+        failed = [(n, r) for n, r in records if r is None or r["exit_code"] != 0]
+        if not failed:
+            tasks.append(TaskStatus(el.index, JobState.SUCCEEDED, "", nodes, el.params))
+            continue
+        n, r = failed[0]
+        if r is None:
+            cause = f"node {n.node} left no exit record (killed with the supervisor?)"
+        else:
+            cause = node_failure(node=n.node, procs_per_node=plan.procs_per_node, log=n.log,
+                                 error_file=n.error_file, torchrun_log_dir=n.torchrun_log_dir)
+        tasks.append(TaskStatus(el.index, JobState.FAILED, cause, nodes, el.params))
+    state, message = summarize(tasks)
+    if state.terminal:
+        message = (message + "; " if message else "") + "(the supervisor was gone: state read from the nodes' exit records)"
+    return JobStatus(state, message, tasks, details)
 
 
 def render_local(payload: LocalPayload) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.targets.shared.logtail import split_torchrun_prefix
@@ -78,5 +80,72 @@ def node_failure(*, node: int, procs_per_node: int, log: str, error_file: str, t
         worker = [t for lr, t in map(split_torchrun_prefix, lines) if lr is not None and (local_rank is None or lr == local_rank)]
         tail = [t for t in worker if t.strip()][-3:]
     rank = node * procs_per_node + local_rank if local_rank is not None else None
-    head = f"rank {rank} exited with code {exitcode}" if rank is not None else f"node {node} failed"
+    if rank is None:
+        head = f"node {node} failed"
+    elif exitcode is not None and exitcode < 0:
+        head = f"rank {rank} was killed by {signal_name(-exitcode)}"
+    else:
+        head = f"rank {rank} exited with code {exitcode}"
     return head + (": " + " | ".join(t.strip() for t in tail) if tail else "")
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+# A rank that fails because a peer went away is a consequence, never the root cause.
+_PEER_ERRORS = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|connectFullMesh|"
+    r"NCCL communicator was aborted|ProcessGroupNCCL.*(?:abort|timeout)|DistBackendError|"
+    r"killed by SIG(?:TERM|KILL|HUP|INT)|exited with code -(?:15|9)\b|Signal 15|SIGTERM",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """A failed node's files and, where known, when it ended (seconds since the epoch)."""
+
+    node: int
+    log: str
+    error_file: str
+    torchrun_log_dir: str
+    ended: float | None = None
+
+
+def first_failure(failures: list[NodeFailure], procs_per_node: int) -> tuple[NodeFailure, str, list[int]]:
+    """The root cause among failed nodes: a node whose error is its own (not a peer's departure)
+    before one that failed because of it, then the earliest by time (the error file's timestamp,
+    the worker's last stderr write, the node's end). Returns (that node, its cause, the other
+    failed nodes, which died after it)."""
+    ranked = []
+    for f in failures:
+        cause = node_failure(node=f.node, procs_per_node=procs_per_node, log=f.log, error_file=f.error_file,
+                             torchrun_log_dir=f.torchrun_log_dir)
+        ranked.append((bool(_PEER_ERRORS.search(cause)), _failure_time(f), f.node, f, cause))
+    ranked.sort(key=lambda r: (r[0], r[1], r[2]))
+    _, _, _, first, cause = ranked[0]
+    return first, cause, [r[2] for r in ranked[1:]]
+
+
+def _failure_time(f: NodeFailure) -> float:
+    times = [t for t in (_error_file_time(f.error_file), _stderr_time(f.torchrun_log_dir), f.ended) if t]
+    return min(times) if times else float("inf")
+
+
+def _error_file_time(path: str) -> float | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            err = json.load(fh)
+        return float(err["message"]["extraInfo"]["timestamp"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _stderr_time(torchrun_log_dir: str) -> float | None:
+    """When a worker of the node last wrote to stderr (its traceback, for a failed worker)."""
+    times = [p.stat().st_mtime for p in Path(torchrun_log_dir).glob("*/attempt_*/*/stderr.log") if p.stat().st_size]
+    return max(times) if times else None

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 
-from launcher.errors import TargetError, TargetUnavailable
+from launcher.errors import TargetUnavailable
 from launcher.states import JobState
 
-COMMAND_TIMEOUT_S = 20.0
+# Every query answers within this many seconds in all (status, wait and cancel stay responsive
+# when the controller is down).
+COMMAND_TIMEOUT_S = 10.0
 
 # Every Slurm job state (sacct/squeue/scontrol spellings) -> JobState. Anything else: UNKNOWN.
 SLURM_STATES: dict[str, JobState] = {
@@ -153,7 +156,7 @@ def parse_scontrol(text: str) -> dict[str, SlurmRecord]:
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
-    """Run a Slurm command; None when it is missing, times out or fails."""
+    """Run a Slurm command; None when it times out."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except FileNotFoundError as e:
@@ -163,23 +166,37 @@ def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str] | 
     return proc
 
 
+class ControllerUnreachable(TargetUnavailable):
+    """slurmctld did not answer (down, or the network between here and it): exit 3."""
+
+
+def _unreachable(what: str, proc: subprocess.CompletedProcess[str] | None) -> ControllerUnreachable:
+    why = "no answer within the time limit" if proc is None else (proc.stderr.strip().splitlines() or ["failed"])[-1]
+    return ControllerUnreachable(f"Slurm controller unreachable ({what}: {why}); the job's state is unknown "
+                                 "from here, try again later (scontrol ping shows the controller)")
+
+
 def query(job_ids: list[str], timeout: float = COMMAND_TIMEOUT_S) -> dict[str, SlurmRecord]:
     """What Slurm knows about ``job_ids`` (plain or array job ids), in one call per source.
 
     sacct answers for every job it has in the database; jobs it does not know (accounting off,
-    or slurmdbd lagging behind a fresh submission) are asked of the controller with squeue, then
-    ``scontrol show job``. A job none of them knows is absent from the result.
+    or slurmdbd lagging behind a fresh submission) and jobs still live are asked of the
+    controller with squeue, then ``scontrol show job``. A job none of them knows is absent.
+
+    Raises:
+        ControllerUnreachable: the controller was needed (a job is live or unknown to sacct)
+            and did not answer within ``timeout`` seconds in all (never a stale answer).
     """
     ids = sorted(set(job_ids))
     if not ids:
         return {}
+    deadline = time.monotonic() + timeout
     records: dict[str, SlurmRecord] = {}
-    errors: list[str] = []
-    proc = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,Reason", "-j", ",".join(ids)], timeout)
+    # sacct is a help, not the truth for live jobs: give it at most half of the time.
+    proc = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,Reason", "-j", ",".join(ids)],
+                timeout / 2)
     if proc is not None and proc.returncode == 0:
         records.update(parse_sacct(proc.stdout))
-    else:
-        errors.append("sacct: " + (proc.stderr.strip() if proc is not None else "timed out"))
 
     def known(jid: str) -> bool:
         return any(k == jid or k.startswith(jid + "_") for k in records)
@@ -191,17 +208,22 @@ def query(job_ids: list[str], timeout: float = COMMAND_TIMEOUT_S) -> dict[str, S
     # controller too for jobs that are still live, so states and pending reasons are current.
     ask = sorted(set(missing) | set(live_ids))
     if ask:
-        proc = _run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%N|%r", "-j", ",".join(ask)], timeout)
-        if proc is not None and proc.returncode == 0:
+        proc = _run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%N|%r", "-j", ",".join(ask)],
+                    max(1.0, deadline - time.monotonic()))
+        if proc is None or (proc.returncode != 0 and not _only_unknown_ids(proc.stderr)):
+            raise _unreachable("squeue", proc)
+        if proc.returncode == 0:
             records.update(parse_squeue(proc.stdout))
-        else:
-            errors.append("squeue: " + (proc.stderr.strip() if proc is not None else "timed out"))
         for jid in [j for j in ask if not known(j)]:
-            proc = _run(["scontrol", "show", "job", "-o", jid], timeout)
-            if proc is not None and proc.returncode == 0:
+            proc = _run(["scontrol", "show", "job", "-o", jid], max(1.0, deadline - time.monotonic()))
+            if proc is None:
+                raise _unreachable("scontrol", proc)
+            if proc.returncode == 0:
                 records.update(parse_scontrol(proc.stdout))
-            elif proc is None:
-                errors.append("scontrol: timed out")
-    if not records and len(errors) >= 2 and all("timed out" in e for e in errors):
-        raise TargetError("Slurm did not answer: " + "; ".join(errors))
     return records
+
+
+def _only_unknown_ids(stderr: str) -> bool:
+    """squeue's complaint about job ids it no longer knows (purged): an answer, not an outage."""
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    return bool(lines) and all("Invalid job id" in ln for ln in lines)

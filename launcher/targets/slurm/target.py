@@ -30,7 +30,7 @@ from launcher.targets.shared.files import atomic_write, read_json, to_json, writ
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.shared.logtail import LogSource, follow_files
 from launcher.targets.shared.preflight import missing_program
-from launcher.targets.shared.rootcause import node_failure
+from launcher.targets.shared.rootcause import NodeFailure, first_failure
 from launcher.targets.slurm import query as slurm_query
 from launcher.targets.slurm.options import _IMAGE_RE, time_to_minutes
 from launcher.targets.slurm.script import (
@@ -84,6 +84,7 @@ class SlurmTarget(Target):
 
     name = "slurm"
     handle_type: ClassVar[type[Handle]] = SlurmHandle
+    passes_host_env = True  # sbatch exports the submitting environment (ddpjob refuses sbatch.export)
 
     # ------------------------------------------------------------------ plan
 
@@ -340,7 +341,8 @@ def _node_records(handle: SlurmHandle, index: int) -> list[dict[str, Any]]:
         rec = read_json(node_paths(handle.job_dir, index, node)["record"])
         if not isinstance(rec, dict):
             continue
-        out.append({k: rec[k] for k in ("node", "host", "rendezvous", "state", "exit_code", "restart") if k in rec})
+        out.append({k: rec[k] for k in ("node", "host", "rendezvous", "state", "exit_code", "restart", "ended")
+                    if k in rec})
     return out
 
 
@@ -352,12 +354,16 @@ def _message(handle: SlurmHandle, index: int, rec: slurm_query.SlurmRecord, stat
         return rec.state.lower()
     if state != JobState.FAILED:
         return ""
-    bad = [n for n in nodes if n.get("exit_code") not in (0, None)]
+    bad = {n["node"]: n for n in nodes if n.get("exit_code") not in (0, None)}
     if bad:
-        paths = node_paths(handle.job_dir, index, bad[0]["node"])
-        cause = node_failure(node=bad[0]["node"], procs_per_node=handle.procs_per_node, log=paths["log"],
-                             error_file=paths["error_file"], torchrun_log_dir=paths["torchrun_log_dir"])
-        return f"node {bad[0]['node']} ({bad[0].get('host', '?')}): {cause}"
+        failures = []
+        for node, n in bad.items():
+            paths = node_paths(handle.job_dir, index, node)
+            failures.append(NodeFailure(node, paths["log"], paths["error_file"], paths["torchrun_log_dir"],
+                                        n.get("ended")))
+        first, cause, after = first_failure(failures, handle.procs_per_node)
+        text = f"node {first.node} ({bad[first.node].get('host', '?')}): {cause}"
+        return text + (f" (then node(s) {', '.join(map(str, after))} failed after it)" if after else "")
     sid = handle.slurm_job_id + (f"_{index}" if handle.array else "")
     # No node reported a torchrun failure: Slurm itself (time limit, memory, node failure) or the
     # node runner before torchrun (see submitit's log).
