@@ -1,11 +1,6 @@
 """The ``ddpjob`` command line. Click commands only: heavy imports happen inside each command.
 
-Exit codes: 0 success; 1 the job failed or was cancelled (``submit -f``, ``wait``); 2 a wrong spec
-or command line; 3 the target is unavailable (no kubeconfig, unreachable, no Slurm) or refused the
-job; 4 unknown job id; 5 permission denied (Kubernetes 403); 6 the scheduler lacks a component
-(no PyTorchJob CRD: the training operator is not installed); 7 a job of that name exists (409);
-8 the scheduler rejected the object as invalid (422); 124 ``wait`` timed out; 130 stopped
-following with Ctrl-C (the job continues).
+Exit codes: ``launcher.errors.EXIT_CODES`` (listed by ``ddpjob --help`` and the README).
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from launcher.cli_support import DEBUG, guard as _guard, interrupted as _interrupted
+from launcher.cli_support import DEBUG, exit_codes_help, flush_stdout, guard as _guard, interrupted as _interrupted
 from launcher.states import JobState
 from launcher.targets import TARGET_NAMES  # names only: no target is imported here
 
@@ -29,7 +24,8 @@ if TYPE_CHECKING:
 TARGET_CHOICE = click.Choice(TARGET_NAMES)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog=exit_codes_help())
 @click.version_option(package_name="ddpjob", prog_name="ddpjob")
 @click.option("--debug", is_flag=True, help="Show full tracebacks for unexpected errors (or set DDPJOB_DEBUG=1).")
 def cli(debug: bool) -> None:
@@ -276,7 +272,7 @@ def status(job_id: str, output: str) -> None:
 
 @cli.command(name="list")
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--limit", type=int, default=50, show_default=True, help="Newest N jobs (0: all).")
+@click.option("--limit", type=click.IntRange(min=0), default=50, show_default=True, help="Newest N jobs (0: all).")
 @click.option("--target", "-t", type=TARGET_CHOICE, help="Only jobs of this target.")
 @_guard
 def list_(output: str, limit: int, target: str | None) -> None:
@@ -299,10 +295,10 @@ def list_(output: str, limit: int, target: str | None) -> None:
 @cli.command()
 @click.argument("job_id", metavar="ID")
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
-@click.option("--node", type=int, help="Only this node (0-based).")
-@click.option("--rank", type=int, help="Only this global rank.")
-@click.option("--task", type=int, help="Only this run of a sweep (0-based).")
-@click.option("--tail", type=int, help="Only the last N lines of each source.")
+@click.option("--node", type=click.IntRange(min=0), help="Only this node (0-based).")
+@click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
+@click.option("--task", type=click.IntRange(min=0), help="Only this run of a sweep (0-based).")
+@click.option("--tail", type=click.IntRange(min=0), help="Only the last N lines of each source.")
 @_guard
 def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: int | None, tail: int | None) -> None:
     """Print a job's output; every line is prefixed with its node and rank.
@@ -326,7 +322,7 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
 
 @cli.command()
 @click.argument("job_id", metavar="ID")
-@click.option("--task", type=int, help="Cancel only this run of a sweep (Slurm array element); the others go on.")
+@click.option("--task", type=click.IntRange(min=0), help="Cancel only this run of a sweep (Slurm array element); the others go on.")
 @_guard
 def cancel(job_id: str, task: int | None) -> None:
     """Stop a job and every process it started. Safe to repeat.
@@ -361,11 +357,14 @@ def wait(job_id: str, timeout: float | None) -> None:
 
 
 def main() -> None:
+    # Private files: the registry, plans and logs may hold secrets (the jobs inherit it too).
+    os.umask(os.umask(0o077) | 0o077)
     try:
         cli(prog_name="ddpjob")
     except SystemExit:
         # The command is done: a Ctrl-C now would only lose buffered output (a printed job id).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        flush_stdout()  # here, not at interpreter exit, so a reader that left means exit 0
         raise
     except BrokenPipeError:
         # `ddpjob logs ID | head`: the reader left; not an error. Keep Python from complaining at exit.

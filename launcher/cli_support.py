@@ -1,5 +1,6 @@
 """What every ``ddpjob`` command shares: typed errors turned into a message and an exit code,
-Ctrl-C turned into exit 130. Imports only click."""
+Ctrl-C turned into exit 130, a reader that went away (``| head``) into a quiet exit 0, and the
+machine's own refusals (a full disk, a read-only folder) into exit 3. Imports only click."""
 
 from __future__ import annotations
 
@@ -12,6 +13,51 @@ from typing import Any, NoReturn
 import click
 
 DEBUG = {"on": bool(os.environ.get("DDPJOB_DEBUG"))}
+
+
+def exit_codes_help() -> str:
+    """The exit-code table for ``ddpjob --help`` (from ``launcher.errors.EXIT_CODES``)."""
+    from launcher.errors import EXIT_CODES
+
+    rows = "\n".join(f"  {code:<5}{text}" for code, text in EXIT_CODES.items())
+    return f"\b\nExit codes:\n{rows}"
+
+
+def stdout_gone() -> bool:
+    """Whether the reader of stdout has gone away (a pipe whose other end is closed)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return True  # no usable stdout at all
+
+
+def closed_stdout() -> NoReturn:
+    """``ddpjob logs ID | head -1``: the reader left, which is not an error. Exit 0 quietly, with
+    stdout pointed at /dev/null so that Python's own flush at exit does not complain."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(0)
+
+
+def flush_stdout() -> None:
+    """Flush what is buffered; a reader that left is a quiet exit 0."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        closed_stdout()
+
+
+def os_cause(e: OSError) -> str:
+    """``/path: No space left on device`` (or what the error says)."""
+    if e.filename and e.strerror:
+        return f"{e.filename}: {e.strerror}" + (f" -> {e.filename2}" if e.filename2 else "")
+    return e.strerror or str(e)
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -49,8 +95,18 @@ def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             click.echo("\nStopped.", err=True)
             sys.exit(130)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, BrokenPipeError):
+        except BrokenPipeError as e:
+            if stdout_gone():
+                closed_stdout()
+            if DEBUG["on"]:
+                raise
+            fail(os_cause(e), 3)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
+        except OSError as e:  # the machine said no (full disk, read-only folder, missing directory): not a bug
+            if DEBUG["on"]:
+                raise
+            fail(os_cause(e), 3)
         except Exception as e:  # an unexpected error is a bug: say so, keep the details one flag away
             if interrupted(e):  # Ctrl-C inside code that wraps exceptions (e.g. class creation)
                 click.echo("\nStopped.", err=True)

@@ -8,6 +8,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Every exit code of ``ddpjob``: its --help and the README list these (a test keeps them in step).
+EXIT_CODES: dict[int, str] = {
+    0: "success (also when the reader of the output went away, e.g. `ddpjob logs ID | head`)",
+    1: "the job failed or was cancelled (submit -f, wait)",
+    2: "a wrong spec or command line (nothing is submitted)",
+    3: "the target is unavailable or refused the job, or $DDPJOB_HOME or a file cannot be used",
+    4: "unknown or ambiguous job id",
+    5: "permission denied (Kubernetes 403: apply k8s/rbac.yaml)",
+    6: "the training operator (PyTorchJob CRD) is not installed (Kubernetes 404)",
+    7: "a job of that name already exists (Kubernetes 409)",
+    8: "the scheduler rejected the object as invalid (Kubernetes 422; its message is shown)",
+    70: "a bug in ddpjob: please report it with the output of --debug",
+    124: "wait timed out (the job keeps running)",
+    130: "stopped with Ctrl-C (a submitted job keeps running)",
+}
+
 
 @dataclass(frozen=True)
 class Issue:
@@ -93,15 +109,21 @@ class UsageError(DdpjobError):
 
 
 class JobNotFound(DdpjobError):
-    """No job with this id in the registry."""
+    """No job with this id in the registry (or, with ``ambiguous``, several start with it)."""
 
     exit_code = 4
 
-    def __init__(self, job_id: str, suggestions: list[str] | None = None) -> None:
-        msg = f"no job with id {job_id!r}"
-        if suggestions:
-            msg += f" (did you mean {', '.join(repr(s) for s in suggestions)}?)"
-        msg += "; run `ddpjob list` to see your jobs"
+    def __init__(self, job_id: str, suggestions: list[str] | None = None, *, ambiguous: bool = False) -> None:
+        if not job_id.strip():
+            msg = "an empty job id matches no job"
+        elif ambiguous:
+            msg = f"{job_id!r} is the start of several job ids: {', '.join(suggestions or [])}; give more of the id"
+        else:
+            msg = f"no job with id {job_id!r}"
+            if suggestions:
+                msg += f" (did you mean {', '.join(repr(s) for s in suggestions)}?)"
+        if not ambiguous:
+            msg += "; run `ddpjob list` to see your jobs"
         super().__init__(msg)
         self.job_id = job_id
 
@@ -110,6 +132,15 @@ class TargetUnavailable(DdpjobError):
     """The target cannot be used here: a missing extra, no cluster, no kubeconfig, no Slurm commands."""
 
     exit_code = 3
+
+
+class HomeUnusable(TargetUnavailable):
+    """``$DDPJOB_HOME`` (the registry's folder) cannot be created, read or written."""
+
+    def __init__(self, home: str, cause: str) -> None:
+        super().__init__(f"cannot use {home} ($DDPJOB_HOME, where ddpjob records jobs): {cause}; "
+                         "free space or fix its permissions, or point DDPJOB_HOME at a writable folder")
+        self.home = home
 
 
 class SubmitRejected(DdpjobError):

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.errors import (
     DdpjobError, NotSubmitted, SpecError, SubmitRejected, TargetUnavailable, UsageError, WaitTimeout,
 )
+from launcher.jobshape import check_selection, check_timeout, plan_shape
 from launcher.states import JobState
 
 if TYPE_CHECKING:
@@ -143,7 +144,17 @@ class Jobs:
 
         tgt = get_target(target)
         inputs = tgt.inputs(loaded, online=False)
-        return tgt.plan(loaded, self.context(f"{loaded.spec.name}-xxxxx", inputs=inputs))
+        return self._plan(tgt, loaded, self.context(f"{loaded.spec.name}-xxxxx", inputs=inputs), submitting=False)
+
+    def _plan(self, tgt: Target, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan:
+        """The target's plan, with the text people see (and ``plan.txt`` holds): secret values
+        masked, ``env_from_host`` names listed (``launcher.secretenv``)."""
+        from launcher import secretenv
+
+        issues = secretenv.host_env_issues(tgt, loaded, submitting=submitting)
+        if issues:
+            raise loaded.error(issues)
+        return secretenv.shown_plan(tgt, loaded, ctx, tgt.plan(loaded, ctx))
 
     def server_dry_run(self, plan: Plan) -> str:
         """Ask the scheduler to check ``plan`` without creating anything (Kubernetes: dryRun=All)."""
@@ -177,7 +188,7 @@ class Jobs:
             job_id, port = self.registry.reserve(spec.name, target, spec.model_dump(mode="json"), port=fixed,
                                                  port_picker=picker)
             try:
-                plan = tgt.plan(loaded, self.context(job_id, port, inputs))
+                plan = self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True)
                 handle = tgt.submit(plan)
             except (SpecError, TargetUnavailable, SubmitRejected):
                 self._release(job_id)  # nothing was submitted: not a job, nothing to list
@@ -185,7 +196,7 @@ class Jobs:
             except BaseException as e:
                 self.registry.update_state(job_id, JobState.FAILED, f"submit failed: {e}")
                 raise
-            self.registry.record_handle(job_id, handle.to_json())
+            self.registry.record_handle(job_id, handle.to_json(), shape=plan_shape(plan))
             done = Submission(job_id, plan, handle)
         if interrupted:
             raise SubmitInterrupted(done)
@@ -249,6 +260,7 @@ class Jobs:
         Raises:
             WaitTimeout: ``timeout`` seconds passed first; the job keeps running.
         """
+        check_timeout(timeout)
         start = time.monotonic()
         delay = 0.2
         while True:
@@ -264,6 +276,9 @@ class Jobs:
     def logs(self, job_id: str, flt: LogFilter, *, follow: bool = False) -> Iterator[str]:
         """The job's lines, prefixed with node and rank (see ``Target.logs`` for the rules)."""
         rec = self.registry.get(job_id)
+        check_selection(rec, task=flt.task, node=flt.node, rank=flt.rank)
+        if flt.tail is not None and flt.tail < 0:
+            raise UsageError(f"--tail {flt.tail}: must be 0 or more")
         if rec.handle is None:
             raise NotSubmitted(f"{rec.id} has no logs: its submission did not complete ({rec.message or rec.state.value})")
         tgt, handle = self._target_and_handle(rec)
@@ -274,6 +289,7 @@ class Jobs:
     def cancel(self, job_id: str, task: int | None = None) -> Cancelled:
         """Stop the job (or one run of a sweep, ``task``) and everything it started. Safe to repeat."""
         rec = self.registry.get(job_id)
+        check_selection(rec, task=task)
         if rec.state.terminal:
             return Cancelled.ALREADY_ENDED
         if rec.handle is None:

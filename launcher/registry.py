@@ -4,6 +4,10 @@ Submission is two-phase: ``reserve`` inserts the job (state PENDING, no handle) 
 id; the target submits; ``record_handle`` stores what the target needs to find the job again.
 A crash in between leaves a visible job without a handle, never a ghost. Terminal states are
 never downgraded (enforced in SQL). Several ``ddpjob`` processes may use one registry at once.
+
+The home is private to the user (0700, the database 0600): specs and plans may carry secrets, and
+the spec stored here has the values of secret-looking variables masked (``launcher.secretenv``).
+A home that cannot be used (read-only, a file in its path, a full disk) is ``HomeUnusable``.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import json
 import os
 import secrets
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import JobNotFound
+from launcher.errors import HomeUnusable, JobNotFound
+from launcher.secretenv import mask_spec
 from launcher.states import TERMINAL, JobState
 
 _SCHEMA = """
@@ -35,7 +41,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     message     TEXT NOT NULL DEFAULT '',
     created_at  REAL NOT NULL,
     updated_at  REAL NOT NULL,
-    ended_at    REAL
+    ended_at    REAL,
+    shape_json  TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
 """
@@ -63,13 +70,14 @@ class JobRecord:
     created_at: float
     updated_at: float
     ended_at: float | None
+    shape: dict[str, int] | None = None  # runs, nodes, procs_per_node of the submitted plan
 
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id, "name": self.name, "target": self.target, "state": self.state.value,
             "message": self.message, "run_dir": self.run_dir, "port": self.port,
             "created_at": self.created_at, "updated_at": self.updated_at, "ended_at": self.ended_at,
-            "handle": self.handle, "spec": self.spec,
+            "handle": self.handle, "spec": mask_spec(self.spec), "shape": self.shape,
         }
 
 
@@ -84,10 +92,31 @@ class Registry:
     def runs_dir(self) -> Path:
         return self.home / "runs"
 
+    def _prepare(self) -> None:
+        """Create the home and the database private to the user, and make older ones private."""
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _private(self.home, 0o700)
+        _private(self.runs_dir(), 0o700)  # made by the first submit; here only an older one is made private
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))  # SQLite gives -wal/-shm the same mode
+        for suffix in ("", "-wal", "-shm"):
+            _private(Path(f"{self.path}{suffix}"), 0o600)
+
     @contextmanager
     def _connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        try:
+            with self._connection(write) as conn:
+                yield conn
+        except (OSError, sqlite3.OperationalError) as e:
+            raise HomeUnusable(str(self.home), _cause(e, self.home)) from e
+        except sqlite3.DatabaseError as e:
+            if type(e) is not sqlite3.DatabaseError:  # integrity, programming errors: ddpjob's own bugs
+                raise
+            raise HomeUnusable(str(self.home), f"{self.path}: {e}") from e
+
+    @contextmanager
+    def _connection(self, write: bool) -> Iterator[sqlite3.Connection]:
         if not self._ready:
-            self.home.mkdir(parents=True, exist_ok=True)
+            self._prepare()
         conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         try:
             conn.row_factory = sqlite3.Row
@@ -95,6 +124,11 @@ class Registry:
             if not self._ready:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.executescript(_SCHEMA)
+                if "shape_json" not in {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}:
+                    try:  # a registry written before shapes were recorded
+                        conn.execute("ALTER TABLE jobs ADD COLUMN shape_json TEXT")
+                    except sqlite3.OperationalError:
+                        pass  # another process added it first
                 self._ready = True
             if write:
                 # IMMEDIATE takes the write lock up front: read-then-write (id, port) stays atomic.
@@ -149,24 +183,43 @@ class Registry:
                         "INSERT INTO jobs (id, name, target, state, spec_json, run_dir, port, created_at, updated_at)"
                         " VALUES (:id, :name, :target, :state, :spec, :run_dir, :port, :now, :now)",
                         {"id": job_id, "name": name, "target": target, "state": JobState.PENDING.value,
-                         "spec": json.dumps(spec, sort_keys=True), "run_dir": run_dir, "port": port, "now": now},
+                         "spec": json.dumps(mask_spec(spec), sort_keys=True), "run_dir": run_dir, "port": port,
+                         "now": now},
                     )
                     return job_id, port
                 except sqlite3.IntegrityError:
                     continue
         raise RuntimeError("could not allocate a unique job id after 20 tries")
 
+    def reassign_port(self, job_id: str, port_picker: Callable[[set[int]], int]) -> int:
+        """A new rendezvous port for a live job whose port was taken by another program before the
+        rendezvous; chosen and recorded in one transaction, like ``reserve``."""
+        with self._connect(write=True) as conn:
+            busy = {
+                r[0]
+                for r in conn.execute(
+                    f"SELECT port FROM jobs WHERE port IS NOT NULL AND state NOT IN ({','.join('?' * len(_TERMINAL_SQL))})",
+                    _TERMINAL_SQL,
+                )
+            }
+            port = port_picker(busy)
+            conn.execute("UPDATE jobs SET port = :port WHERE id = :id", {"port": port, "id": job_id})
+        return port
+
     def release(self, job_id: str) -> None:
         """Take back a reservation that was never submitted (its plan failed): no trace is left."""
         with self._connect(write=True) as conn:
             conn.execute("DELETE FROM jobs WHERE id = :id AND handle_json IS NULL", {"id": job_id})
 
-    def record_handle(self, job_id: str, handle: dict[str, Any]) -> None:
-        """Phase two: what the target returned, so later shells can find the job."""
+    def record_handle(self, job_id: str, handle: dict[str, Any], shape: dict[str, int] | None = None) -> None:
+        """Phase two: what the target returned, so later shells can find the job, and the shape of
+        the plan (``runs``, ``nodes``, ``procs_per_node``) that ``logs`` and ``cancel`` check against."""
         with self._connect(write=True) as conn:
             conn.execute(
-                "UPDATE jobs SET handle_json = :h, updated_at = :now WHERE id = :id",
-                {"h": json.dumps(handle, sort_keys=True), "now": time.time(), "id": job_id},
+                "UPDATE jobs SET handle_json = :h, shape_json = COALESCE(:shape, shape_json), updated_at = :now"
+                " WHERE id = :id",
+                {"h": json.dumps(handle, sort_keys=True), "now": time.time(), "id": job_id,
+                 "shape": json.dumps(shape, sort_keys=True) if shape else None},
             )
 
     def update_state(self, job_id: str, state: JobState, message: str | None = None) -> None:
@@ -182,18 +235,31 @@ class Registry:
             )
 
     def get(self, job_id: str) -> JobRecord:
+        """The job with this id, or with an id that starts with it when only one does.
+
+        Raises:
+            JobNotFound: no such job, an empty or blank id (never a prefix of everything), or a
+                prefix shared by several jobs (they are listed).
+        """
+        if not job_id.strip():
+            raise JobNotFound(job_id)
         with self._connect() as conn:
             row = conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                ids = [r[0] for r in conn.execute("SELECT id FROM jobs ORDER BY created_at DESC LIMIT 500")]
-        if row is None:
-            import difflib
-
-            prefixed = [i for i in ids if i.startswith(job_id)]
+            if row is not None:
+                return _record(row)
+            prefixed = [r[0] for r in conn.execute(
+                "SELECT id FROM jobs WHERE substr(id, 1, :n) = :prefix ORDER BY created_at DESC LIMIT 11",
+                {"n": len(job_id), "prefix": job_id})]
             if len(prefixed) == 1:
-                return self.get(prefixed[0])
-            raise JobNotFound(job_id, prefixed[:3] or difflib.get_close_matches(job_id, ids, n=3, cutoff=0.6))
-        return _record(row)
+                row = conn.execute("SELECT * FROM jobs WHERE id = ?", (prefixed[0],)).fetchone()
+                if row is not None:
+                    return _record(row)
+            ids = [] if prefixed else [r[0] for r in conn.execute("SELECT id FROM jobs ORDER BY created_at DESC LIMIT 500")]
+        if len(prefixed) > 1:
+            raise JobNotFound(job_id, prefixed[:10] + (["..."] if len(prefixed) > 10 else []), ambiguous=True)
+        import difflib
+
+        raise JobNotFound(job_id, difflib.get_close_matches(job_id, ids, n=3, cutoff=0.6))
 
     def list(self, limit: int | None = None, target: str | None = None) -> list[JobRecord]:
         sql = "SELECT * FROM jobs"
@@ -215,4 +281,21 @@ def _record(row: sqlite3.Row) -> JobRecord:
         spec=json.loads(row["spec_json"]), handle=json.loads(row["handle_json"]) if row["handle_json"] else None,
         run_dir=row["run_dir"], port=row["port"], message=row["message"], created_at=row["created_at"],
         updated_at=row["updated_at"], ended_at=row["ended_at"],
+        shape=json.loads(row["shape_json"]) if row["shape_json"] else None,
     )
+
+
+def _private(path: Path, mode: int) -> None:
+    """Take group and others' bits off ``path`` (ddpjob's own files; someone else's are left)."""
+    st = path.stat() if path.exists() else None
+    if st is not None and st.st_mode & 0o077:
+        try:
+            os.chmod(path, stat.S_IMODE(st.st_mode) & mode)
+        except PermissionError:
+            pass
+
+
+def _cause(e: BaseException, home: Path) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror if not e.filename or str(e.filename) == str(home) else f"{e.filename}: {e.strerror}"
+    return str(e)

@@ -155,11 +155,15 @@ class Target(abc.ABC):
         handle_type: the target's ``Handle`` dataclass.
         picks_port: the service reserves a rendezvous port (``pick_port``) with the job id, in one
             registry transaction, so jobs submitted at the same moment never share one.
+        passes_host_env: the job's processes inherit the submitting process's environment, so the
+            spec's ``env_from_host`` names reach them without their values being stored; targets
+            without it refuse ``env_from_host``.
     """
 
     name: ClassVar[str]
     handle_type: ClassVar[type[Handle]] = Handle
     picks_port: ClassVar[bool] = False
+    passes_host_env: ClassVar[bool] = False
 
     def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
         """Problems found on this machine before submitting (a missing script, ...), as spec

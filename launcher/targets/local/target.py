@@ -100,6 +100,7 @@ class LocalTarget(Target):
     handle_type: ClassVar[type[Handle]] = LocalHandle
     picks_port = True
     passes_host_env = True  # the supervisor and its agents inherit the submitting environment
+    passes_host_env = True  # the supervisor and its agents inherit the submitting environment
 
     def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
         spec = loaded.spec

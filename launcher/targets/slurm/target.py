@@ -85,6 +85,7 @@ class SlurmTarget(Target):
     name = "slurm"
     handle_type: ClassVar[type[Handle]] = SlurmHandle
     passes_host_env = True  # sbatch exports the submitting environment (ddpjob refuses sbatch.export)
+    passes_host_env = True  # sbatch exports the submitting environment (ddpjob refuses sbatch.export)
 
     # ------------------------------------------------------------------ plan
 

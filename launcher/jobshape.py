@@ -1,0 +1,59 @@
+"""The shape of a submitted job (runs, nodes, processes per node) and the checks made against it.
+
+``logs --node/--rank/--task`` and ``cancel --task`` outside the job are command-line mistakes
+(exit 2, with the valid range), found before any target is asked. The shape is the submitted
+plan's, recorded with the handle; for records older than that it is read from the stored spec
+(``procs_per_node: auto`` then leaves the ranks unchecked).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from launcher.errors import UsageError
+
+if TYPE_CHECKING:
+    from launcher.registry import JobRecord
+    from launcher.targets.base import Plan
+
+
+def plan_shape(plan: Plan) -> dict[str, int]:
+    """What the registry records of a submitted plan."""
+    return {"runs": plan.runs, "nodes": plan.nodes, "procs_per_node": plan.procs_per_node}
+
+
+def shape_of(rec: JobRecord) -> dict[str, int | None]:
+    """``runs``, ``nodes`` and ``procs_per_node`` of a job (None where unknown)."""
+    if rec.shape:
+        return {k: rec.shape.get(k) for k in ("runs", "nodes", "procs_per_node")}
+    spec: dict[str, Any] = rec.spec or {}
+    sweep = spec.get("sweep") or {}
+    ppn = spec.get("procs_per_node")
+    return {
+        "runs": math.prod(len(v) for v in sweep.values()) if isinstance(sweep, dict) else None,
+        "nodes": spec.get("nodes") if isinstance(spec.get("nodes"), int) else None,
+        "procs_per_node": ppn if isinstance(ppn, int) and not isinstance(ppn, bool) else None,
+    }
+
+
+def check_selection(rec: JobRecord, *, task: int | None = None, node: int | None = None,
+                    rank: int | None = None) -> None:
+    """Refuse a task, node or rank the job does not have (``UsageError``, with the valid range)."""
+    shape = shape_of(rec)
+    ranks = shape["nodes"] * shape["procs_per_node"] if shape["nodes"] and shape["procs_per_node"] else None
+    for option, value, count, what in (("--task", task, shape["runs"], "run"), ("--node", node, shape["nodes"], "node"),
+                                       ("--rank", rank, ranks, "rank")):
+        if value is None:
+            continue
+        if value < 0:
+            raise UsageError(f"{option} {value}: must be 0 or more")
+        if count is not None and value >= count:
+            raise UsageError(f"{option} {value}: {rec.id} has {count} {what}{'' if count == 1 else 's'} "
+                             f"(valid: 0..{count - 1})")
+
+
+def check_timeout(timeout: float | None) -> None:
+    """A ``wait`` timeout must be a finite number of seconds, 0 or more (``nan`` never expires)."""
+    if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
+        raise UsageError(f"--timeout {timeout}: give a number of seconds, 0 or more (e.g. --timeout 600)")
