@@ -1,0 +1,119 @@
+"""Secrets at rest and on screen: a real local job receives a secret ``env`` value and an
+``env_from_host`` value; no command prints them, the registry and plan.txt hold neither, the
+host's value is written nowhere by ddpjob, and nothing under $DDPJOB_HOME is open to others."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from launcher.registry import Registry
+
+REPORT = '''
+import hashlib, json, os
+digest = lambda k: hashlib.sha256(os.environ.get(k, "<unset>").encode()).hexdigest()
+with open(os.path.join(os.environ["DDPJOB_OUTPUT_DIR"], "seen-%s.json" % os.environ["RANK"]), "w") as f:
+    json.dump({k: digest(k) for k in ("API_TOKEN", "HOST_SECRET", "PLAIN")}, f)
+print("rank", os.environ["RANK"], "done", flush=True)
+'''
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def every_file(root: Path) -> list[Path]:
+    return [Path(d) / f for d, _, files in os.walk(root) for f in files]
+
+
+def test_a_job_gets_its_secrets_and_nothing_shows_or_stores_them(cli, tmp_path, ddpjob_home):
+    token, host_value = f"tok-{secrets.token_hex(8)}", f"host-{secrets.token_hex(8)}"
+    (tmp_path / "report.py").write_text(REPORT)
+    env = {"HOST_SECRET": host_value}
+    args = ["--nodes", "2", "--set", f"env.API_TOKEN={token}", "--set", "env.PLAIN=visible",
+            "--set", "env_from_host=[HOST_SECRET]", "--", "python", "report.py"]
+    dry = cli("submit", "--dry-run", *args, cwd=tmp_path, env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert token not in dry.stdout and host_value not in dry.stdout
+    assert "API_TOKEN='***'" in dry.stdout and "PLAIN=visible" in dry.stdout
+    assert "# env_from_host: HOST_SECRET" in dry.stdout
+
+    job_id = cli("submit", "-q", *args, cwd=tmp_path, env=env, check=True).stdout.strip()
+    assert cli("wait", job_id, "--timeout", "180").returncode == 0
+    run_dir = ddpjob_home / "runs" / job_id
+    for rank in (0, 1):  # the processes received both values
+        seen = json.loads((run_dir / "output" / f"seen-{rank}.json").read_text())
+        assert seen == {"API_TOKEN": sha(token), "HOST_SECRET": sha(host_value), "PLAIN": sha("visible")}
+
+    shown = [cli("status", job_id, "-o", "json"), cli("status", job_id), cli("list", "-o", "json"), cli("list"),
+             cli("logs", job_id)]
+    for proc in shown:
+        assert proc.returncode == 0, proc.stderr
+        assert token not in proc.stdout + proc.stderr and host_value not in proc.stdout + proc.stderr
+    assert json.loads(shown[0].stdout)["spec"]["env"] == {"API_TOKEN": "***", "PLAIN": "visible"}
+
+    with sqlite3.connect(ddpjob_home / "registry.db") as conn:
+        conn.execute("PRAGMA wal_checkpoint(FULL)")
+    for path in every_file(ddpjob_home):  # the host's value: in no file ddpjob wrote
+        assert host_value.encode() not in path.read_bytes(), path
+    assert token.encode() not in (ddpjob_home / "registry.db").read_bytes()
+    assert token not in (run_dir / "plan.txt").read_text() and "API_TOKEN='***'" in (run_dir / "plan.txt").read_text()
+
+    for path in [ddpjob_home, *(Path(d) / n for d, dirs, files in os.walk(ddpjob_home) for n in dirs + files)]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        assert mode & 0o077 == 0, f"{path} is {oct(mode)}"
+
+
+def test_env_from_host_is_refused_where_it_cannot_be_honoured(cli, tmp_path, ddpjob_home):
+    (tmp_path / "x.py").write_text("print(1)\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: hosty\nimage: img:1\ncommand: [python, x.py]\nenv_from_host: [HOST_ONLY_TOKEN]\n")
+    k8s = cli("render", str(spec), "--target", "k8s")
+    assert k8s.returncode == 2 and f"{spec}:4:1: env_from_host: the k8s target cannot take values" in k8s.stderr
+    assert "k8s.env_refs" in k8s.stderr
+    env = {k: v for k, v in os.environ.items() if k != "HOST_ONLY_TOKEN"}
+    missing = cli("submit", str(spec), "--target", "local", env=env, cwd=tmp_path)
+    assert missing.returncode == 2 and "HOST_ONLY_TOKEN is not set in this shell" in missing.stderr
+    assert json.loads(cli("list", "-o", "json").stdout) == []
+    slurm = cli("render", str(spec), "--target", "slurm")
+    assert slurm.returncode == 0 and "# env_from_host: HOST_ONLY_TOKEN" in slurm.stdout
+    for names, words in (("[A_TOKEN]", "env_from_host: A_TOKEN is also set in env:"),
+                         ("[B, B]", "env_from_host: B is listed twice"),
+                         ("[WORLD_SIZE]", "env_from_host[0]: WORLD_SIZE is computed")):
+        both = tmp_path / "both.yaml"
+        both.write_text(f"name: b\ncommand: [python, x.py]\nenv: {{A_TOKEN: x}}\nenv_from_host: {names}\n")
+        proc = cli("validate", str(both))
+        assert proc.returncode == 2 and f"{both}:4:" in proc.stderr and words in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("target", ["local", "slurm", "k8s"])
+def test_render_masks_secret_names_and_configured_patterns(cli, tmp_path, target):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nimage: img:1\ncommand: [python, x.py]\n"
+                    "env: {DB_PASSWORD: pw-aaa, AWS_SECRET_ACCESS_KEY: sk-bbb, SSH_KEY: k-ccc, MY_CREDENTIALS: c-ddd,\n"
+                    "      GH_PASSWD: p-eee, WANDB_THING: w-fff, SEED: '7'}\n")
+    proc = cli("render", str(spec), "--target", target, env={"DDPJOB_SECRET_ENV": "wandb_*, OTHER"})
+    assert proc.returncode == 0, proc.stderr
+    for value in ("pw-aaa", "sk-bbb", "k-ccc", "c-ddd", "p-eee", "w-fff"):
+        assert value not in proc.stdout, value
+    assert proc.stdout.count("***") >= 6 and "7" in proc.stdout
+
+
+def test_error_messages_and_older_records_never_show_a_secret(cli, ddpjob_home):
+    proc = cli("submit", "--set", "env.API_TOKEN=abc-secret\nxyz", "--", "python", "x.py")
+    assert proc.returncode == 2 and "abc-secret" not in proc.stderr and "env.API_TOKEN=***" in proc.stderr
+    reg = Registry(ddpjob_home)
+    job_id, _ = reg.reserve("old", "local", {"name": "old", "env": {}})
+    with sqlite3.connect(reg.path) as conn:  # a record written before masking existed
+        conn.execute("UPDATE jobs SET spec_json = ? WHERE id = ?",
+                     (json.dumps({"name": "old", "env": {"MY_TOKEN": "plain-old-secret"}}), job_id))
+    for args in (["status", job_id, "-o", "json"], ["list", "-o", "json"]):
+        out = cli(*args)
+        assert out.returncode == 0 and "plain-old-secret" not in out.stdout and '"MY_TOKEN": "***"' in out.stdout
