@@ -128,7 +128,7 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
         sys.exit(130)
     service = _jobs()
     if dry_run:
-        plan = service.plan(loaded, target)
+        plan = service.plan(loaded, target, online=dry_run == "server")
         click.echo(plan.render(), nl=False)
         if dry_run == "server":
             click.echo(service.server_dry_run(plan))
@@ -228,7 +228,9 @@ def validate(spec_files: tuple[str, ...], target: str | None) -> None:
             click.echo(e.render(), err=True)
             continue
         runs = plan.runs if plan else math.prod(len(v) for v in loaded.spec.sweep.values())
-        click.echo(f"{f}: ok ({loaded.spec.nodes} node(s), {runs} run(s)" + (f", {target} checks passed)" if target else ")"))
+        # A target may say what it checked (k8s: whether the strict CRD check ran, or why not).
+        checks = (getattr(plan.payload, "checks", "") or f"{target} checks passed") if plan else ""
+        click.echo(f"{f}: ok ({loaded.spec.nodes} node(s), {runs} run(s)" + (f", {checks})" if checks else ")"))
     if bad:
         sys.exit(2)
 

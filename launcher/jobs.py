@@ -137,13 +137,14 @@ class Jobs:
             cwd=os.getcwd(), python=sys.executable, inputs=inputs,
         )
 
-    def plan(self, loaded: LoadedSpec, target: str) -> Plan:
+    def plan(self, loaded: LoadedSpec, target: str, *, online: bool = False) -> Plan:
         """The plan ``submit`` would make, with a placeholder id and no port: submits nothing and
-        asks no scheduler (the target's inputs come from local copies only)."""
+        asks no scheduler (the target's inputs come from local copies only), unless ``online``
+        (``--dry-run=server``: the inputs come from the scheduler, as on submit)."""
         from launcher.targets import get_target
 
         tgt = get_target(target)
-        inputs = tgt.inputs(loaded, online=False)
+        inputs = tgt.inputs(loaded, online=online)
         return self._plan(tgt, loaded, self.context(f"{loaded.spec.name}-xxxxx", inputs=inputs), submitting=False)
 
     def _plan(self, tgt: Target, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan:

@@ -1,8 +1,11 @@
 """A loopback Kubernetes API server that also plays the Kubeflow training operator (test code only).
 
-The real ``kubernetes`` Python client talks to it over HTTP. It stores PyTorchJobs (checked with
-the strict CRD validator when the client asks for ``fieldValidation=Strict``), answers with real
-``Status`` objects (403, 404, 409, 422), and reconciles jobs as the operator does
+The real ``kubernetes`` Python client talks to it over HTTP (or HTTPS, ``start(tls=True)``, as
+a pod's service account needs). It serves the installed PyTorchJob CRD on the apiextensions
+endpoint (``FakeCluster.crd``: the upstream CRD from ``$DDPJOB_PYTORCHJOB_CRD``, else a stand-in
+whose schema accepts any object; ``crd_installed = False``: no CRD and no PyTorchJob API), stores
+PyTorchJobs (checked strictly against that CRD when the client asks for ``fieldValidation=Strict``,
+dry runs included), answers with real ``Status`` objects (403, 404, 409, 422), and reconciles jobs as the operator does
 (shared/reference/kubeflow/CONTRACT.md): one pod per replica named ``<job>-<type>-<index>`` with
 the operator's labels, the operator's environment appended after the user's (last wins),
 ``$(VAR)`` references expanded as the kubelet does, conditions Created -> Running -> Succeeded /
@@ -19,11 +22,13 @@ Deviations, because every "pod" shares this machine's network and filesystem:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -36,13 +41,53 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from launcher.errors import dotted_path as dotted
-from launcher.targets.k8s.schema import default_crd_path, validate_pytorchjob
+import yaml
 
+from launcher.errors import dotted_path as dotted
+from launcher.targets.k8s.schema import strict_schema, validate_pytorchjob, version_schema
+
+CRD_PATH = re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/([^/]+)$")
 GROUP_PATH = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
 POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
 EVENT_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
 OPERATOR = "pytorchjob-controller"
+
+
+# An operator installed with a schema-less CRD: what the loopback server holds when the upstream
+# CRD is not at hand (a fresh clone), so that everything but the strict schema still runs.
+STAND_IN_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "pytorchjobs.kubeflow.org"},
+    "spec": {"group": "kubeflow.org", "scope": "Namespaced",
+             "names": {"kind": "PyTorchJob", "listKind": "PyTorchJobList", "plural": "pytorchjobs", "singular": "pytorchjob"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+
+
+@functools.lru_cache(maxsize=4)
+def _read_crd(path: str) -> str:
+    return json.dumps(yaml.load(Path(path).read_bytes(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+
+
+def installed_crd() -> dict:
+    """The CRD a fresh loopback cluster holds: the upstream one when the tests have it."""
+    path = os.environ.get("DDPJOB_PYTORCHJOB_CRD")
+    if path and Path(path).is_file():
+        return json.loads(_read_crd(path))
+    return json.loads(json.dumps(STAND_IN_CRD))
+
+
+@functools.lru_cache(maxsize=4)
+def _upstream_strict(path: str) -> str:
+    return json.dumps(strict_schema(version_schema(json.loads(_read_crd(path)), "v1")))
+
+
+def upstream_schema() -> dict:
+    """The upstream CRD's v1 schema made strict (tests marked ``needs_crd``)."""
+    path = os.environ.get("DDPJOB_PYTORCHJOB_CRD")
+    assert path and Path(path).is_file(), "needs the upstream PyTorchJob CRD (DDPJOB_PYTORCHJOB_CRD)"
+    return json.loads(_upstream_strict(path))
 
 
 def now() -> str:
@@ -90,6 +135,18 @@ def match_labels(labels: dict[str, str], selector: str | None) -> bool:
         if labels.get(key.strip()) != value.strip():
             return False
     return True
+
+
+@dataclass
+class Fault:
+    """An injected answer (``FakeCluster.fail_next``)."""
+
+    method: str
+    path: re.Pattern[str]
+    code: int
+    times: int
+    causes: list[dict]
+    skip: int = 0
 
 
 @dataclass
@@ -148,16 +205,28 @@ class FakeCluster:
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
         self.requests: list[dict] = []
-        self.faults: list[tuple[str, re.Pattern[str], int, list[int]]] = []
+        self.faults: list[Fault] = []
         self.crd_installed = True
+        self.crd: dict = installed_crd()
+        self._strict: tuple[str, dict] | None = None
         self.pod_start_delay = 0.0
         self.unschedulable_message: str | None = None
         self.ports: dict[tuple[str, str], int] = {}
         self._stop = threading.Event()
 
     # ---------------------------------------------------------------- knobs for tests
-    def fail_next(self, method: str, path_regex: str, code: int, times: int = 1) -> None:
-        self.faults.append((method.upper(), re.compile(path_regex), code, [times]))
+    def fail_next(self, method: str, path_regex: str, code: int, times: int = 1, causes: list[dict] | None = None,
+                  skip: int = 0) -> None:
+        """After ``skip`` matching requests pass, the next ``times`` get ``code``; a 422 carries
+        ``causes`` ({field, message})."""
+        self.faults.append(Fault(method.upper(), re.compile(path_regex), code, times, causes or [], skip))
+
+    def strict(self) -> dict:
+        """The installed CRD's v1 schema, made strict as the API server applies it (cached per CRD)."""
+        key = json.dumps(self.crd, sort_keys=True)
+        if self._strict is None or self._strict[0] != key:
+            self._strict = (key, strict_schema(version_schema(self.crd, "v1")))
+        return self._strict[1]
 
     def add_secret(self, namespace: str, name: str, data: dict[str, str]) -> None:
         self.secrets[(namespace, name)] = data
@@ -449,12 +518,21 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         body = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
         c = self.cluster
-        c.requests.append({"method": method, "path": url.path, "query": query, "body": body})
+        c.requests.append({"method": method, "path": url.path, "query": query, "body": body,
+                           "authorization": self.headers.get("Authorization")})
         for fault in c.faults:
-            fmethod, regex, code, left = fault
-            if fmethod == method and regex.search(url.path) and left[0] > 0:
-                left[0] -= 1
-                return self._fault(code, url.path, body)
+            if fault.method == method and fault.path.search(url.path) and fault.times > 0:
+                if fault.skip > 0:
+                    fault.skip -= 1
+                    continue
+                fault.times -= 1
+                return self._fault(fault.code, url.path, body, fault.causes)
+        m = CRD_PATH.match(url.path)
+        if m and method == "GET":
+            if not c.crd_installed or m.group(1) != c.crd["metadata"]["name"]:
+                return self._send(404, status_obj(404, "NotFound", f'customresourcedefinitions.apiextensions.k8s.io "{m.group(1)}" not found',
+                                                  {"name": m.group(1), "group": "apiextensions.k8s.io", "kind": "customresourcedefinitions"}))
+            return self._send(200, c.crd)
         m = GROUP_PATH.match(url.path)
         if m:
             if not c.crd_installed:
@@ -473,7 +551,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, {"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items})
         self._send(404, status_obj(404, "NotFound", "the server could not find the requested resource"))
 
-    def _fault(self, code: int, path: str, body: Any) -> None:
+    def _fault(self, code: int, path: str, body: Any, causes: list[dict] | None = None) -> None:
         name = (body or {}).get("metadata", {}).get("name", path.rsplit("/", 1)[-1]) if isinstance(body, dict) else path.rsplit("/", 1)[-1]
         if code == 403:
             verb = {"POST": "create", "GET": "get", "DELETE": "delete"}.get(self.command, "get")
@@ -486,18 +564,20 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(409, status_obj(409, "AlreadyExists", f'pytorchjobs.kubeflow.org "{name}" already exists',
                                               {"name": name, "group": "kubeflow.org", "kind": "pytorchjobs"}))
         if code == 422:
-            return self._send(422, status_obj(422, "Invalid", f'PyTorchJob.kubeflow.org "{name}" is invalid: spec: Invalid value',
-                                              {"name": name, "group": "kubeflow.org", "kind": "PyTorchJob"}))
+            said = ", ".join(f"{c['field']}: {c['message']}" for c in causes or []) or "spec: Invalid value"
+            return self._send(422, status_obj(422, "Invalid", f'PyTorchJob.kubeflow.org "{name}" is invalid: {said}',
+                                              {"name": name, "group": "kubeflow.org", "kind": "PyTorchJob",
+                                               "causes": [{"reason": "FieldValueInvalid", **c} for c in causes or []]}))
         self._send(code, status_obj(code, "InternalError", "injected failure"))
 
     def _jobs(self, method: str, ns: str, name: str | None, query: dict, body: Any) -> None:
         c = self.cluster
         if method == "POST" and name is None:
             obj_name = (body.get("metadata") or {}).get("name", "")
-            # Without the upstream CRD (a fresh clone without DDPJOB_SHARED) the strict check is not
-            # played; the tests that rely on it are marked needs_crd.
-            if query.get("fieldValidation") == "Strict" and default_crd_path() is not None:
-                issues = validate_pytorchjob(body)
+            # Strict against the installed CRD (a schema-less stand-in accepts any object; the tests
+            # that rely on the upstream schema are marked needs_crd) and the operator's rules.
+            if query.get("fieldValidation") == "Strict":
+                issues = validate_pytorchjob(body, c.strict())
                 if issues:
                     causes = [{"reason": "FieldValueInvalid", "message": i.message, "field": dotted(i.path)} for i in issues]
                     msg = f'PyTorchJob.kubeflow.org "{obj_name}" is invalid: ' + ", ".join(f"{dotted(i.path)}: {i.message}" for i in issues)
@@ -604,6 +684,7 @@ class FakeApiServer:
     url: str
     kubeconfig: Path
     httpd: ThreadingHTTPServer
+    ca_cert: Path | None = None
 
     @property
     def server(self) -> FakeCluster:
@@ -615,14 +696,30 @@ class FakeApiServer:
         self.httpd.server_close()
 
 
-def start(tmp: Path | None = None) -> FakeApiServer:
+def self_signed(tmp: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (openssl), as a cluster's CA would issue one."""
+    cert, key = tmp / "apiserver.crt", tmp / "apiserver.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def start(tmp: Path | None = None, *, tls: bool = False) -> FakeApiServer:
+    """A running loopback cluster; ``tls``: HTTPS with a self-signed certificate (``.ca_cert``)."""
     tmp = tmp or Path(tempfile.mkdtemp(prefix="fake-k8s-"))
     tmp.mkdir(parents=True, exist_ok=True)
     cluster = FakeCluster(tmp / "pods")
     handler = type("BoundHandler", (Handler,), {"cluster": cluster})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
-    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    ca_cert = None
+    if tls:
+        ca_cert, key = self_signed(tmp)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(ca_cert, key)
+        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{httpd.server_address[1]}"
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     threading.Thread(target=cluster.reconcile_forever, daemon=True).start()
     kubeconfig = tmp / "kubeconfig"
@@ -632,7 +729,7 @@ def start(tmp: Path | None = None) -> FakeApiServer:
         "users": [{"name": "tester", "user": {"token": "test-token"}}],
         "contexts": [{"name": "ddpjob-test", "context": {"cluster": "fake", "user": "tester", "namespace": "default"}}],
     }))
-    return FakeApiServer(cluster, url, kubeconfig, httpd)
+    return FakeApiServer(cluster, url, kubeconfig, httpd, ca_cert)
 
 
-__all__ = ["FakeApiServer", "FakeCluster", "Pod", "expand_refs", "start"]
+__all__ = ["STAND_IN_CRD", "FakeApiServer", "FakeCluster", "Pod", "expand_refs", "installed_crd", "start", "upstream_schema"]

@@ -24,14 +24,16 @@ from launcher.targets.k8s.target import PYTORCHJOB_CONDITIONS, NOT_RECONCILED, K
 from launcher.targets.k8s.render import kubelet_escape, spec_field
 from launcher.targets.shared.launch import torchrun_escape
 from launcher.targets.k8s.schema import validate_pytorchjob
+from fake_apiserver import upstream_schema
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[2]
 CTX_ID = "demo-abcde"
 
 
-def ctx(job_id: str = CTX_ID) -> PlanContext:
-    return PlanContext(job_id=job_id, run_dir=f"/home/u/.ddpjob/runs/{job_id}", home="/home/u", cwd="/work/proj")
+def ctx(job_id: str = CTX_ID, inputs=None) -> PlanContext:
+    return PlanContext(job_id=job_id, run_dir=f"/home/u/.ddpjob/runs/{job_id}", home="/home/u", cwd="/work/proj",
+                       inputs=inputs)
 
 
 def check_golden(name: str, text: str) -> None:
@@ -41,7 +43,8 @@ def check_golden(name: str, text: str) -> None:
 def plan_of(spec_file: str | None = None, overrides: list[str] = (), base: dict[str, Any] | None = None,
             job_id: str = CTX_ID):
     loaded = load_spec(REPO / "jobs" / spec_file if spec_file else None, overrides=list(overrides), base=base)
-    return KubernetesTarget().plan(loaded, ctx(job_id))
+    target = KubernetesTarget()
+    return target.plan(loaded, ctx(job_id, target.inputs(loaded, online=False)))  # as render does
 
 
 def docs(text: str) -> list[dict[str, Any]]:
@@ -65,7 +68,7 @@ def common_checks(text: str, plan) -> list[dict[str, Any]]:
     assert objs == plan.payload.manifests  # the text is exactly what submit sends
     assert "&id" not in text and "*id" not in text  # no YAML anchors/aliases
     for obj in objs:
-        assert validate_pytorchjob(obj) == [], obj["metadata"]["name"]
+        assert validate_pytorchjob(obj, upstream_schema()) == [], obj["metadata"]["name"]
         assert obj["apiVersion"] == "kubeflow.org/v1" and obj["kind"] == "PyTorchJob"
         assert replicas(obj)["Master"]["replicas"] == 1
         assert isinstance(obj["spec"]["nprocPerNode"], str)
@@ -328,15 +331,6 @@ def test_schema_problem_maps_to_spec_line(tmp_path):
         KubernetesTarget().plan(load_spec(spec), ctx("a" * 40 + "-abcdefghijk"))
     text = err.value.render()
     assert f"{spec}:1:1: name: too long for Kubernetes" in text and "-11-worker-998" in text, text
-
-
-def test_crd_missing_is_said_not_hidden(monkeypatch, tmp_path):
-    monkeypatch.setenv("DDPJOB_PYTORCHJOB_CRD", str(tmp_path / "nope.yaml"))
-    text = plan_of("quickstart.yaml").render()
-    assert "# not checked locally: the CRD schema was not found" in text
-    monkeypatch.delenv("DDPJOB_PYTORCHJOB_CRD")
-    text = plan_of("quickstart.yaml").render()
-    assert "# not checked locally: no copy of the PyTorchJob CRD here (set DDPJOB_PYTORCHJOB_CRD)" in text
 
 
 def test_render_and_help_do_not_import_kubernetes(tmp_path):

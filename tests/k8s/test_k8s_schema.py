@@ -1,4 +1,5 @@
-"""The strict PyTorchJob validator: the upstream CRD schema plus what plain JSON Schema misses."""
+"""The PyTorchJob checks: structural (no CRD needed), and strict against the upstream CRD schema
+plus what plain JSON Schema misses."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import copy
 import pytest
 from testkit import needs_crd
 
-from launcher.errors import TargetUnavailable
+from fake_apiserver import STAND_IN_CRD, upstream_schema
+
 from launcher.errors import dotted_path as dotted
-from launcher.targets.k8s.schema import default_crd_path, validate_pytorchjob
+from launcher.targets.k8s.schema import strict_schema, validate_pytorchjob, version_schema
 
 
 def job(workers: int = 1) -> dict:
@@ -35,18 +37,10 @@ def paths(issues) -> list[str]:
     return [dotted(i.path) for i in issues]
 
 
-def test_crd_comes_only_from_the_variable(monkeypatch, tmp_path):
-    """The product never looks outside its package (no ../shared): the CRD is an explicit input."""
-    monkeypatch.setenv("DDPJOB_PYTORCHJOB_CRD", str(tmp_path / "crd.yaml"))
-    assert default_crd_path() == tmp_path / "crd.yaml"
-    monkeypatch.delenv("DDPJOB_PYTORCHJOB_CRD")
-    assert default_crd_path() is None
-
-
 @needs_crd
 def test_valid_jobs_pass():
-    assert validate_pytorchjob(job(1)) == []
-    assert validate_pytorchjob(job(0)) == []
+    assert validate_pytorchjob(job(1), upstream_schema()) == []
+    assert validate_pytorchjob(job(0), upstream_schema()) == []
 
 
 MC = "spec.pytorchReplicaSpecs.Master.template.spec.containers[0]"
@@ -73,7 +67,7 @@ MC = "spec.pytorchReplicaSpecs.Master.template.spec.containers[0]"
 def test_each_rule_is_enforced_with_its_path(mutate, path, words):
     obj = job(1)
     mutate(obj)
-    issues = validate_pytorchjob(obj)
+    issues = validate_pytorchjob(obj, upstream_schema())
     hits = [i for i in issues if dotted(i.path) == path]
     assert hits, f"nothing at {path}: {[str(i) for i in issues]}"
     assert any(words in i.message for i in hits), [str(i) for i in hits]
@@ -83,13 +77,45 @@ def test_each_rule_is_enforced_with_its_path(mutate, path, words):
 def test_port_protocol_default_applies_to_uniqueness():
     obj = job(0)
     master_container(obj)["ports"].append({"name": "p2", "containerPort": 29500, "protocol": "TCP"})
-    assert f"{MC}.ports[1]" in paths(validate_pytorchjob(obj))
+    assert f"{MC}.ports[1]" in paths(validate_pytorchjob(obj, upstream_schema()))
     obj = job(0)
     master_container(obj)["ports"].append({"name": "p2", "containerPort": 29500, "protocol": "UDP"})
-    assert validate_pytorchjob(obj) == []
+    assert validate_pytorchjob(obj, upstream_schema()) == []
 
 
-def test_missing_crd_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setenv("DDPJOB_PYTORCHJOB_CRD", str(tmp_path / "nope.yaml"))
-    with pytest.raises(TargetUnavailable, match="DDPJOB_PYTORCHJOB_CRD"):
-        validate_pytorchjob(job())
+# Structural rules need no CRD: they run in a fresh clone and whenever the strict check is skipped.
+@pytest.mark.parametrize("mutate,path,words", [
+    (lambda j: j["metadata"].update(name="a" * 60), "metadata.name", "too long"),
+    (lambda j: j["metadata"].update(name="Demo_1"), "metadata.name", "DNS-1035"),
+    (lambda j: j["spec"]["pytorchReplicaSpecs"]["Master"].update(replicas=2), "spec.pytorchReplicaSpecs.Master.replicas", "exactly 1"),
+    (lambda j: master_container(j).update(name="main"), "spec.pytorchReplicaSpecs.Master.template.spec.containers", "'pytorch'"),
+    (lambda j: j["spec"].update(elasticPolicy={"standalone": True}), "spec.elasticPolicy.standalone", "breaks torchrun"),
+    (lambda j: j["metadata"]["labels"].update(bad="has space"), "metadata.labels.bad", "label value"),
+    (lambda j: j["spec"]["runPolicy"].update(cleanPodPolicy="Sometimes"), "spec.runPolicy.cleanPodPolicy", "not one of"),
+    (lambda j: j["spec"]["pytorchReplicaSpecs"].pop("Master"), "spec.pytorchReplicaSpecs", "Master"),
+])
+def test_structural_rules_need_no_crd(mutate, path, words):
+    obj = job(1)
+    assert validate_pytorchjob(obj, None) == []
+    mutate(obj)
+    hits = [i for i in validate_pytorchjob(obj, None) if dotted(i.path) == path]
+    assert any(words in i.message for i in hits), [str(i) for i in validate_pytorchjob(obj, None)]
+
+
+def test_without_a_crd_unknown_fields_pass_and_with_one_they_do_not():
+    """The strict layer is the CRD's: a typo passes the structural checks alone."""
+    obj = job(1)
+    obj["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolcy"] = "Never"
+    assert validate_pytorchjob(obj, None) == []
+    typed = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "pytorchReplicaSpecs": {"type": "object", "additionalProperties": {
+            "type": "object", "properties": {"replicas": {"type": "integer", "format": "int32"},
+                                             "restartPolicy": {"type": "string"}, "template": {"type": "object"}},
+            "x-kubernetes-preserve-unknown-fields": True}}}, "x-kubernetes-preserve-unknown-fields": True}},
+        "x-kubernetes-preserve-unknown-fields": True}
+    assert validate_pytorchjob(obj, strict_schema(typed)) == []  # preserve-unknown-fields keeps unknown fields
+    del typed["properties"]["spec"]["properties"]["pytorchReplicaSpecs"]["additionalProperties"]["x-kubernetes-preserve-unknown-fields"]
+    assert paths(validate_pytorchjob(obj, strict_schema(typed))) == ["spec.pytorchReplicaSpecs.Worker.restartPolcy"]
+    assert validate_pytorchjob(obj, strict_schema(version_schema(STAND_IN_CRD, "v1"))) == []
+    with pytest.raises(ValueError, match="no v2 version"):
+        version_schema(STAND_IN_CRD, "v2")

@@ -80,8 +80,11 @@ def test_two_node_job_runs_to_success_and_logs_survive_the_pods(k8s_api, script,
         line = f"[{replica} rank{rank}] hello rank={rank} world=4 sum=10 node_rank={node} args={args} secret='s3cr3t'"
         assert line in out, out
 
-    # What was sent: one strict create; no rendezvous variables or secret values of ours in it.
-    (create,) = [r for r in k8s_api.server.requests if r["method"] == "POST"]
+    # What was sent: the cluster's CRD read, a strict dry run, then one strict create; no rendezvous
+    # variables or secret values of ours in it.
+    assert k8s_api.server.requests[0]["path"] == "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org"
+    dry, create = [r for r in k8s_api.server.requests if r["method"] == "POST"]
+    assert dry["query"] == {"dryRun": "All", "fieldValidation": "Strict"} and dry["body"] == create["body"]
     assert create["query"].get("fieldValidation") == "Strict" and "dryRun" not in create["query"]
     body = json.dumps(create["body"])
     assert "s3cr3t" not in body and '"MASTER_ADDR"' not in body and '"PET_' not in body
@@ -241,7 +244,8 @@ def test_server_dry_run_sends_dry_run_all(k8s_api):
     code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", "--dry-run=server")
     assert code == 0, out
     assert "kind: PyTorchJob" in out and "server dry run (dryRun=All" in out and "1 PyTorchJob(s) accepted" in out
-    (create,) = k8s_api.server.requests
+    read, create = k8s_api.server.requests  # the cluster's CRD first (the plan is checked against it)
+    assert read["method"] == "GET" and read["path"].endswith("/customresourcedefinitions/pytorchjobs.kubeflow.org")
     assert create["query"] == {"dryRun": "All", "fieldValidation": "Strict"}
     assert k8s_api.server.jobs == {}
 
@@ -261,12 +265,17 @@ def test_api_errors_have_their_own_message(k8s_api, status, exit_code, words):
     assert "Traceback" not in out
 
 
-def test_missing_crd_says_how_to_install_the_operator(k8s_api):
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run=server"]])
+def test_missing_crd_says_how_to_install_the_operator(k8s_api, dry_run):
+    """The cluster has no pytorchjobs.kubeflow.org CRD: exit 6 before anything is created or recorded."""
     k8s_api.server.crd_installed = False
-    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s")
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", *dry_run)
     assert code == 6 and "training operator is not installed" in out, out
     assert 'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"' in out
     assert "Traceback" not in out
+    assert [r["path"] for r in k8s_api.server.requests] == [
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org"]
+    assert k8s_api.server.jobs == {} and "no jobs yet" in run("list")[1]
 
 
 def test_missing_kubeconfig(monkeypatch, tmp_path):
@@ -300,4 +309,4 @@ def test_unknown_context_and_unreachable_server(k8s_api, tmp_path, monkeypatch):
 def test_bad_specs_send_nothing(k8s_api, args, words):
     code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", *args)
     assert code == 2 and words in out, out
-    assert k8s_api.server.requests == []
+    assert [r["method"] for r in k8s_api.server.requests] in ([], ["GET"])  # at most the CRD was read

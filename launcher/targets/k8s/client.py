@@ -10,12 +10,13 @@ Error mapping (each with its own message; exit codes from ``launcher.errors``):
 | what happened | error | exit |
 | --- | --- | --- |
 | no kubeconfig / unknown context / bad kubeconfig | ``KubeconfigMissing`` (TargetUnavailable) | 3 |
+| (no kubeconfig, inside a pod: the pod's service account is used, see ``Kube``) | | |
 | API server unreachable | ``ClusterUnreachable`` (TargetUnavailable) | 3 |
-| 404 on create: the PyTorchJob CRD is not installed | ``OperatorMissing`` (SchedulerComponentMissing) | 6 |
+| 404 on create, or no ``pytorchjobs.kubeflow.org`` CRD: the operator is not installed | ``OperatorMissing`` (SchedulerComponentMissing) | 6 |
 | 404 on create: the namespace does not exist | ``SubmitRejected`` | 3 |
 | 403 | ``PermissionDenied`` on create, ``TargetError`` later | 5 (3 later) |
 | 409 on create | ``AlreadyExists`` | 7 |
-| 422 / 400 on create | ``InvalidObject``, the server's message and causes | 8 |
+| 422 / 400 on create (dry run included) | ``InvalidObject``, the server's message and causes | 8 |
 | anything else | ``TargetError`` with status and message | 3 |
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -34,6 +36,8 @@ OPERATOR_INSTALL = (
     'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"'
 )
 TIMEOUT = 30.0
+# Where the kubelet mounts a pod's service account (token, ca.crt, namespace): the in-cluster fallback.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # A training job silent for longer drops its log stream; the reader reconnects and skips what it has.
 STREAM_READ_TIMEOUT = 300.0
 T = TypeVar("T")
@@ -60,7 +64,22 @@ class AlreadyExists(errors.AlreadyExists):
 
 
 class InvalidObject(errors.InvalidForScheduler):
-    """422 (or 400): the API server rejected the object; its message says why."""
+    """422 (or 400): the API server rejected the object; its message says why.
+
+    Attributes:
+        name: the object's name; ``status``: e.g. ``422 Unprocessable Entity``; ``server``: the API
+            server's own message.
+        causes: ``(field, message)`` pairs from the Status' causes (and the fields a strict
+            decoding error names), for mapping back to the spec.
+    """
+
+    def __init__(self, message: str, *, name: str = "", status: str = "", server: str = "",
+                 causes: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.name = name
+        self.status = status
+        self.server = server
+        self.causes = causes
 
 
 def kubeconfig_paths() -> list[str]:
@@ -72,7 +91,11 @@ def kubeconfig_paths() -> list[str]:
 
 
 class Kube:
-    """A connection to one cluster (a kubeconfig context) with the few calls the target needs."""
+    """A connection to one cluster (a kubeconfig context) with the few calls the target needs.
+
+    Without a kubeconfig file but inside a pod (``KUBERNETES_SERVICE_HOST`` set), the pod's
+    service account is used (token, CA and namespace under ``SERVICE_ACCOUNT_DIR``).
+    """
 
     def __init__(self, context: str | None = None, namespace: str | None = None) -> None:
         try:
@@ -87,8 +110,13 @@ class Kube:
         in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ and not any(os.path.exists(p) for p in self.paths)
         try:
             if in_cluster:
-                config.load_incluster_config()
-                self.api_client = client.ApiClient()
+                from kubernetes.config.incluster_config import InClusterConfigLoader
+
+                where = f"the pod's service account ({SERVICE_ACCOUNT_DIR})"
+                cfg = client.Configuration()
+                InClusterConfigLoader(token_filename=os.path.join(SERVICE_ACCOUNT_DIR, "token"),
+                                      cert_filename=os.path.join(SERVICE_ACCOUNT_DIR, "ca.crt")).load_and_set(cfg)
+                self.api_client = client.ApiClient(cfg)
                 self.context = "in-cluster"
                 default_ns = _incluster_namespace()
             else:
@@ -142,6 +170,27 @@ class Kube:
         return self._maybe(lambda: self.custom.delete_namespaced_custom_object(
             GROUP, VERSION, self.namespace, PLURAL, name, body=body, _preload_content=False,
             _request_timeout=TIMEOUT), "delete", name) is not None
+
+    def read_crd(self, name: str) -> dict[str, Any] | None:
+        """The cluster's CustomResourceDefinition ``name``; None when it is not installed (404).
+
+        Raises:
+            PermissionDenied: 403 (CRDs are cluster-scoped: a namespaced Role cannot read them).
+        """
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        api = client.ApiextensionsV1Api(self.api_client)
+        try:
+            return _json(api.read_custom_resource_definition(name, _preload_content=False, _request_timeout=TIMEOUT))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            if e.status == 403:
+                raise PermissionDenied(f"403 reading customresourcedefinitions/{name}: {server_message(e)}") from e
+            _raise(e, "read", f"customresourcedefinitions/{name}", self)
+        except Exception as e:  # noqa: BLE001 - network errors
+            _raise_network(e, self)
 
     # ------------------------------------------------------------------ pods, logs, events
     def list_pods(self, selector: str) -> list[dict[str, Any]]:
@@ -224,7 +273,7 @@ def _json(resp: Any) -> dict[str, Any]:
 
 def _incluster_namespace() -> str:
     try:
-        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace", encoding="utf-8") as f:
+        with open(os.path.join(SERVICE_ACCOUNT_DIR, "namespace"), encoding="utf-8") as f:
             return f.read().strip() or "default"
     except OSError:
         return "default"
@@ -249,9 +298,28 @@ def server_message(e: Any) -> str:
     st = _status(e)
     msg = st.get("message") or (e.body or "").strip() or e.reason or f"HTTP {e.status}"
     causes = (st.get("details") or {}).get("causes") or []
-    extra = [f"{c.get('field', '')}: {c.get('message', '')}".strip(": ") for c in causes]
+    extra = [f"{c.get('field', '')}: {c.get('message', '')}".strip(": ") for c in causes if isinstance(c, dict)]
     extra = [x for x in extra if x and x not in msg]
     return msg + ("".join(f"\n  - {x}" for x in extra) if extra else "")
+
+
+def server_causes(e: Any) -> tuple[tuple[str, str], ...]:
+    """``(field, message)`` of each cause the API server gave, plus the fields of a strict
+    decoding error (``unknown field "spec.x"``, a 400 without causes)."""
+    st = _status(e)
+    out = [(str(c.get("field") or ""), str(c.get("message") or c.get("reason") or ""))
+           for c in (st.get("details") or {}).get("causes") or [] if isinstance(c, dict)]
+    for m in re.finditer(r'(unknown|duplicate) field "([^"]+)"', str(st.get("message") or "")):
+        out.append((m.group(2), f"{m.group(1)} field"))
+    return tuple(out)
+
+
+def operator_missing(host: str) -> OperatorMissing:
+    return OperatorMissing(
+        f"the cluster {host} has no PyTorchJob API (kubeflow.org/v1 pytorchjobs; 404): the Kubeflow "
+        f"training operator is not installed. Install v1.9.x:\n  {OPERATOR_INSTALL}\n"
+        "  (see k8s/README.md)"
+    )
 
 
 def _raise(e: Any, action: str, name: str, kube: Kube) -> NoReturn:
@@ -273,18 +341,15 @@ def _raise(e: Any, action: str, name: str, kube: Kube) -> NoReturn:
         raise SubmitRejected(f"namespace {kube.namespace!r} does not exist on {kube.host}: {msg}; "
                              "set k8s.namespace (or create it: kubectl create namespace NAME)") from e
     if status == 404 and (creating or not _is_object_404(e)):
-        raise OperatorMissing(
-            f"the cluster {kube.host} has no PyTorchJob API (kubeflow.org/v1 pytorchjobs; 404): the Kubeflow "
-            f"training operator is not installed. Install v1.9.x:\n  {OPERATOR_INSTALL}\n"
-            "  (see k8s/README.md)"
-        ) from e
+        raise operator_missing(kube.host) from e
     if status == 409 and creating:
         raise AlreadyExists(
             f"a PyTorchJob named {name!r} already exists in namespace {kube.namespace!r} (409): {msg}; "
             f"submit again for a new id, or delete the old one: kubectl delete pytorchjob {name} -n {kube.namespace}"
         ) from e
     if status in (400, 422) and creating:
-        raise InvalidObject(f"the API server rejected PyTorchJob {name!r} ({status} {e.reason}): {msg}") from e
+        raise InvalidObject(f"the API server rejected PyTorchJob {name!r} ({status} {e.reason}): {msg}", name=name,
+                            status=f"{status} {e.reason}", server=msg, causes=server_causes(e)) from e
     err = SubmitRejected if creating else TargetError
     raise err(f"could not {action} {name} on {kube.host} ({status} {e.reason}): {msg}") from e
 

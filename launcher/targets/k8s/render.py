@@ -15,14 +15,12 @@ v1.9.x (see k8s/README.md):
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from launcher import dist
-from launcher.errors import Issue
 from launcher.spec import JobSpec, expand
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 
@@ -272,33 +270,6 @@ def _mount(v: Any) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- checks
 
-def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
-    """Kubernetes-specific problems found from the spec alone, each at the field that causes it."""
-    issues: list[Issue] = []
-    if not spec.image:
-        issues.append(Issue(("image",), "the k8s target needs an image (the pytorch container's image)",
-                            hint="add e.g. `image: ghcr.io/ddpjob/train:0.1.0` (see docker/README.md)"))
-    plain = set(spec.env) | {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR"}
-    for name in spec.k8s.env_refs:
-        if name in plain:
-            issues.append(Issue(("k8s", "env_refs", name), f"{name} is also set in env: (a duplicate env name is rejected by the API server)",
-                                hint="keep one of them"))
-    e = spec.k8s.elastic
-    if e is not None:
-        if spec.nodes < 2:
-            issues.append(Issue(("k8s", "elastic"), "an elastic job needs nodes >= 2 (the operator's rendezvous runs on a Worker)"))
-        if not e.min_nodes <= spec.nodes <= e.max_nodes:
-            issues.append(Issue(("nodes",), f"nodes={spec.nodes} is outside k8s.elastic {e.min_nodes}..{e.max_nodes}"))
-    runs = 1
-    for values in spec.sweep.values():
-        runs *= len(values)
-    longest = f"{job_name(job_id, runs - 1, bool(spec.sweep))}-worker-{max(0, spec.nodes - 2)}"
-    if len(longest) > SERVICE_NAME_MAX:
-        issues.append(Issue(("name",), f"too long for Kubernetes: the per-pod service {longest!r} has {len(longest)} "
-                            f"characters (at most {SERVICE_NAME_MAX})", hint="use a shorter name"))
-    return issues
-
-
 # The rendered object's paths, mapped back to the spec field that produced them (longest prefix wins).
 _FIELD_MAP: list[tuple[tuple[str, ...], tuple[str | int, ...]]] = [
     (("metadata", "name"), ("name",)),
@@ -330,8 +301,15 @@ _FIELD_MAP: list[tuple[tuple[str, ...], tuple[str | int, ...]]] = [
 ]
 
 
-def spec_field(path: tuple[str | int, ...], spec: JobSpec | None = None) -> tuple[str | int, ...]:
-    """The spec field behind a path of the rendered PyTorchJob (else the ``k8s`` section)."""
+# Every spec field a manifest path can map to (``check.spec_where`` locates each at plan time).
+FIELD_TARGETS: list[tuple[str | int, ...]] = sorted({t for _, t in _FIELD_MAP} | {("k8s",), ("k8s", "cpu")}, key=str)
+
+
+def spec_field(path: tuple[str | int, ...], spec: JobSpec | None = None, *,
+               k8s_cpu: bool | None = None) -> tuple[str | int, ...]:
+    """The spec field behind a path of the rendered PyTorchJob (else the ``k8s`` section).
+
+    ``k8s_cpu``: the CPU request comes from ``k8s.cpu`` (taken from ``spec`` when given)."""
     rel = path
     if path[:2] == ("spec", "pytorchReplicaSpecs") and len(path) > 3:
         rel = path[3:]
@@ -340,7 +318,9 @@ def spec_field(path: tuple[str | int, ...], spec: JobSpec | None = None) -> tupl
     for prefix, target in _FIELD_MAP:
         if tuple(rel[: len(prefix)]) == prefix and len(prefix) > best_len:
             best, best_len = target, len(prefix)
-    if best == ("resources",) and spec is not None and len(rel) > 6 and rel[6] == "cpu" and spec.k8s.cpu is not None:
+    if spec is not None:
+        k8s_cpu = spec.k8s.cpu is not None
+    if best == ("resources",) and k8s_cpu and len(rel) > 6 and rel[6] == "cpu":
         best = ("k8s", "cpu")
     return best
 
@@ -376,18 +356,3 @@ def render_text(rendered: Rendered, job_id: str, namespace: str | None, notes: l
     docs = [to_yaml(o) for o in rendered.objects]
     return "\n".join(head) + "\n---\n" + "---\n".join(docs)
 
-
-def crd_available() -> tuple[bool, str]:
-    """Whether the strict validator can run here (its CRD copy and jsonschema are present)."""
-    from launcher.targets.k8s import schema
-
-    path = schema.default_crd_path()
-    if path is None:
-        return False, f"no copy of the PyTorchJob CRD here (set {schema.CRD_ENV}); the API server still checks it"
-    if not os.path.exists(path):
-        return False, f"the CRD schema was not found at {path} (set {schema.CRD_ENV}); the API server still checks it"
-    try:
-        import jsonschema  # noqa: F401
-    except ImportError:
-        return False, "jsonschema is not installed (pip install 'ddpjob[k8s]'); the API server still checks it"
-    return True, ""

@@ -1,36 +1,29 @@
-"""Strict validation of a PyTorchJob against the upstream CRD schema, plus the operator's own rules.
+"""Strict validation of a PyTorchJob against a PyTorchJob CRD's schema, plus the operator's own rules.
 
-Plain JSON Schema validation of the CRD misses what the API server and the training operator
-enforce (see k8s/README.md); this module adds:
+Pure functions: the CRD's schema is an argument (``launcher.targets.k8s.crd`` finds it: the
+cluster's own, ``$DDPJOB_PYTORCHJOB_CRD`` or the cache), never a file read here. Two layers:
 
-1. unknown fields rejected (the server prunes them silently, or rejects them with
-   ``fieldValidation=Strict``): ``additionalProperties: false`` on every object with properties;
-2. ``int32``/``int64`` ranges;
-3. ``x-kubernetes-list-type: map`` key uniqueness (duplicate env names, container ports ...),
-   after applying the schema's defaults to key fields (a port's ``protocol`` defaults to TCP);
-4. the webhook's rules: DNS-1035 names short enough for ``<job>-worker-<N>`` services, replica
-   keys ``Master``/``Worker``, a ``pytorch`` container with an image, ``Master.replicas == 1``,
-   enum-like fields the schema leaves as free strings, and ``elasticPolicy.standalone`` refused
-   (``PET_STANDALONE=""`` makes torchrun fail parsing its arguments).
-
-The CRD is not part of ddpjob: it is read from ``$DDPJOB_PYTORCHJOB_CRD``; without it the strict
-check does not run and the plan says so.
+- **structural** (always, no CRD needed): ``metadata`` (name, label and annotation syntax) and the
+  training operator webhook's rules: DNS-1035 names short enough for ``<job>-worker-<N>`` services,
+  replica keys ``Master``/``Worker``, a ``pytorch`` container with an image, ``Master.replicas == 1``,
+  enum-like fields the schema leaves as free strings, and ``elasticPolicy.standalone`` refused
+  (``PET_STANDALONE=""`` makes torchrun fail parsing its arguments);
+- **strict** (with a CRD): JSON Schema validation plus what plain JSON Schema misses of the API
+  server: unknown fields rejected (``additionalProperties: false`` on every object with properties,
+  as ``fieldValidation=Strict`` does), ``int32``/``int64`` ranges, and ``x-kubernetes-list-type: map``
+  key uniqueness (duplicate env names, container ports ...) after applying the schema's defaults to
+  key fields (a port's ``protocol`` defaults to TCP).
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from launcher.errors import TargetUnavailable, dotted_path
+from launcher.errors import dotted_path
 
-CRD_ENV = "DDPJOB_PYTORCHJOB_CRD"
-CRD_NAME = "kubeflow.org_pytorchjobs.yaml"
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -59,38 +52,26 @@ class SchemaIssue:
         return f"{dotted_path(self.path)}: {self.message}"
 
 
-def default_crd_path() -> Path | None:
-    """The PyTorchJob CRD to check against: ``$DDPJOB_PYTORCHJOB_CRD``, else None (not checked)."""
-    env = os.environ.get(CRD_ENV)
-    return Path(env) if env else None
+def version_schema(crd: dict[str, Any], version: str) -> dict[str, Any]:
+    """The ``openAPIV3Schema`` of ``version`` in a CustomResourceDefinition; ValueError if it has none."""
+    versions = (crd.get("spec") or {}).get("versions") if isinstance(crd, dict) else None
+    for v in versions or []:
+        if isinstance(v, dict) and v.get("name") == version:
+            found = ((v.get("schema") or {}).get("openAPIV3Schema"))
+            if isinstance(found, dict):
+                return found
+    raise ValueError(f"the CustomResourceDefinition has no {version} version with a schema")
 
 
-@functools.lru_cache(maxsize=4)
-def _load_crd(path: str) -> dict[str, Any]:
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        with open(path, encoding="utf-8") as f:
-            crd = yaml.load(f, Loader=loader)  # noqa: S506 - a safe loader
-    except FileNotFoundError as e:
-        raise TargetUnavailable(
-            f"the PyTorchJob CRD schema was not found at {path}; set {CRD_ENV} to a copy of {CRD_NAME} "
-            "(kubeflow/trainer v1.9.x, manifests/base/crds/) to validate Kubernetes jobs"
-        ) from e
-    versions = [v for v in crd["spec"]["versions"] if v.get("name") == "v1"]
-    if not versions:
-        raise TargetUnavailable(f"{path} has no v1 version of the PyTorchJob CRD")
-    return _strict(versions[0]["schema"]["openAPIV3Schema"])
-
-
-def _strict(node: Any) -> Any:
-    """A copy of the schema where every object with properties refuses unknown fields."""
-    node = copy.deepcopy(node)
+def strict_schema(openapi: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a CRD's schema where every object with properties refuses unknown fields (what
+    ``fieldValidation=Strict`` does), except where the schema keeps unknown fields itself."""
+    node = copy.deepcopy(openapi)
 
     def walk(n: Any) -> None:
         if isinstance(n, dict):
-            if n.get("type") == "object" and "properties" in n and "additionalProperties" not in n:
+            if (n.get("type") == "object" and "properties" in n and "additionalProperties" not in n
+                    and not n.get("x-kubernetes-preserve-unknown-fields")):
                 n["additionalProperties"] = False
             for v in n.values():
                 walk(v)
@@ -102,22 +83,30 @@ def _strict(node: Any) -> Any:
     return node
 
 
-def schema(crd_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    path = crd_path or default_crd_path()
-    if path is None:
-        raise TargetUnavailable(f"no PyTorchJob CRD to check against: set {CRD_ENV} to a copy of {CRD_NAME}")
-    return _load_crd(str(path))
+def validate_pytorchjob(obj: dict[str, Any], schema: dict[str, Any] | None) -> list[SchemaIssue]:
+    """Every problem the API server (strict) or the operator's webhook would report, in path order.
+
+    Args:
+        schema: a strict schema (``strict_schema``) of the PyTorchJob CRD, or None: the structural
+            checks only.
+    """
+    issues = structural_issues(obj) + (strict_issues(obj, schema) if schema is not None else [])
+    return sorted(set(issues), key=lambda i: [str(p) for p in i.path])
 
 
-def validate_pytorchjob(obj: dict[str, Any], crd_path: str | os.PathLike[str] | None = None) -> list[SchemaIssue]:
-    """Every problem the API server (strict) or the operator's webhook would report, in path order."""
+def structural_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
+    """What needs no CRD: metadata syntax and the training operator's rules."""
+    return _metadata_issues(obj.get("metadata")) + _webhook_issues(obj)
+
+
+def strict_issues(obj: dict[str, Any], schema: dict[str, Any]) -> list[SchemaIssue]:
+    """The CRD's schema, strictly: unknown fields, types, int ranges, list-map keys."""
     import jsonschema
 
-    sch = schema(crd_path)
     checker = jsonschema.FormatChecker()
     for fmt, (lo, hi) in INT_RANGES.items():
         checker.checks(fmt)(lambda v, lo=lo, hi=hi: not isinstance(v, int) or isinstance(v, bool) or lo <= v <= hi)
-    validator = jsonschema.Draft7Validator(sch, format_checker=checker)
+    validator = jsonschema.Draft7Validator(schema, format_checker=checker)
     issues = []
     for err in validator.iter_errors(obj):
         path = tuple(err.absolute_path)
@@ -134,10 +123,7 @@ def validate_pytorchjob(obj: dict[str, Any], crd_path: str | os.PathLike[str] | 
             issues.append(SchemaIssue(path, f"{err.instance!r} is not a valid quantity: write it as a string, e.g. \"500m\" or \"0.5\""))
             continue
         issues.append(SchemaIssue(path, err.message))
-    issues += _list_map_issues(sch, obj, ())
-    issues += _metadata_issues(obj.get("metadata"))
-    issues += _webhook_issues(obj)
-    return sorted(set(issues), key=lambda i: [str(p) for p in i.path])
+    return issues + _list_map_issues(schema, obj, ())
 
 
 def _list_map_issues(sch: Any, obj: Any, path: Path_) -> list[SchemaIssue]:

@@ -1,9 +1,12 @@
 """Kubernetes target: one Kubeflow ``PyTorchJob`` (kubeflow.org/v1) per run of the job.
 
-``plan`` renders plain dicts (``render``) and checks them with the strict CRD validator and
-the operator's webhook rules (``schema``); nothing here imports the kubernetes client until a
-method talks to a cluster (``client``). What ``render`` prints is what ``submit`` sends, apart
-from ``metadata.namespace``, which is filled from the kubeconfig context when the spec has none.
+``inputs`` reads the PyTorchJob CRD before planning (``crd``: the cluster's own on submit, a local
+copy offline); ``plan`` renders plain dicts (``render``) and checks them (``check``: the operator's
+rules always, the CRD's schema strictly when there is one); nothing here imports the kubernetes
+client until a method talks to a cluster (``client``). ``submit`` has the API server check every
+object (``dryRun=All``, ``fieldValidation=Strict``) before creating any. What ``render`` prints is
+what ``submit`` sends, apart from ``metadata.namespace``, which is filled from the kubeconfig
+context when the spec has none.
 
 The handle (``K8sHandle``, stored in the registry) holds the kubeconfig context and namespace used
 at submit, the shape of the job and the name and parameters of each run's PyTorchJob.
@@ -22,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher.errors import DdpjobError, Issue, TargetError
+from launcher.errors import DdpjobError, TargetError
 from launcher.states import JobState
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
-from launcher.targets.k8s.render import (
-    LABEL_JOB_ID, LABEL_OPERATOR_JOB, K8sElement, crd_available, render, render_text, spec_field, spec_issues,
-)
+from launcher.targets.k8s.check import check_manifests, located, spec_issues, spec_where
+from launcher.targets.k8s.crd import CrdInput, absent
+from launcher.targets.k8s.render import LABEL_JOB_ID, LABEL_OPERATOR_JOB, K8sElement, render, render_text
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 
 if TYPE_CHECKING:
@@ -51,7 +54,12 @@ STATUS_FILE = "k8s-status.json"
 
 @dataclass
 class K8sPayload:
-    """The manifests ``submit`` creates, in order, and what the handle needs about them."""
+    """The manifests ``submit`` creates, in order, and what the handle needs about them.
+
+    ``checks`` says what the plan was checked against (``ddpjob validate`` prints it); ``where``
+    maps spec fields to where they were written, and ``k8s_cpu`` whether the CPU request is
+    ``k8s.cpu``, so that a 422 from the API server points at the spec (``check.located``).
+    """
 
     job_id: str
     run_dir: str
@@ -61,6 +69,9 @@ class K8sPayload:
     context: str | None
     elements: list[K8sElement]
     manifests: list[dict[str, Any]]
+    checks: str = ""
+    where: dict[str, str] = field(default_factory=dict)
+    k8s_cpu: bool = False
 
 
 @dataclass
@@ -122,34 +133,30 @@ class KubernetesTarget(Target):
     handle_type: ClassVar[type[Handle]] = K8sHandle
 
     # ------------------------------------------------------------------ plan
+    def inputs(self, loaded: LoadedSpec, *, online: bool) -> CrdInput:
+        """The PyTorchJob CRD to check against: the cluster's own when ``online`` (submit,
+        --dry-run=server; exit 6 when it has none), else $DDPJOB_PYTORCHJOB_CRD or the cache."""
+        from launcher.targets.k8s import crd
+
+        if not online:
+            return crd.offline()
+        return crd.online(_kube(loaded.spec.k8s.context, loaded.spec.k8s.namespace))
+
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
         spec = loaded.spec
         issues = spec_issues(spec, ctx.job_id)
         if issues:
             raise loaded.error(issues)
         rendered = render(spec, ctx.job_id, NCCL_DEFAULTS_RDMA if spec.k8s.rdma else NCCL_DEFAULTS)
-        ok, why = crd_available()
-        notes = []
-        if ok:
-            from launcher.errors import dotted_path as dotted
-            from launcher.targets.k8s.schema import validate_pytorchjob
-
-            found: dict[tuple[Any, ...], Issue] = {}
-            for obj in rendered.objects:
-                for si in validate_pytorchjob(obj):
-                    path = spec_field(si.path, spec)
-                    message = f"the PyTorchJob's {dotted(si.path)}: {si.message}"
-                    found.setdefault((path, dotted(si.path[:2] + si.path[3:]), si.message), Issue(path, message))
-            if found:
-                raise loaded.error(list(found.values()))
-            notes.append("checked: PyTorchJob CRD schema (strict) and the training operator's rules")
-        else:
-            notes.append(f"not checked locally: {why}")
+        crd = ctx.inputs if isinstance(ctx.inputs, CrdInput) else absent("no CRD was given to the plan")
+        check_manifests(loaded, rendered.objects, crd)
+        notes = [crd.note()]
         if spec.workdir is not None and spec.k8s.workdir is None:
             notes.append("workdir: is a path on this machine and is not used in the pods; set k8s.workdir "
                          "(default: the image's WORKDIR)")
         payload = K8sPayload(ctx.job_id, ctx.run_dir, spec.nodes, rendered.procs_per_node, spec.k8s.namespace,
-                             spec.k8s.context, rendered.elements, rendered.objects)
+                             spec.k8s.context, rendered.elements, rendered.objects, crd.summary(), spec_where(loaded),
+                             spec.k8s.cpu is not None)
         text = render_text(rendered, ctx.job_id, spec.k8s.namespace, notes)
         return Plan("k8s", ctx.job_id, spec.name, ctx.run_dir, text, payload, spec.nodes, rendered.procs_per_node,
                     len(rendered.elements))
@@ -162,10 +169,15 @@ class KubernetesTarget(Target):
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(run_dir / "plan.txt", plan.render())
         write_json(run_dir / "plan.json", to_json(p))
+        bodies = _bodies(p, kube.namespace)
+        # The API server checks every object first (its schema strictly, admission webhooks, quotas):
+        # a refused element of a sweep leaves nothing created.
+        for obj in bodies:
+            _create(kube, p, obj, dry_run=True)
         created: list[str] = []
         try:
-            for obj in _bodies(p, kube.namespace):
-                kube.create_job(obj)
+            for obj in bodies:
+                _create(kube, p, obj, dry_run=False)
                 created.append(obj["metadata"]["name"])
         except BaseException:
             # A sweep is all or nothing: take back the elements already created.
@@ -187,7 +199,7 @@ class KubernetesTarget(Target):
         kube = _kube(p.context, p.namespace)
         names = []
         for obj in _bodies(p, kube.namespace):
-            kube.create_job(obj, dry_run=True)
+            _create(kube, p, obj, dry_run=True)
             names.append(obj["metadata"]["name"])
         return (f"# server dry run (dryRun=All, fieldValidation=Strict) on {kube.host}, namespace {kube.namespace}: "
                 f"{len(names)} PyTorchJob(s) accepted: {', '.join(names)}")
@@ -277,6 +289,16 @@ def _kube(context: str | None, namespace: str | None) -> Any:
     from launcher.targets.k8s.client import Kube
 
     return Kube(context, namespace)
+
+
+def _create(kube: Any, payload: K8sPayload, body: dict[str, Any], *, dry_run: bool) -> None:
+    """Create (or with ``dry_run``, have the server check) one PyTorchJob; a 422 names the spec's lines."""
+    from launcher.targets.k8s.client import InvalidObject
+
+    try:
+        kube.create_job(body, dry_run=dry_run)
+    except InvalidObject as e:
+        raise located(e, payload.where, payload.k8s_cpu, dry_run=dry_run) from e
 
 
 def _bodies(payload: K8sPayload, namespace: str) -> list[dict[str, Any]]:

@@ -1,0 +1,233 @@
+"""The PyTorchJob CRD the strict check runs against: an input of the plan, read before planning.
+
+``KubernetesTarget.inputs`` calls ``online`` (submit, ``--dry-run=server``) or ``offline``
+(render, validate, ``--dry-run``); the ``CrdInput`` it returns reaches ``plan`` through
+``PlanContext.inputs``. ``plan`` itself reads no file and asks no cluster.
+
+- online: the cluster's own CRD (``customresourcedefinitions/pytorchjobs.kubeflow.org``), i.e. the
+  one of the operator installed there. Not there (404): the training operator is not installed,
+  ``OperatorMissing`` (exit 6) before anything is created. Not readable (403: a namespaced Role
+  cannot read cluster-scoped CRDs): the offline copy is used and the plan says why. Every CRD read
+  from a cluster is cached under ``$DDPJOB_HOME/crds/`` keyed by its name, version and content hash.
+- offline: ``$DDPJOB_PYTORCHJOB_CRD`` (set but not a file: no strict check, never another copy
+  instead), else the CRD cached most recently from a cluster, else none: the structural checks
+  still run and the plan says ``strict CRD check skipped`` and how to enable it.
+
+Parsing the CRD's YAML (0.6 MB) costs more than a whole render, so a file's parsed schema is
+cached too (``crds/files/<sha256 of the file>.json``). Schemas are stored without descriptions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import SchedulerComponentMissing, TargetUnavailable
+from launcher.targets.k8s.schema import strict_schema, version_schema
+
+CRD_ENV = "DDPJOB_PYTORCHJOB_CRD"
+CRD_NAME = "pytorchjobs.kubeflow.org"
+CRD_VERSION = "v1"
+CRD_FILE = "kubeflow.org_pytorchjobs.yaml"
+CACHE_FORMAT = 1
+HOW_TO_ENABLE = (
+    "to enable it, connect once to your cluster (`ddpjob submit SPEC -t k8s --dry-run=server` caches its CRD) "
+    f"or set {CRD_ENV} to a copy of {CRD_FILE}"
+)
+# Strict schemas by content hash: one process (a test run, a sweep of validations) derives each once.
+_STRICT: dict[str, dict[str, Any]] = {}
+
+
+@dataclass(frozen=True)
+class CrdInput:
+    """The CRD a plan is checked against, or why there is none.
+
+    Attributes:
+        schema: the strict schema of the CRD's v1 version (``schema.strict_schema``); None when
+            the strict check is skipped.
+        sha256: the content hash of the CRD (a file's bytes, or the schema read from a cluster).
+        origin: where it came from, in words (``$DDPJOB_PYTORCHJOB_CRD (/path)``, a cluster, the cache).
+        skipped: without a schema, why the strict check is skipped and how to enable it.
+    """
+
+    schema: dict[str, Any] | None = None
+    sha256: str = ""
+    origin: str = ""
+    skipped: str = ""
+
+    def note(self) -> str:
+        """The plan's header line."""
+        if self.schema is not None:
+            return "checked: PyTorchJob CRD schema (strict) and the training operator's rules"
+        return f"checked: the training operator's rules only; strict CRD check skipped: {self.skipped}"
+
+    def summary(self) -> str:
+        """What ``ddpjob validate --target k8s`` says was checked."""
+        if self.schema is not None:
+            return f"k8s checks passed, strict CRD check ran against {CRD_NAME} {CRD_VERSION} from {self.origin}"
+        return f"structural k8s checks only; strict CRD check skipped: {self.skipped}"
+
+
+def absent(why: str) -> CrdInput:
+    """No CRD: the structural checks only."""
+    return CrdInput(skipped=f"{why}; {HOW_TO_ENABLE}")
+
+
+def cache_dir() -> Path:
+    from launcher.registry import ddpjob_home
+
+    return ddpjob_home() / "crds"
+
+
+# --------------------------------------------------------------------------- offline
+
+def offline(note: str = "") -> CrdInput:
+    """``$DDPJOB_PYTORCHJOB_CRD``, else the newest CRD cached from a cluster, else none.
+
+    Args:
+        note: why the cluster's own CRD is not used, added to what the plan says (online fallback).
+    """
+    suffix = f" ({note})" if note else ""
+    try:
+        import jsonschema  # noqa: F401
+    except ImportError:
+        return absent("jsonschema is not installed (pip install 'ddpjob[k8s]')" + suffix)
+    env = os.environ.get(CRD_ENV)
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_file():
+            return absent(f"{CRD_ENV}={env} is not a file" + suffix)
+        found = from_file(path)
+    else:
+        found = latest_cached()
+        if found is None:
+            return absent(f"no PyTorchJob CRD here ({CRD_ENV} unset, no cluster's CRD cached)" + suffix)
+    return CrdInput(found.schema, found.sha256, found.origin + suffix)
+
+
+def from_file(path: Path) -> CrdInput:
+    """A CRD file (YAML), through the parse cache. ``TargetUnavailable`` if it is not the PyTorchJob CRD."""
+    data = path.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    origin = f"${CRD_ENV} ({path})"
+    if sha in _STRICT:
+        return CrdInput(_STRICT[sha], sha, origin)
+    entry = _read_entry(cache_dir() / "files" / f"{sha[:32]}.json", sha)
+    if entry is not None:
+        return _input(entry["schema"], sha, origin)
+    import yaml
+
+    try:
+        crd = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+        raw = _checked(crd)
+    except (yaml.YAMLError, ValueError) as e:
+        raise TargetUnavailable(f"{CRD_ENV}={path} is not the PyTorchJob CRD ({CRD_FILE}): {e}") from e
+    _write_entry(cache_dir() / "files" / f"{sha[:32]}.json", raw, sha, str(path))
+    return _input(raw, sha, origin)
+
+
+def latest_cached() -> CrdInput | None:
+    """The CRD most recently read from a cluster, or None."""
+    try:
+        paths = sorted(cache_dir().glob(f"{CRD_NAME}_{CRD_VERSION}_*.json"), key=lambda p: p.stat().st_mtime,
+                       reverse=True)
+    except OSError:
+        return None
+    for path in paths:
+        entry = _read_entry(path, None)
+        if entry is not None:
+            return _input(entry["schema"], entry["sha256"],
+                          f"the CRD cached from {entry['source']} at {entry['read_at']}")
+    return None
+
+
+# --------------------------------------------------------------------------- online
+
+def online(kube: Any) -> CrdInput:
+    """The cluster's own CRD (``kube``: a ``client.Kube``), cached for offline use.
+
+    Raises:
+        OperatorMissing: the cluster has no PyTorchJob CRD (exit 6), or none with a v1 version.
+    """
+    from launcher.errors import PermissionDenied
+    from launcher.targets.k8s.client import operator_missing
+
+    try:
+        crd = kube.read_crd(CRD_NAME)
+    except PermissionDenied as e:
+        return offline(note=f"the cluster's CRD could not be read: {str(e).splitlines()[0]}")
+    if crd is None:
+        raise operator_missing(kube.host)
+    try:
+        raw = _checked(crd)
+    except ValueError as e:
+        raise SchedulerComponentMissing(
+            f"the cluster {kube.host} has a {CRD_NAME} CRD that ddpjob cannot use ({e}); ddpjob needs the "
+            f"kubeflow.org/{CRD_VERSION} API of the training operator v1.9.x (see k8s/README.md)"
+        ) from e
+    sha = _hash(raw)
+    source = f"the cluster {kube.host} (context {kube.context})"
+    path = cache_dir() / f"{CRD_NAME}_{CRD_VERSION}_{sha[:32]}.json"
+    if _read_entry(path, sha) is not None:
+        try:
+            os.utime(path)  # the newest read is what offline checks use
+        except OSError:
+            pass
+    else:
+        _write_entry(path, raw, sha, source)
+    return _input(raw, sha, source)
+
+
+# --------------------------------------------------------------------------- plumbing
+
+def _checked(crd: Any) -> dict[str, Any]:
+    """The v1 schema of a PyTorchJob CRD without descriptions; ValueError for anything else."""
+    name = (crd.get("metadata") or {}).get("name") if isinstance(crd, dict) else None
+    if name != CRD_NAME:
+        raise ValueError(f"its metadata.name is {name!r}, not {CRD_NAME!r}")
+    return _slim(version_schema(crd, CRD_VERSION))
+
+
+def _slim(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _slim(v) for k, v in node.items() if not (k == "description" and isinstance(v, str))}
+    if isinstance(node, list):
+        return [_slim(v) for v in node]
+    return node
+
+
+def _hash(raw: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _input(raw: dict[str, Any], sha: str, origin: str) -> CrdInput:
+    if sha not in _STRICT:
+        _STRICT[sha] = strict_schema(raw)
+    return CrdInput(_STRICT[sha], sha, origin)
+
+
+def _read_entry(path: Path, sha: str | None) -> dict[str, Any] | None:
+    from launcher.targets.shared.files import read_json
+
+    entry = read_json(path)
+    ok = (isinstance(entry, dict) and entry.get("format") == CACHE_FORMAT and isinstance(entry.get("schema"), dict)
+          and isinstance(entry.get("sha256"), str) and (sha is None or entry["sha256"] == sha))
+    return entry if ok else None
+
+
+def _write_entry(path: Path, raw: dict[str, Any], sha: str, source: str) -> None:
+    """Best effort: without a writable home the check still runs, it is only not remembered."""
+    from launcher.targets.shared.files import atomic_write
+
+    entry = {"format": CACHE_FORMAT, "name": CRD_NAME, "version": CRD_VERSION, "sha256": sha, "source": source,
+             "read_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "schema": raw}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(entry, separators=(",", ":")))
+    except OSError:
+        pass
