@@ -82,6 +82,7 @@ def common_checks(text: str, plan) -> list[dict[str, Any]]:
             assert names == sorted(names) and len(names) == len(set(names))
             assert not {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"} & set(names)
             assert not [n for n in names if n.startswith("PET_")]
+            assert "PYTHONUNBUFFERED" not in names  # the operator sets it in every pod, after ours
             assert not any(a.startswith(("--nnodes", "--node-rank", "--master", "--rdzv")) for a in c["command"])
             for part in (c.get("resources") or {}).values():
                 assert all(isinstance(v, str) for v in part.values())
@@ -331,6 +332,27 @@ def test_schema_problem_maps_to_spec_line(tmp_path):
         KubernetesTarget().plan(load_spec(spec), ctx("a" * 40 + "-abcdefghijk"))
     text = err.value.render()
     assert f"{spec}:1:1: name: too long for Kubernetes" in text and "-11-worker-998" in text, text
+
+
+def test_operator_env_is_refused_at_its_line(tmp_path):
+    """The operator appends PYTHONUNBUFFERED=1 (and MASTER_*, RANK, PET_*) after the user's env:
+    on k8s a user's value would be silently replaced, so the spec is refused where it says it."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: demo\nimage: img:1\ncommand: [python, t.py]\nenv:\n  KEEP: '1'\n  PYTHONUNBUFFERED: '0'\n")
+    with pytest.raises(SpecError) as err:
+        KubernetesTarget().plan(load_spec(spec), ctx("demo-abcde"))
+    text = err.value.render()
+    assert f"{spec}:6:3: env.PYTHONUNBUFFERED: PYTHONUNBUFFERED is set by the training operator" in text, text
+    assert "1 problem found" in text
+    spec.write_text("name: demo\nimage: img:1\ncommand: [python, t.py]\nk8s:\n  env_refs:\n"
+                    "    PYTHONUNBUFFERED: {config_map: c, key: k}\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(spec)
+    assert f"{spec}:6:5: k8s.env_refs.PYTHONUNBUFFERED" in err.value.render() and "training operator" in err.value.render()
+    # Without it, nothing of the operator's is emitted (the operator adds PYTHONUNBUFFERED=1 itself).
+    spec.write_text("name: demo\nimage: img:1\ncommand: [python, t.py]\nenv:\n  KEEP: '1'\n")
+    text = KubernetesTarget().plan(load_spec(spec), ctx("demo-abcde")).render()
+    assert "KEEP" in text and "PYTHONUNBUFFERED" not in text
 
 
 def test_render_and_help_do_not_import_kubernetes(tmp_path):

@@ -13,6 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import Issue, dotted_path
+from launcher.targets.k8s.options import is_operator_env
 from launcher.targets.k8s.render import FIELD_TARGETS, SERVICE_NAME_MAX, job_name, spec_field
 
 if TYPE_CHECKING:
@@ -30,6 +31,11 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
     if not spec.image:
         issues.append(Issue(("image",), "the k8s target needs an image (the pytorch container's image)",
                             hint="add e.g. `image: ghcr.io/ddpjob/train:0.1.0` (see docker/README.md)"))
+    for name in spec.env:
+        if is_operator_env(name):
+            issues.append(Issue(("env", name), f"{name} is set by the training operator in every pod, after your env, "
+                                "so your value would be silently replaced (k8s/README.md lists these variables)",
+                                hint="remove it from env: for the k8s target"))
     plain = set(spec.env) | {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR"}
     for name in spec.k8s.env_refs:
         if name in plain:

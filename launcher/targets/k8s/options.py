@@ -26,6 +26,16 @@ _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 CPU_QUANTITY_RE = re.compile(r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)$")
 # Labels and annotations ddpjob or the operator set; a user value would be overwritten or break tracking.
 RESERVED_LABEL_PREFIXES = ("ddpjob/", "training.kubeflow.org/", "kueue.x-k8s.io/")
+# What the training operator (v1.9) sets in every container of a PyTorchJob's pods, appended after
+# the container's own env (setPodEnv); the kubelet keeps the last value, so a spec's would be
+# silently replaced. PYTHONUNBUFFERED=1 always; MASTER_*, WORLD_SIZE, RANK with a Master; PET_*
+# (PET_NNODES, PET_NODE_RANK, PET_MASTER_*, PET_NPROC_PER_NODE, the elastic PET_RDZV_* ...).
+OPERATOR_ENV = frozenset({"PYTHONUNBUFFERED", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"})
+
+
+def is_operator_env(name: str) -> bool:
+    """Set (or overridden) by the training operator in every pod: a spec may not set it on k8s."""
+    return name in OPERATOR_ENV or name.startswith("PET_")
 
 
 def _check_key(key: str) -> str:
@@ -86,6 +96,8 @@ def _env_name(v: str) -> str:
         raise ValueError(f"{v!r} is not a valid variable name (letters, digits, '_'; not starting with a digit)")
     if is_reserved_env(v):
         raise ValueError(f"{v} is computed by torchrun/ddpjob/the operator for each process and cannot be set")
+    if is_operator_env(v):
+        raise ValueError(f"{v} is set by the training operator in every pod, after your env; your value would be replaced")
     return v
 
 

@@ -10,7 +10,9 @@ v1.9.x (see k8s/README.md):
   there) and its rendezvous port is named ``pytorchjob-port``.
 - The command is a bare ``torchrun`` without rendezvous flags: PET_NNODES, PET_NODE_RANK,
   PET_MASTER_ADDR/PORT and PET_NPROC_PER_NODE (from ``nprocPerNode``) supply them. ddpjob never
-  sets MASTER_*, RANK, WORLD_SIZE or PET_* itself (the operator's values would win anyway).
+  sets what the operator sets (``OPERATOR_ENV``: PYTHONUNBUFFERED, MASTER_*, RANK, WORLD_SIZE,
+  PET_*), and refuses it in a spec: the operator appends its values after the container's env and
+  the kubelet keeps the last one, so a user's value would be silently replaced.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import yaml
 
 from launcher import dist
 from launcher.spec import JobSpec, expand
+from launcher.targets.k8s.options import is_operator_env
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 
 API_VERSION = "kubeflow.org/v1"
@@ -87,6 +90,8 @@ def render(spec: JobSpec, job_id: str, nccl_defaults: dict[str, str]) -> Rendere
     procs = dist.resolve_procs_per_node(spec, spec.resources.gpus)
     cpus_whole = k.cpu if isinstance(k.cpu, int) else (spec.resources.cpus if k.cpu is None else None)
     base_env = dist.process_env(spec, nccl_defaults, cpus_per_node=cpus_whole, procs_per_node=procs)
+    # The operator sets these in every container, after ours (PYTHONUNBUFFERED=1 always): not twice.
+    base_env = {k: v for k, v in base_env.items() if not is_operator_env(k)}
     output_root = spec.output_dir or f"{OUTPUT_ROOT}/{job_id}"
     sweep = bool(spec.sweep)
     objects: list[dict[str, Any]] = []
