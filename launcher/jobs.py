@@ -16,6 +16,7 @@ shell (or process) can follow a job. Library code here raises typed errors and n
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import os
 import signal
@@ -245,15 +246,26 @@ class Jobs:
         for rec in records:
             if not rec.state.terminal and rec.handle is not None:
                 live.setdefault(rec.target, {})[rec.id] = rec.handle
+        stale: dict[str, str] = {}
         for tname, handles in live.items():
             try:
                 tgt = get_target(tname)
                 statuses = tgt.status_many({j: tgt.load_handle(h) for j, h in handles.items()})
-            except DdpjobError:
+            except DdpjobError as e:
+                stale[tname] = str(e)
                 continue
             for job_id, st in statuses.items():
                 self.registry.update_state(job_id, st.state, st.message)
-        return [self.registry.get(r.id) if r.id in live.get(r.target, {}) else r for r in records]
+        out = []
+        for r in records:
+            if r.target in stale and r.id in live[r.target]:
+                # Last known, not current: say so instead of passing an old state off as news.
+                r = dataclasses.replace(r, message=f"(stale: last known state; {stale[r.target]})"
+                                        + (f" {r.message}" if r.message else ""))
+            elif r.id in live.get(r.target, {}):
+                r = self.registry.get(r.id)
+            out.append(r)
+        return out
 
     def wait(self, job_id: str, timeout: float | None = None) -> JobRecord:
         """Poll until the job ends (politely: backing off to one query every 5 s).

@@ -286,9 +286,17 @@ start_mariadb() {
     sleep 0.2
   done
   db -e "SELECT 1" >/dev/null 2>&1 || die "mariadbd did not answer within 60s; read $ROOT/db/run/error.log"
+}
+
+# The database user slurmdbd logs in with, with our password: also when mariadbd was already
+# running, or its data came from another run whose user had another password.
+db_user() {
   db -e "
     CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
     CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
+    -- A database left by another run may hold the user with another password: set ours.
+    ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+    ALTER USER 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
     GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
     GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
     FLUSH PRIVILEGES;" || die "could not create the slurm database user; read $ROOT/db/run/error.log"
@@ -309,6 +317,23 @@ start_slurmdbd() {
   if ! sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; then
     sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr add cluster $CLUSTER failed; read $ROOT/log/slurmdbd.log"
   fi
+}
+
+# "accounting on" only once sacct answers: slurmdbd may run while it cannot reach its database.
+check_accounting() {
+  local err=$ROOT/log/sacct-check.err attempt
+  for attempt in 1 2; do
+    for _ in $(seq 1 15); do
+      if timeout 10 sacct -n -X -S now-1hours -o JobID >/dev/null 2>"$err"; then return 0; fi
+      sleep 1
+    done
+    [ "$attempt" = 1 ] || break
+    # A slurmdbd that lost its database (user or password changed under it) does not log in again.
+    log "sacct gets no answer; restarting slurmdbd"
+    stop_pid "$ROOT/run/slurmdbd.pid" slurmdbd
+    start_slurmdbd
+  done
+  die "accounting is configured but sacct gets no answer ($(tail -n 1 "$err" 2>/dev/null)); read $ROOT/log/slurmdbd.log and $ROOT/db/run/error.log; 'up --no-accounting' runs without it, 'down --purge' then 'up' starts from a fresh database"
 }
 
 start_slurmctld() {
@@ -427,6 +452,7 @@ cmd_up() {
   start_munge
   if [ "$accounting" = 1 ]; then
     start_mariadb
+    db_user
     start_slurmdbd
   fi
   start_slurmctld
@@ -439,6 +465,7 @@ cmd_up() {
     # (a smoke srun could wait behind the running jobs).
     log "already up; nodes busy, smoke srun skipped"
   fi
+  if [ "$accounting" = 1 ]; then check_accounting; fi
   log "up: nodes n1 n2, accounting $([ "$accounting" = 1 ] && echo on || echo off); use: eval \"\$($0 env)\""
 }
 

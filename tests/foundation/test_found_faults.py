@@ -166,3 +166,42 @@ def test_cancel_stops_a_job_whose_supervisor_was_killed(cli, tmp_path):
     assert proc.returncode == 0 and "CANCELLED" in proc.stdout, proc.stdout + proc.stderr
     assert procs.marked_pids("DDPJOB_JOB_ID", job_id) == []
     assert "CANCELLED" in cli("status", job_id, check=True).stdout
+
+
+RANKS_OK = """
+import os
+import torch.distributed as dist
+dist.init_process_group("gloo")
+print("rank", dist.get_rank(), "of", dist.get_world_size(), "port", os.environ["MASTER_PORT"], flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_port_taken_before_the_rendezvous_is_replaced(cli, tmp_path):
+    """Another program binds the job's port between the choice and torchrun's bind: the supervisor
+    starts the nodes again on a new port, says so in the log, and the job succeeds."""
+    import socket
+
+    (tmp_path / "ranks.py").write_text(RANKS_OK)
+    for _ in range(3):  # the squatter has to win the race against torchrun's start (~2 s of imports)
+        job_id = cli("submit", "-q", "--nodes", "2", "--", "python", "ranks.py", cwd=tmp_path, check=True).stdout.strip()
+        port = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)["port"]
+        squatter = socket.socket()
+        try:
+            squatter.bind(("127.0.0.1", port))
+        except OSError:
+            squatter.close()
+            cli("cancel", job_id)
+            continue
+        squatter.listen(16)
+        try:
+            done = cli("wait", job_id, "--timeout", "240")
+            logs = cli("logs", job_id, check=True).stdout
+        finally:
+            squatter.close()
+        assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + logs
+        assert f"rendezvous port {port} was taken by another program" in logs, logs
+        new_port = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)["port"]
+        assert new_port != port and logs.count(f"port {new_port}") >= 2  # both ranks met there
+        return
+    pytest.skip("torchrun bound the port before the test could take it, three times")

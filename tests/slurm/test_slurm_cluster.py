@@ -174,3 +174,23 @@ def test_a_second_cluster_down_keeps_state_and_purge_deletes_it(slurm_cluster):
     # The session's cluster was not touched.
     assert "cluster: up" in slurm_cluster.script("status").stdout
     assert sorted(slurm_cluster.run("srun", "-N2", "-n2", "-t", "1", "/bin/hostname").stdout.split()) == ["n1", "n2"]
+
+
+def test_up_repairs_a_database_user_with_another_password(slurm_cluster):
+    """A database whose slurm user has another password (left by another run) used to leave
+    slurmdbd unable to log in while up reported 'accounting on'. up sets the password back and
+    reports accounting on only once sacct answers."""
+    import signal
+
+    sock = slurm_cluster.root / "db" / "run" / "mysqld.sock"
+    subprocess.run(["mariadb", f"--socket={sock}", "-u", "root", "-e",
+                    "ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'another'; "
+                    "ALTER USER 'slurm'@'localhost' IDENTIFIED BY 'another'; FLUSH PRIVILEGES;"],
+                   check=True, capture_output=True, timeout=60)
+    pidfile = slurm_cluster.root / "run" / "slurmdbd.pid"
+    pid = int(pidfile.read_text().strip())
+    os.kill(pid, signal.SIGTERM)  # it must log in again, as after a restart of the machine
+    _until("slurmdbd to stop", lambda: not Path(f"/proc/{pid}").exists())
+    up = slurm_cluster.script("up")
+    assert "accounting on" in up.stderr, up.stderr
+    assert slurm_cluster.run("sacct", "-n", "-X", "-S", "now-1hours", "-o", "JobID").returncode == 0

@@ -7,6 +7,7 @@ Golden files live in tests/slurm/golden; DDPJOB_UPDATE_GOLDEN=1 rewrites them.
 from __future__ import annotations
 
 import shlex
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -315,3 +316,33 @@ def test_parse_sacct_squeue_scontrol():
     sc = parse_scontrol(scontrol)
     assert sc["44_1"].state == "RUNNING" and sc["44_2"].state == "PENDING" and sc["44_3"].reason == "JobArrayTaskLimit"
     assert sc["46"].state == "CANCELLED" and sc["46"].exit_code == "0:15" and sc["44_2"].nodes == ""
+
+
+def _probe(env: dict[str, str]) -> int:
+    from launcher.targets.slurm.script import PORT_SETUP
+
+    out = subprocess.run(["bash", "-c", "\n".join(PORT_SETUP) + '\necho "$DDPJOB_MASTER_PORT"'],
+                         env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def test_the_sbatch_script_finds_a_free_port_on_the_first_node():
+    """The port is chosen inside the job, on the rendezvous host: a port another program holds is
+    skipped, torchrun's default 29500 is never used, array elements start apart."""
+    import socket
+
+    start = _probe({"SLURM_JOB_ID": "1234"})
+    assert start == 21234
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", start))
+        squatter.listen()
+        assert _probe({"SLURM_JOB_ID": "1234"}) == start + 1
+    assert _probe({"SLURM_JOB_ID": "9500"}) == 29501
+    elements = {_probe({"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": str(i), "SLURM_JOB_ID": str(80 + i)})
+                for i in range(4)}
+    assert len(elements) == 4
+
+
+def test_a_fixed_master_port_needs_no_search():
+    plan = plan_of("jobs/quickstart.yaml", ["master_port=31000"])
+    assert "DDPJOB_MASTER_PORT=$(" not in plan.payload.script and "DDPJOB_MASTER_PORT  31000" in plan.render()

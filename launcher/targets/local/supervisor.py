@@ -25,6 +25,15 @@ from launcher.targets.shared.files import write_json
 from launcher.targets.shared.rootcause import node_failure
 
 _stop_requested = False
+# Starts of a run whose rendezvous port another program took before torchrun bound it.
+PORT_ATTEMPTS = 3
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _on_term(signum: int, frame: Any) -> None:
@@ -64,7 +73,13 @@ class Supervisor:
                 st["state"] = JobState.CANCELLED.value
                 continue
             self.state["state"] = JobState.RUNNING.value
-            self.run_element(el, st)
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                marks = {n.node: _size(n.log) for n in el.nodes}
+                self.run_element(el, st)
+                if attempt == PORT_ATTEMPTS or not self._port_was_taken(el, marks):
+                    break
+                self._move_port(attempt)
+                st["nodes"] = []
             self.save()
             if JobState(st["state"]) is JobState.FAILED and self.plan.stop_on_failure:
                 for rest in self.state["elements"][st["index"] + 1 :]:
@@ -85,6 +100,7 @@ class Supervisor:
         Path(el.output_dir).mkdir(parents=True, exist_ok=True)
         running: list[tuple[LocalNode, subprocess.Popen[bytes]]] = []
         st["state"] = JobState.RUNNING.value
+        st["message"] = ""
         st["started"] = time.time()
         for node in el.nodes:
             Path(node.log).parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +143,47 @@ class Supervisor:
         else:
             st["state"] = JobState.SUCCEEDED.value
         st["ended"] = time.time()
+
+    def _port_was_taken(self, el: LocalElement, marks: dict[int, int]) -> bool:
+        """The run failed because another program took the rendezvous port between the choice and
+        torchrun's bind, before any worker started: worth another port (not the spec's own)."""
+        if self.plan.port_fixed or self.cancelled():
+            return False
+        master = el.nodes[0]
+        try:
+            with open(master.log, "rb") as f:
+                f.seek(marks.get(master.node, 0))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return False
+        if "EADDRINUSE" not in text and "Address already in use" not in text:
+            return False
+        return not any(next(Path(n.torchrun_log_dir).glob("*/attempt_*/*"), None) for n in el.nodes)
+
+    def _move_port(self, attempt: int) -> None:
+        """A new free port, recorded in the registry, for this and every later run."""
+        from launcher.registry import Registry
+        from launcher.targets.local.target import LocalTarget
+
+        old = self.plan.port
+        new = Registry(self.run_dir.parents[1]).reassign_port(self.plan.job_id, LocalTarget().pick_port)
+        for el in self.plan.elements:
+            for n in el.nodes:
+                i = n.argv.index("--master-port")
+                n.argv[i + 1] = str(new)
+        self.plan.port = new
+        self.state["port"] = new
+        note = (f"[ddpjob] rendezvous port {old} was taken by another program before torchrun could bind it; "
+                f"starting the nodes again on port {new} (attempt {attempt + 1} of {PORT_ATTEMPTS})\n")
+        print(note, end="", flush=True)
+        for el in self.plan.elements:
+            for n in el.nodes:
+                try:
+                    with open(n.log, "a", encoding="utf-8") as log:
+                        log.write(note)
+                except OSError:
+                    pass
+        self.save()
 
     def _stop(self, running: list[tuple[LocalNode, subprocess.Popen[bytes]]], st: dict[str, Any]) -> None:
         """Stop this run's agents and their workers; record how each node ended."""

@@ -83,6 +83,7 @@ class LocalPayload:
     port: int | None
     stop_on_failure: bool
     elements: list[LocalElement]
+    port_fixed: bool = False  # the spec's master_port: never moved when it is taken
 
 
 @dataclass
@@ -99,7 +100,6 @@ class LocalTarget(Target):
     name = "local"
     handle_type: ClassVar[type[Handle]] = LocalHandle
     picks_port = True
-    passes_host_env = True  # the supervisor and its agents inherit the submitting environment
     passes_host_env = True  # the supervisor and its agents inherit the submitting environment
 
     def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
@@ -143,7 +143,7 @@ class LocalTarget(Target):
                 nodes.append(LocalNode(node, argv, env, workdir, f"{task_dir}/node-{node}.log", error_file, log_dir))
             elements.append(LocalElement(el.index, el.params, el.output_dir, nodes))
         payload = LocalPayload(ctx.job_id, ctx.run_dir, spec.nodes, procs_per_node, port,
-                               spec.local.stop_on_failure, elements)
+                               spec.local.stop_on_failure, elements, port_fixed=spec.master_port is not None)
         return Plan("local", ctx.job_id, spec.name, ctx.run_dir, render_local(payload), payload,
                     spec.nodes, procs_per_node, len(elements), port)
 

@@ -71,11 +71,13 @@ class NodeRunner:
         self.__init__(state["common"], state["element"])  # type: ignore[misc]
 
     def rendezvous(self, env: dict[str, str]) -> tuple[str, int]:
-        """(first host of the allocation, port derived from the job id and array index)."""
+        """(first host of the allocation, port): the spec's master_port, else the free port the sbatch
+        script found on the first node (``DDPJOB_MASTER_PORT``), else one derived from the job id."""
         hosts = expand_nodelist(env.get("SLURM_JOB_NODELIST", "")) or [socket.gethostname()]
-        port = self.common.master_port or slurm_port(
+        found = env.get("DDPJOB_MASTER_PORT", "")
+        port = self.common.master_port or (int(found) if found.isdigit() else slurm_port(
             env.get("SLURM_ARRAY_JOB_ID") or env["SLURM_JOB_ID"], env.get("SLURM_ARRAY_TASK_ID")
-        )
+        ))
         return hosts[0], port
 
     def __call__(self) -> dict[str, Any]:

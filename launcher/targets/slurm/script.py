@@ -35,6 +35,19 @@ RUNTIME = {
 }
 PREEMPT_SIGNAL = "USR2"  # submitit's default; NCCL takes USR1 for itself
 
+# The rendezvous port, chosen inside the job by the sbatch script, which runs on the first node
+# (the rendezvous host): the first port from a start derived from the job id (and array index) on
+# which nothing answers, here or on the node's own name, skipping torchrun's defaults 29400/29500.
+# Exported, so srun hands it to every node. Bash only: with pyxis the script runs outside the image.
+PORT_SETUP = [
+    "# ddpjob: a free rendezvous port on this first node, handed to every node through srun's environment",
+    'DDPJOB_MASTER_PORT=$(p=$(( 20000 + (${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID} + 7919 * ${SLURM_ARRAY_TASK_ID:-0}) '
+    '% 10000 )); h=$(hostname); for _ in $(seq 10000); do case $p in 29400|29500) ;; *) '
+    '{ (exec 3<>"/dev/tcp/127.0.0.1/$p") || (exec 3<>"/dev/tcp/$h/$p"); } 2>/dev/null || { echo "$p"; break; } ;; '
+    'esac; p=$(( p < 29999 ? p + 1 : 20000 )); done)',
+    "export DDPJOB_MASTER_PORT",
+]
+
 
 @dataclass
 class SlurmCommon:
@@ -174,9 +187,7 @@ def render_plan(common: SlurmCommon, elements: list[SlurmElement], *, script: st
     per-node command as an equivalent shell line (every word quoted; it never goes through a shell)."""
     c = common
     runs = len(elements)
-    port = str(c.master_port) if c.master_port else (
-        "launcher.targets.slurm.node.slurm_port($SLURM_ARRAY_JOB_ID, $SLURM_ARRAY_TASK_ID)" if array
-        else "launcher.targets.slurm.node.slurm_port($SLURM_JOB_ID)")
+    port = str(c.master_port) if c.master_port else "a free port found by the sbatch script (see # setup)"
     out = [
         f"# ddpjob slurm plan: job {c.job_id}",
         f"# {c.nodes} node(s) x {c.procs_per_node} process(es)"

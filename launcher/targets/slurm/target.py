@@ -34,7 +34,7 @@ from launcher.targets.shared.rootcause import NodeFailure, first_failure
 from launcher.targets.slurm import query as slurm_query
 from launcher.targets.slurm.options import _IMAGE_RE, time_to_minutes
 from launcher.targets.slurm.script import (
-    SlurmCommon, SlurmElement, node_paths, render_plan, resolve_folder, sbatch_script,
+    PORT_SETUP, SlurmCommon, SlurmElement, node_paths, render_plan, resolve_folder, sbatch_script,
 )
 
 if TYPE_CHECKING:
@@ -84,7 +84,6 @@ class SlurmTarget(Target):
 
     name = "slurm"
     handle_type: ClassVar[type[Handle]] = SlurmHandle
-    passes_host_env = True  # sbatch exports the submitting environment (ddpjob refuses sbatch.export)
     passes_host_env = True  # sbatch exports the submitting environment (ddpjob refuses sbatch.export)
 
     # ------------------------------------------------------------------ plan
@@ -282,7 +281,8 @@ def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, run
     optional = {
         "partition": s.partition, "account": s.account, "qos": s.qos, "constraint": s.constraint,
         "cpus_per_task": cpus, "gpus_per_node": gpus or None, "mem": mem,
-        "exclusive": True if s.exclusive else None, "setup": list(s.setup) or None,
+        "exclusive": True if s.exclusive else None,
+        "setup": [*s.setup, *([] if spec.master_port else PORT_SETUP)] or None,
         "srun_args": srun_args,
         "array_parallelism": (s.array_parallelism or runs) if runs is not None else None,
     }
