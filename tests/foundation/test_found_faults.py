@@ -205,3 +205,30 @@ def test_a_port_taken_before_the_rendezvous_is_replaced(cli, tmp_path):
         assert new_port != port and logs.count(f"port {new_port}") >= 2  # both ranks met there
         return
     pytest.skip("torchrun bound the port before the test could take it, three times")
+
+
+def test_a_state_file_that_cannot_be_written_does_not_fail_a_good_run(tmp_path):
+    """As on a full disk: the supervisor cannot write state.json (here it is a directory), runs the
+    job anyway, and status reads the finished run from the nodes' exit records: SUCCEEDED."""
+    from launcher.specload import load_spec
+    from launcher.targets.base import PlanContext
+    from launcher.targets.local.target import LocalHandle, LocalTarget
+    from launcher.targets.shared.files import to_json, write_json
+
+    (tmp_path / "ok.py").write_text("print('fine')\n")
+    run_dir = tmp_path / "run"
+    loaded = load_spec(None, base={"name": "full", "command": ["python", "ok.py"], "nodes": 2})
+    ctx = PlanContext(job_id="full-abcde", run_dir=str(run_dir), port=None, cpu_count=2, cwd=str(tmp_path),
+                      python=sys.executable)
+    target = LocalTarget()
+    plan = target.plan(loaded, PlanContext(**{**ctx.__dict__, "port": target.pick_port(set())}))
+    run_dir.mkdir()
+    write_json(run_dir / "plan.json", to_json(plan.payload))
+    (run_dir / "state.json").mkdir()  # every write of the state file fails
+    sup = subprocess.run([sys.executable, "-m", "launcher.targets.local.supervisor", str(run_dir)],
+                         env={**os.environ, "DDPJOB_JOB_ID": "full-abcde"}, capture_output=True, text=True,
+                         timeout=240)
+    assert sup.returncode == 0 and "could not write state.json" in sup.stderr, sup.stderr
+    gone = 2**22 + 1  # above Linux's largest pid: a supervisor that no longer runs
+    status = target.status(LocalHandle("full-abcde", str(run_dir), pid=gone, start=None))
+    assert status.state.value == "SUCCEEDED" and "exit records" in status.message, status
