@@ -1,11 +1,16 @@
-"""Fixtures for the trainer tests: a tiny CIFAR-10 written in CIFAR-10's own on-disk format."""
+"""Fixtures for the trainer tests: a tiny CIFAR-10 in its own on-disk format, torchrun, process cleanup."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 import numpy as np
@@ -48,15 +53,69 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture
+def port() -> int:
+    """A free TCP port for a process group's store."""
+    return free_port()
+
+
 def torchrun(nproc: int, args: list[str], *, max_restarts: int = 0, **kw) -> subprocess.Popen:
     """Start the trainer under a real torchrun (one node, ``nproc`` processes, gloo on CPU)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--max-restarts", str(max_restarts),
            "-m", "launcher.train", *args]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}, **kw)
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, **kw)
 
 
 @pytest.fixture
 def run_torchrun():
     return torchrun
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children first), read from /proc; zombies left out."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind() -> Iterator[None]:
+    """A test that fails (or times out) mid-run leaves no torchrun agent or worker behind.
+
+    Anything started under this pytest process during the test and still alive afterwards is
+    killed, and the test's direct children are reaped.
+    """
+    before = set(descendants(os.getpid()))
+    yield
+    # multiprocessing's resource tracker outlives the test that started it, by design: it stays.
+    keep = before | {getattr(resource_tracker._resource_tracker, "_pid", None)}
+    left = [p for p in descendants(os.getpid()) if p not in keep]
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and set(left) & set(descendants(os.getpid())):
+        time.sleep(0.05)
+    for pid in left:
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reap our own (now dead) children
+        except ChildProcessError:
+            pass  # a grandchild: its parent, killed too, or init reaps it
