@@ -137,9 +137,11 @@ def test_numbers_and_options_out_of_range(tmp_path, ddpjob_home):
 
 def test_an_empty_id_never_matches_and_an_ambiguous_prefix_lists_the_candidates(ddpjob_home):
     reg = Registry(ddpjob_home)
-    ids = [reg.reserve("abc", "local", {"name": "abc", "nodes": 1})[0] for _ in range(2)]
-    for blank in ("", " ", "\t"):
+    ids = [reg.reserve("abc", "local", {"name": "abc", "nodes": 1})[0]]
+    for blank in ("", " ", "\t"):  # with one job, "" was a prefix of its id and cancelled it
         assert "an empty job id matches no job" in refused(run("cancel", blank)[0], 4)
+    assert reg.get(ids[0]).state.value == "PENDING"
+    ids.append(reg.reserve("abc", "local", {"name": "abc", "nodes": 1})[0])
     err = refused(run("cancel", "abc-")[0], 4)
     assert "is the start of several job ids" in err and all(i in err for i in ids)
     assert [reg.get(i).state.value for i in ids] == ["PENDING", "PENDING"]  # nothing was cancelled

@@ -20,7 +20,7 @@ REPORT = '''
 import hashlib, json, os
 digest = lambda k: hashlib.sha256(os.environ.get(k, "<unset>").encode()).hexdigest()
 with open(os.path.join(os.environ["DDPJOB_OUTPUT_DIR"], "seen-%s.json" % os.environ["RANK"]), "w") as f:
-    json.dump({k: digest(k) for k in ("API_TOKEN", "HOST_SECRET", "PLAIN")}, f)
+    json.dump({k: digest(k) for k in ("API_TOKEN", "HOST_SECRET", "PLAIN", "OMP_NUM_THREADS")}, f)
 print("rank", os.environ["RANK"], "done", flush=True)
 '''
 
@@ -36,21 +36,22 @@ def every_file(root: Path) -> list[Path]:
 def test_a_job_gets_its_secrets_and_nothing_shows_or_stores_them(cli, tmp_path, ddpjob_home):
     token, host_value = f"tok-{secrets.token_hex(8)}", f"host-{secrets.token_hex(8)}"
     (tmp_path / "report.py").write_text(REPORT)
-    env = {"HOST_SECRET": host_value}
+    env = {"HOST_SECRET": host_value, "OMP_NUM_THREADS": "3"}  # the shell's value wins over ddpjob's default
     args = ["--nodes", "2", "--set", f"env.API_TOKEN={token}", "--set", "env.PLAIN=visible",
-            "--set", "env_from_host=[HOST_SECRET]", "--", "python", "report.py"]
+            "--set", "env_from_host=[HOST_SECRET, OMP_NUM_THREADS]", "--", "python", "report.py"]
     dry = cli("submit", "--dry-run", *args, cwd=tmp_path, env=env)
     assert dry.returncode == 0, dry.stderr
     assert token not in dry.stdout and host_value not in dry.stdout
     assert "API_TOKEN='***'" in dry.stdout and "PLAIN=visible" in dry.stdout
-    assert "# env_from_host: HOST_SECRET" in dry.stdout
+    assert "# env_from_host: HOST_SECRET, OMP_NUM_THREADS" in dry.stdout and "OMP_NUM_THREADS=" not in dry.stdout
 
     job_id = cli("submit", "-q", *args, cwd=tmp_path, env=env, check=True).stdout.strip()
     assert cli("wait", job_id, "--timeout", "180").returncode == 0
     run_dir = ddpjob_home / "runs" / job_id
     for rank in (0, 1):  # the processes received both values
         seen = json.loads((run_dir / "output" / f"seen-{rank}.json").read_text())
-        assert seen == {"API_TOKEN": sha(token), "HOST_SECRET": sha(host_value), "PLAIN": sha("visible")}
+        assert seen == {"API_TOKEN": sha(token), "HOST_SECRET": sha(host_value), "PLAIN": sha("visible"),
+                        "OMP_NUM_THREADS": sha("3")}
 
     shown = [cli("status", job_id, "-o", "json"), cli("status", job_id), cli("list", "-o", "json"), cli("list"),
              cli("logs", job_id)]

@@ -1,0 +1,157 @@
+"""Fuzzing the front door: mutated specs and command lines, run through the real click commands
+in-process (fast enough for a few hundred cases). Every case ends with exit 0 or 2 (4 for a job id:
+the registry is empty), never a traceback or an "internal error", each within seconds and without
+growing the process's memory by more than 300 MB. Nothing is submitted: ``submit`` runs ``--dry-run``."""
+
+from __future__ import annotations
+
+import os
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from launcher.cli import cli
+
+BASE = {
+    "name": "fuzz", "image": "img:1", "command": ["python", "train.py", "--lr", "{lr}"], "nodes": 2,
+    "procs_per_node": 1, "resources": {"cpus": 2, "memory": "2Gi"}, "env": {"SEED": "1", "API_TOKEN": "t"},
+    "nccl": {"debug": "INFO"}, "sweep": {"lr": [0.1, 0.01]}, "max_restarts": 1,
+    "slurm": {"partition": "gpu", "time": "01:00:00"}, "k8s": {"namespace": "ml"}, "local": {}, "workdir": "work",
+    "output_dir": "out/{job_id}",
+}
+BASE_TEXT = yaml.safe_dump(BASE, sort_keys=False)
+FIELDS = ["name", "image", "command", "workdir", "nodes", "procs_per_node", "resources", "resources.cpus",
+          "resources.memory", "env", "env.SEED", "env.DB_PASSWORD", "env_from_host", "nccl", "nccl.extra",
+          "master_port", "max_restarts", "sweep", "sweep.lr", "output_dir", "local", "slurm", "slurm.sbatch",
+          "slurm.container", "k8s", "k8s.env_refs", "colour"]
+FRAGMENTS = ["&a ", "*a", "*b", "!!python/object/apply:os.system ", "!!binary ", "!t ", "? ", "[", "]", "{", "}",
+             ": ", ", ", "- ", "\n", "\n  ", "\t", "'", '"', "#", "|", ">", "\x00", "\x1b", "\r", "\ufeff", "~",
+             "null", "1e999", "-3", "0", "1" * 5000, "<<: *a\n", "---\n", "...\n", "%YAML 1.1\n", "@", "{x}", "{{"]
+# Where a value starts (after "key: " or "- "): edits there change values, not only layout.
+VALUE_AT = sorted({i + 2 for i in range(len(BASE_TEXT)) if BASE_TEXT[i:i + 2] in (": ", "- ")})
+# Scalars YAML reads in surprising ways (YAML 1.1 octal/sexagesimal, huge ints, dates, tags, aliases).
+NASTY = ["1" * 5000, "1e999", "-3", "0", "0o777", "0x1F", "0b101", "1_000", "+1", "1:30", "2024-13-45", "=", "~",
+         ".nan", "-.inf", "yes", "!!binary aGk=", "!!set {a}", "*undefined", "&x [*x]", '"a\\x00b"', '"\\e[2J"',
+         '"a\\nb"', "[", "{a: 1", "? [a]", "|\n  x", "-"]
+LIMIT_S = 10.0
+LIMIT_RSS_KB = 300 * 1024
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**30), 10**30) | st.floats() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+text_edits = st.lists(st.tuples(st.sampled_from(VALUE_AT) | st.integers(0, len(BASE_TEXT)), st.integers(0, 6),
+                                st.sampled_from(FRAGMENTS) | st.text(max_size=8)), min_size=1, max_size=6)
+targets = st.sampled_from(["local", "slurm", "k8s"])
+odd_text = st.text(st.characters(codec="utf-8"), max_size=20) | st.sampled_from(["", " ", "-1", "nan", "inf", "1e999"])
+
+
+def replace_values(picks: list[tuple[int, str]]) -> str:
+    """Replace the value of some ``key: value`` lines of the base spec with a nasty scalar."""
+    lines = BASE_TEXT.splitlines()
+    keyed = [i for i, line in enumerate(lines) if ": " in line]
+    for which, scalar in picks:
+        i = keyed[which % len(keyed)]
+        lines[i] = lines[i].split(": ", 1)[0] + ": " + scalar
+    return "\n".join(lines) + "\n"
+
+
+def mutate_text(edits: list[tuple[int, int, str]]) -> str:
+    text = BASE_TEXT
+    for pos, cut, fragment in edits:
+        pos = min(pos, len(text))
+        text = text[:pos] + fragment + text[pos + cut:]
+    return text
+
+
+def mutate_data(changes: list[tuple[str, object]]) -> str:
+    data = yaml.safe_load(BASE_TEXT)
+    for dotted, value in changes:
+        cur = data
+        *parents, last = dotted.split(".")
+        for p in parents:
+            cur = cur.setdefault(p, {}) if isinstance(cur, dict) else {}
+        if isinstance(cur, dict):
+            cur[last] = value
+    return yaml.safe_dump(data, allow_unicode=True)
+
+
+def check(args: list[str], allowed: tuple[int, ...]) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    result = CliRunner().invoke(cli, args, catch_exceptions=True)
+    took = time.monotonic() - start
+    out = result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), (args, repr(result.exception))
+    assert result.exit_code in allowed, (args, result.exit_code, out[-2000:])
+    assert "Traceback" not in out and "internal error" not in out, (args, out[-2000:])
+    assert took < LIMIT_S, (args, took)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < LIMIT_RSS_KB, args
+
+
+def spec_commands(text: str, target: str) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "spec.yaml"
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        check(["validate", str(path)], (0, 2))
+        check(["submit", str(path), "--dry-run", "--target", target], (0, 2))
+
+
+EXAMPLES = int(os.environ.get("DDPJOB_FUZZ_EXAMPLES", "120"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@settings(FUZZ, max_examples=3 * EXAMPLES)  # the cheapest cases, and where the YAML corner cases are
+@given(edits=text_edits, target=targets)
+def test_mutated_spec_text(edits, target):
+    spec_commands(mutate_text(edits), target)
+
+
+def test_every_nasty_scalar_in_every_field():
+    """Not random: each nasty scalar as the value of each field of the base spec, each target in turn."""
+    keyed = len([line for line in BASE_TEXT.splitlines() if ": " in line])
+    for i in range(keyed):
+        for j, scalar in enumerate(NASTY):
+            spec_commands(replace_values([(i, scalar)]), ("local", "slurm", "k8s")[(i + j) % 3])
+
+
+@FUZZ
+@given(picks=st.lists(st.tuples(st.integers(0, 100), st.sampled_from(NASTY)), min_size=2, max_size=4), target=targets)
+def test_nasty_scalars(picks, target):
+    spec_commands(replace_values(picks), target)
+
+
+@FUZZ
+@given(changes=st.lists(st.tuples(st.sampled_from(FIELDS), values), min_size=1, max_size=4), target=targets)
+def test_mutated_spec_values(changes, target):
+    spec_commands(mutate_data(changes), target)
+
+
+@FUZZ
+@given(
+    target=targets,
+    options=st.lists(st.tuples(st.sampled_from(["--set", "-p", "--nodes", "--name", "--set"]),
+                               st.tuples(st.sampled_from(FIELDS), odd_text).map(lambda kv: f"{kv[0]}={kv[1]}") | odd_text),
+                     max_size=4),
+    command=st.lists(odd_text, min_size=0, max_size=3),
+)
+def test_mutated_submit_command_lines(target, options, command):
+    flat = [x for pair in options for x in pair]
+    check(["submit", "--dry-run", "--target", target, *flat, "--", "python", "train.py", *command], (0, 2))
+
+
+@FUZZ
+@given(verb=st.sampled_from(["status", "logs", "cancel", "wait"]), job_id=odd_text,
+       option=st.sampled_from([[], ["--node"], ["--rank"], ["--task"], ["--tail"], ["--timeout"], ["-o"]]),
+       value=odd_text)
+def test_mutated_job_command_lines(verb, job_id, option, value):
+    args = [verb, job_id, *(option + [value] if option else [])]
+    check(args, (0, 2, 4))
