@@ -234,6 +234,10 @@ def test_in_a_pod_without_kubeconfig_the_service_account_is_used(tmp_path, monke
         host, port = api.url.removeprefix("https://").split(":")
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
         monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+        (sa / "token").rename(sa / "token.off")
+        code, out = run("submit", str(spec), "--target", "k8s", "--dry-run=server")
+        assert code == 3 and f"cannot use the pod's service account ({sa}): Service token file does not exist" in out, out
+        (sa / "token.off").rename(sa / "token")
         code, out = run("submit", str(spec), "--target", "k8s", "--set", "command=[python, -c, 'print(1)']")
         assert code == 0 and "Submitted" in out, out
         assert {r["authorization"].lower() for r in api.server.requests} == {"bearer sa-token-123"}

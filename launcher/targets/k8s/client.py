@@ -112,7 +112,7 @@ class Kube:
             if in_cluster:
                 from kubernetes.config.incluster_config import InClusterConfigLoader
 
-                where = f"the pod's service account ({SERVICE_ACCOUNT_DIR})"
+                where = f"pod's service account ({SERVICE_ACCOUNT_DIR})"
                 cfg = client.Configuration()
                 InClusterConfigLoader(token_filename=os.path.join(SERVICE_ACCOUNT_DIR, "token"),
                                       cert_filename=os.path.join(SERVICE_ACCOUNT_DIR, "ca.crt")).load_and_set(cfg)
