@@ -8,21 +8,18 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from launcher.cli_support import DEBUG, exit_codes_help, flush_stdout, guard as _guard, interrupted as _interrupted
 from launcher.states import JobState
-from launcher.targets import TARGET_NAMES  # names only: no target is imported here
+from launcher.cli_spec import TARGET_CHOICE, jobs_service as _jobs, load as _load, overrides as _overrides
+from launcher.cli_spec import spec_options as _spec_options
+from launcher.cli_tools import TOOLS, complete_job_ids, complete_spec_files
 
 if TYPE_CHECKING:
     from launcher.jobs import Jobs
-    from launcher.specload import LoadedSpec
-
-TARGET_CHOICE = click.Choice(TARGET_NAMES)
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=exit_codes_help())
@@ -44,55 +41,10 @@ def cli(debug: bool) -> None:
         DEBUG["on"] = True
 
 
-# --------------------------------------------------------------------------- spec helpers
-
-def _spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for deco in reversed([
-        click.option("--target", "-t", type=TARGET_CHOICE, default="local", show_default=True, help="Where to run."),
-        click.option("--nodes", "-n", type=int, help="Override nodes."),
-        click.option("--procs-per-node", "-p", help="Override procs_per_node (an integer or 'auto')."),
-        click.option("--name", help="Override the job name."),
-        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-                     help="Override any field, e.g. --set resources.cpus=4 --set env.SEED=1 (repeatable)."),
-    ]):
-        fn = deco(fn)
-    return fn
-
-
-def _overrides(sets: tuple[str, ...], nodes: int | None, procs: str | None, name: str | None) -> list[str]:
-    out = list(sets)
-    if nodes is not None:
-        out.append(f"nodes={nodes}")
-    if procs is not None:
-        out.append(f"procs_per_node={procs}")
-    if name is not None:
-        out.append(f"name={name}")
-    return out
-
-
-def _load(args: tuple[str, ...], overrides: list[str]) -> LoadedSpec:
-    """A spec file (``SPEC``) or a bare command (``-- python train.py ...``)."""
-    from launcher import jobs
-    from launcher.errors import UsageError
-
-    if args and args[0].endswith((".yaml", ".yml")):
-        if len(args) > 1:
-            raise UsageError(f"extra arguments after the spec {args[0]}: {' '.join(args[1:])}; "
-                             "put the command in the spec's command:, or use --set")
-        return jobs.load(args[0], overrides=overrides)
-    return jobs.load(None, command=list(args), overrides=overrides)
-
-
-def _jobs() -> Jobs:
-    from launcher.jobs import Jobs
-
-    return Jobs()
-
-
 # --------------------------------------------------------------------------- commands
 
 @cli.command()
-@click.argument("args", nargs=-1, metavar="[SPEC | -- COMMAND...]")
+@click.argument("args", nargs=-1, metavar="[SPEC | -- COMMAND...]", shell_complete=complete_spec_files)
 @_spec_options
 @click.option("--dry-run", type=click.Choice(["client", "server"]), is_flag=False, flag_value="client",
               default=None, help="Print the plan and stop: nothing is submitted or recorded. "
@@ -184,7 +136,7 @@ def _follow_to_end(service: Jobs, job_id: str, flt: Any = None) -> int:
 
 
 @cli.command()
-@click.argument("spec_file", metavar="SPEC")
+@click.argument("spec_file", metavar="SPEC", shell_complete=complete_spec_files)
 @_spec_options
 @_guard
 def render(spec_file: str, target: str, nodes: int | None, procs_per_node: str | None, name: str | None,
@@ -203,7 +155,7 @@ def render(spec_file: str, target: str, nodes: int | None, procs_per_node: str |
 
 
 @cli.command()
-@click.argument("spec_files", nargs=-1, required=True, metavar="SPEC...")
+@click.argument("spec_files", nargs=-1, required=True, metavar="SPEC...", shell_complete=complete_spec_files)
 @click.option("--target", "-t", type=TARGET_CHOICE, help="Also run this target's checks (e.g. the PyTorchJob CRD schema).")
 @_guard
 def validate(spec_files: tuple[str, ...], target: str | None) -> None:
@@ -253,22 +205,25 @@ def schema() -> None:
 
 
 @cli.command()
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @_guard
 def status(job_id: str, output: str) -> None:
     """Show a job's state, each run's nodes and exit codes, and the root cause of a failure."""
     import json
 
-    rec, st = _jobs().refresh(job_id)
+    service = _jobs()
+    rec, st = service.refresh(job_id)
+    progress = service.progress(rec)
     if output == "json":
         data = rec.to_json()
         data["status"] = st.to_json() if st else None
+        data["progress"] = progress
         click.echo(json.dumps(data, indent=2, sort_keys=True))
         return
     from launcher.show import status_lines
 
-    for line in status_lines(rec, st):
+    for line in status_lines(rec, st, progress):
         click.echo(line)
 
 
@@ -276,26 +231,33 @@ def status(job_id: str, output: str) -> None:
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--limit", type=click.IntRange(min=0), default=50, show_default=True, help="Newest N jobs (0: all).")
 @click.option("--target", "-t", type=TARGET_CHOICE, help="Only jobs of this target.")
+@click.option("--du", is_flag=True, help="Also show the disk space each job's run directory uses.")
 @_guard
-def list_(output: str, limit: int, target: str | None) -> None:
-    """List jobs, newest first (states of unfinished jobs are refreshed)."""
+def list_(output: str, limit: int, target: str | None, du: bool) -> None:
+    """List jobs, newest first (states of unfinished jobs are refreshed, with their progress).
+
+    -o json gives a compact record per job (id, state, shape, native ids, progress); the whole
+    spec and handle are in `ddpjob status ID -o json`.
+    """
     import json
 
-    fresh = _jobs().list_jobs(limit=limit or None, target=target)
-    if output == "json":
-        click.echo(json.dumps([r.to_json() for r in fresh], indent=2, sort_keys=True))
+    from launcher.show import job_summary, job_table
+
+    service = _jobs()
+    fresh = service.list_jobs(limit=limit or None, target=target)
+    progress = {r.id: service.progress(r) for r in fresh if not r.state.terminal}
+    if output == "json":  # compact: the whole spec and handle stay in status -o json
+        click.echo(json.dumps([job_summary(r, progress.get(r.id)) for r in fresh], indent=2, sort_keys=True))
         return
     if not fresh:
         click.echo("no jobs yet; submit one with: ddpjob submit jobs/quickstart.yaml --target local --nodes 2")
         return
-    from launcher.show import job_table
-
-    for line in job_table(fresh):
+    for line in job_table(fresh, progress, disk=du):
         click.echo(line)
 
 
 @cli.command()
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
 @click.option("--node", type=click.IntRange(min=0), help="Only this node (0-based).")
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
@@ -323,7 +285,7 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
 
 
 @cli.command()
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option("--task", type=click.IntRange(min=0), help="Cancel only this run of a sweep (Slurm array element); the others go on.")
 @_guard
 def cancel(job_id: str, task: int | None) -> None:
@@ -348,14 +310,29 @@ def cancel(job_id: str, task: int | None) -> None:
 
 
 @cli.command()
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option("--timeout", type=float, help="Give up after this many seconds (exit 124; the job keeps running).")
 @_guard
 def wait(job_id: str, timeout: float | None) -> None:
     """Wait until a job ends. Exit 0 only if it SUCCEEDED, 1 otherwise."""
-    rec = _jobs().wait(job_id, timeout)
+    service = _jobs()
+    live = sys.stderr.isatty()  # a one-line live progress on a terminal, never when piped
+
+    def show(rec: Any) -> None:
+        from launcher.progress import describe
+
+        line = f"{rec.id}: {rec.state.value}" + (f", {describe(p)}" if (p := service.progress(rec)) else "")
+        click.echo(f"\r\033[K{line[:200]}", err=True, nl=False)
+
+    rec = service.wait(job_id, timeout, on_poll=show if live else None)
+    if live:
+        click.echo("\r\033[K", err=True, nl=False)
     click.echo(f"{rec.id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""))
     sys.exit(0 if rec.state is JobState.SUCCEEDED else 1)
+
+
+for _tool in TOOLS:  # completion, rm, prune, doctor (launcher/cli_tools.py)
+    cli.add_command(_tool)
 
 
 def main() -> None:

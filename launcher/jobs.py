@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -267,9 +267,27 @@ class Jobs:
             out.append(r)
         return out
 
-    def wait(self, job_id: str, timeout: float | None = None) -> JobRecord:
+    def progress(self, rec: JobRecord) -> dict[str, Any] | None:
+        """How far the job is (``launcher.progress``) when a run's metrics file is readable here:
+        the latest run that reports steps (``task`` says which, for a sweep)."""
+        from launcher.progress import read_progress
+
+        if rec.handle is None:
+            return None
+        tgt, handle = self._target_and_handle(rec)
+        files = tgt.metrics_files(handle)
+        found = [(i, p) for i, f in enumerate(files) if (p := read_progress(f)) is not None]
+        if not found:
+            return None
+        index, progress = found[-1]
+        return {**progress, "task": index} if len(files) > 1 else progress
+
+    def wait(self, job_id: str, timeout: float | None = None,
+             on_poll: Callable[[JobRecord], None] | None = None) -> JobRecord:
         """Poll until the job ends (politely: backing off to one query every 5 s).
 
+        Args:
+            on_poll: called with the record after each poll of a running job (live progress).
         Raises:
             WaitTimeout: ``timeout`` seconds passed first; the job keeps running.
         """
@@ -280,6 +298,8 @@ class Jobs:
             rec, _ = self.refresh(job_id)
             if rec.state.terminal:
                 return rec
+            if on_poll is not None:
+                on_poll(rec)
             elapsed = time.monotonic() - start
             if timeout is not None and elapsed >= timeout:
                 raise WaitTimeout(f"{rec.id} is still {rec.state.value} after {timeout:g}s; it keeps running")

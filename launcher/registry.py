@@ -211,6 +211,11 @@ class Registry:
         with self._connect(write=True) as conn:
             conn.execute("DELETE FROM jobs WHERE id = :id AND handle_json IS NULL", {"id": job_id})
 
+    def delete(self, job_id: str) -> None:
+        """Forget a job (``ddpjob rm``); the caller removes its files."""
+        with self._connect(write=True) as conn:
+            conn.execute("DELETE FROM jobs WHERE id = :id", {"id": job_id})
+
     def record_handle(self, job_id: str, handle: dict[str, Any], shape: dict[str, int] | None = None) -> None:
         """Phase two: what the target returned, so later shells can find the job, and the shape of
         the plan (``runs``, ``nodes``, ``procs_per_node``) that ``logs`` and ``cancel`` check against."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from launcher.registry import JobRecord
@@ -14,13 +15,17 @@ def when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
-def status_lines(rec: JobRecord, st: JobStatus | None) -> list[str]:
-    """The job, its state and root cause, each run (task) and its nodes."""
+def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] | None = None) -> list[str]:
+    """The job, its state and root cause, its progress, each run (task) and its nodes."""
+    from launcher.progress import describe
+
     out: list[str] = []
     out.append(f"job:      {rec.id} ({rec.target})")
     out.append(f"state:    {rec.state.value}")
     if rec.message:
         out.append(f"message:  {rec.message}")
+    if progress:
+        out.append(f"progress: {describe(progress)}" + (f" (task {progress['task']})" if "task" in progress else ""))
     out.append(f"run dir:  {rec.run_dir}")
     out.append(f"created:  {when(rec.created_at)}" + (f"   ended: {when(rec.ended_at)}" if rec.ended_at else ""))
     if st is not None:
@@ -37,10 +42,42 @@ def status_lines(rec: JobRecord, st: JobStatus | None) -> list[str]:
     return out
 
 
-def job_table(records: list[JobRecord]) -> list[str]:
-    """One row per job, columns aligned; the message (cut to 60 characters) last."""
-    rows = [("ID", "TARGET", "STATE", "NODES", "CREATED", "MESSAGE")]
+def job_table(records: list[JobRecord], progress: dict[str, dict[str, Any] | None] | None = None, *,
+              disk: bool = False) -> list[str]:
+    """One row per job, columns aligned; the message (or a running job's progress) last, cut to 60."""
+    from launcher.cleanup import disk_use
+    from launcher.progress import describe
+
+    head = ("ID", "TARGET", "STATE", "NODES", "CREATED") + (("SIZE",) if disk else ())
+    rows = [(*head, "MESSAGE")]
     for r in records:
-        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), when(r.created_at), r.message[:60]))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[5] for row in rows]
+        note = describe((progress or {}).get(r.id)) or r.message
+        size = (_size(disk_use(r.run_dir)),) if disk else ()
+        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), when(r.created_at), *size, note[:60]))
+    n = len(head)
+    widths = [max(len(row[i]) for row in rows) for i in range(n)]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[n] for row in rows]
+
+
+def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The compact record of ``list -o json`` (the whole spec is in ``status -o json``)."""
+    shape = rec.shape or {}
+    handle = rec.handle or {}
+    native = [handle["slurm_job_id"]] if handle.get("slurm_job_id") else \
+        [j.get("name") for j in handle.get("jobs", []) if isinstance(j, dict)]
+    return {
+        "id": rec.id, "name": rec.name, "target": rec.target, "state": rec.state.value,
+        "message": rec.message[:500],
+        "created": datetime.fromtimestamp(rec.created_at, timezone.utc).isoformat(timespec="seconds"),
+        "ended": datetime.fromtimestamp(rec.ended_at, timezone.utc).isoformat(timespec="seconds") if rec.ended_at else None,
+        "nodes": shape.get("nodes", rec.spec.get("nodes")), "procs_per_node": shape.get("procs_per_node"),
+        "runs": shape.get("runs"), "native_ids": native, "progress": progress,
+    }
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "K", "M", "G"):
+        if n < 1024 or unit == "G":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n}"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.states import JobState, combine
-from launcher.targets.shared.files import from_json, to_json
+from launcher.targets.shared.files import from_json, read_json, to_json
 
 if TYPE_CHECKING:
     from launcher.specload import LoadedSpec
@@ -226,6 +226,18 @@ class Target(abc.ABC):
     def pick_port(self, busy: set[int]) -> int:
         """A free rendezvous port not in ``busy`` (only for targets with ``picks_port``)."""
         raise NotImplementedError
+
+    def metrics_files(self, handle: Any) -> list[str]:
+        """Each run's metrics file (``$DDPJOB_METRICS_FILE``, see ``launcher.progress``) where this
+        machine can read it: from the output folders in the job's ``plan.json``. Targets whose runs
+        write elsewhere (in pods) return []."""
+        import os
+
+        from launcher.progress import metrics_path
+
+        plan = read_json(os.path.join(handle.run_dir, "plan.json"))
+        elements = plan.get("elements", []) if isinstance(plan, dict) else []
+        return [metrics_path(el["output_dir"]) for el in elements if isinstance(el, dict) and el.get("output_dir")]
 
     def load_handle(self, data: dict[str, Any]) -> Handle:
         """The handle stored in the registry as JSON, back as this target's dataclass."""

@@ -278,6 +278,9 @@ class KubernetesTarget(Target):
             return
         yield from reader.follow(lambda: self._status(kube, handle, pods=False).state.terminal)
 
+    def metrics_files(self, handle: K8sHandle) -> list[str]:
+        return []  # the runs write their metrics inside the pods
+
     # ------------------------------------------------------------------ cancel
     def cancel(self, handle: K8sHandle) -> None:
         kube = _kube(handle.context, handle.namespace)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+from launcher.progress import metrics_path
+
 _PYTHONS = ("python", "python3")
 
 
@@ -82,9 +84,10 @@ def run_env(
 ) -> dict[str, str]:
     """The variables of one run's processes on one node, sorted: the node's ``base`` (NCCL,
     threads, the spec's env), the run's own env (sweep placeholders filled), then what ddpjob sets
-    for every run (``DDPJOB_*``, and torchrun's error file where the target reads it back)."""
+    for every run (``DDPJOB_*``, the metrics file that ``launcher.progress`` reads, and torchrun's
+    error file where the target reads it back)."""
     env = {**base, **element_env, "DDPJOB_JOB_ID": job_id, "DDPJOB_SWEEP_INDEX": str(sweep_index),
-           "DDPJOB_OUTPUT_DIR": output_dir}
+           "DDPJOB_OUTPUT_DIR": output_dir, "DDPJOB_METRICS_FILE": metrics_path(output_dir)}
     if error_file is not None:
         env["TORCHELASTIC_ERROR_FILE"] = error_file
     return dict(sorted(env.items()))

@@ -1,0 +1,136 @@
+"""The Python API: submit and follow ddpjob jobs from a notebook, a pipeline or a script.
+
+It walks the same path as the command line (``launcher.jobs``), so a job submitted here is a job
+like any other: ``ddpjob status/logs/cancel`` see it, and ``get`` finds CLI jobs.
+
+Example::
+
+    from launcher import api
+
+    job = api.submit("jobs/quickstart.yaml", target="local", nodes=2)
+    state = job.wait()                       # JobState.SUCCEEDED
+    for line in job.logs(rank=1, tail=5):
+        print(line)
+    again = api.get(job.id)
+    print([j.id for j in api.list_jobs()])
+
+Errors are typed (all are ``DdpjobError``): ``SpecError`` (its ``issues`` list every problem
+with its field path), ``JobNotFound``, ``TargetUnavailable``, ``SubmitRejected``, ``WaitTimeout``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from launcher.errors import DdpjobError, JobNotFound, SpecError, SubmitRejected, TargetUnavailable, WaitTimeout
+from launcher.jobs import Jobs, load
+from launcher.states import JobState
+from launcher.targets.base import JobStatus, LogFilter
+
+__all__ = [
+    "DdpjobError", "Job", "JobNotFound", "JobState", "JobStatus", "SpecError", "SubmitRejected",
+    "TargetUnavailable", "WaitTimeout", "get", "list_jobs", "submit",
+]
+
+
+class Job:
+    """A submitted job, found by its id in the registry (``$DDPJOB_HOME``)."""
+
+    def __init__(self, job_id: str, jobs: Jobs | None = None) -> None:
+        self._jobs = jobs or Jobs()
+        self.id = job_id
+
+    def __repr__(self) -> str:
+        return f"Job({self.id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @property
+    def target(self) -> str:
+        return self._jobs.get(self.id).target
+
+    def status(self) -> JobStatus:
+        """The current state (``.state``, a ``JobState``), message (the root cause of a failure),
+        runs (``.tasks``) and details, asked of the target now."""
+        rec, st = self._jobs.refresh(self.id)
+        if st is None:
+            return JobStatus(rec.state, rec.message)
+        return JobStatus(rec.state, rec.message or st.message, st.tasks, st.details)
+
+    def wait(self, timeout: float | None = None) -> JobState:
+        """Block until the job ends; its final state. ``WaitTimeout`` after ``timeout`` seconds."""
+        return self._jobs.wait(self.id, timeout).state
+
+    def logs(self, follow: bool = False, node: int | None = None, rank: int | None = None,
+             task: int | None = None, tail: int | None = None) -> Iterator[str]:
+        """Lines of output, each prefixed with its node and rank (``follow``: until the job ends)."""
+        return self._jobs.logs(self.id, LogFilter(task=task, node=node, rank=rank, tail=tail), follow=follow)
+
+    def cancel(self) -> None:
+        """Stop the job and every process it started; safe to repeat."""
+        self._jobs.cancel(self.id)
+
+
+def submit(
+    spec: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    *,
+    target: str = "local",
+    nodes: int | None = None,
+    procs_per_node: int | str | None = None,
+    name: str | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    command: Sequence[str] | None = None,
+) -> Job:
+    """Submit a job and return at once.
+
+    Args:
+        spec: a spec file, a spec as a dict, or None with ``command``.
+        target: ``local``, ``slurm`` or ``k8s``.
+        nodes, procs_per_node, name: as ``--nodes``, ``--procs-per-node``, ``--name``.
+        overrides: ``{"resources.cpus": 4, "env.SEED": "1"}`` or ``["resources.cpus=4"]`` (as ``--set``).
+        command: the program when there is no spec, e.g. ``["python", "train.py", "--lr", "0.1"]``.
+    """
+    sets = _overrides(overrides)
+    sets += [f"{k}={json.dumps(v)}" for k, v in (("nodes", nodes), ("procs_per_node", procs_per_node),
+                                                   ("name", name)) if v is not None]
+    if isinstance(spec, Mapping):
+        from launcher.specload import load_spec
+
+        base = dict(spec)
+        if command is not None:
+            base["command"] = list(command)
+        loaded = load_spec(None, overrides=sets, base=base)
+    elif spec is not None:
+        loaded = load(os.fspath(spec), overrides=sets)
+    else:
+        loaded = load(None, command=list(command or []), overrides=sets)
+    jobs = Jobs()
+    return Job(jobs.submit(loaded, target).job_id, jobs)
+
+
+def get(job_id: str) -> Job:
+    """The job with this id (or a unique prefix of it); ``JobNotFound`` otherwise."""
+    jobs = Jobs()
+    return Job(jobs.get(job_id).id, jobs)
+
+
+def list_jobs(limit: int | None = None) -> list[Job]:
+    """Jobs, newest first (their states refreshed as ``ddpjob list`` does)."""
+    jobs = Jobs()
+    return [Job(rec.id, jobs) for rec in jobs.list_jobs(limit=limit)]
+
+
+def _overrides(overrides: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
+    if overrides is None:
+        return []
+    if isinstance(overrides, Mapping):
+        # JSON is YAML: a string stays the exact string, numbers and lists keep their type.
+        return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    return [str(o) for o in overrides]

@@ -1,0 +1,160 @@
+"""Commands around the jobs: shell completion, removing finished jobs, and ``doctor``. Imports only
+click at start-up; each command imports what it needs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from click.shell_completion import CompletionItem
+
+from launcher.cli_spec import TARGET_CHOICE
+from launcher.cli_support import guard
+
+SHELLS = ("bash", "zsh", "fish")
+
+
+def complete_job_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Job ids for ID arguments, newest first, with their state as help (zsh and fish show it)."""
+    try:
+        from launcher.registry import Registry
+
+        records = Registry().list(limit=200)
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into the shell
+        return []
+    return [CompletionItem(r.id, help=r.state.value) for r in records if r.id.startswith(incomplete)]
+
+
+def complete_spec_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Spec files: the shell completes paths."""
+    return [CompletionItem(incomplete, type="file")]
+
+
+@click.command()
+@click.argument("shell", type=click.Choice(SHELLS))
+def completion(shell: str) -> None:
+    """Print the shell completion script (commands, options, targets, spec files and job ids).
+
+    \b
+    Install:
+      bash:  ddpjob completion bash > ~/.local/share/bash-completion/completions/ddpjob
+      zsh:   ddpjob completion zsh > "${fpath[1]}/_ddpjob"
+      fish:  ddpjob completion fish > ~/.config/fish/completions/ddpjob.fish
+    Or for this shell only:  eval "$(ddpjob completion bash)"
+    """
+    from click.shell_completion import get_completion_class
+
+    from launcher.cli import cli
+
+    cls = get_completion_class(shell)
+    assert cls is not None
+    click.echo(cls(cli, {}, "ddpjob", "_DDPJOB_COMPLETE").source())
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_job_ids)
+@click.option("--force", is_flag=True, help="Cancel a job that still runs, then remove it.")
+@guard
+def rm(job_ids: tuple[str, ...], force: bool) -> None:
+    """Remove finished jobs: their records and run directories under $DDPJOB_HOME.
+
+    Folders elsewhere (a Slurm job folder, an output_dir you chose) may hold your results: they are
+    listed, never deleted.
+
+    \b
+    Examples:
+      ddpjob rm quickstart-ab2cd
+      ddpjob rm --force sweep-x7k2m     # cancel it first
+    """
+    from launcher.cleanup import remove
+    from launcher.jobs import Jobs
+
+    jobs = Jobs()
+    for job_id in job_ids:
+        done = remove(jobs, job_id, force=force)
+        click.echo(f"{done.job_id}: removed ({done.freed / 2**20:.1f} MiB freed)")
+        for path in done.kept:
+            click.echo(f"  kept {path} (not under $DDPJOB_HOME: remove it yourself if you no longer need it)")
+
+
+@click.command()
+@click.option("--older-than", default="7d", show_default=True, help="Jobs that ended longer ago than this (7d, 12h, 30m, 0).")
+@click.option("--state", "states", multiple=True, type=click.Choice(["SUCCEEDED", "FAILED", "CANCELLED"]),
+              help="Only jobs that ended in this state (repeatable; default: all finished jobs).")
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+@guard
+def prune(older_than: str, states: tuple[str, ...], dry_run: bool) -> None:
+    """Remove every finished job that ended a while ago (as ddpjob rm does, one by one).
+
+    \b
+    Examples:
+      ddpjob prune                          # finished more than 7 days ago
+      ddpjob prune --older-than 0 --state FAILED --dry-run
+    """
+    from launcher import cleanup
+    from launcher.jobs import Jobs
+    from launcher.states import JobState
+
+    removed = cleanup.prune(Jobs(), older_than_s=cleanup.parse_duration(older_than),
+                            states={JobState(s) for s in states} or None, dry_run=dry_run)
+    for r in removed:
+        click.echo(f"{r.job_id}: {'would be removed' if dry_run else 'removed'} ({r.freed / 2**20:.1f} MiB)")
+    total = sum(r.freed for r in removed) / 2**20
+    click.echo(f"{len(removed)} job(s), {total:.1f} MiB" + (" (dry run: nothing removed)" if dry_run else " freed"))
+
+
+@click.command()
+@click.argument("spec_file", required=False, metavar="[SPEC]", shell_complete=complete_spec_files)
+@click.option("--target", "-t", type=TARGET_CHOICE, default="local", show_default=True, help="Where to run the check.")
+@click.option("--nodes", "-n", type=click.IntRange(min=1), help="Nodes (default: the spec's, else 2).")
+@click.option("--procs-per-node", "-p", help="Processes per node (an integer or 'auto').")
+@click.option("--max-mib", type=click.IntRange(1, 4096), default=256, show_default=True,
+              help="Largest all-reduce, in MiB (sizes from 1 MiB, x4 each step).")
+@click.option("--iters", type=click.IntRange(1, 100), default=3, show_default=True, help="Timed all-reduces per size.")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@guard
+def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node: str | None, max_mib: int,
+           iters: int, output: str) -> None:
+    """Run a real job that shows what each rank sees and how fast the ranks all-reduce.
+
+    With a SPEC, the job keeps its settings (image, env, NCCL options, resources, target options)
+    and runs the check instead of its command. Each rank reports its backend, NCCL/Gloo variables,
+    network interfaces, GPUs and versions; all-reduce is timed from 1 MiB to --max-mib and reported
+    as algbw and busbw (busbw = algbw x 2(n-1)/n, as nccl-tests). The verdict warns when ranks
+    disagree on settings or the bandwidth is far below the link's. Exit 1 if the job fails.
+
+    \b
+    Examples:
+      ddpjob doctor --target local --nodes 2
+      ddpjob doctor jobs/cifar.yaml --target slurm -o json
+    """
+    from launcher import doctor as doc
+    from launcher.errors import DdpjobError
+    from launcher.jobs import Jobs, load
+    from launcher.specload import load_spec
+    from launcher.states import JobState
+
+    sets = [f"command={json.dumps(doc.probe_command(max_mib, iters))}", "sweep={}", "name=doctor"]
+    if nodes is not None:
+        sets.append(f"nodes={nodes}")
+    if procs_per_node is not None:
+        sets.append(f"procs_per_node={procs_per_node}")
+    loaded = load(spec_file, overrides=sets) if spec_file else load_spec(None, overrides=sets, base=doc.spec_base(nodes))
+    jobs = Jobs()
+    job_id = jobs.submit(loaded, target).job_id
+    click.echo(f"doctor: job {job_id} on {target}, {loaded.spec.nodes} node(s); waiting for it...", err=True)
+    rec = jobs.wait(job_id)
+    if rec.state is not JobState.SUCCEEDED:
+        raise DdpjobError(f"the doctor job {job_id} {rec.state.value}: {rec.message} (ddpjob logs {job_id})")
+    report = doc.collect(jobs, job_id)
+    if output == "json":
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        for line in doc.render(report, report["verdict"]):
+            click.echo(line)
+    sys.exit(0)
+
+
+TOOLS: list[Any] = [completion, rm, prune, doctor]

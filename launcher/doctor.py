@@ -1,0 +1,104 @@
+"""``ddpjob doctor``: run a real job that checks what the ranks see and how fast they all-reduce.
+
+The job runs ``launcher.doctor_probe`` on the chosen target with the spec's settings (image, env,
+NCCL options, resources), so it tests the path a training job will take. Its report comes back
+through the job's logs (one ``[ddpjob-doctor] {json}`` line from rank 0), which works the same on
+every target. The verdict warns when the ranks disagree on settings that must agree, and when
+the bus bandwidth is far below what the network link in use should carry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from launcher.doctor_probe import MARKER
+from launcher.errors import TargetError
+from launcher.targets.base import LogFilter
+
+# Settings every rank must share: a difference means ranks will not talk the same way.
+_MUST_AGREE = ("backend", "torch", "cuda", "nccl")
+_MUST_AGREE_ENV = ("NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_P2P_DISABLE",
+                   "NCCL_NET", "MASTER_ADDR", "MASTER_PORT")
+
+
+def probe_command(max_mib: int, iters: int) -> list[str]:
+    return ["python", "-m", "launcher.doctor_probe", "--max-mib", str(max_mib), "--iters", str(iters)]
+
+
+def read_report(lines: list[str]) -> dict[str, Any]:
+    """The probe's report from the job's log lines (prefixed with node and rank by ``logs``)."""
+    for line in reversed(lines):
+        if MARKER in line:
+            return json.loads(line.split(MARKER, 1)[1])
+    raise TargetError("the doctor job ended without its report; see its logs (ddpjob logs ID)")
+
+
+def verdict(report: dict[str, Any]) -> list[str]:
+    """Warnings about the report; [] when nothing looks wrong."""
+    out = []
+    ranks = report.get("ranks", [])
+    for key in _MUST_AGREE:
+        values = {str(r.get(key)) for r in ranks}
+        if len(values) > 1:
+            out.append(f"ranks disagree on {key}: {', '.join(sorted(values))}")
+    for key in _MUST_AGREE_ENV:
+        values = {r.get("env", {}).get(key, "<unset>") for r in ranks}
+        if len(values) > 1:
+            out.append(f"ranks disagree on {key}: {', '.join(sorted(values))}")
+    speed = _link_gbps(ranks[0].get("env", {}) if ranks else {})
+    results = report.get("results", [])
+    if speed and results:
+        best = max(r["busbw_gbps"] for r in results)
+        if best < 0.1 * speed:
+            out.append(f"bus bandwidth {best:.2f} GB/s is under 10% of the {speed:.1f} GB/s the network link "
+                       "should carry: check NCCL_SOCKET_IFNAME / the interface in use, and NCCL_IB_DISABLE")
+    if results and min(r["busbw_gbps"] for r in results) <= 0:
+        out.append("an all-reduce measured no bandwidth")
+    return out
+
+
+def _link_gbps(env: dict[str, str]) -> float | None:
+    """The speed of the interface NCCL is told to use, from this machine's /sys (GB/s), if known."""
+    name = (env.get("NCCL_SOCKET_IFNAME") or "").lstrip("^=").split(",")[0]
+    if not name or env.get("NCCL_SOCKET_IFNAME", "").startswith("^"):
+        return None
+    try:
+        with open(f"/sys/class/net/{name}/speed", encoding="utf-8") as f:
+            mbits = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return mbits / 8 / 1000 if mbits > 0 else None
+
+
+def render(report: dict[str, Any], warnings: list[str]) -> list[str]:
+    """The text report: who the ranks are, the bandwidth table, the verdict."""
+    ranks = report.get("ranks", [])
+    first = ranks[0] if ranks else {}
+    out = [f"world size {report.get('world_size')}: backend {first.get('backend')}, torch {first.get('torch')}"
+           + (f", CUDA {first['cuda']}" if first.get("cuda") else "") + (f", NCCL {first['nccl']}" if first.get("nccl") else "")]
+    for r in ranks:
+        gpus = f", GPUs: {', '.join(r['gpus'])}" if r.get("gpus") else ""
+        out.append(f"  rank {r.get('rank')} on {r.get('host')} (local rank {r.get('local_rank')}), "
+                   f"interfaces {', '.join(r.get('interfaces', []))}{gpus}")
+    out.append("")
+    out.append(f"{'size':>10}  {'time (us)':>12}  {'algbw (GB/s)':>13}  {'busbw (GB/s)':>13}")
+    for r in report.get("results", []):
+        out.append(f"{r['bytes'] / 2**20:>8.0f}Mi  {r['time_us']:>12.1f}  {r['algbw_gbps']:>13.3f}  {r['busbw_gbps']:>13.3f}")
+    out.append("")
+    out += [f"warning: {w}" for w in warnings] or ["verdict: ok (the ranks agree; bandwidth measured at every size)"]
+    return out
+
+
+def collect(jobs: Any, job_id: str) -> dict[str, Any]:
+    """Read the finished doctor job's report from its logs."""
+    lines = list(jobs.logs(job_id, LogFilter(rank=0), follow=False)) or list(jobs.logs(job_id, LogFilter()))
+    report = read_report(lines)
+    report["job_id"] = job_id
+    report["verdict"] = verdict(report)
+    return report
+
+
+def spec_base(nodes: int | None) -> dict[str, Any]:
+    return {"name": "doctor", "command": ["python"], "nodes": nodes or 2, "workdir": os.getcwd()}

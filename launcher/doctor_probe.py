@@ -1,0 +1,104 @@
+"""The program ``ddpjob doctor`` runs on every rank: what each rank sees, and all-reduce speed.
+
+``python -m launcher.doctor_probe [--max-mib 256] [--iters 3]`` under torchrun (any target). Every
+rank reports its backend, its NCCL/Gloo/rendezvous variables, network interfaces, GPUs and torch,
+CUDA and NCCL versions; rank 0 gathers them, times ``all_reduce`` on float32 tensors from 1 MiB up
+to ``--max-mib`` (x4 each step) and prints one line ``[ddpjob-doctor] {json}`` that the launcher
+reads back from the logs. Bandwidths as nccl-tests report them: algbw = bytes / time, busbw =
+algbw * 2(n-1)/n (what each link carries in a ring all-reduce).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import time
+from typing import Any
+
+MARKER = "[ddpjob-doctor]"
+_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "MASTER_", "OMP_NUM_THREADS",
+                 "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+
+
+def rank_info(backend: str) -> dict[str, Any]:
+    import torch
+
+    gpus = []
+    if torch.cuda.is_available():
+        gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    nccl = None
+    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - a build without NCCL
+            nccl = None
+    return {
+        "rank": int(os.environ.get("RANK", 0)), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
+        "host": socket.gethostname(), "backend": backend, "python": platform.python_version(),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "gpus": gpus,
+        "interfaces": sorted(name for _, name in socket.if_nameindex()),
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)},
+    }
+
+
+def bench(max_mib: int, iters: int, device: Any) -> list[dict[str, Any]]:
+    import torch
+    import torch.distributed as dist
+
+    n = dist.get_world_size()
+    results = []
+    mib = 1
+    while mib <= max_mib:
+        nbytes = mib * 2**20
+        t = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+        dist.all_reduce(t)  # warm-up: connections, buffers
+        _sync(device)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        _sync(device)
+        elapsed = (time.perf_counter() - start) / iters
+        algbw = nbytes / elapsed / 1e9
+        results.append({"bytes": nbytes, "time_us": round(elapsed * 1e6, 1), "algbw_gbps": round(algbw, 4),
+                        "busbw_gbps": round(algbw * 2 * (n - 1) / n, 4) if n > 1 else round(algbw, 4)})
+        mib *= 4
+    return results
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m launcher.doctor_probe", description=__doc__.splitlines()[0])
+    p.add_argument("--max-mib", type=int, default=256, help="largest all-reduce, in MiB (default 256)")
+    p.add_argument("--iters", type=int, default=3, help="timed all-reduces per size (default 3)")
+    args = p.parse_args(argv)
+    import torch
+    import torch.distributed as dist
+
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend)
+    infos: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(infos, rank_info(backend))
+    results = bench(args.max_mib, args.iters, device)
+    if dist.get_rank() == 0:
+        print(f"{MARKER} " + json.dumps({"world_size": dist.get_world_size(), "ranks": infos, "results": results},
+                                        sort_keys=True), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""How far a run is, from its metrics file (``$DDPJOB_METRICS_FILE``).
+
+ddpjob gives every run ``DDPJOB_METRICS_FILE`` (``<output dir>/metrics.jsonl``). Any program may
+append JSON lines to it; the reference trainer does. A line counts when it has an integer
+``step``; these keys are read when present::
+
+    {"step": 120, "total_steps": 300, "loss": 0.41, "samples_per_s": 2100.0, "time": 1764000000.5}
+
+``time`` (seconds since the epoch) dates the line; without it the file's modification time dates
+the last one. ``status``, ``list`` and ``wait`` show step/total, the last loss, the throughput and
+an ETA from the steps per second between the first and the last line. Only the file's first and
+last 64 KiB are read, so a long run costs no more than a short one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+_CHUNK = 64 * 1024
+
+
+def metrics_path(output_dir: str) -> str:
+    return f"{output_dir.rstrip('/')}/{METRICS_FILE}"
+
+
+def _records(data: bytes) -> list[dict[str, Any]]:
+    out = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut by the chunk boundary, or not JSON
+        if isinstance(rec, dict) and isinstance(rec.get("step"), int) and not isinstance(rec.get("step"), bool):
+            out.append(rec)
+    return out
+
+
+def read_progress(path: str) -> dict[str, Any] | None:
+    """``{"step", "total_steps", "loss", "samples_per_s", "eta_s", "updated"}`` (what is known), or
+    None when the file does not exist or has no step yet."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(min(size, _CHUNK))
+            if size > _CHUNK:
+                f.seek(size - _CHUNK)
+            tail = f.read() if size > _CHUNK else head
+            mtime = os.fstat(f.fileno()).st_mtime
+    except OSError:
+        return None
+    last_records = _records(tail)
+    if not last_records:
+        return None
+    first, last = (_records(head) or last_records)[0], last_records[-1]
+    progress: dict[str, Any] = {"step": last["step"]}
+    for key in ("total_steps", "loss", "samples_per_s"):
+        value = next((r[key] for r in reversed(last_records) if isinstance(r.get(key), (int, float))), None)
+        if value is not None:
+            progress[key] = value
+    updated = last.get("time") if isinstance(last.get("time"), (int, float)) else mtime
+    progress["updated"] = updated
+    total = progress.get("total_steps")
+    t0 = first.get("time")
+    if isinstance(total, int) and isinstance(t0, (int, float)) and updated > t0 and last["step"] > first["step"]:
+        per_step = (updated - t0) / (last["step"] - first["step"])
+        progress["eta_s"] = round(max(0, total - last["step"]) * per_step, 1)
+    return progress
+
+
+def describe(progress: dict[str, Any] | None) -> str:
+    """``step 120/300, loss 0.4100, 2100 samples/s, ETA 1m20s`` ('' without progress)."""
+    if not progress:
+        return ""
+    total = progress.get("total_steps")
+    parts = [f"step {progress['step']}" + (f"/{total}" if total else "")]
+    if "loss" in progress:
+        parts.append(f"loss {progress['loss']:.4f}")
+    if "samples_per_s" in progress:
+        parts.append(f"{progress['samples_per_s']:.0f} samples/s")
+    if "eta_s" in progress:
+        parts.append(f"ETA {_duration(progress['eta_s'])}")
+    return ", ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
