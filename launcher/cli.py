@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -124,9 +125,18 @@ def _print_submitted(done: Any, target: str, *, quiet: bool, hints: bool) -> Non
 def _follow_to_end(service: Jobs, job_id: str, flt: Any = None) -> int:
     from launcher.targets.base import LogFilter
 
+    from launcher.progress import describe
+
+    live = sys.stderr.isatty() and sys.stdout.isatty()  # progress between the lines, on a terminal only
+    shown = time.monotonic()
     try:
         for line in service.logs(job_id, flt or LogFilter(), follow=True):
             click.echo(line)
+            if live and time.monotonic() - shown > 15:
+                shown = time.monotonic()
+                progress = describe(service.progress(service.get(job_id)))
+                if progress:
+                    click.echo(f"[ddpjob] {job_id}: {progress}", err=True)
         rec, _ = service.refresh(job_id)
     except KeyboardInterrupt:
         click.echo(f"\nStopped following; {job_id} keeps running. Cancel it with: ddpjob cancel {job_id}", err=True)
