@@ -25,16 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher import dist
 from launcher.errors import TargetError, TargetUnavailable
-from launcher.spec import expand
 from launcher.states import JobState
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
 from launcher.targets.shared import procs
 from launcher.targets.shared.files import atomic_write, from_json, read_json, to_json, write_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 from launcher.targets.shared.logtail import LogSource, follow_files
-from launcher.targets.shared.preflight import missing_program
 from launcher.targets.shared.rootcause import node_failure
 
 if TYPE_CHECKING:
@@ -103,10 +100,16 @@ class LocalTarget(Target):
     passes_host_env = True  # the supervisor and its agents inherit the submitting environment
 
     def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
+        from launcher.targets.shared.preflight import missing_program
+
         spec = loaded.spec
         return missing_program(spec.command, spec.workdir or ctx.cwd)
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
+        # Imported here: status, logs, cancel and the supervisor never load the spec's models.
+        from launcher import dist
+        from launcher.spec import expand
+
         spec = loaded.spec
         port = spec.master_port or ctx.port
         port_text = str(port) if port is not None else PORT_AT_SUBMIT

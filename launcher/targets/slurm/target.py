@@ -20,19 +20,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher import dist
 from launcher.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
 from launcher.quantity import parse_memory, slurm_mem
-from launcher.spec import expand
 from launcher.states import JobState
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.shared.logtail import LogSource, follow_files
-from launcher.targets.shared.preflight import missing_program
 from launcher.targets.shared.rootcause import NodeFailure, first_failure
 from launcher.targets.slurm import query as slurm_query
-from launcher.targets.slurm.options import _IMAGE_RE, time_to_minutes
 from launcher.targets.slurm.script import (
     PORT_SETUP, SlurmCommon, SlurmElement, node_paths, render_plan, resolve_folder, sbatch_script,
 )
@@ -91,11 +87,17 @@ class SlurmTarget(Target):
     def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
         """The script from the working directory, assuming (as Slurm jobs usually do) that it is on
         a filesystem the nodes share; modules only when the nodes run this machine's Python."""
+        from launcher.targets.shared.preflight import missing_program
+
         spec = loaded.spec
         return missing_program(spec.command, spec.workdir or ctx.cwd,
                                check_modules=spec.slurm.container.runtime == "none")
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
+        # Imported here: status, logs and cancel never load the spec's models.
+        from launcher import dist
+        from launcher.spec import expand
+
         spec = loaded.spec
         s = spec.slurm
         gpus = s.gpus_per_node if s.gpus_per_node is not None else spec.resources.gpus
@@ -233,6 +235,8 @@ class SlurmTarget(Target):
 
 def _launch(loaded: LoadedSpec, ctx: PlanContext, folder: str, workdir: str) -> _Launch:
     """The interpreter each node runs and how: on the node itself, or inside a pyxis/apptainer image."""
+    from launcher.targets.slurm.options import _IMAGE_RE
+
     spec = loaded.spec
     c = spec.slurm.container
     image = c.image or spec.image
@@ -261,6 +265,8 @@ def _launch(loaded: LoadedSpec, ctx: PlanContext, folder: str, workdir: str) -> 
 def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, runs: int | None,
                      srun_args: list[str]) -> dict[str, Any]:
     """submitit's ``SlurmExecutor`` parameters (and so the sbatch flags) for the job."""
+    from launcher.targets.slurm.options import time_to_minutes
+
     s = spec.slurm
     memory = s.memory or spec.resources.memory
     if s.memory:
