@@ -199,8 +199,18 @@ class SlurmTarget(Target):
                 label = (f"task{index} " if runs > 1 else "") + f"node{node}"
                 srcs.append(LogSource(node_paths(handle.job_dir, index, node)["log"], label, node,
                                       handle.procs_per_node, index))
-        yield from follow_files(srcs, tail=flt.tail, rank=flt.rank, follow=follow,
-                                finished=_polite(lambda: self.status(handle).state.terminal), poll=0.2)
+        polite = _polite(lambda: self.status(handle).state.terminal)
+        quick = _polite(lambda: self.status(handle).state.terminal, first=0.5, factor=1.0, most=0.5)
+
+        def finished() -> bool:
+            # Once every node's runner has recorded its end (cheap file reads), ask Slurm often:
+            # the job is about to end, and following should not wait out a long polling interval.
+            if all(len(recs := _node_records(handle, i)) == handle.nodes and
+                   all(r.get("state") == "exited" for r in recs) for i in range(handle.runs)):
+                return quick()
+            return polite()
+
+        yield from follow_files(srcs, tail=flt.tail, rank=flt.rank, follow=follow, finished=finished, poll=0.2)
 
     # ------------------------------------------------------------------ cancel
 
