@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """Benchmark the front door and the local target's overhead; prints JSON.
 
-- ``help_s``: wall time of ``ddpjob --help`` (median of N runs, fresh interpreter each time).
-- ``import_cli_s``: ``python -c 'import launcher.cli'`` for comparison with bare ``python -c pass``.
+- ``help_s``: wall time of ``ddpjob --help`` (median of N runs, fresh interpreter each time), against
+  ``python -c 'import click'`` (``help_over_click``).
+- ``render_s`` / ``render_over_help``: ``ddpjob render jobs/cifar.yaml --target T`` for local, slurm
+  and k8s (k8s with the strict CRD check when ``DDPJOB_PYTORCHJOB_CRD`` or ``DDPJOB_SHARED`` gives the
+  CRD: ``k8s_strict`` says whether it ran), each over ``--help``.
 - ``submit_follow_s`` versus ``torchrun_by_hand_s``: a trivial 2-node job (each process does one gloo
   all_reduce) through ``ddpjob submit -f``, and the same two torchrun agents started by hand;
-  ``overhead_ratio`` = ddpjob / by hand. Runs alternate so machine load affects both alike.
+  ``overhead_ratio`` = ddpjob / by hand.
+Every repeat runs each measurement once, in the same order, so machine load affects all sides alike;
+the figures are medians over the repeats.
 
 Usage: python tests/bench/cli_bench.py [--repeats 5]
 """
@@ -59,33 +64,53 @@ def by_hand(workdir: Path) -> float:
     return time.perf_counter() - start
 
 
+def _crd_env() -> dict[str, str]:
+    crd = os.environ.get("DDPJOB_PYTORCHJOB_CRD")
+    if not crd and os.environ.get("DDPJOB_SHARED"):
+        crd = str(Path(os.environ["DDPJOB_SHARED"]) / "reference" / "kubeflow" / "kubeflow.org_pytorchjobs.yaml")
+    return {"DDPJOB_PYTORCHJOB_CRD": crd} if crd and Path(crd).exists() else {}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--skip-submit", action="store_true", help="only the CLI start-up and render figures")
     args = ap.parse_args()
     ddpjob = [sys.executable, "-m", "launcher"]
+    crd = _crd_env()
+    samples: dict[str, list[float]] = {k: [] for k in ("help", "click", "local", "slurm", "k8s", "ours", "hand")}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "trivial.py").write_text(SCRIPT)
-        env = {**os.environ, "DDPJOB_HOME": str(work / "home")}
-        help_s = [timed([*ddpjob, "--help"]) for _ in range(args.repeats)]
-        import_s = [timed([sys.executable, "-c", "import launcher.cli"]) for _ in range(args.repeats)]
-        bare_s = [timed([sys.executable, "-c", "pass"]) for _ in range(args.repeats)]
-        ours, hand = [], []
+        env = {**os.environ, "DDPJOB_HOME": str(work / "home"), **crd}
         for _ in range(args.repeats):
-            hand.append(by_hand(work))
-            ours.append(timed([*ddpjob, "submit", "-q", "-f", "--nodes", "2", "--", "python", "trivial.py"], cwd=work, env=env))
-    result = {
+            samples["help"].append(timed([*ddpjob, "--help"], env=env))
+            samples["click"].append(timed([sys.executable, "-c", "import click"]))
+            for target in ("local", "slurm", "k8s"):
+                samples[target].append(timed([*ddpjob, "render", "jobs/cifar.yaml", "--target", target],
+                                             cwd=REPO, env=env))
+            if not args.skip_submit:
+                samples["hand"].append(by_hand(work))
+                samples["ours"].append(timed([*ddpjob, "submit", "-q", "-f", "--nodes", "2", "--", "python",
+                                              "trivial.py"], cwd=work, env=env))
+    med = {k: statistics.median(v) for k, v in samples.items() if v}
+    result: dict[str, object] = {
         "benchmark": "cli",
         "repeats": args.repeats,
-        "help_s": round(statistics.median(help_s), 4),
-        "import_cli_s": round(statistics.median(import_s), 4),
-        "python_startup_s": round(statistics.median(bare_s), 4),
-        "submit_follow_s": round(statistics.median(ours), 3),
-        "torchrun_by_hand_s": round(statistics.median(hand), 3),
-        "overhead_ratio": round(statistics.median(ours) / statistics.median(hand), 3),
         "cpu_count": os.cpu_count(),
+        "help_s": round(med["help"], 4),
+        "click_import_s": round(med["click"], 4),
+        "help_over_click": round(med["help"] / med["click"], 3),
+        "render_s": {t: round(med[t], 4) for t in ("local", "slurm", "k8s")},
+        "render_over_help": {t: round(med[t] / med["help"], 3) for t in ("local", "slurm", "k8s")},
+        "k8s_strict": bool(crd),
     }
+    if not args.skip_submit:
+        result.update({
+            "submit_follow_s": round(med["ours"], 3),
+            "torchrun_by_hand_s": round(med["hand"], 3),
+            "overhead_ratio": round(med["ours"] / med["hand"], 3),
+        })
     print(json.dumps(result, indent=2))
 
 

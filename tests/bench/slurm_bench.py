@@ -1,6 +1,6 @@
 """Slurm target benchmark: prints one JSON object.
 
-    python tests/bench/slurm_bench.py [--folder DIR] [--array 10] [--repeat 1]
+    python tests/bench/slurm_bench.py [--folder DIR] [--array 10] [--repeat 3]
 
 Measures, against a running Slurm (e.g. ``slurm/cluster.sh``; Slurm commands on PATH):
 - render: ``ddpjob render --target slurm`` wall time (a fresh CLI process) and the in-process plan();
@@ -15,6 +15,10 @@ running ``true`` does not pay. So plain submitit is measured twice: running ``tr
 running the same 1-node ``torchrun --no-python true`` (like for like); ``ddpjob_minus_*_s`` are the
 differences. The array's "to RUNNING" is when *every* element has started, so on a small machine
 it includes waiting for CPUs freed by earlier elements.
+
+With ``--repeat N`` the three sides run one after another N times (alternating, so load affects
+them alike); figures are medians, and ``ratios`` gives ``single_to_done`` and ``array_to_done`` =
+ddpjob / plain submitit running the same torchrun.
 """
 
 from __future__ import annotations
@@ -114,23 +118,40 @@ def bench_submitit(folder: str, array: int, torchrun: bool) -> dict[str, Any]:
     return {"single": single, "array": arr}
 
 
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    import statistics
+
+    return {kind: {k: round(statistics.median(r[kind][k] for r in runs), 3) for k in ("to_running_s", "to_done_s")}
+            for kind in ("single", "array")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--folder", help="shared folder for jobs (default: a new temporary directory)")
     ap.add_argument("--array", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3, help="alternating runs of each side (medians reported)")
     args = ap.parse_args()
     folder = args.folder or tempfile.mkdtemp(prefix="ddpjob-slurm-bench-")
     home = tempfile.mkdtemp(prefix="ddpjob-bench-home-")
     env = {**os.environ, "DDPJOB_HOME": home}
-    result: dict[str, Any] = {"render": bench_render(env), "array_size": args.array, "folder": folder}
-    result["ddpjob"] = bench_ddpjob(folder, env, args.array)
-    result["submitit"] = bench_submitit(folder, args.array, torchrun=False)
-    result["submitit_torchrun"] = bench_submitit(folder, args.array, torchrun=True)
+    result: dict[str, Any] = {"render": bench_render(env), "array_size": args.array, "folder": folder,
+                              "repeat": args.repeat}
+    runs: dict[str, list[dict[str, Any]]] = {"ddpjob": [], "submitit": [], "submitit_torchrun": []}
+    for _ in range(args.repeat):
+        runs["ddpjob"].append(bench_ddpjob(folder, env, args.array))
+        runs["submitit_torchrun"].append(bench_submitit(folder, args.array, torchrun=True))
+        runs["submitit"].append(bench_submitit(folder, args.array, torchrun=False))
+    for side, values in runs.items():
+        result[side] = _median(values)
     for base in ("submitit", "submitit_torchrun"):
         result[f"ddpjob_minus_{base}_s"] = {
             kind: {k: round(result["ddpjob"][kind][k] - result[base][kind][k], 3) for k in ("to_running_s", "to_done_s")}
             for kind in ("single", "array")
         }
+    result["ratios"] = {
+        f"{kind}_to_done": round(result["ddpjob"][kind]["to_done_s"] / result["submitit_torchrun"][kind]["to_done_s"], 3)
+        for kind in ("single", "array")
+    }
     print(json.dumps(result, indent=1, sort_keys=True))
     return 0
 
