@@ -34,10 +34,34 @@ def save(output_dir: str, state: dict[str, Any]) -> Path:
 
 
 def load(output_dir: str, device: torch.device) -> dict[str, Any] | None:
+    """The run's own checkpoint in ``output_dir``, or None before the first one."""
     p = path_in(output_dir)
     if not p.exists():
         return None
     return torch.load(p, map_location=device, weights_only=False)
+
+
+class CheckpointError(Exception):
+    """A checkpoint named on the command line is missing or does not fit; the message says which."""
+
+
+def resolve(path: str) -> Path:
+    """``--resume`` names a checkpoint file or a run's output directory (its checkpoint.pt)."""
+    p = Path(path)
+    p = p / CHECKPOINT if p.is_dir() else p
+    if not p.is_file():
+        raise CheckpointError(f"no checkpoint at {p}")
+    return p
+
+
+def load_file(path: Path, device: torch.device) -> dict[str, Any]:
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=False)
+    except (OSError, RuntimeError, EOFError, ValueError) as e:
+        raise CheckpointError(f"{path} is not a checkpoint written by this trainer: {e}") from e
+    if not isinstance(ckpt, dict) or "model" not in ckpt:
+        raise CheckpointError(f"{path} is not a checkpoint written by this trainer (no 'model' state)")
+    return ckpt
 
 
 def rng_state() -> dict[str, Any]:

@@ -22,12 +22,29 @@ def parser() -> argparse.ArgumentParser:
         epilog=(
             "Outputs (rank 0 only) in --output-dir: metrics.jsonl (one JSON line per logged step, "
             "checkpoint, eval, resume), checkpoint.pt (written atomically; a restart resumes from it "
-            "automatically), summary.json at the end. SIGTERM or SIGUSR2 checkpoints at the next step "
-            "and exits 0.\nExample: torchrun --nproc-per-node 2 -m launcher.train --dataset synthetic --model mlp"
+            "automatically), summary.json at the end. SIGTERM or SIGUSR2 checkpoints within "
+            "--stop-check-every steps (at the same step on every rank) and exits 0.\n"
+            "Evaluation is exact: every sample once, with rank 0's weights and BatchNorm statistics, so "
+            "it equals one process evaluating the checkpoint.\n"
+            "Examples:\n"
+            "  torchrun --nproc-per-node 2 -m launcher.train --dataset synthetic --model mlp\n"
+            "  python -m launcher.train --eval-only --resume outputs/checkpoint.pt --output-dir eval "
+            "--dataset cifar10"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    d = p.add_argument_group("data")
+    _data_options(p.add_argument_group("data"))
+    _model_options(p.add_argument_group("model and optimisation"))
+    _ddp_options(p.add_argument_group(
+        "DDP communication",
+        "Gradients live in DDP's communication buckets (gradient_as_bucket_view), and DDP runs with "
+        "static_graph when --grad-accum is 1 (its first iteration must sync every backward)."))
+    _eval_only_options(p.add_argument_group("evaluation only"))
+    _output_options(p.add_argument_group("outputs"))
+    return p
+
+
+def _data_options(d: argparse._ArgumentGroup) -> None:
     d.add_argument("--dataset", choices=["cifar10", "synthetic", "linreg"], default="synthetic",
                    help="cifar10: CIFAR-10 python format under --data-dir; synthetic: learnable CIFAR-shaped "
                         "data; linreg: y = 2x + 3 + 0.1 noise (default: %(default)s)")
@@ -37,8 +54,11 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--train-size", type=int, default=10000, help="samples for synthetic/linreg training (default: %(default)s)")
     d.add_argument("--eval-size", type=int, default=2000, help="samples for synthetic/linreg evaluation (default: %(default)s)")
     d.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process (default 0: on few cores workers only add overhead)")
-    m = p.add_argument_group("model and optimisation")
-    m.add_argument("--model", choices=["linear", "mlp", "resnet18"], default="mlp", help="(default: %(default)s)")
+
+
+def _model_options(m: argparse._ArgumentGroup) -> None:
+    m.add_argument("--model", choices=["linear", "mlp", "resnet18"], default=None,
+                   help="(default: mlp; with --eval-only, the checkpoint's model)")
     m.add_argument("--epochs", type=int, default=3)
     m.add_argument("--batch-size", type=int, default=64, help="per process (default: %(default)s)")
     m.add_argument("--eval-batch-size", type=int, default=256)
@@ -55,20 +75,57 @@ def parser() -> argparse.ArgumentParser:
                    help="ddp: DistributedDataParallel (recommended); dp: single-process nn.DataParallel baseline")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--max-steps", type=int, default=0, help="stop after this many optimizer steps (0: no limit)")
-    o = p.add_argument_group("outputs")
+
+
+def _ddp_options(c: argparse._ArgumentGroup) -> None:
+    c.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                   help="gradient bucket size in MiB: each bucket is all-reduced as soon as its gradients are "
+                        "ready, overlapping the rest of the backward (default: %(default)s, DDP's own)")
+    c.add_argument("--grad-compression", choices=["none", "fp16", "bf16"], default="none",
+                   help="all-reduce gradients in 16 bits (DDP communication hook): half the bytes, slightly "
+                        "noisier updates; the optimizer still steps in fp32 (default: %(default)s)")
+    c.add_argument("--sync-bn", action="store_true",
+                   help="SyncBatchNorm: batch statistics over the global batch (GPU only, as in torch). "
+                        "Without it evaluation is still exact: ranks take rank 0's BatchNorm statistics first")
+    c.add_argument("--stop-check-every", type=int, default=10,
+                   help="ranks agree on a stop signal every N steps and at each epoch end; each agreement is "
+                        "an all-reduce and a host sync (default: %(default)s)")
+    c.add_argument("--bench-no-sync", action="store_true", help=argparse.SUPPRESS)  # benchmark: DDP without gradient sync
+
+
+def _eval_only_options(e: argparse._ArgumentGroup) -> None:
+    e.add_argument("--eval-only", action="store_true",
+                   help="evaluate the checkpoint named by --resume on the eval split of the data options and "
+                        "write summary.json (eval_loss, eval_accuracy, eval_samples) to --output-dir; no training. "
+                        "Runs alone or under torchrun; pass the data options (and --seed for synthetic data) "
+                        "the run was trained with")
+    e.add_argument("--resume", metavar="CKPT",
+                   help="with --eval-only: a checkpoint.pt, or the output directory that holds it (training "
+                        "resumes from --output-dir's own checkpoint automatically)")
+
+
+def _output_options(o: argparse._ArgumentGroup) -> None:
     o.add_argument("--output-dir", default=os.environ.get("DDPJOB_OUTPUT_DIR", "./outputs"),
                    help="metrics, checkpoints, summary (default: $DDPJOB_OUTPUT_DIR, set by ddpjob, or ./outputs)")
     o.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (always at epoch end)")
-    o.add_argument("--log-every", type=int, default=10, help="log every N steps (default: %(default)s)")
+    o.add_argument("--log-every", type=int, default=10, help="log every N steps: the only steps where the loss is read back from the device (default: %(default)s)")
     o.add_argument("--step-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: slow steps down
-    return p
 
 
 def check(args: Any, p: argparse.ArgumentParser) -> None:
-    for name in ("epochs", "batch_size", "grad_accum", "log_every", "train_size", "eval_size", "eval_batch_size"):
+    for name in ("epochs", "batch_size", "grad_accum", "log_every", "train_size", "eval_size", "eval_batch_size",
+                 "stop_check_every"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.dataset == "linreg" and args.model != "linear":
+    if args.bucket_cap_mb <= 0:
+        p.error("--bucket-cap-mb must be positive")
+    if args.eval_only and not args.resume:
+        p.error("--eval-only needs --resume CKPT (a checkpoint.pt or the directory holding it)")
+    if args.resume and not args.eval_only:
+        p.error("--resume is for --eval-only; training resumes from --output-dir's checkpoint.pt by itself")
+    if not args.eval_only:
+        args.model = args.model or "mlp"
+    if args.dataset == "linreg" and args.model not in (None, "linear"):
         p.error("--dataset linreg needs --model linear")
     if args.strategy == "dp" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         p.error("--strategy dp is single-process; run it without torchrun (or use --strategy ddp)")
@@ -86,13 +143,19 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: Any) -> int:
     import torch
 
-    from launcher.train import distcore, loop
+    from launcher.train import distcore, evaluation, loop, preempt
+    from launcher.train.checkpoint import CheckpointError
     from launcher.train.data import DataError
+    from launcher.train.metrics import write_summary
 
     if args.amp == "fp16" and not torch.cuda.is_available():
         print("error: --amp fp16 needs a GPU; use --amp bf16 on CPU", file=sys.stderr)
         return 2
-    loop.install_signal_handlers()
+    if args.sync_bn and not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        print("error: --sync-bn needs GPUs (torch's SyncBatchNorm has no CPU kernels); evaluation is exact "
+              "without it", file=sys.stderr)
+        return 2
+    preempt.install_signal_handlers()
     info = distcore.setup()
     # The one print on every rank: a wrong rank, world size or endpoint shows in each node's log.
     import socket
@@ -103,17 +166,18 @@ def _run(args: Any) -> int:
         flush=True,
     )
     try:
-        summary = loop.train(args, info)
-    except DataError as e:
+        summary = evaluation.evaluate_checkpoint(args, info) if args.eval_only else loop.train(args, info)
+    except (DataError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if info.is_main:
-        loop.write_summary(args.output_dir, summary)
+        write_summary(args.output_dir, summary)
+        head = f"evaluated {summary['checkpoint']}" if args.eval_only else f"done: {summary['steps']} steps"
         print(
-            f"done: {summary['steps']} steps, eval loss {summary['eval_loss']:.4f}"
+            f"{head}, eval loss {summary['eval_loss']:.4f}"
             + (f", accuracy {summary['eval_accuracy']:.4f}" if summary["eval_accuracy"] is not None else "")
             + f" on {summary['eval_samples']} samples, world size {summary['world_size']}",
             flush=True,
         )
     distcore.teardown(info)
-    return EXIT_PREEMPTED if summary["preempted"] else 0
+    return EXIT_PREEMPTED if summary.get("preempted") else 0

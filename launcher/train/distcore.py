@@ -84,12 +84,17 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-def all_reduce_sum(info: DistInfo, values: list[float]) -> list[float]:
-    """Sum a few numbers over all ranks (float64, so sums of many samples stay exact)."""
-    t = torch.tensor(values, dtype=torch.float64, device=info.device if info.device.type == "cuda" else "cpu")
+def all_reduce_sum_(info: DistInfo, t: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor over all ranks, in place (no-op for one process); returns it."""
     if info.distributed:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return t.tolist()
+    return t
+
+
+def mean_over_ranks(info: DistInfo, value: torch.Tensor) -> float:
+    """The mean over ranks of a scalar on the device: one small all-reduce (float64) and one host read."""
+    t = value.detach().to(torch.float64, copy=True).reshape(1)
+    return all_reduce_sum_(info, t).item() / info.world_size
 
 
 def eval_shard(n: int, rank: int, world: int) -> list[int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 
@@ -30,9 +29,3 @@ def unwrap(model: nn.Module) -> nn.Module:
     """The plain module inside DDP or DataParallel."""
     return model.module if hasattr(model, "module") else model
 
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-__all__ = ["build", "unwrap", "count_parameters", "torch"]

@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from launcher.train import data, distcore, loop, models
+from launcher.train import checkpoint, data, distcore, evaluation, loop, models, parallel, step
+from launcher.train.preempt import StopAgreement
 
 
 @pytest.mark.parametrize("n,world", [(51, 2), (10, 3), (7, 4), (3, 8), (100, 1)])
@@ -61,12 +62,36 @@ def test_synthetic_is_deterministic_and_learnable_shape():
     assert abs(fit[0] - 2) < 0.05 and abs(fit[1] - 3) < 0.05
 
 
-def test_augment_crops_and_flips_but_keeps_shape():
-    x = torch.arange(2 * 3 * 32 * 32, dtype=torch.int64).remainder(256).to(torch.uint8).reshape(2, 3, 32, 32)
+def _augment_one_by_one(images, g):
+    """The augmentation written the slow, obvious way: per sample, crop the padded image, maybe flip it."""
+    n = images.shape[0]
+    padded = nn.functional.pad(images, (4, 4, 4, 4))
+    offsets = torch.randint(0, 9, (n, 2), generator=g)
+    flips = torch.rand(n, generator=g) < 0.5
+    out = torch.empty_like(images)
+    for i in range(n):
+        dy, dx = int(offsets[i, 0]), int(offsets[i, 1])
+        crop = padded[i, :, dy : dy + 32, dx : dx + 32]
+        out[i] = crop.flip(-1) if flips[i] else crop
+    return out
+
+
+def test_augment_crops_and_flips_the_whole_batch_deterministically():
+    x = torch.randint(1, 256, (16, 3, 32, 32), generator=torch.Generator().manual_seed(1), dtype=torch.uint8)
     out = data.augment(x, torch.Generator().manual_seed(0))
     assert out.shape == x.shape and out.dtype == torch.uint8
-    same = data.augment(x, torch.Generator().manual_seed(0))
-    assert torch.equal(out, same)
+    changed = [not torch.equal(out[i], x[i]) for i in range(len(x))]
+    assert sum(changed) >= 12, changed  # 1 in 162 samples keeps its centre crop unflipped
+    assert (out == 0).any()  # some crops reach into the zero padding
+    assert torch.equal(out, data.augment(x, torch.Generator().manual_seed(0)))  # same seed, same batch
+    assert not torch.equal(out, data.augment(x, torch.Generator().manual_seed(1)))
+    assert torch.equal(out, _augment_one_by_one(x, torch.Generator().manual_seed(0)))
+
+
+def test_normalize_uses_cifar_mean_and_std():
+    x = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+    mean, std = torch.tensor(data.CIFAR_MEAN).view(1, 3, 1, 1), torch.tensor(data.CIFAR_STD).view(1, 3, 1, 1)
+    assert torch.equal(data.normalize(x), (x.float() / 255 - mean) / std)
 
 
 def test_models_have_the_documented_shapes():
@@ -77,39 +102,43 @@ def test_models_have_the_documented_shapes():
     assert models.build("linear", "linreg")(torch.ones(4, 1)).shape == (4, 1)
 
 
-def _grads(model):
-    return [p.grad.clone() for p in model.parameters()]
-
-
-@pytest.mark.parametrize("use_ddp", [False, True])
-def test_grad_accumulation_equals_a_doubled_batch(use_ddp, tmp_path):
+def test_grad_accumulation_equals_a_doubled_batch():
     torch.manual_seed(0)
-    base = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
-    x, y = torch.randn(8, 8), torch.randint(0, 3, (8,))
-    crit = nn.CrossEntropyLoss()
-    big = models.build("mlp", "synthetic")  # unused: proves nothing global is touched
-    del big
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
     ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
-    ref.load_state_dict(base.state_dict())
-    loop.accumulate_gradients(ref, [(x, y)], crit, torch.device("cpu"), "off", None)
-    model = base
-    if use_ddp:
-        import torch.distributed as dist
+    ref.load_state_dict(model.state_dict())
+    x, y = torch.randn(8, 8), torch.randint(0, 3, (8,))
+    crit, cpu = nn.CrossEntropyLoss(), torch.device("cpu")
+    whole = step.accumulate_gradients(ref, [(x, y)], 1, crit, cpu, "off", None)
+    halves = step.accumulate_gradients(model, iter([(x[:4], y[:4]), (x[4:], y[4:])]), 2, crit, cpu, "off", None)
+    for g_acc, g_ref in zip((p.grad for p in model.parameters()), (p.grad for p in ref.parameters())):
+        torch.testing.assert_close(g_acc, g_ref, rtol=1e-5, atol=1e-6)
+    assert halves.dtype == torch.float64 and halves.device == cpu  # the loss stays a tensor: no host sync
+    torch.testing.assert_close(halves, whole.detach())
 
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-        model = nn.parallel.DistributedDataParallel(base)
-    try:
-        loop.accumulate_gradients(model, [(x[:4], y[:4]), (x[4:], y[4:])], crit, torch.device("cpu"), "off", None)
-        for g_acc, g_ref in zip(_grads(models.unwrap(model)), _grads(ref)):
-            torch.testing.assert_close(g_acc, g_ref, rtol=1e-5, atol=1e-6)
-    finally:
-        if use_ddp:
-            torch.distributed.destroy_process_group()
+
+def test_stop_agreement_schedule():
+    dist_info = distcore.DistInfo(0, 2, 0, torch.device("cpu"), True)
+    every4 = StopAgreement(dist_info, 4)
+    assert [s for s in range(1, 13) if every4.due(s, boundary=False)] == [4, 8, 12]
+    assert every4.due(6, boundary=True)  # an epoch's end always agrees
+    alone = StopAgreement(distcore.DistInfo(0, 1, 0, torch.device("cpu"), False), 4)
+    assert all(alone.due(s, boundary=False) for s in range(1, 6))  # one process checks its flag every step
+
+
+@pytest.mark.parametrize("grad_accum,no_sync_bound,static", [(1, False, True), (2, False, False), (1, True, False)])
+def test_static_graph_only_where_valid(grad_accum, no_sync_bound, static):
+    args = SimpleNamespace(grad_accum=grad_accum, bench_no_sync=no_sync_bound)
+    assert parallel.static_graph_valid(args) is static
 
 
 def test_help_recommends_ddp():
     out = subprocess.run([sys.executable, "-m", "launcher.train", "--help"], capture_output=True, text=True, check=True).stdout
     assert "recommended" in out and "--strategy" in out and "--amp" in out and "--grad-accum" in out
+    for flag in ("--eval-only", "--resume CKPT", "--grad-compression {none,fp16,bf16}", "--bucket-cap-mb", "--sync-bn",
+                 "--stop-check-every"):
+        assert flag in out, flag
+    assert "--bench-no-sync" not in out  # the benchmark's switch is not a user option
 
 
 def test_bad_flags_exit_2():
@@ -119,6 +148,26 @@ def test_bad_flags_exit_2():
     proc = subprocess.run([sys.executable, "-m", "launcher.train", "--amp", "fp16", "--output-dir", "/tmp/x-fp16"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "bf16" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "launcher.train", "--eval-only"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--resume CKPT" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "launcher.train", "--resume", "x.pt"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--eval-only" in proc.stderr
+
+
+def test_eval_only_refuses_a_missing_or_unfitting_checkpoint(tmp_path):
+    out = tmp_path / "eval"
+    proc = subprocess.run([sys.executable, "-m", "launcher.train", "--eval-only", "--resume", str(tmp_path / "none.pt"),
+                           "--output-dir", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and f"no checkpoint at {tmp_path / 'none.pt'}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    torch.save({"model": models.build("mlp", "synthetic").state_dict(), "args": {"model": "mlp"}}, tmp_path / "mlp.pt")
+    info = distcore.DistInfo(0, 1, 0, torch.device("cpu"), False)
+    args = SimpleNamespace(resume=str(tmp_path / "mlp.pt"), model="resnet18", dataset="synthetic", output_dir=str(out))
+    with pytest.raises(checkpoint.CheckpointError, match="holds a mlp model, not --model resnet18"):
+        evaluation.evaluate_checkpoint(args, info)
+    args.model, args.dataset = None, "linreg"
+    with pytest.raises(checkpoint.CheckpointError, match="does not fit --dataset linreg"):
+        evaluation.evaluate_checkpoint(args, info)
 
 
 @pytest.mark.parametrize("model,amp", [("mlp", "bf16"), ("resnet18", "off")])
@@ -147,7 +196,7 @@ def test_evaluate_reduces_sums_not_averages():
     split = data.linreg(37, 1, "eval")
     model = nn.Linear(1, 1)
     args = SimpleNamespace(dataset="linreg", eval_batch_size=5, amp="off")
-    ev = loop.evaluate(model, split, args, info)
+    ev = evaluation.evaluate(model, split, args, info)
     with torch.no_grad():
         expected = nn.functional.mse_loss(model(split.inputs), split.targets).item()
     assert ev["eval_samples"] == 37 and abs(ev["eval_loss"] - expected) < 1e-6

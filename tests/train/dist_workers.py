@@ -1,0 +1,65 @@
+"""Functions run in real gloo processes by the trainer tests (torch.multiprocessing.spawn imports them by name)."""
+
+import copy
+import os
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from launcher.train import cli, distcore, loop, models, parallel, step
+from launcher.train.distcore import DistInfo
+from launcher.train.metrics import write_summary
+
+MICRO, K = 4, 3  # samples per micro-batch, micro-batches per step
+
+
+def counting_allreduce(calls: list, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's own all-reduce, recording each bucket it reduces (DDP checks these annotations: no __future__ import)."""
+    calls.append(bucket.index())
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+def accumulate_with_no_sync(rank: int, world: int, store: str) -> None:
+    """Gradient accumulation under the trainer's DDP: one all-reduce per step, the global batch's gradient."""
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)  # same model and data on every rank
+        base = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+        x, y = torch.randn(world * K * MICRO, 8), torch.randint(0, 3, (world * K * MICRO,))
+        ref = copy.deepcopy(base)
+        nn.functional.cross_entropy(ref(x), y).backward()  # the whole global batch in one process
+
+        args = SimpleNamespace(strategy="ddp", sync_bn=False, bucket_cap_mb=25.0, grad_accum=K, bench_no_sync=False,
+                               grad_compression="none")
+        model = parallel.wrap(base, args, DistInfo(rank, world, rank, torch.device("cpu"), True))
+        calls: list[int] = []
+        model.register_comm_hook(calls, counting_allreduce)
+        mine = slice(rank * K * MICRO, (rank + 1) * K * MICRO)
+        micro = zip(x[mine].split(MICRO), y[mine].split(MICRO))
+        step.accumulate_gradients(model, micro, K, nn.CrossEntropyLoss(), torch.device("cpu"), "off", None)
+        # The model fits one bucket: with no_sync on the first K-1 micro-batches it is reduced once, not K times.
+        assert calls == [0], f"rank {rank}: buckets all-reduced {calls}, expected [0] (one all-reduce per step)"
+        for got, want in zip((p.grad for p in models.unwrap(model).parameters()), (p.grad for p in ref.parameters())):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    finally:
+        dist.destroy_process_group()
+
+
+def train_each(rank: int, world: int, port: int, runs: dict) -> None:
+    """The trainer's command line and loop, several runs in one process group: {output_dir: argv}."""
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+                       "RANK": str(rank), "LOCAL_RANK": str(rank), "OMP_NUM_THREADS": "1"})
+    info = distcore.setup()
+    try:
+        for out, argv in runs.items():
+            p = cli.parser()
+            args = p.parse_args([*argv, "--output-dir", out])
+            cli.check(args, p)
+            summary = loop.train(args, info)
+            if info.is_main:
+                write_summary(out, summary)
+    finally:
+        distcore.teardown(info)
