@@ -20,7 +20,8 @@ PYTORCHJOB_CRD = os.environ.get("DDPJOB_PYTORCHJOB_CRD")
 # Under CI (CI=true) nothing skips: a missing CRD there is a broken setup, so those tests fail.
 needs_crd = pytest.mark.skipif(
     not (PYTORCHJOB_CRD and Path(PYTORCHJOB_CRD).exists()) and os.environ.get("CI", "").lower() != "true",
-    reason="needs the upstream PyTorchJob CRD: set DDPJOB_SHARED=<the shared/ folder> or DDPJOB_PYTORCHJOB_CRD=<file>",
+    reason="needs the upstream PyTorchJob CRD: set DDPJOB_SHARED=<the shared/ folder> or DDPJOB_PYTORCHJOB_CRD=<file> "
+    "(kubeflow.org_pytorchjobs.yaml of training-operator v1.9.x: see k8s/README.md for where to get it)",
 )
 
 
