@@ -171,7 +171,7 @@ sweep:
     logs = cli("logs", job_id, "--task", "1").stdout
     assert "[task1 node0 rank0]" in logs and "task0" not in logs
     bad = cli("logs", job_id, "--task", "5")
-    assert bad.returncode == 3 and "does not exist" in bad.stderr
+    assert bad.returncode == 2 and f"--task 5: {job_id} has 2 runs (valid: 0..1)" in bad.stderr  # a usage error
 
 
 def test_wait_timeout_and_unknown_id(cli, scripts):
