@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import fake_apiserver  # noqa: E402
+import trainjob_kit  # noqa: E402,F401 - sets DDPJOB_TRAINJOB_CRD from DDPJOB_SHARED before any cluster starts
 
 
 @pytest.fixture

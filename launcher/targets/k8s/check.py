@@ -41,6 +41,9 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
         if name in plain:
             issues.append(Issue(("k8s", "env_refs", name), f"{name} is also set in env: (a duplicate env name is rejected by the API server)",
                                 hint="keep one of them"))
+    if "runtime" in spec.k8s.model_fields_set:
+        issues.append(Issue(("k8s", "runtime"), "a training runtime is used only by k8s.api trainjob (a PyTorchJob has none)",
+                            hint="set k8s.api: trainjob, or remove k8s.runtime"))
     e = spec.k8s.elastic
     if e is not None:
         if spec.nodes < 2:
@@ -73,10 +76,10 @@ def check_manifests(loaded: LoadedSpec, objects: list[dict[str, Any]], crd: CrdI
         raise loaded.error(list(found.values()))
 
 
-def spec_where(loaded: LoadedSpec) -> dict[str, str]:
+def spec_where(loaded: LoadedSpec, targets: list[tuple[str | int, ...]] | None = None) -> dict[str, str]:
     """``{spec field: where it was written}`` for every field a manifest path maps to."""
     out = {}
-    for path in FIELD_TARGETS:
+    for path in FIELD_TARGETS if targets is None else targets:
         dotted = dotted_path(path)
         # SpecError decides where an issue is (file:line:col, the --set that gave it, the file, or the
         # command line); an issue with an empty message renders as "<where>: <field>: ".
@@ -96,7 +99,8 @@ def parse_field(field: str) -> tuple[str | int, ...]:
     return tuple(out)
 
 
-def located(e: InvalidObject, where: dict[str, str], k8s_cpu: bool, *, dry_run: bool) -> InvalidObject:
+def located(e: InvalidObject, where: dict[str, str], k8s_cpu: bool, *, dry_run: bool,
+            kind: str = "PyTorchJob", field_of: Any = None) -> InvalidObject:
     """``e`` (a 422 from the API server) with each cause at the spec field it comes from."""
     from launcher.targets.k8s.client import InvalidObject
 
@@ -111,9 +115,9 @@ def located(e: InvalidObject, where: dict[str, str], k8s_cpu: bool, *, dry_run: 
         if not path:
             lines.append(f"  {message}")
             continue
-        target = dotted_path(spec_field(path, k8s_cpu=k8s_cpu))
-        lines.append(f"{where.get(target, '<spec>')}: {target}: the PyTorchJob's {field}: {message}")
+        target = dotted_path((field_of or spec_field)(path, k8s_cpu=k8s_cpu))
+        lines.append(f"{where.get(target, '<spec>')}: {target}: the {kind}'s {field}: {message}")
     when = "in a server-side dry run (dryRun=All); nothing was created" if dry_run else "on create"
-    head = f"the API server rejected PyTorchJob {e.name!r} ({e.status}) {when}"
+    head = f"the API server rejected {kind} {e.name!r} ({e.status}) {when}"
     text = "\n".join([f"{head}:", *lines, f"  the server said: {e.server}"]) if lines else f"{head}: {e.server}"
     return InvalidObject(text, name=e.name, status=e.status, server=e.server, causes=e.causes)

@@ -30,7 +30,7 @@ from typing import Any, NoReturn, TypeVar
 
 from launcher import errors
 from launcher.errors import SubmitRejected, TargetError, TargetUnavailable
-from launcher.targets.k8s.render import GROUP, PLURAL, VERSION
+from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
 
 OPERATOR_INSTALL = (
     'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"'
@@ -97,7 +97,8 @@ class Kube:
     service account is used (token, CA and namespace under ``SERVICE_ACCOUNT_DIR``).
     """
 
-    def __init__(self, context: str | None = None, namespace: str | None = None) -> None:
+    def __init__(self, context: str | None = None, namespace: str | None = None, api: KubeflowApi = PYTORCHJOB) -> None:
+        self.api = api  # which custom resource create/list/delete_job handle, and its pods' container
         try:
             from kubernetes import client, config
             from kubernetes.config.config_exception import ConfigException
@@ -149,7 +150,7 @@ class Kube:
         name = body["metadata"]["name"]
         resp = self._call(
             lambda: self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, body, dry_run="All" if dry_run else None,
+                self.api.group, self.api.version, self.namespace, self.api.plural, body, dry_run="All" if dry_run else None,
                 field_validation="Strict", _preload_content=False, _request_timeout=TIMEOUT,
             ),
             action="create", name=name,
@@ -158,7 +159,7 @@ class Kube:
 
     def list_jobs(self, selector: str) -> list[dict[str, Any]]:
         resp = self._call(lambda: self.custom.list_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, label_selector=selector, _preload_content=False,
+            self.api.group, self.api.version, self.namespace, self.api.plural, label_selector=selector, _preload_content=False,
             _request_timeout=TIMEOUT), action="list", name=selector)
         return list(_json(resp).get("items") or [])
 
@@ -168,7 +169,7 @@ class Kube:
 
         body = client.V1DeleteOptions(propagation_policy="Foreground")
         return self._maybe(lambda: self.custom.delete_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name, body=body, _preload_content=False,
+            self.api.group, self.api.version, self.namespace, self.api.plural, name, body=body, _preload_content=False,
             _request_timeout=TIMEOUT), "delete", name) is not None
 
     def read_crd(self, name: str) -> dict[str, Any] | None:
@@ -204,12 +205,13 @@ class Kube:
             name, self.namespace, _preload_content=False, _request_timeout=TIMEOUT), "get pod", name)
 
     def pod_log(self, name: str, *, previous: bool = False) -> bytes | None:
-        """The whole log of the pod's ``pytorch`` container (or its previous run); None if there is none."""
+        """The whole log of the pod's training container (``pytorch``, or ``node`` for a TrainJob's pods),
+        or its previous run's; None if there is none."""
         from kubernetes.client.exceptions import ApiException
 
         try:
             resp = self.core.read_namespaced_pod_log(
-                name, self.namespace, container="pytorch", previous=previous or None,
+                name, self.namespace, container=self.api.container, previous=previous or None,
                 _preload_content=False, _request_timeout=TIMEOUT)
             return bytes(resp.data)
         except ApiException as e:
@@ -225,7 +227,7 @@ class Kube:
 
         try:
             return self.core.read_namespaced_pod_log(
-                name, self.namespace, container="pytorch", follow=True, _preload_content=False,
+                name, self.namespace, container=self.api.container, follow=True, _preload_content=False,
                 _request_timeout=(TIMEOUT, STREAM_READ_TIMEOUT))
         except ApiException as e:
             if e.status in (400, 404):
@@ -314,7 +316,13 @@ def server_causes(e: Any) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def operator_missing(host: str) -> OperatorMissing:
+def operator_missing(host: str, api: KubeflowApi = PYTORCHJOB) -> OperatorMissing:
+    if api is not PYTORCHJOB:
+        return OperatorMissing(
+            f"the cluster {host} has no {api.kind} API ({api.api_version} {api.plural}; 404): {api.controller} "
+            f"is not installed. Install v2.3 (with its torch-distributed runtime):\n  {api.install}\n"
+            "  (see k8s/README.md)"
+        )
     return OperatorMissing(
         f"the cluster {host} has no PyTorchJob API (kubeflow.org/v1 pytorchjobs; 404): the Kubeflow "
         f"training operator is not installed. Install v1.9.x:\n  {OPERATOR_INSTALL}\n"
@@ -331,24 +339,28 @@ def _raise(e: Any, action: str, name: str, kube: Kube) -> NoReturn:
             f"the API server {kube.where} refused our credentials (401 Unauthorized): {msg}; "
             "refresh the kubeconfig's credentials"
         ) from e
+    if status == 403 and creating and "admission webhook" in msg:
+        # Trainer v2's validating webhook answers 403 Forbidden: a verdict on the object, not on RBAC.
+        raise InvalidObject(f"an admission webhook refused {kube.api.kind} {name!r} ({status} {e.reason}): {msg}",
+                            name=name, status=f"{status} {e.reason}", server=msg, causes=server_causes(e)) from e
     if status == 403:
         err = PermissionDenied if creating else TargetError
         raise err(
             f"permission denied (403) to {action} {name} in namespace {kube.namespace!r}: {msg}\n"
-            "  fix: ask an admin to apply k8s/rbac.yaml in that namespace (it grants pytorchjobs, pods, pods/log, events)"
+            f"  fix: ask an admin to apply k8s/rbac.yaml in that namespace (it grants {kube.api.plural}, pods, pods/log, events)"
         ) from e
     if status == 404 and creating and ((_status(e).get("details") or {}).get("kind") == "namespaces" or 'namespaces "' in msg):
         raise SubmitRejected(f"namespace {kube.namespace!r} does not exist on {kube.host}: {msg}; "
                              "set k8s.namespace (or create it: kubectl create namespace NAME)") from e
     if status == 404 and (creating or not _is_object_404(e)):
-        raise operator_missing(kube.host) from e
+        raise operator_missing(kube.host, kube.api) from e
     if status == 409 and creating:
         raise AlreadyExists(
-            f"a PyTorchJob named {name!r} already exists in namespace {kube.namespace!r} (409): {msg}; "
-            f"submit again for a new id, or delete the old one: kubectl delete pytorchjob {name} -n {kube.namespace}"
+            f"a {kube.api.kind} named {name!r} already exists in namespace {kube.namespace!r} (409): {msg}; "
+            f"submit again for a new id, or delete the old one: kubectl delete {kube.api.kind.lower()} {name} -n {kube.namespace}"
         ) from e
     if status in (400, 422) and creating:
-        raise InvalidObject(f"the API server rejected PyTorchJob {name!r} ({status} {e.reason}): {msg}", name=name,
+        raise InvalidObject(f"the API server rejected {kube.api.kind} {name!r} ({status} {e.reason}): {msg}", name=name,
                             status=f"{status} {e.reason}", server=msg, causes=server_causes(e)) from e
     err = SubmitRejected if creating else TargetError
     raise err(f"could not {action} {name} on {kube.host} ({status} {e.reason}): {msg}") from e

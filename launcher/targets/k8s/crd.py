@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import SchedulerComponentMissing, TargetUnavailable
+from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.k8s.schema import strict_schema, version_schema
 
 CRD_ENV = "DDPJOB_PYTORCHJOB_CRD"
@@ -39,8 +40,13 @@ HOW_TO_ENABLE = (
     "to enable it, connect once to your cluster (`ddpjob submit SPEC -t k8s --dry-run=server` caches its CRD) "
     f"or set {CRD_ENV} to a copy of {CRD_FILE}"
 )
+
+
+def how_to_enable(api: KubeflowApi) -> str:
+    return HOW_TO_ENABLE.replace(CRD_ENV, api.crd_env).replace(CRD_FILE, api.crd_file)
 # Strict schemas by content hash: one process (a test run, a sweep of validations) derives each once.
 _STRICT: dict[str, dict[str, Any]] = {}
+_NAMES: dict[str, str] = {}  # content hash -> the CRD's name (a file given for the wrong API is refused)
 
 
 @dataclass(frozen=True)
@@ -59,23 +65,25 @@ class CrdInput:
     sha256: str = ""
     origin: str = ""
     skipped: str = ""
+    api: KubeflowApi = PYTORCHJOB
 
     def note(self) -> str:
         """The plan's header line."""
+        rules = "the training operator's rules" if self.api is PYTORCHJOB else "Trainer v2's webhook and JobSet rules"
         if self.schema is not None:
-            return "checked: PyTorchJob CRD schema (strict) and the training operator's rules"
-        return f"checked: the training operator's rules only; strict CRD check skipped: {self.skipped}"
+            return f"checked: {self.api.kind} CRD schema (strict) and {rules}"
+        return f"checked: {rules} only; strict CRD check skipped: {self.skipped}"
 
     def summary(self) -> str:
         """What ``ddpjob validate --target k8s`` says was checked."""
         if self.schema is not None:
-            return f"k8s checks passed, strict CRD check ran against {CRD_NAME} {CRD_VERSION} from {self.origin}"
+            return f"k8s checks passed, strict CRD check ran against {self.api.crd_name} {self.api.version} from {self.origin}"
         return f"structural k8s checks only; strict CRD check skipped: {self.skipped}"
 
 
-def absent(why: str) -> CrdInput:
+def absent(why: str, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
     """No CRD: the structural checks only."""
-    return CrdInput(skipped=f"{why}; {HOW_TO_ENABLE}")
+    return CrdInput(skipped=f"{why}; {how_to_enable(api)}", api=api)
 
 
 def cache_dir() -> Path:
@@ -86,111 +94,114 @@ def cache_dir() -> Path:
 
 # --------------------------------------------------------------------------- offline
 
-def offline(note: str = "") -> CrdInput:
-    """``$DDPJOB_PYTORCHJOB_CRD``, else the newest CRD cached from a cluster, else none.
+def offline(note: str = "", api: KubeflowApi = PYTORCHJOB) -> CrdInput:
+    """``$DDPJOB_PYTORCHJOB_CRD`` (``$DDPJOB_TRAINJOB_CRD`` for TrainJobs), else the newest CRD cached
+    from a cluster, else none.
 
     Args:
         note: why the cluster's own CRD is not used, added to what the plan says (online fallback).
     """
     suffix = f" ({note})" if note else ""
-    env = os.environ.get(CRD_ENV)
+    env = os.environ.get(api.crd_env)
     if env:
         path = Path(env).expanduser()
         if not path.is_file():
-            return absent(f"{CRD_ENV}={env} is not a file" + suffix)
-        found = from_file(path)
+            return absent(f"{api.crd_env}={env} is not a file" + suffix, api)
+        found = from_file(path, api)
     else:
-        found = latest_cached()
+        found = latest_cached(api)
         if found is None:
-            return absent(f"no PyTorchJob CRD here ({CRD_ENV} unset, no cluster's CRD cached)" + suffix)
+            return absent(f"no {api.kind} CRD here ({api.crd_env} unset, no cluster's CRD cached)" + suffix, api)
     try:
         import jsonschema  # noqa: F401 - the strict check's validator (the k8s extra)
     except ImportError:
-        return absent("jsonschema is not installed (pip install 'ddpjob[k8s]')" + suffix)
-    return CrdInput(found.schema, found.sha256, found.origin + suffix)
+        return absent("jsonschema is not installed (pip install 'ddpjob[k8s]')" + suffix, api)
+    return CrdInput(found.schema, found.sha256, found.origin + suffix, api=api)
 
 
-def from_file(path: Path) -> CrdInput:
-    """A CRD file (YAML), through the parse cache. ``TargetUnavailable`` if it is not the PyTorchJob CRD."""
+def from_file(path: Path, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
+    """A CRD file (YAML), through the parse cache. ``TargetUnavailable`` if it is not ``api``'s CRD."""
     data = path.read_bytes()
     sha = hashlib.sha256(data).hexdigest()
-    origin = f"${CRD_ENV} ({path})"
-    if sha in _STRICT:
-        return CrdInput(_STRICT[sha], sha, origin)
-    entry = _read_entry(cache_dir() / "files" / f"{sha[:32]}.json", sha)
+    origin = f"${api.crd_env} ({path})"
+    if sha in _STRICT and _NAMES.get(sha) == api.crd_name:
+        return CrdInput(_STRICT[sha], sha, origin, api=api)
+    entry = _read_entry(cache_dir() / "files" / f"{sha[:32]}.json", sha, api)
     if entry is not None:
-        return _input(entry["schema"], sha, origin)
+        return _input(entry["schema"], sha, origin, api)
     import yaml
 
     try:
         crd = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
-        raw = _checked(crd)
+        raw = _checked(crd, api)
     except (yaml.YAMLError, ValueError) as e:
-        raise TargetUnavailable(f"{CRD_ENV}={path} is not the PyTorchJob CRD ({CRD_FILE}): {e}") from e
-    _write_entry(cache_dir() / "files" / f"{sha[:32]}.json", raw, sha, str(path))
-    return _input(raw, sha, origin)
+        raise TargetUnavailable(f"{api.crd_env}={path} is not the {api.kind} CRD ({api.crd_file}): {e}") from e
+    _write_entry(cache_dir() / "files" / f"{sha[:32]}.json", raw, sha, str(path), api)
+    return _input(raw, sha, origin, api)
 
 
-def latest_cached() -> CrdInput | None:
+def latest_cached(api: KubeflowApi = PYTORCHJOB) -> CrdInput | None:
     """The CRD most recently read from a cluster, or None."""
     try:
-        paths = sorted(cache_dir().glob(f"{CRD_NAME}_{CRD_VERSION}_*.json"), key=lambda p: p.stat().st_mtime,
+        paths = sorted(cache_dir().glob(f"{api.crd_name}_{api.version}_*.json"), key=lambda p: p.stat().st_mtime,
                        reverse=True)
     except OSError:
         return None
     for path in paths:
-        entry = _read_entry(path, None)
+        entry = _read_entry(path, None, api)
         if entry is not None:
             return _input(entry["schema"], entry["sha256"],
-                          f"the CRD cached from {entry['source']} at {entry['read_at']}")
+                          f"the CRD cached from {entry['source']} at {entry['read_at']}", api)
     return None
 
 
 # --------------------------------------------------------------------------- online
 
-def online(kube: Any) -> CrdInput:
+def online(kube: Any, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
     """The cluster's own CRD (``kube``: a ``client.Kube``), cached for offline use.
 
     Raises:
-        OperatorMissing: the cluster has no PyTorchJob CRD (exit 6), or none with a v1 version.
+        OperatorMissing: the cluster has no such CRD (exit 6), or none with the version ddpjob speaks.
     """
     from launcher.errors import PermissionDenied
     from launcher.targets.k8s.client import operator_missing
 
     try:
-        crd = kube.read_crd(CRD_NAME)
+        crd = kube.read_crd(api.crd_name)
     except PermissionDenied as e:
-        return offline(note=f"the cluster's CRD could not be read: {str(e).splitlines()[0]}")
+        return offline(note=f"the cluster's CRD could not be read: {str(e).splitlines()[0]}", api=api)
     if crd is None:
-        raise operator_missing(kube.host)
+        raise operator_missing(kube.host, api)
     try:
-        raw = _checked(crd)
+        raw = _checked(crd, api)
     except ValueError as e:
+        needs = ("kubeflow.org/v1 API of the training operator v1.9.x" if api is PYTORCHJOB
+                 else f"{api.api_version} API of Kubeflow Trainer v2.3")
         raise SchedulerComponentMissing(
-            f"the cluster {kube.host} has a {CRD_NAME} CRD that ddpjob cannot use ({e}); ddpjob needs the "
-            f"kubeflow.org/{CRD_VERSION} API of the training operator v1.9.x (see k8s/README.md)"
+            f"the cluster {kube.host} has a {api.crd_name} CRD that ddpjob cannot use ({e}); ddpjob needs the "
+            f"{needs} (see k8s/README.md)"
         ) from e
     sha = _hash(raw)
     source = f"the cluster {kube.host} (context {kube.context})"
-    path = cache_dir() / f"{CRD_NAME}_{CRD_VERSION}_{sha[:32]}.json"
-    if _read_entry(path, sha) is not None:
+    path = cache_dir() / f"{api.crd_name}_{api.version}_{sha[:32]}.json"
+    if _read_entry(path, sha, api) is not None:
         try:
             os.utime(path)  # the newest read is what offline checks use
         except OSError:
             pass
     else:
-        _write_entry(path, raw, sha, source)
-    return _input(raw, sha, source)
+        _write_entry(path, raw, sha, source, api)
+    return _input(raw, sha, source, api)
 
 
 # --------------------------------------------------------------------------- plumbing
 
-def _checked(crd: Any) -> dict[str, Any]:
-    """The v1 schema of a PyTorchJob CRD without descriptions; ValueError for anything else."""
+def _checked(crd: Any, api: KubeflowApi = PYTORCHJOB) -> dict[str, Any]:
+    """The schema of ``api``'s version in its CRD without descriptions; ValueError for anything else."""
     name = (crd.get("metadata") or {}).get("name") if isinstance(crd, dict) else None
-    if name != CRD_NAME:
-        raise ValueError(f"its metadata.name is {name!r}, not {CRD_NAME!r}")
-    return _slim(version_schema(crd, CRD_VERSION))
+    if name != api.crd_name:
+        raise ValueError(f"its metadata.name is {name!r}, not {api.crd_name!r}")
+    return _slim(version_schema(crd, api.version))
 
 
 def _slim(node: Any) -> Any:
@@ -205,26 +216,28 @@ def _hash(raw: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _input(raw: dict[str, Any], sha: str, origin: str) -> CrdInput:
+def _input(raw: dict[str, Any], sha: str, origin: str, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
     if sha not in _STRICT:
         _STRICT[sha] = strict_schema(raw)
-    return CrdInput(_STRICT[sha], sha, origin)
+        _NAMES[sha] = api.crd_name
+    return CrdInput(_STRICT[sha], sha, origin, api=api)
 
 
-def _read_entry(path: Path, sha: str | None) -> dict[str, Any] | None:
+def _read_entry(path: Path, sha: str | None, api: KubeflowApi = PYTORCHJOB) -> dict[str, Any] | None:
     from launcher.targets.shared.files import read_json
 
     entry = read_json(path)
     ok = (isinstance(entry, dict) and entry.get("format") == CACHE_FORMAT and isinstance(entry.get("schema"), dict)
-          and isinstance(entry.get("sha256"), str) and (sha is None or entry["sha256"] == sha))
+          and isinstance(entry.get("sha256"), str) and (sha is None or entry["sha256"] == sha)
+          and entry.get("name", CRD_NAME) == api.crd_name)
     return entry if ok else None
 
 
-def _write_entry(path: Path, raw: dict[str, Any], sha: str, source: str) -> None:
+def _write_entry(path: Path, raw: dict[str, Any], sha: str, source: str, api: KubeflowApi = PYTORCHJOB) -> None:
     """Best effort: without a writable home the check still runs, it is only not remembered."""
     from launcher.targets.shared.files import atomic_write
 
-    entry = {"format": CACHE_FORMAT, "name": CRD_NAME, "version": CRD_VERSION, "sha256": sha, "source": source,
+    entry = {"format": CACHE_FORMAT, "name": api.crd_name, "version": api.version, "sha256": sha, "source": source,
              "read_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "schema": raw}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

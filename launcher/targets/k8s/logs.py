@@ -1,6 +1,8 @@
-"""Logs of a PyTorchJob's pods: streamed concurrently, prefixed by replica and rank, persisted locally.
+"""Logs of a PyTorchJob's (or TrainJob's) pods: streamed concurrently, prefixed by replica and rank,
+persisted locally.
 
-Pods are found by the operator's label ``training.kubeflow.org/job-name``. Every line read from the
+Pods are found by the operator's label ``training.kubeflow.org/job-name`` (a TrainJob's by JobSet's
+``jobset.sigs.k8s.io/jobset-name``; their container is ``node``). Every line read from the
 API is also written under the job's run directory, one file per container run::
 
     pods/<pod>/<pod created>-<pod uid[:8]>-r<restart count>.log
@@ -36,7 +38,7 @@ from launcher.targets.base import LogFilter
 from launcher.targets.k8s.pods import (
     PodLock, PodRef, attempt_file, close, container, path_uid, pod_ref, read_chunks, sort_key, started,
 )
-from launcher.targets.k8s.render import LABEL_OPERATOR_JOB
+from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.shared.files import atomic_write
 from launcher.targets.shared.logtail import LogSource, format_line
 
@@ -49,8 +51,9 @@ class PodLogs:
     """Log reader for one ddpjob job (all its PyTorchJobs)."""
 
     def __init__(self, kube: Any, run_dir: str, elements: list[dict[str, Any]], procs_per_node: int,
-                 flt: LogFilter, elastic: bool = False) -> None:
+                 flt: LogFilter, elastic: bool = False, api: KubeflowApi = PYTORCHJOB) -> None:
         self.kube = kube
+        self.api = api  # how the pods are selected, and which container is the trainer
         self.pods_dir = Path(run_dir) / "pods"
         self.elements = [e for e in elements if flt.task is None or e["index"] == flt.task]
         self.multi = len(elements) > 1
@@ -80,7 +83,7 @@ class PodLogs:
             return []
         pods = []
         for el in self.elements:
-            pods += self.kube.list_pods(f"{LABEL_OPERATOR_JOB}={el['name']}")
+            pods += self.kube.list_pods(self.api.pod_selector(el["name"]))
         return sorted(pods, key=lambda p: sort_key(p["metadata"]["name"]))
 
     def _persisted(self) -> dict[str, list[Path]]:
@@ -106,7 +109,7 @@ class PodLogs:
             name = pod["metadata"]["name"]
             if self._ref(name) is None:
                 continue
-            cs = container(pod)
+            cs = container(pod, self.api.container)
             if not started(cs):
                 continue
             lock = PodLock(self.pods_dir / name)
@@ -222,7 +225,7 @@ class PodLogs:
         while not stop.is_set():
             if pod is None:
                 return  # deleted: its lines so far are persisted
-            cs = container(pod)
+            cs = container(pod, self.api.container)
             if not started(cs):
                 stop.wait(POLL)
                 pod = self.kube.get_pod(ref.name)
@@ -242,7 +245,7 @@ class PodLogs:
             pod = self.kube.get_pod(ref.name)
             if pod is None:
                 return
-            cs = container(pod)
+            cs = container(pod, self.api.container)
             state = (cs or {}).get("state") or {}
             same_run = cs is not None and int(cs.get("restartCount") or 0) == restarts and \
                 attempt_file(self.pods_dir, pod, restarts) == path
@@ -269,8 +272,8 @@ class PodLogs:
         one, once, honouring ``tail``; returns their files, which need no more reading."""
         existing = sorted((self.pods_dir / ref.name).glob("*.log"))
         current = None
-        if pod is not None and started(container(pod)):
-            current = attempt_file(self.pods_dir, pod, int(container(pod).get("restartCount") or 0))
+        if pod is not None and started(container(pod, self.api.container)):
+            current = attempt_file(self.pods_dir, pod, int(container(pod, self.api.container).get("restartCount") or 0))
         older = [f for f in existing if f != current]
         old_lines = [ln for f in older for ln in f.read_bytes().decode("utf-8", "replace").splitlines()]
         tail = self.flt.tail

@@ -237,11 +237,30 @@ class ElasticOptions(BaseModel):
         return self
 
 
+class RuntimeRef(BaseModel):
+    """The Trainer v2 training runtime a TrainJob references (``spec.runtimeRef``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = Field(
+        "ClusterTrainingRuntime", description="ClusterTrainingRuntime (cluster-wide) or TrainingRuntime (in the job's namespace)."
+    )
+    name: DnsSubdomain = Field("torch-distributed", description="The runtime's name; it must exist before the TrainJob is created.")
+
+
 class K8sOptions(BaseModel):
     """Options for ``--target k8s``. Validated as part of every spec; used only by that target."""
 
     model_config = ConfigDict(extra="forbid")
 
+    api: Literal["pytorchjob", "trainjob"] = Field(
+        "pytorchjob",
+        description="pytorchjob: a kubeflow.org/v1 PyTorchJob (training operator 1.9). trainjob: a "
+        "trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2) that references k8s.runtime.",
+    )
+    runtime: RuntimeRef = Field(
+        default_factory=RuntimeRef, description="api trainjob: the training runtime (default ClusterTrainingRuntime torch-distributed)."
+    )
     namespace: DnsLabel | None = Field(None, description="Namespace; default: the kubeconfig context's namespace (else 'default').")
     context: str | None = Field(None, description="kubeconfig context to use; default: the current context.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(

@@ -11,7 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
+
 _POD_RE = re.compile(r"^(?P<job>.+)-(?P<type>master|worker)-(?P<index>\d+)$")
+# A TrainJob's pods (JobSet, replicatedJob `node`, Job index 0): <job>-node-0-<completion index>-<5 random>.
+_NODE_RE = re.compile(r"^(?P<job>.+)-node-0-(?P<index>\d+)-(?P<rand>[a-z0-9]{5})$")
 
 
 @dataclass(frozen=True)
@@ -25,10 +29,15 @@ class PodRef:
 
 
 def pod_ref(pod_name: str, elements: list[dict[str, Any]], multi: bool) -> PodRef | None:
-    """Task and node of a pod from its name: ``<job>-master-0`` is node 0, ``<job>-worker-i`` node i+1."""
+    """Task and node of a pod from its name: ``<job>-master-0`` is node 0, ``<job>-worker-i`` node i+1;
+    a TrainJob's ``<job>-node-0-<i>-xxxxx`` is node i (its completion index, which is PET_NODE_RANK)."""
     m = _POD_RE.match(pod_name)
     if not m:
-        return None
+        n = _NODE_RE.match(pod_name)
+        task = next((e["index"] for e in elements if n and e["name"] == n.group("job")), None)
+        if n is None or task is None:
+            return None
+        return PodRef(pod_name, task, int(n.group("index")), (f"task{task} " if multi else "") + f"node-{n.group('index')}")
     task = next((e["index"] for e in elements if e["name"] == m.group("job")), None)
     if task is None:
         return None
@@ -50,9 +59,9 @@ def path_uid(path: Path, pod: dict[str, Any]) -> str | None:
     return uid if f"-{uid[:8]}-r" in path.name else None
 
 
-def container(pod: dict[str, Any]) -> dict[str, Any] | None:
+def container(pod: dict[str, Any], name: str = PYTORCHJOB.container) -> dict[str, Any] | None:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") == "pytorch":
+        if cs.get("name") == name:
             return cs
     return None
 
@@ -101,5 +110,38 @@ def close(resp: Any) -> None:
 def sort_key(pod_name: str) -> tuple[str, int, int]:
     m = _POD_RE.match(pod_name)
     if not m:
-        return (pod_name, 0, 0)
+        n = _NODE_RE.match(pod_name)
+        return (n.group("job"), 2, int(n.group("index"))) if n else (pod_name, 0, 0)
     return (m.group("job"), 0 if m.group("type") == "master" else 1, int(m.group("index")))
+
+
+def pod_nodes(kube: Any, job_name: str, api: KubeflowApi = PYTORCHJOB) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per-pod rows for ``status`` and the scheduling events of Pending pods."""
+    nodes = []
+    pending = []
+    for pod in kube.list_pods(api.pod_selector(job_name)):
+        name = pod["metadata"]["name"]
+        ref = pod_ref(name, [{"index": 0, "name": job_name}], False)
+        st = pod.get("status") or {}
+        cs = next((c for c in st.get("containerStatuses") or [] if c.get("name") == api.container), {})
+        row: dict[str, Any] = {"node": ref.node if ref else name, "pod": name, "phase": st.get("phase", "?"),
+                               "restarts": cs.get("restartCount", 0)}
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            row["exit_code"] = term.get("exitCode")
+        nodes.append(row)
+        if st.get("phase") == "Pending":
+            events = [e for e in kube.pod_events(name) if e.get("type") == "Warning" or e.get("reason") == "FailedScheduling"]
+            if events:
+                e = events[-1]
+                pending.append(f"{name} Pending: {e.get('reason')}: {e.get('message')}")
+            else:
+                pending.append(f"{name} Pending")
+    nodes.sort(key=lambda n: (str(type(n["node"])), n["node"]))
+    return nodes, pending
+
+
+def object_warnings(kube: Any, name: str) -> list[str]:
+    """Warning events on the object itself (Trainer's TrainJobResourcesCreationFailed sets no condition)."""
+    events = [e for e in kube.pod_events(name) if e.get("type") == "Warning"]
+    return [f"{name}: {e.get('reason')}: {e.get('message')}" for e in events[-1:]]

@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from launcher.errors import DdpjobError, TargetError
 from launcher.states import JobState
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
+from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi, api_of
 from launcher.targets.k8s.check import check_manifests, located, spec_issues, spec_where
 from launcher.targets.k8s.crd import CrdInput, absent
-from launcher.targets.k8s.render import LABEL_JOB_ID, LABEL_OPERATOR_JOB, K8sElement, render, render_text
+from launcher.targets.k8s.pods import object_warnings, pod_nodes
+from launcher.targets.k8s.render import LABEL_JOB_ID, K8sElement, render, render_text
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ class K8sPayload:
     checks: str = ""
     where: dict[str, str] = field(default_factory=dict)
     k8s_cpu: bool = False
+    api: str = "pytorchjob"
 
 
 @dataclass
@@ -93,6 +96,7 @@ class K8sHandle(Handle):
     procs_per_node: int = 1
     elastic: bool = False
     jobs: list[K8sRun] = field(default_factory=list)
+    api: str = "pytorchjob"  # k8s.api at submit: which custom resource the jobs are
 
 
 def condition_state(status: dict[str, Any] | None) -> tuple[JobState, str]:
@@ -138,33 +142,47 @@ class KubernetesTarget(Target):
         --dry-run=server; exit 6 when it has none), else $DDPJOB_PYTORCHJOB_CRD or the cache."""
         from launcher.targets.k8s import crd
 
+        api = api_of(loaded.spec.k8s.api)
         if not online:
-            return crd.offline()
-        return crd.online(_kube(loaded.spec.k8s.context, loaded.spec.k8s.namespace))
+            return crd.offline(api=api)
+        return crd.online(_kube(loaded.spec.k8s.context, loaded.spec.k8s.namespace, api), api)
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
         spec = loaded.spec
-        issues = spec_issues(spec, ctx.job_id)
-        if issues:
-            raise loaded.error(issues)
-        rendered = render(spec, ctx.job_id, NCCL_DEFAULTS_RDMA if spec.k8s.rdma else NCCL_DEFAULTS)
-        crd = ctx.inputs if isinstance(ctx.inputs, CrdInput) else absent("no CRD was given to the plan")
-        check_manifests(loaded, rendered.objects, crd)
+        nccl = NCCL_DEFAULTS_RDMA if spec.k8s.rdma else NCCL_DEFAULTS
+        crd = ctx.inputs if isinstance(ctx.inputs, CrdInput) else absent("no CRD was given to the plan", api_of(spec.k8s.api))
+        if spec.k8s.api == "trainjob":
+            from launcher.targets.k8s import trainjob
+            from launcher.targets.k8s.trainjob_rules import check_trainjobs
+
+            issues = trainjob.spec_issues(spec, ctx.job_id)
+            if issues:
+                raise loaded.error(issues)
+            rendered = trainjob.render(spec, ctx.job_id, nccl)
+            check_trainjobs(loaded, rendered.objects, crd)
+            where, to_text = spec_where(loaded, trainjob.FIELD_TARGETS), trainjob.render_text
+        else:
+            issues = spec_issues(spec, ctx.job_id)
+            if issues:
+                raise loaded.error(issues)
+            rendered = render(spec, ctx.job_id, nccl)
+            check_manifests(loaded, rendered.objects, crd)
+            where, to_text = spec_where(loaded), render_text
         notes = [crd.note()]
         if spec.workdir is not None and spec.k8s.workdir is None:
             notes.append("workdir: is a path on this machine and is not used in the pods; set k8s.workdir "
                          "(default: the image's WORKDIR)")
         payload = K8sPayload(ctx.job_id, ctx.run_dir, spec.nodes, rendered.procs_per_node, spec.k8s.namespace,
-                             spec.k8s.context, rendered.elements, rendered.objects, crd.summary(), spec_where(loaded),
-                             spec.k8s.cpu is not None)
-        text = render_text(rendered, ctx.job_id, spec.k8s.namespace, notes)
+                             spec.k8s.context, rendered.elements, rendered.objects, crd.summary(), where,
+                             spec.k8s.cpu is not None, spec.k8s.api)
+        text = to_text(rendered, ctx.job_id, spec.k8s.namespace, notes)
         return Plan("k8s", ctx.job_id, spec.name, ctx.run_dir, text, payload, spec.nodes, rendered.procs_per_node,
                     len(rendered.elements))
 
     # ------------------------------------------------------------------ submit
     def submit(self, plan: Plan) -> K8sHandle:
         p: K8sPayload = plan.payload
-        kube = _kube(p.context, p.namespace)
+        kube = _kube(p.context, p.namespace, api_of(p.api))
         run_dir = Path(plan.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(run_dir / "plan.txt", plan.render())
@@ -191,35 +209,37 @@ class KubernetesTarget(Target):
             job_id=plan.job_id, run_dir=plan.run_dir, context=kube.context, namespace=kube.namespace,
             nodes=p.nodes, procs_per_node=p.procs_per_node,
             elastic=any("elasticPolicy" in m["spec"] for m in p.manifests),
-            jobs=[K8sRun(e.index, e.name, e.params) for e in p.elements],
+            jobs=[K8sRun(e.index, e.name, e.params) for e in p.elements], api=p.api,
         )
 
     def server_dry_run(self, plan: Plan) -> str:
         p: K8sPayload = plan.payload
-        kube = _kube(p.context, p.namespace)
+        kube = _kube(p.context, p.namespace, api_of(p.api))
         names = []
         for obj in _bodies(p, kube.namespace):
             _create(kube, p, obj, dry_run=True)
             names.append(obj["metadata"]["name"])
         return (f"# server dry run (dryRun=All, fieldValidation=Strict) on {kube.host}, namespace {kube.namespace}: "
-                f"{len(names)} PyTorchJob(s) accepted: {', '.join(names)}")
+                f"{len(names)} {kube.api.kind}(s) accepted: {', '.join(names)}")
 
     # ------------------------------------------------------------------ status
     def status(self, handle: K8sHandle) -> JobStatus:
-        kube = _kube(handle.context, handle.namespace)
+        kube = _kube(handle.context, handle.namespace, api_of(handle.api))
         return self._status(kube, handle, pods=True)
 
     def status_many(self, handles: dict[str, K8sHandle]) -> dict[str, JobStatus]:
         kubes: dict[tuple[str | None, str], Any] = {}
         out = {}
         for job_id, handle in handles.items():
-            key = (handle.context, handle.namespace)
+            key = (handle.context, handle.namespace, handle.api)
             if key not in kubes:
-                kubes[key] = _kube(*key)
+                kubes[key] = _kube(handle.context, handle.namespace, api_of(handle.api))
             out[job_id] = self._status(kubes[key], handle, pods=False)  # one list call per job
         return out
 
     def _status(self, kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
+        api = api_of(handle.api)
+        states, summaries = _readers(api)
         objs = {o["metadata"]["name"]: o for o in kube.list_jobs(f"{LABEL_JOB_ID}={handle.job_id}")}
         seen = _read_seen(handle.run_dir)
         tasks = []
@@ -229,27 +249,29 @@ class KubernetesTarget(Target):
             if obj is None:
                 last = seen.get(el.name)
                 if last and JobState.parse(last["state"]).terminal:
-                    state, msg = JobState.parse(last["state"]), last.get("message", "") + " (the PyTorchJob has since been deleted)"
+                    state, msg = JobState.parse(last["state"]), last.get("message", "") + f" (the {api.kind} has since been deleted)"
                 else:
-                    state, msg = JobState.CANCELLED, ("the PyTorchJob no longer exists (deleted with kubectl or "
+                    state, msg = JobState.CANCELLED, (f"the {api.kind} no longer exists (deleted with kubectl or "
                                                       "ddpjob cancel, or by its TTL) and its final state was not seen")
                 tasks.append(TaskStatus(el.index, state, msg, params=el.params, native_id=el.name))
                 continue
-            state, msg = condition_state(obj.get("status"))
-            summary = replica_summary(obj.get("status"))
+            state, msg = states(obj.get("status"))
+            summary = summaries(obj.get("status"))
             if summary:
                 replicas.append(summary if len(handle.jobs) == 1 else f"{el.name}: {summary}")
             nodes: list[dict[str, Any]] = []
             if pods and not state.terminal:
-                nodes, pending = _pod_nodes(kube, el.name)
+                nodes, pending = pod_nodes(kube, el.name, api)
+                if api is not PYTORCHJOB and state == JobState.PENDING:
+                    pending += object_warnings(kube, el.name)
                 if pending:
-                    msg = "; ".join([msg, *pending]) if msg and msg != NOT_RECONCILED else "; ".join(pending) or msg
+                    msg = "; ".join([msg, *pending]) if msg and "not reconciled" not in msg else "; ".join(pending) or msg
             seen[el.name] = {"state": state.value, "message": msg}
             tasks.append(TaskStatus(el.index, state, msg, nodes, el.params, el.name))
         _write_seen(handle.run_dir, seen)
         overall, message = summarize(tasks)
         details = {"namespace": handle.namespace, "context": handle.context,
-                   "pytorchjobs": ", ".join(el.name for el in handle.jobs)}
+                   api.plural: ", ".join(el.name for el in handle.jobs)}
         if replicas:
             details["replicas"] = " | ".join(replicas)
         return JobStatus(overall, message, tasks, details)
@@ -263,7 +285,7 @@ class KubernetesTarget(Target):
         if flt.task is not None and not any(e["index"] == flt.task for e in elements):
             raise TargetError(f"task {flt.task} does not exist (this job has {len(elements)} task(s))")
         try:
-            kube = _kube(handle.context, handle.namespace)
+            kube = _kube(handle.context, handle.namespace, api_of(handle.api))
         except DdpjobError:
             if follow or not (Path(handle.run_dir) / "pods").is_dir():
                 raise
@@ -272,7 +294,7 @@ class KubernetesTarget(Target):
         if elastic and flt.rank is not None:
             raise TargetError("--rank is not available for elastic jobs: ranks are assigned at each rendezvous, "
                               "not by replica; use --node")
-        reader = PodLogs(kube, handle.run_dir, elements, handle.procs_per_node or 1, flt, elastic)
+        reader = PodLogs(kube, handle.run_dir, elements, handle.procs_per_node or 1, flt, elastic, api_of(handle.api))
         if not follow:
             yield from reader.snapshot()
             return
@@ -283,15 +305,24 @@ class KubernetesTarget(Target):
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, handle: K8sHandle) -> None:
-        kube = _kube(handle.context, handle.namespace)
+        kube = _kube(handle.context, handle.namespace, api_of(handle.api))
         for el in handle.jobs:
             kube.delete_job(el.name)  # foreground propagation; a 404 means already gone
 
 
-def _kube(context: str | None, namespace: str | None) -> Any:
+def _kube(context: str | None, namespace: str | None, api: KubeflowApi = PYTORCHJOB) -> Any:
     from launcher.targets.k8s.client import Kube
 
-    return Kube(context, namespace)
+    return Kube(context, namespace, api)
+
+
+def _readers(api: KubeflowApi) -> tuple[Any, Any]:
+    """The state and replica-summary functions of ``api``'s status."""
+    if api is PYTORCHJOB:
+        return condition_state, replica_summary
+    from launcher.targets.k8s import trainjob
+
+    return trainjob.condition_state, trainjob.jobs_summary
 
 
 def _create(kube: Any, payload: K8sPayload, body: dict[str, Any], *, dry_run: bool) -> None:
@@ -301,6 +332,10 @@ def _create(kube: Any, payload: K8sPayload, body: dict[str, Any], *, dry_run: bo
     try:
         kube.create_job(body, dry_run=dry_run)
     except InvalidObject as e:
+        if payload.api == "trainjob":
+            from launcher.targets.k8s.trainjob import spec_field
+
+            raise located(e, payload.where, payload.k8s_cpu, dry_run=dry_run, kind=kube.api.kind, field_of=spec_field) from e
         raise located(e, payload.where, payload.k8s_cpu, dry_run=dry_run) from e
 
 
@@ -313,34 +348,6 @@ def _bodies(payload: K8sPayload, namespace: str) -> list[dict[str, Any]]:
         body["metadata"] = meta
         out.append(body)
     return out
-
-
-def _pod_nodes(kube: Any, job_name: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Per-pod rows for ``status`` and the scheduling events of Pending pods."""
-    from launcher.targets.k8s.pods import pod_ref
-
-    nodes = []
-    pending = []
-    for pod in kube.list_pods(f"{LABEL_OPERATOR_JOB}={job_name}"):
-        name = pod["metadata"]["name"]
-        ref = pod_ref(name, [{"index": 0, "name": job_name}], False)
-        st = pod.get("status") or {}
-        cs = next((c for c in st.get("containerStatuses") or [] if c.get("name") == "pytorch"), {})
-        row: dict[str, Any] = {"node": ref.node if ref else name, "pod": name, "phase": st.get("phase", "?"),
-                               "restarts": cs.get("restartCount", 0)}
-        term = (cs.get("state") or {}).get("terminated")
-        if term:
-            row["exit_code"] = term.get("exitCode")
-        nodes.append(row)
-        if st.get("phase") == "Pending":
-            events = [e for e in kube.pod_events(name) if e.get("type") == "Warning" or e.get("reason") == "FailedScheduling"]
-            if events:
-                e = events[-1]
-                pending.append(f"{name} Pending: {e.get('reason')}: {e.get('message')}")
-            else:
-                pending.append(f"{name} Pending")
-    nodes.sort(key=lambda n: (str(type(n["node"])), n["node"]))
-    return nodes, pending
 
 
 def _read_seen(run_dir: str) -> dict[str, Any]:

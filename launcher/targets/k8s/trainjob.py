@@ -1,0 +1,285 @@
+"""Render a job spec as Kubeflow Trainer v2 ``TrainJob``s (``k8s.api: trainjob``): plain dicts, pure.
+
+The rules come from Trainer v2.3.0 (k8s/README.md, "TrainJob"):
+
+- ``spec.runtimeRef`` names the training runtime (ClusterTrainingRuntime ``torch-distributed`` by
+  default); ``spec.trainer`` carries the image, the command, ``numNodes``, ``numProcPerNode``
+  (an int32), ``resourcesPerNode`` and the env, all applied to the runtime's container ``node``.
+- The command is a bare ``torchrun`` without rendezvous flags: the torch plugin injects
+  ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``/``PORT`` into
+  ``node`` after our env, and its webhook refuses a TrainJob that sets one. Unlike the training
+  operator it sets nothing else, so ``PYTHONUNBUFFERED=1`` is ours to set.
+- Everything about the pod goes into one ``spec.runtimePatches`` entry for the replicatedJob
+  ``node``: pod labels and annotations (the TrainJob's own are not copied to pods), service
+  account, image pull secrets, node selector, tolerations, volumes (``/dev/shm`` included) and the
+  container ``node``'s volume mounts (a patch may not set its env).
+- What a TrainJob cannot express is refused at the spec's field (``spec_issues``), never dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher import dist
+from launcher.errors import Issue
+from launcher.spec import JobSpec, expand
+from launcher.states import JobState
+from launcher.targets.k8s.apis import TRAINJOB
+from launcher.targets.k8s.render import (
+    ISTIO_ANNOTATION, LABEL_JOB_ID, LABEL_QUEUE, LABEL_SWEEP_ID, LABEL_SWEEP_INDEX, OUTPUT_ROOT, K8sElement,
+    Rendered, _container, _resources, _toleration, _volume, job_name, to_yaml,
+)
+from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
+
+RUNTIME_GROUP = "trainer.kubeflow.org"
+# runtimePatches entries are keyed by a domain-prefixed manager (the webhook insists on the form).
+PATCH_MANAGER = "ddpjob.dev/launcher"
+REPLICATED_JOB = "node"  # the torch-distributed runtime's one replicatedJob, and its container
+# What the torch plugin injects into `node` (its webhook refuses them in trainer.env).
+CONTROLLER_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+# JobSet names each pod <trainjob>-node-0-<index>-<5 random> and refuses names over 63 characters.
+POD_NAME_MAX = 63
+PATCH_POD = ("spec", "runtimePatches", 0, "trainingRuntimeSpec", "template", "spec", "replicatedJobs", 0,
+             "template", "spec", "template")
+# TrainJob condition type -> state (v2.3.0 has only these three). Anything else -> UNKNOWN.
+TRAINJOB_CONDITIONS: dict[str, JobState] = {
+    "Complete": JobState.SUCCEEDED,
+    "Failed": JobState.FAILED,
+    "Suspended": JobState.PENDING,  # e.g. held by Kueue until admitted
+}
+NOT_RECONCILED = ("submitted, but not reconciled yet: is Kubeflow Trainer v2 running? "
+                  "(kubectl get pods -n kubeflow-system)")
+
+
+def longest_pod_name(name: str, nodes: int) -> str:
+    return f"{name}-node-0-{max(0, nodes - 1)}-xxxxx"
+
+
+def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
+    """What a TrainJob cannot carry, or Trainer v2 would refuse, each at the spec field behind it."""
+    k = spec.k8s
+    issues: list[Issue] = []
+    if not spec.image:
+        issues.append(Issue(("image",), "the k8s target needs an image (the TrainJob's trainer.image)",
+                            hint="add e.g. `image: ghcr.io/ddpjob/train:0.1.0` (see docker/README.md)"))
+    for name in spec.env:
+        if name.startswith("PET_"):
+            issues.append(Issue(("env", name), f"{name} is set by Trainer v2's torch plugin (its webhook refuses it)"))
+    plain = set(spec.env) | {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR", "PYTHONUNBUFFERED"}
+    for name in k.env_refs:
+        if name in plain:
+            issues.append(Issue(("k8s", "env_refs", name), f"{name} is also set in env: (a duplicate env name is rejected by the API server)",
+                                hint="keep one of them"))
+    why = "Trainer v2.3 (api trainjob) has no equivalent"
+    no_field: list[tuple[tuple[str | int, ...], bool, str]] = [
+        (("k8s", "elastic"), k.elastic is not None, f"{why}: TrainJobs are not elastic"),
+        (("k8s", "restart_policy"), k.restart_policy != "OnFailure",
+         f"{why}: the pods' restart policy comes from the runtime (JobSet's default OnFailure)"),
+        (("k8s", "backoff_limit"), "backoff_limit" in k.model_fields_set,
+         f"{why}: the backoff limit comes from the runtime's Job template"),
+        (("k8s", "ttl_seconds_after_finished"), k.ttl_seconds_after_finished is not None,
+         f"{why}: a TrainJob has no TTL (delete it with ddpjob cancel, or set one in the runtime)"),
+        (("k8s", "priority_class"), k.priority_class is not None,
+         f"{why}: runtimePatches cannot set priorityClassName (set it in the runtime)"),
+        (("k8s", "image_pull_policy"), k.image_pull_policy is not None,
+         f"{why}: neither trainer nor runtimePatches set imagePullPolicy (set it in the runtime)"),
+        (("k8s", "workdir"), k.workdir is not None,
+         f"{why}: neither trainer nor runtimePatches set workingDir (use the image's WORKDIR)"),
+        (("k8s", "env_from"), bool(k.env_from),
+         f"{why}: a TrainJob takes no envFrom (name each variable in k8s.env_refs instead)"),
+        (("master_port",), spec.master_port is not None,
+         f"{why}: the torch plugin fixes the rendezvous port (PET_MASTER_PORT=29500)"),
+    ]
+    issues += [Issue(path, message, hint="remove it for k8s.api trainjob") for path, bad, message in no_field if bad]
+    runs = 1
+    for values in spec.sweep.values():
+        runs *= len(values)
+    longest = longest_pod_name(job_name(job_id, runs - 1, bool(spec.sweep)), spec.nodes)
+    if len(longest) > POD_NAME_MAX:
+        issues.append(Issue(("name",), f"too long for Trainer v2: JobSet names the pods like {longest!r} ({len(longest)} "
+                            f"characters, at most {POD_NAME_MAX}) and would refuse them", hint="use a shorter name"))
+    return issues
+
+
+def render(spec: JobSpec, job_id: str, nccl_defaults: dict[str, str]) -> Rendered:
+    """The TrainJob of every run of ``spec`` (deterministic: sorted env, fixed key order)."""
+    k = spec.k8s
+    procs = dist.resolve_procs_per_node(spec, spec.resources.gpus)
+    cpus_whole = k.cpu if isinstance(k.cpu, int) else (spec.resources.cpus if k.cpu is None else None)
+    base_env = dist.process_env(spec, nccl_defaults, cpus_per_node=cpus_whole, procs_per_node=procs)
+    output_root = spec.output_dir or f"{OUTPUT_ROOT}/{job_id}"
+    sweep = bool(spec.sweep)
+    objects: list[dict[str, Any]] = []
+    elements: list[K8sElement] = []
+    for el in expand(spec, job_id=job_id, output_root=output_root):
+        name = job_name(job_id, el.index, sweep)
+        env = run_env(base_env, el.env, job_id=job_id, sweep_index=el.index, output_dir=el.output_dir)
+        labels = {LABEL_JOB_ID: job_id}
+        if sweep:
+            labels[LABEL_SWEEP_ID] = job_id
+            labels[LABEL_SWEEP_INDEX] = str(el.index)
+        # No rendezvous flags: the torch plugin's PET_* variables give torchrun nodes, rank and master.
+        command = torchrun_argv(worker_command(el.command, "python"), launcher=["torchrun"],
+                                max_restarts=spec.max_restarts)
+        objects.append(_trainjob(spec, name, labels, command, env, procs))
+        elements.append(K8sElement(el.index, name, el.params, el.output_dir))
+    return Rendered(objects, elements, procs)
+
+
+def _trainjob(spec: JobSpec, name: str, labels: dict[str, str], command: list[str], env: dict[str, str],
+              procs: int) -> dict[str, Any]:
+    k = spec.k8s
+    job_labels = {**k.labels, **labels}
+    if k.queue:
+        job_labels[LABEL_QUEUE] = k.queue  # Kueue's TrainJob integration reads the TrainJob's label
+    metadata: dict[str, Any] = {"name": name}
+    if k.namespace:
+        metadata["namespace"] = k.namespace
+    metadata["labels"] = dict(sorted(job_labels.items()))
+    if k.annotations:
+        metadata["annotations"] = dict(sorted(k.annotations.items()))
+    # The PyTorchJob's container, reused for its command, env (valueFrom included) and resources.
+    c = _container(spec, command, env)
+    trainer: dict[str, Any] = {"image": c["image"], "command": c["command"], "env": c["env"],
+                               "numNodes": spec.nodes, "numProcPerNode": procs}
+    resources = _resources(spec)
+    if resources:
+        trainer["resourcesPerNode"] = resources
+    return {
+        "apiVersion": TRAINJOB.api_version, "kind": TRAINJOB.kind, "metadata": metadata,
+        "spec": {
+            "runtimeRef": {"apiGroup": RUNTIME_GROUP, "kind": k.runtime.kind, "name": k.runtime.name},
+            "trainer": trainer,
+            "runtimePatches": [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
+                "replicatedJobs": [{"name": REPLICATED_JOB, "template": {"spec": {"template": _pod(spec, labels)}}}],
+            }}}}],
+        },
+    }
+
+
+def _pod(spec: JobSpec, labels: dict[str, str]) -> dict[str, Any]:
+    k = spec.k8s
+    annotations = {**k.annotations}
+    if not k.istio_inject:
+        # An Istio sidecar keeps the pod Running after training exits and intercepts the rendezvous.
+        annotations[ISTIO_ANNOTATION] = "false"
+    meta: dict[str, Any] = {"labels": dict(sorted({**k.labels, **labels}.items()))}
+    if annotations:
+        meta["annotations"] = dict(sorted(annotations.items()))
+    pod: dict[str, Any] = {}
+    if k.service_account:
+        pod["serviceAccountName"] = k.service_account
+    if k.node_selector:
+        pod["nodeSelector"] = dict(sorted(k.node_selector.items()))
+    if k.tolerations:
+        pod["tolerations"] = [_toleration(t) for t in k.tolerations]
+    if k.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": s} for s in k.image_pull_secrets]
+    pod["volumes"] = [
+        # Containers get 64 MB of /dev/shm; DataLoader workers and NCCL need more (Bus error otherwise).
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm}},
+        *(_volume(v) for v in k.volumes),
+    ]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    for v in k.volumes:
+        m: dict[str, Any] = {"name": v.name, "mountPath": v.mount_path}
+        if v.read_only:
+            m["readOnly"] = True
+        if v.sub_path:
+            m["subPath"] = v.sub_path
+        mounts.append(m)
+    pod["containers"] = [{"name": REPLICATED_JOB, "volumeMounts": mounts}]
+    return {"metadata": meta, "spec": pod}
+
+
+# --------------------------------------------------------------------------- manifest path -> spec field
+
+_FIELD_MAP: list[tuple[tuple[str | int, ...], tuple[str | int, ...]]] = [
+    (("metadata", "name"), ("name",)),
+    (("metadata", "namespace"), ("k8s", "namespace")),
+    (("metadata", "labels"), ("k8s", "labels")),
+    (("metadata", "annotations"), ("k8s", "annotations")),
+    (("spec", "runtimeRef"), ("k8s", "runtime")),
+    (("spec", "trainer", "image"), ("image",)),
+    (("spec", "trainer", "command"), ("command",)),
+    (("spec", "trainer", "env"), ("env",)),
+    (("spec", "trainer", "numNodes"), ("nodes",)),
+    (("spec", "trainer", "numProcPerNode"), ("procs_per_node",)),
+    (("spec", "trainer", "resourcesPerNode"), ("resources",)),
+    (("pod", "metadata"), ("k8s", "labels")),
+    (("pod", "spec", "serviceAccountName"), ("k8s", "service_account")),
+    (("pod", "spec", "imagePullSecrets"), ("k8s", "image_pull_secrets")),
+    (("pod", "spec", "nodeSelector"), ("k8s", "node_selector")),
+    (("pod", "spec", "tolerations"), ("k8s", "tolerations")),
+    (("pod", "spec", "volumes"), ("k8s", "volumes")),
+    (("pod", "spec", "containers"), ("k8s", "volumes")),
+]
+FIELD_TARGETS: list[tuple[str | int, ...]] = sorted({t for _, t in _FIELD_MAP} | {("k8s",), ("k8s", "cpu")}, key=str)
+
+
+def spec_field(path: tuple[str | int, ...], spec: JobSpec | None = None, *,
+               k8s_cpu: bool | None = None) -> tuple[str | int, ...]:
+    """The spec field behind a path of the rendered TrainJob (else the ``k8s`` section)."""
+    rel = path
+    if tuple(path[: len(PATCH_POD)]) == PATCH_POD:
+        rel = ("pod", *path[len(PATCH_POD):])
+    best: tuple[str | int, ...] = ("k8s",)
+    best_len = 0
+    for prefix, target in _FIELD_MAP:
+        if tuple(rel[: len(prefix)]) == prefix and len(prefix) > best_len:
+            best, best_len = target, len(prefix)
+    if spec is not None:
+        k8s_cpu = spec.k8s.cpu is not None
+    if best == ("resources",) and k8s_cpu and len(rel) > 4 and rel[4] == "cpu":
+        best = ("k8s", "cpu")
+    return best
+
+
+# --------------------------------------------------------------------------- status
+
+def condition_state(status: dict[str, Any] | None) -> tuple[JobState, str]:
+    """The state of one TrainJob from ``status.conditions`` and ``status.jobsStatus``.
+
+    Failed, Complete, then Suspended win when True (v2.3.0 has no Created/Running condition);
+    otherwise the child Job's counts: ready -> RUNNING, active -> PENDING (pods starting), none
+    -> PENDING (not reconciled yet). Another True condition type -> UNKNOWN.
+    """
+    conds = [c for c in (status or {}).get("conditions") or [] if isinstance(c, dict)]
+    true = [c for c in conds if c.get("status") == "True"]
+    for ctype in ("Failed", "Complete", "Suspended"):
+        for c in true:
+            if c.get("type") == ctype:
+                return TRAINJOB_CONDITIONS[ctype], str(c.get("message") or c.get("reason") or ctype)
+    other = [c for c in true if c.get("type") not in TRAINJOB_CONDITIONS]
+    if other:
+        return JobState.UNKNOWN, str(other[-1].get("message") or other[-1].get("type"))
+    jobs = [j for j in (status or {}).get("jobsStatus") or [] if isinstance(j, dict)]
+    if not jobs:
+        return JobState.PENDING, NOT_RECONCILED
+    if any(int(j.get("ready") or 0) for j in jobs):
+        return JobState.RUNNING, "running"
+    if any(int(j.get("active") or 0) for j in jobs):
+        return JobState.PENDING, "pods are being scheduled or started"
+    return JobState.PENDING, "created; waiting for the JobSet's pods"
+
+
+def jobs_summary(status: dict[str, Any] | None) -> str:
+    """``node: 1 ready`` from ``status.jobsStatus`` (counts of child Jobs, not pods)."""
+    parts = []
+    for j in (status or {}).get("jobsStatus") or []:
+        nums = [f"{j.get(k)} {k}" for k in ("ready", "active", "succeeded", "failed", "suspended") if j.get(k)]
+        parts.append(f"{j.get('name', '?')}: {', '.join(nums) or '0 active'} (jobs)")
+    return "; ".join(parts)
+
+
+def render_text(rendered: Rendered, job_id: str, namespace: str | None, notes: list[str]) -> str:
+    """The multi-document YAML that ``submit`` sends, with a comment header for the reader."""
+    head = [f"# ddpjob k8s plan: job {job_id}, {len(rendered.objects)} TrainJob(s) ({TRAINJOB.api_version})"]
+    if namespace is None:
+        head.append("# namespace: the kubeconfig context's (set k8s.namespace to choose)")
+    head.extend(f"# {n}" for n in notes)
+    return "\n".join(head) + "\n---\n" + "---\n".join(to_yaml(o) for o in rendered.objects)
+
+
+__all__ = ["CONTROLLER_ENV", "TRAINJOB_CONDITIONS", "condition_state", "jobs_summary", "render",
+           "render_text", "spec_field", "spec_issues"]
