@@ -88,7 +88,10 @@ def test_ctrl_c_at_any_moment_of_submit(tmp_path, ddpjob_home):
             assert p.returncode == 130 and "ddpjob cancel " in err, err
             job_id = err.split("ddpjob cancel ")[1].split()[0]
             seen["submitted"] += 1
-        assert [r["id"] for r in records] == [job_id] and records[0]["handle"], records
+        assert [r["id"] for r in records] == [job_id], records
+        full = json.loads(subprocess.run([sys.executable, "-m", "launcher", "status", job_id, "-o", "json"],
+                                         capture_output=True, text=True, check=True).stdout)
+        assert full["handle"], full  # recorded with its handle: followable and cancellable
         subprocess.run([sys.executable, "-m", "launcher", "cancel", job_id], capture_output=True, check=True)
         subprocess.run([sys.executable, "-m", "launcher", "list"], capture_output=True, check=True)
         # start the next trial from an empty registry
