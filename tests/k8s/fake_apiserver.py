@@ -11,6 +11,7 @@ the operator's labels, the operator's environment appended after the user's (las
 ``$(VAR)`` references expanded as the kubelet does, conditions Created -> Running -> Succeeded /
 Failed / Restarting, restart in place for OnFailure (previous logs kept), and pod cleanup by
 ``runPolicy.cleanPodPolicy``. Each pod's command runs as a local process; its output is the log.
+It also plays Kubeflow Trainer v2 for TrainJobs (``FakeCluster.trainer``, tests/k8s/fake_trainer.py).
 
 Deviations, because every "pod" shares this machine's network and filesystem:
 - ``MASTER_ADDR``/``PET_MASTER_ADDR`` given to the process are ``127.0.0.1`` instead of
@@ -170,6 +171,8 @@ class Pod:
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     created: str = field(default_factory=now)
     cond: threading.Condition = field(default_factory=threading.Condition)
+    container_name: str = "pytorch"  # a TrainJob's pods run the runtime's container `node`
+    annotations: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         state: dict[str, Any]
@@ -184,10 +187,10 @@ class Pod:
         return {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels, "uid": self.uid,
-                         "creationTimestamp": self.created},
+                         "creationTimestamp": self.created, **({"annotations": self.annotations} if self.annotations else {})},
             "spec": {"containers": [self.container], "restartPolicy": self.restart_policy},
             "status": {"phase": self.phase, "startTime": self.created,
-                       "containerStatuses": [{"name": "pytorch", "image": self.container.get("image", ""),
+                       "containerStatuses": [{"name": self.container_name, "image": self.container.get("image", ""),
                                               "imageID": "", "ready": self.phase == "Running",
                                               "restartCount": self.restarts, "state": state}]},
         }
@@ -213,6 +216,9 @@ class FakeCluster:
         self.unschedulable_message: str | None = None
         self.ports: dict[tuple[str, str], int] = {}
         self._stop = threading.Event()
+        from fake_trainer import Trainer  # Kubeflow Trainer v2: TrainJobs (a module of its own)
+
+        self.trainer = Trainer(self)
 
     # ---------------------------------------------------------------- knobs for tests
     def fail_next(self, method: str, path_regex: str, code: int, times: int = 1, causes: list[dict] | None = None,
@@ -279,6 +285,7 @@ class FakeCluster:
                 if self._terminal(job):
                     continue
                 self._step_pods(ns, name, job)
+            self.trainer.reconcile()
 
     def _terminal(self, job: dict) -> bool:
         return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in job["status"]["conditions"])
@@ -527,6 +534,8 @@ class Handler(BaseHTTPRequestHandler):
                     continue
                 fault.times -= 1
                 return self._fault(fault.code, url.path, body, fault.causes)
+        if c.trainer.handle(self, method, url.path, query, body):
+            return
         m = CRD_PATH.match(url.path)
         if m and method == "GET":
             if not c.crd_installed or m.group(1) != c.crd["metadata"]["name"]:
