@@ -178,8 +178,8 @@ class Trainer:
         rate = self.samples_per_step * self.window_steps / elapsed if elapsed > 0 else 0.0
         lr = self.scheduler.get_last_lr()[0]
         self.metrics.log(
-            {"event": "step", "step": s, "epoch": epoch, "loss": mean_loss, "lr": lr, "samples_per_s": rate,
-             "step_time": step_time, "world_size": self.info.world_size},
+            {"event": "step", "step": s, "total_steps": self.total_steps, "epoch": epoch, "loss": mean_loss, "lr": lr,
+             "samples_per_s": rate, "step_time": step_time, "world_size": self.info.world_size},
             f"epoch {epoch} step {s}/{self.total_steps} loss {mean_loss:.4f} lr {lr:.4g} {rate:.0f} samples/s (global)",
         )
         self.window_start, self.window_steps = time.perf_counter(), 0

@@ -17,13 +17,25 @@ class Metrics:
     def __init__(self, info: DistInfo, output_dir: str) -> None:
         self.info = info
         self.path = Path(output_dir) / "metrics.jsonl"
+        # ddpjob reads a run's progress from $DDPJOB_METRICS_FILE (<output dir>/metrics.jsonl, so the
+        # same file unless --output-dir points elsewhere): write there too, so status shows progress.
+        target = os.environ.get("DDPJOB_METRICS_FILE")
+        self.mirror = Path(target) if target and Path(target) != self.path else None
 
     def log(self, record: dict[str, Any], line: str | None = None) -> None:
         if not self.info.is_main:
             return
         record = {"time": round(time.time(), 3), **record}
+        line = json.dumps(record, sort_keys=True) + "\n"
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
+            f.write(line)
+        if self.mirror is not None:
+            try:
+                self.mirror.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.mirror, "a", encoding="utf-8") as f:
+                    f.write(line)
+            except OSError:
+                pass  # progress is a help: never a reason to stop training
         if line:
             print(line, flush=True)
 
