@@ -20,7 +20,8 @@ TRAINJOB_CRD = os.environ.get("DDPJOB_TRAINJOB_CRD")
 
 needs_trainjob_crd = pytest.mark.skipif(
     not (TRAINJOB_CRD and Path(TRAINJOB_CRD).exists()) and os.environ.get("CI", "").lower() != "true",
-    reason="needs the Trainer v2.3 TrainJob CRD: set DDPJOB_SHARED=<the shared/ folder> or DDPJOB_TRAINJOB_CRD=<file>",
+    reason="needs the Trainer v2.3 TrainJob CRD: set DDPJOB_SHARED=<the shared/ folder> or DDPJOB_TRAINJOB_CRD=<file> "
+           "(trainer.kubeflow.org_trainjobs.yaml of Trainer v2.3.0: see k8s/README.md for where to get it)",
 )
 
 
