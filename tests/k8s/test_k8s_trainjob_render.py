@@ -245,6 +245,9 @@ def test_structural_rules_without_a_crd(mutate, words):
     ("  workdir: /w", "k8s.workdir", "workingDir"),
     ("  env_from: [{secret: s3}]", "k8s.env_from", "no envFrom"),
     ("  runtime: {kind: Runtime}", "k8s.runtime.kind", "ClusterTrainingRuntime"),
+    ("  labels: {jobset.sigs.k8s.io/jobset-name: other}", "k8s.labels.jobset.sigs.k8s.io/jobset-name", "set on the pods by JobSet"),
+    ("  annotations: {batch.kubernetes.io/job-completion-index: '0'}", "k8s.annotations.batch.kubernetes.io/job-completion-index",
+     "set on the pods by JobSet"),
 ])
 def test_options_without_a_trainjob_equivalent_are_refused_at_their_line(tmp_path, line, field, words):
     spec = tmp_path / "job.yaml"

@@ -37,6 +37,9 @@ PATCH_MANAGER = "ddpjob.dev/launcher"
 REPLICATED_JOB = "node"  # the torch-distributed runtime's one replicatedJob, and its container
 # What the torch plugin injects into `node` (its webhook refuses them in trainer.env).
 CONTROLLER_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+# Label and annotation prefixes JobSet, the Job controller and Trainer set on the pods (pods are found by
+# jobset.sigs.k8s.io/jobset-name, node ranks read from batch.kubernetes.io/job-completion-index).
+JOBSET_PREFIXES = ("jobset.sigs.k8s.io/", "batch.kubernetes.io/", "trainer.kubeflow.org/")
 # JobSet names each pod <trainjob>-node-0-<index>-<5 random> and refuses names over 63 characters.
 POD_NAME_MAX = 63
 PATCH_POD = ("spec", "runtimePatches", 0, "trainingRuntimeSpec", "template", "spec", "replicatedJobs", 0,
@@ -70,6 +73,11 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
         if name in plain:
             issues.append(Issue(("k8s", "env_refs", name), f"{name} is also set in env: (a duplicate env name is rejected by the API server)",
                                 hint="keep one of them"))
+    for field in ("labels", "annotations"):
+        for key in getattr(k, field):
+            if key.startswith(JOBSET_PREFIXES):
+                issues.append(Issue(("k8s", field, key), f"{key!r} is set on the pods by JobSet, the Job controller or "
+                                    "Trainer v2; yours would be overwritten or break how ddpjob finds the pods"))
     why = "Trainer v2.3 (api trainjob) has no equivalent"
     no_field: list[tuple[tuple[str | int, ...], bool, str]] = [
         (("k8s", "elastic"), k.elastic is not None, f"{why}: TrainJobs are not elastic"),
