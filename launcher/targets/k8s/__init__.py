@@ -1,9 +1,12 @@
-"""The Kubernetes target: one Kubeflow PyTorchJob (kubeflow.org/v1) per run, created with the
+"""The Kubernetes target: one Kubeflow PyTorchJob (kubeflow.org/v1) per run, or with ``k8s.api:
+trainjob`` one Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1), created with the
 official kubernetes client.
 
-``options.py`` (the spec's ``k8s:`` section), ``render.py`` (manifests as plain dicts, pure),
-``crd.py`` (the PyTorchJob CRD the plan is checked against: the cluster's, a file or the cache),
-``schema.py`` (the structural and strict checks), ``check.py`` (their problems, and the API
-server's, at the spec's file:line:field), ``target.py`` (plan, submit, status, logs, cancel),
-``client.py`` (the kubernetes client, imported only to talk to a cluster) and ``logs.py``.
-Nothing is imported here, so the package costs nothing."""
+``options.py`` (the spec's ``k8s:`` section), ``apis.py`` (the two APIs as data: group, version,
+CRD, container, pod selector), ``render.py`` (PyTorchJob manifests as plain dicts, pure),
+``trainjob.py`` (TrainJob manifests, what a TrainJob refuses, its status), ``crd.py`` (the CRD the
+plan is checked against: the cluster's, a file or the cache), ``schema.py`` and
+``trainjob_rules.py`` (the structural and strict checks), ``check.py`` (their problems, and the
+API server's, at the spec's file:line:field), ``target.py`` (plan, submit, status, logs, cancel),
+``client.py`` (the kubernetes client, imported only to talk to a cluster), ``logs.py`` and
+``pods.py``. Nothing is imported here, so the package costs nothing."""

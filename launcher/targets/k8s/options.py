@@ -97,7 +97,8 @@ def _env_name(v: str) -> str:
     if is_reserved_env(v):
         raise ValueError(f"{v} is computed by torchrun/ddpjob/the operator for each process and cannot be set")
     if is_operator_env(v):
-        raise ValueError(f"{v} is set by the training operator in every pod, after your env; your value would be replaced")
+        raise ValueError(f"{v} is set by the training operator in every pod, after your env; your value would be replaced "
+                         "(with k8s.api trainjob, ddpjob sets it to 1 and a different value goes in env:)")
     return v
 
 

@@ -1,4 +1,5 @@
-"""Kubernetes target: one Kubeflow ``PyTorchJob`` (kubeflow.org/v1) per run of the job.
+"""Kubernetes target: one Kubeflow ``PyTorchJob`` (kubeflow.org/v1) per run of the job, or with
+``k8s.api: trainjob`` one Trainer v2 ``TrainJob`` (``trainjob``); the handle's ``api`` says which.
 
 ``inputs`` reads the PyTorchJob CRD before planning (``crd``: the cluster's own on submit, a local
 copy offline); ``plan`` renders plain dicts (``render``) and checks them (``check``: the operator's
