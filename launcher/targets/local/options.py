@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 
@@ -15,4 +17,10 @@ class LocalOptions(BaseModel):
     )
     omp_num_threads: StrictInt | None = Field(
         None, ge=1, description="OMP_NUM_THREADS per process. Default: this machine's cores / all local processes."
+    )
+    container: Literal["none", "podman", "docker"] = Field(
+        "none",
+        description="Run each node's torchrun inside the spec's image with this engine, one container per node: "
+        "host network and IPC, the working, run and output directories mounted at the same paths, the same "
+        "environment, your uid:gid, all GPUs when there are any. none: this machine's Python runs it.",
     )

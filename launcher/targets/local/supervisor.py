@@ -19,6 +19,7 @@ from typing import Any
 
 from launcher.states import JobState
 from launcher.targets.base import TaskStatus, summarize
+from launcher.targets.local import container
 from launcher.targets.local.target import MARKER, LocalElement, LocalNode, exit_file, read_plan
 from launcher.targets.shared import procs
 from launcher.targets.shared.files import write_json
@@ -199,6 +200,11 @@ class Supervisor:
             if p.poll() is None:
                 p.kill()
             p.wait()
+        # A container whose engine client was killed may outlive it: remove the run's containers by name.
+        names = [n.container for n, _ in running if n.container]
+        left = container.remove(self.plan.container, names) if names else []
+        if left:
+            print(f"[ddpjob] could not remove containers {left}", file=sys.stderr, flush=True)
         for rec, (_, p) in zip(st["nodes"], running):
             rec["exit_code"] = p.returncode
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from launcher.errors import TargetError, TargetUnavailable
 from launcher.states import JobState
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
+from launcher.targets.local import container as ctr
 from launcher.targets.shared import procs
 from launcher.targets.shared.files import atomic_write, from_json, read_json, to_json, write_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
@@ -57,6 +58,7 @@ class LocalNode:
     log: str
     error_file: str
     torchrun_log_dir: str
+    container: str | None = None  # the container's name when the node runs in one (local.container)
 
 
 @dataclass
@@ -81,6 +83,7 @@ class LocalPayload:
     stop_on_failure: bool
     elements: list[LocalElement]
     port_fixed: bool = False  # the spec's master_port: never moved when it is taken
+    container: str = "none"  # local.container: the engine that runs each node, or none
 
 
 @dataclass
@@ -103,7 +106,11 @@ class LocalTarget(Target):
         from launcher.targets.shared.preflight import missing_program
 
         spec = loaded.spec
-        return missing_program(spec.command, spec.workdir or ctx.cwd)
+        # In a container, a module may live in the image only: check scripts (in the mounted workdir) alone.
+        return missing_program(spec.command, spec.workdir or ctx.cwd, check_modules=spec.local.container == "none")
+
+    def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
+        return ctr.read_inputs() if loaded.spec.local.container != "none" else None
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
         # Imported here: status, logs, cancel and the supervisor never load the spec's models.
@@ -124,8 +131,14 @@ class LocalTarget(Target):
         output_root = spec.output_dir or f"{ctx.run_dir}/output"
         if not os.path.isabs(output_root):
             output_root = os.path.normpath(os.path.join(workdir, output_root))
+        engine = spec.local.container
+        python = ctr.IMAGE_PYTHON if engine != "none" else ctx.python
+        runs = expand(spec, job_id=ctx.job_id, output_root=output_root)
+        issues = ctr.plan_issues(spec, workdir, ctx.run_dir, [el.output_dir for el in runs]) if engine != "none" else []
+        if issues:
+            raise loaded.error(issues)
         elements = []
-        for el in expand(spec, job_id=ctx.job_id, output_root=output_root):
+        for el in runs:
             task_dir = f"{ctx.run_dir}/task-{el.index}"
             nodes = []
             for node in range(spec.nodes):
@@ -139,14 +152,23 @@ class LocalTarget(Target):
                     env = dict(sorted(env.items()))
                 log_dir = f"{task_dir}/torchrun-node-{node}"
                 argv = torchrun_argv(
-                    worker_command(el.command, ctx.python), launcher=[ctx.python, "-m", "torch.distributed.run"],
+                    worker_command(el.command, python), launcher=[python, "-m", "torch.distributed.run"],
                     max_restarts=spec.max_restarts, nodes=spec.nodes, node_rank=str(node),
                     procs_per_node=procs_per_node, addr="127.0.0.1", port=port_text, log_dir=log_dir,
                 )
-                nodes.append(LocalNode(node, argv, env, workdir, f"{task_dir}/node-{node}.log", error_file, log_dir))
+                name = ctr.container_name(ctx.job_id, el.index, node) if engine != "none" else None
+                if name is not None:
+                    argv = ctr.run_argv(
+                        engine, name=name, image=str(spec.image), workdir=workdir,
+                        volumes=ctr.mounts(workdir, ctx.run_dir, el.output_dir),
+                        env_names=[*env, *spec.env_from_host], user=ctr.user_args(engine, ctx.inputs),
+                        gpus=ctr.gpu_args(engine, ctx.gpu_count), command=argv)
+                nodes.append(LocalNode(node, argv, env, workdir, f"{task_dir}/node-{node}.log", error_file, log_dir,
+                                       name))
             elements.append(LocalElement(el.index, el.params, el.output_dir, nodes))
         payload = LocalPayload(ctx.job_id, ctx.run_dir, spec.nodes, procs_per_node, port,
-                               spec.local.stop_on_failure, elements, port_fixed=spec.master_port is not None)
+                               spec.local.stop_on_failure, elements, port_fixed=spec.master_port is not None,
+                               container=engine)
         return Plan("local", ctx.job_id, spec.name, ctx.run_dir, render_local(payload), payload,
                     spec.nodes, procs_per_node, len(elements), port)
 
@@ -172,7 +194,13 @@ class LocalTarget(Target):
         if payload.port is None:
             raise TargetError("internal: the local plan has no rendezvous port (it is reserved at submit)")
         python = payload.elements[0].nodes[0].argv[0]
-        if python == sys.executable:
+        if payload.container != "none":
+            import shutil
+
+            if shutil.which(payload.container) is None:
+                raise TargetUnavailable(f"{payload.container} is not installed here (local.container: "
+                                        f"{payload.container}); on Debian, docker/engine.sh up installs podman")
+        elif python == sys.executable:
             import importlib.util
 
             if importlib.util.find_spec("torch") is None:
@@ -243,6 +271,7 @@ class LocalTarget(Target):
         state = read_state(str(run_dir))
         if state is not None and JobState.parse(state["state"]).terminal:
             procs.kill_marked(MARKER, handle.job_id, grace=2.0)  # leftovers of a finished run, if any
+            _remove_containers(handle)
             return
         try:
             atomic_write(run_dir / "cancel-requested", str(time.time()))
@@ -261,6 +290,7 @@ class LocalTarget(Target):
         survivors = procs.kill_marked(MARKER, handle.job_id, grace=2.0)
         if survivors:
             raise TargetError(f"could not stop processes {survivors} of job {handle.job_id}")
+        _remove_containers(handle)
         state = read_state(str(run_dir))
         if state is None or not JobState.parse(state["state"]).terminal:
             write_json(run_dir / "state.json", {
@@ -281,6 +311,16 @@ def read_plan(run_dir: str) -> LocalPayload:
     if data is None:
         raise TargetError(f"the run directory {run_dir} has no readable plan.json (was it deleted?)")
     return from_json(LocalPayload, data)
+
+
+def _remove_containers(handle: LocalHandle) -> None:
+    """Stop and remove the job's containers by name (local.container), whatever their state."""
+    try:
+        plan = read_plan(handle.run_dir)
+    except TargetError:
+        return
+    ctr.remove_job_containers(plan.container, [n.container for el in plan.elements for n in el.nodes if n.container],
+                              handle.job_id)
 
 
 def _supervisor_died(handle: LocalHandle) -> str:
@@ -343,6 +383,9 @@ def render_local(payload: LocalPayload) -> str:
         f"# ddpjob local plan: job {payload.job_id}",
         f"# {payload.nodes} node(s) x {payload.procs_per_node} process(es), {rendezvous}, run dir {payload.run_dir}",
     ]
+    if payload.container != "none":
+        out.append(f"# each node runs in its own {payload.container} container, named below and removed at its end "
+                   "and by cancel; the engine passes each variable named by --env from the env below")
     for el in payload.elements:
         params = " ".join(f"{k}={v}" for k, v in el.params.items())
         out.append("")
@@ -350,5 +393,6 @@ def render_local(payload: LocalPayload) -> str:
         for n in el.nodes:
             out.append(f"# node {n.node} -> {n.log}")
             env = " \\\n    ".join(f"{k}={shlex.quote(v)}" for k, v in n.env.items())
-            out.append(f"(cd {shlex.quote(n.cwd)} && env \\\n    {env} \\\n  {shlex.join(n.argv)})")
+            cmd = ctr.shown(n.argv) if n.container else shlex.join(n.argv)
+            out.append(f"(cd {shlex.quote(n.cwd)} && env \\\n    {env} \\\n  {cmd})")
     return "\n".join(out) + "\n"

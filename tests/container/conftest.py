@@ -1,0 +1,65 @@
+"""A real container engine (podman) and the training image, as pytest fixtures.
+
+``engine_image`` (session scope) runs ``docker/engine.sh up``: it installs and configures podman,
+makes the Debian base image and builds the CPU test image, or finds them ready (``up`` is
+idempotent and cached: a few seconds then). It yields the image's name.
+
+Tests skip with the reason where no engine can run here: not root, podman cannot be installed
+(exit 4), podman cannot run a container on this kernel (exit 5), or ``DDPJOB_CONTAINER_SKIP`` says
+why (``.ci/run`` sets it when the image build did not fit its time budget; it also passes the
+result of its own ``up`` as ``DDPJOB_ENGINE_UP_RC``, so the tests do not run it twice). With CI=true the
+first three fail instead, so CI cannot skip them silently. Any other failure of ``up`` (no base
+image, a failed build) is an error.
+
+Every test gets its containers removed afterwards: those named after the jobs of its own
+``DDPJOB_HOME`` (``ddpjob-<job id>-<task>-<node>``), so a failed test leaves none behind and other
+sessions' containers are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from enginekit import SKIP_CODES, engine_sh, job_containers, podman
+
+
+def _skip_or_fail(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"container tests cannot run under CI=true: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def engine_image() -> str:
+    if os.environ.get("DDPJOB_CONTAINER_SKIP"):
+        pytest.skip(os.environ["DDPJOB_CONTAINER_SKIP"])  # set by .ci/run: the build did not fit its budget
+    if os.geteuid() != 0:
+        _skip_or_fail("docker/engine.sh up needs root (apt-get, /etc/containers, rootful podman)")
+    ran = os.environ.get("DDPJOB_ENGINE_UP_RC")  # .ci/run ran `up` already (its output is in the CI log)
+    if ran is not None:
+        code, said = int(ran), "see the CI log above the tests"
+    else:
+        proc = engine_sh("up")
+        code, said = proc.returncode, proc.stderr
+    if code in SKIP_CODES:
+        _skip_or_fail(f"{SKIP_CODES[code]} (docker/engine.sh up exit {code}): {said}")
+    assert code == 0, f"docker/engine.sh up exited {code}: {said}"
+    env = engine_sh("env").stdout.strip()
+    assert env.startswith("export DDPJOB_TEST_IMAGE="), env
+    return env.split("=", 1)[1]
+
+
+@pytest.fixture(autouse=True)
+def remove_job_containers(ddpjob_home: Path) -> Iterator[None]:
+    yield
+    try:
+        left = job_containers(ddpjob_home)
+    except (OSError, AssertionError):
+        return  # no podman here: nothing to remove
+    if left:
+        podman("rm", "-f", "-t", "0", *left, check=False)
+        warnings.warn(f"removed containers {left} this test left behind", stacklevel=1)
