@@ -3,7 +3,7 @@
 #
 #   docker/build.sh [--engine podman|docker|buildah] [--base IMAGE] [--tag TAG]
 #                   [--torch REQUIREMENT] [--torch-index auto|URL|''] [--context DIR]
-#                   [--pip-conf FILE] [--pip-cert FILE] [--pip-mount PATH]... [--host-pip]
+#                   [--pip-conf FILE] [--pip-cert FILE] [--pip-mount PATH]... [--host-pip] [--no-cache]
 #
 #   --engine       default: $DDPJOB_ENGINE, else the first of podman, docker, buildah on PATH
 #   --base         BASE_IMAGE (default: the Dockerfile's CUDA 13.0 base; debian:bookworm-slim
@@ -11,6 +11,7 @@
 #   --tag          the image's name (default ddpjob-train:dev)
 #   --torch        TORCH_REQUIREMENT, e.g. 'torch==2.13.0': this torch instead of the train extra's pins
 #   --torch-index  TORCH_INDEX_URL (default auto: see the Dockerfile)
+#   --no-cache     build every step again (the engine's layer cache is used otherwise)
 #   --pip-conf     a pip configuration file, passed as the build secret "pip.conf"
 #   --pip-cert     a CA bundle for pip, passed as the build secret "pip-cert"
 #   --pip-mount    a local path the pip configuration names (find-links, a file:// index, a
@@ -20,6 +21,10 @@
 #                  become the secret pip.conf, its `cert` the secret pip-cert, and the local paths
 #                  it names are mounted (a file:// index: its parent folder, where its files lie)
 #
+# Defaults come from DDPJOB_ENGINE, DDPJOB_BASE_IMAGE, DDPJOB_IMAGE_TORCH, DDPJOB_TORCH_INDEX_URL and
+# DDPJOB_HOST_PIP=1 where set: `eval "$(docker/engine.sh env)"` sets them for a machine prepared by
+# `docker/engine.sh up` (its debootstrap base, its CPU torch, its pip configuration).
+#
 # Nothing of the pip configuration lands in a layer: secrets and mounts exist only while a RUN
 # step runs. The build log goes to stderr; stdout gets one line, the image id.
 # Exit codes: 0 built, 1 the build failed, 2 bad usage, 3 the engine is not installed.
@@ -27,17 +32,19 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log() { printf 'docker/build.sh: %s\n' "$*" >&2; }
-usage() { sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}" >&2; exit 2; }
 
+# Defaults from the environment (`eval "$(docker/engine.sh env)"` sets them for this machine).
 engine=${DDPJOB_ENGINE:-}
-base=""
+base=${DDPJOB_BASE_IMAGE:-}
 tag=ddpjob-train:dev
-torch=""
-torch_index=auto
+torch=${DDPJOB_IMAGE_TORCH:-}
+torch_index=${DDPJOB_TORCH_INDEX_URL-auto}
 context=$REPO
 pip_conf=""
 pip_cert=""
-host_pip=0
+host_pip=${DDPJOB_HOST_PIP:-0}
+no_cache=0
 mounts=()
 
 need_value() { [ $# -ge 2 ] || { log "error: $1 needs a value"; exit 2; }; }
@@ -53,6 +60,7 @@ while [ $# -gt 0 ]; do
     --pip-cert) need_value "$@"; pip_cert=$2; shift 2 ;;
     --pip-mount) need_value "$@"; mounts+=("$2"); shift 2 ;;
     --host-pip) host_pip=1; shift ;;
+    --no-cache) no_cache=1; shift ;;
     -h|--help) usage ;;
     *) log "error: unknown argument '$1'"; usage ;;
   esac
@@ -145,6 +153,7 @@ PY
 fi
 
 args=(-f "$REPO/docker/Dockerfile" -t "$tag" --iidfile "$tmp/iid" --build-arg "TORCH_INDEX_URL=$torch_index")
+[ "$no_cache" = 0 ] || args+=(--no-cache)
 [ -z "$base" ] || args+=(--build-arg "BASE_IMAGE=$base")
 [ -z "$torch" ] || args+=(--build-arg "TORCH_REQUIREMENT=$torch")
 [ -z "$pip_conf" ] || args+=(--secret "id=pip.conf,src=$pip_conf")

@@ -4,7 +4,8 @@
 #
 #   docker/engine.sh up [--base IMAGE] [--torch REQUIREMENT]   install, configure, build (idempotent)
 #   docker/engine.sh status                                    exit 0 ready, 3 not ready (says why)
-#   eval "$(docker/engine.sh env)"                             export DDPJOB_TEST_IMAGE=<the image>
+#   eval "$(docker/engine.sh env)"                             DDPJOB_TEST_IMAGE=<the image>, and
+#                                                              build.sh's defaults for this machine
 #   docker/engine.sh purge                                     remove the images, cache and config it made
 #
 # up, step by step (each step is skipped when its result is already there):
@@ -236,9 +237,13 @@ case "${1:-}" in
   up) shift; locked __up "$@" ;;
   __up) shift; cmd_up "$@" ;;
   status) shift; [ $# = 0 ] || fail 2 "status takes no options"; cmd_status ;;
-  env) printf 'export DDPJOB_TEST_IMAGE=%q\n' "$IMAGE" ;;
+  env) choice=$(torch_choice "${DDPJOB_IMAGE_TORCH:-}")
+       printf 'export DDPJOB_TEST_IMAGE=%q\n' "$IMAGE"
+       # What docker/build.sh then builds with by default: this machine's base, torch and pip.
+       printf 'export DDPJOB_ENGINE=podman DDPJOB_BASE_IMAGE=%q DDPJOB_IMAGE_TORCH=%q DDPJOB_TORCH_INDEX_URL=%q DDPJOB_HOST_PIP=1\n' \
+         "$BASE" "${choice%%$'\t'*}" "${choice#*$'\t'}" ;;
   purge) shift; locked __purge ;;
   __purge) cmd_purge ;;
-  -h|--help|help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+  -h|--help|help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}" ;;
   *) echo "usage: $0 up [--base IMAGE] [--torch REQUIREMENT] | status | env | purge" >&2; exit 2 ;;
 esac

@@ -48,9 +48,9 @@ def engine_image() -> str:
     if code in SKIP_CODES:
         _skip_or_fail(f"{SKIP_CODES[code]} (docker/engine.sh up exit {code}): {said}")
     assert code == 0, f"docker/engine.sh up exited {code}: {said}"
-    env = engine_sh("env").stdout.strip()
-    assert env.startswith("export DDPJOB_TEST_IMAGE="), env
-    return env.split("=", 1)[1]
+    first = engine_sh("env").stdout.splitlines()[0]
+    assert first.startswith("export DDPJOB_TEST_IMAGE="), first
+    return first.split("=", 1)[1]
 
 
 @pytest.fixture(autouse=True)
