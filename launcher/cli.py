@@ -349,7 +349,17 @@ def main() -> None:
     # Private files: the registry, plans and logs may hold secrets (the jobs inherit it too).
     os.umask(os.umask(0o077) | 0o077)
     try:
-        cli(prog_name="ddpjob")
+        # standalone_mode=False: a Ctrl-C before a command's own handling (while click parses) is
+        # exit 130 like any other, not click's "Aborted!" with exit 1.
+        try:
+            code = cli.main(prog_name="ddpjob", standalone_mode=False)
+        except click.exceptions.Abort:
+            click.echo("\nStopped.", err=True)
+            sys.exit(130)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
     except SystemExit:
         # The command is done: a Ctrl-C now would only lose buffered output (a printed job id).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
