@@ -26,14 +26,14 @@ class Metrics:
         if not self.info.is_main:
             return
         record = {"time": round(time.time(), 3), **record}
-        line = json.dumps(record, sort_keys=True) + "\n"
+        text = json.dumps(record, sort_keys=True) + "\n"
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
+            f.write(text)
         if self.mirror is not None:
             try:
                 self.mirror.parent.mkdir(parents=True, exist_ok=True)
                 with open(self.mirror, "a", encoding="utf-8") as f:
-                    f.write(line)
+                    f.write(text)
             except OSError:
                 pass  # progress is a help: never a reason to stop training
         if line:
