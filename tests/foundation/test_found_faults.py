@@ -66,12 +66,27 @@ def test_ctrl_c_at_any_moment_of_submit(tmp_path, ddpjob_home):
     cancel it; exit 130 either way (0 when the submit had finished before the signal)."""
     script = tmp_path / "sleep.py"
     script.write_text("import time\ntime.sleep(60)\n")
+    argv = [sys.executable, "-m", "launcher", "submit", "-q", "--", "python", "sleep.py"]
+    # How long one whole submit takes on this machine (0.2 s to 1 s): the signals are spread over it,
+    # so that they land in every phase on a fast machine as on a slow one.
+    # A signal while the interpreter itself starts is Python's business ("Fatal Python error:
+    # init_import_site"): the trials start after that.
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    python_start = time.monotonic() - start
+    start = time.monotonic()
+    first = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=True)
+    took = time.monotonic() - start - python_start
+    subprocess.run([sys.executable, "-m", "launcher", "cancel", first.stdout.strip()], capture_output=True, check=True)
+    import sqlite3
+
+    with sqlite3.connect(ddpjob_home / "registry.db") as conn:
+        conn.execute("DELETE FROM jobs")
     rng = random.Random(7)
     seen = {"nothing": 0, "submitted": 0}
-    for _ in range(8):
-        p = subprocess.Popen([sys.executable, "-m", "launcher", "submit", "-q", "--", "python", "sleep.py"],
-                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(0.2, 1.2))
+    for trial in range(8):
+        p = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(python_start + took * (trial + rng.random()) / 8)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
         records = json.loads(subprocess.run([sys.executable, "-m", "launcher", "list", "-o", "json"],
@@ -96,8 +111,6 @@ def test_ctrl_c_at_any_moment_of_submit(tmp_path, ddpjob_home):
         subprocess.run([sys.executable, "-m", "launcher", "cancel", job_id], capture_output=True, check=True)
         subprocess.run([sys.executable, "-m", "launcher", "list"], capture_output=True, check=True)
         # start the next trial from an empty registry
-        import sqlite3
-
         with sqlite3.connect(ddpjob_home / "registry.db") as conn:
             conn.execute("DELETE FROM jobs")
     assert seen["nothing"] + seen["submitted"] >= 1, seen
