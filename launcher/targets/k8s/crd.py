@@ -112,10 +112,6 @@ def offline(note: str = "", api: KubeflowApi = PYTORCHJOB) -> CrdInput:
         found = latest_cached(api)
         if found is None:
             return absent(f"no {api.kind} CRD here ({api.crd_env} unset, no cluster's CRD cached)" + suffix, api)
-    try:
-        import jsonschema  # noqa: F401 - the strict check's validator (the k8s extra)
-    except ImportError:
-        return absent("jsonschema is not installed (pip install 'ddpjob[k8s]')" + suffix, api)
     return CrdInput(found.schema, found.sha256, found.origin + suffix, api=api)
 
 
@@ -218,7 +214,7 @@ def _hash(raw: dict[str, Any]) -> str:
 
 def _input(raw: dict[str, Any], sha: str, origin: str, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
     if sha not in _STRICT:
-        _STRICT[sha] = strict_schema(raw)
+        _STRICT[sha] = strict_schema(raw, in_place=True)  # raw was just parsed: nobody else holds it
         _NAMES[sha] = api.crd_name
     return CrdInput(_STRICT[sha], sha, origin, api=api)
 

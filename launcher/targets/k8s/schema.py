@@ -36,7 +36,6 @@ ENUMS = {
     ("cleanPodPolicy",): {"None", "Running", "All"},
     ("rdzvBackend",): {"c10d", "etcd", "etcd-v2"},
 }
-INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
 Path_ = tuple[str | int, ...]
 
@@ -63,10 +62,14 @@ def version_schema(crd: dict[str, Any], version: str) -> dict[str, Any]:
     raise ValueError(f"the CustomResourceDefinition has no {version} version with a schema")
 
 
-def strict_schema(openapi: dict[str, Any]) -> dict[str, Any]:
+def strict_schema(openapi: dict[str, Any], *, in_place: bool = False) -> dict[str, Any]:
     """A copy of a CRD's schema where every object with properties refuses unknown fields (what
-    ``fieldValidation=Strict`` does), except where the schema keeps unknown fields itself."""
-    node = copy.deepcopy(openapi)
+    ``fieldValidation=Strict`` does), except where the schema keeps unknown fields itself.
+
+    Args:
+        in_place: change ``openapi`` itself (a schema just parsed, that nobody else holds).
+    """
+    node = openapi if in_place else copy.deepcopy(openapi)
 
     def walk(n: Any) -> None:
         if isinstance(n, dict):
@@ -101,29 +104,21 @@ def structural_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
 
 def strict_issues(obj: dict[str, Any], schema: dict[str, Any]) -> list[SchemaIssue]:
     """The CRD's schema, strictly: unknown fields, types, int ranges, list-map keys."""
-    import jsonschema
+    from launcher.targets.k8s.structural import errors
 
-    checker = jsonschema.FormatChecker()
-    for fmt, (lo, hi) in INT_RANGES.items():
-        checker.checks(fmt)(lambda v, lo=lo, hi=hi: not isinstance(v, int) or isinstance(v, bool) or lo <= v <= hi)
-    validator = jsonschema.Draft7Validator(schema, format_checker=checker)
     issues = []
-    for err in validator.iter_errors(obj):
-        path = tuple(err.absolute_path)
-        if err.validator == "additionalProperties":
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-            for key in extra:
-                known = sorted(err.schema.get("properties", {}))
-                issues.append(SchemaIssue(path + (key,), f"unknown field {key!r} (known: {', '.join(known[:12])}{'...' if len(known) > 12 else ''})"))
-            continue
-        if err.validator == "format":
-            issues.append(SchemaIssue(path, f"{err.instance!r} is out of range for {err.validator_value}"))
-            continue
-        if err.validator == "anyOf" and isinstance(err.instance, float):
-            issues.append(SchemaIssue(path, f"{err.instance!r} is not a valid quantity: write it as a string, e.g. \"500m\" or \"0.5\""))
-            continue
-        issues.append(SchemaIssue(path, err.message))
+    for path, keyword, message in errors(obj, schema):
+        instance = _at(obj, path)
+        if keyword == "anyOf" and isinstance(instance, float):
+            message = f"{instance!r} is not a valid quantity: write it as a string, e.g. \"500m\" or \"0.5\""
+        issues.append(SchemaIssue(path, message))
     return issues + _list_map_issues(schema, obj, ())
+
+
+def _at(obj: Any, path: Path_) -> Any:
+    for part in path:
+        obj = obj[part]
+    return obj
 
 
 def _list_map_issues(sch: Any, obj: Any, path: Path_) -> list[SchemaIssue]:
