@@ -1,6 +1,6 @@
 """The ``ddpjob`` command line. Click commands only: heavy imports happen inside each command.
 
-Exit codes: ``launcher.errors.EXIT_CODES`` (listed by ``ddpjob --help`` and the README).
+Exit codes: ``launcher.exitcodes.EXIT_CODES`` (listed by ``ddpjob --help`` and the README).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ DEBUG = {"on": bool(os.environ.get("DDPJOB_DEBUG"))}
 
 
 def exit_codes_help() -> str:
-    """The exit-code table for ``ddpjob --help`` (from ``launcher.errors.EXIT_CODES``)."""
-    from launcher.errors import EXIT_CODES
+    """The exit-code table for ``ddpjob --help`` (from ``launcher.exitcodes.EXIT_CODES``)."""
+    from launcher.exitcodes import EXIT_CODES
 
     rows = "\n".join(f"  {code:<5}{text}" for code, text in EXIT_CODES.items())
     return f"\b\nExit codes:\n{rows}"

@@ -3,21 +3,24 @@ click at start-up; each command imports what it needs."""
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from click.shell_completion import CompletionItem
 
 from launcher.cli_spec import TARGET_CHOICE
 from launcher.cli_support import guard
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 SHELLS = ("bash", "zsh", "fish")
 
 
 def complete_job_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Job ids for ID arguments, newest first, with their state as help (zsh and fish show it)."""
+    from click.shell_completion import CompletionItem
+
     try:
         from launcher.registry import Registry
 
@@ -29,6 +32,8 @@ def complete_job_ids(ctx: click.Context, param: click.Parameter, incomplete: str
 
 def complete_spec_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Spec files: the shell completes paths."""
+    from click.shell_completion import CompletionItem
+
     return [CompletionItem(incomplete, type="file")]
 
 
@@ -130,6 +135,8 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
       ddpjob doctor --target local --nodes 2
       ddpjob doctor jobs/cifar.yaml --target slurm -o json
     """
+    import json
+
     from launcher import doctor as doc
     from launcher.errors import DdpjobError
     from launcher.jobs import Jobs, load

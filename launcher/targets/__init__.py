@@ -11,15 +11,13 @@ Adding a target: write the package, then add one line to ``TARGETS`` below.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from launcher.targets.base import Target
 
 
-@dataclass(frozen=True)
-class TargetEntry:
+class TargetEntry(NamedTuple):
     """How to find one target: its Target class and its spec section's options model."""
 
     target: str  # "module:Class"
