@@ -6,22 +6,18 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from testkit import needs_crd
 
 from fake_apiserver import upstream_schema
+from test_k8s_schema import job as pytorchjob
 from trainjob_kit import needs_trainjob_crd, trainjob_schema
 
 from launcher.targets.k8s.schema import strict_schema
 from launcher.targets.k8s.structural import errors
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_k8s_schema import job as pytorchjob  # noqa: E402
 
 # A schema in the shape controller-gen writes, with every keyword the validator knows.
 OWN = strict_schema({
