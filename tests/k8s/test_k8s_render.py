@@ -371,3 +371,13 @@ def test_render_and_help_do_not_import_kubernetes(tmp_path):
         proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120,
                               cwd=tmp_path)
         assert "HEAVY= CODE=0" in proc.stderr, (args, proc.stderr[-2000:])
+
+
+@pytest.mark.parametrize("value", ["a\x85b", "x\u2028y", "long words " * 500, "é" * 5000 + " z", " lead", "#", "- x"])
+def test_the_plan_text_reads_back_as_the_objects_sent(value):
+    """What render prints is the object submit sends, even for values YAML finds awkward (the pure-Python
+    emitter turned NEL, U+0085, into a line break)."""
+    from launcher.targets.k8s.render import to_yaml
+
+    obj = {"metadata": {"name": "x", "annotations": {"note": value}}, "spec": {"args": [value, {"k": value}]}}
+    assert yaml.safe_load(to_yaml(obj)) == obj

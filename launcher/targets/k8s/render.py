@@ -332,7 +332,7 @@ def spec_field(path: tuple[str | int, ...], spec: JobSpec | None = None, *,
 
 # --------------------------------------------------------------------------- text
 
-class _NoAliasDumper(yaml.SafeDumper):
+class _NoAliasDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml: 10x faster, and exact
     """Never emit anchors/aliases: shared dicts are written out in full, as kubectl shows them."""
 
     def ignore_aliases(self, data: Any) -> bool:
