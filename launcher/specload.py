@@ -7,7 +7,6 @@ validates with pydantic and raises one ``SpecError`` listing **all** problems, e
 
 from __future__ import annotations
 
-import difflib
 import os
 import types
 import typing
@@ -171,6 +170,8 @@ def _issues_from_pydantic(e: ValidationError, data: Any) -> list[Issue]:
         if first["type"] == "extra_forbidden":
             key = str(path[-1])
             allowed = allowed_keys(path[:-1])
+            import difflib
+
             close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}?" if close else (f"known fields: {', '.join(allowed)}" if allowed else None)
             issues.append(Issue(path, f"unknown field {key!r}", hint))

@@ -14,10 +14,7 @@ Layout of a run directory::
 from __future__ import annotations
 
 import os
-import random
 import shlex
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -32,8 +29,6 @@ from launcher.targets.local import container as ctr
 from launcher.targets.shared import procs
 from launcher.targets.shared.files import atomic_write, from_json, read_json, to_json, write_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
-from launcher.targets.shared.logtail import LogSource, follow_files
-from launcher.targets.shared.rootcause import node_failure
 
 if TYPE_CHECKING:
     from launcher.specload import LoadedSpec
@@ -177,6 +172,9 @@ class LocalTarget(Target):
 
         Every port of the range is tried, in random order, before giving up.
         """
+        import random
+        import socket
+
         ports = [p for p in PORT_RANGE if p not in busy]
         random.SystemRandom().shuffle(ports)
         for port in ports:
@@ -214,6 +212,8 @@ class LocalTarget(Target):
         atomic_write(run_dir / "plan.txt", plan.render())
         env = dict(os.environ)
         env[MARKER] = plan.job_id
+        import subprocess
+
         with open(run_dir / "supervisor.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "launcher.targets.local.supervisor", str(run_dir)],
@@ -246,6 +246,8 @@ class LocalTarget(Target):
         return _ended_without_supervisor(handle, details)
 
     def logs(self, handle: LocalHandle, flt: LogFilter, follow: bool = False) -> Iterator[str]:
+        from launcher.targets.shared.logtail import LogSource, follow_files
+
         plan = read_plan(handle.run_dir)
         multi = len(plan.elements) > 1
         srcs = []
@@ -364,6 +366,8 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
         if r is None:
             cause = f"node {n.node} left no exit record (killed with the supervisor?)"
         else:
+            from launcher.targets.shared.rootcause import node_failure
+
             cause = node_failure(node=n.node, procs_per_node=plan.procs_per_node, log=n.log,
                                  error_file=n.error_file, torchrun_log_dir=n.torchrun_log_dir)
         tasks.append(TaskStatus(el.index, JobState.FAILED, cause, nodes, el.params))
