@@ -9,10 +9,11 @@
 - ``submit_follow_s`` versus ``torchrun_by_hand_s``: a trivial 2-node job (each process does one gloo
   all_reduce) through ``ddpjob submit -f``, and the same two torchrun agents started by hand;
   ``overhead_ratio`` = ddpjob / by hand.
-Every repeat runs each measurement once, in the same order, so machine load affects all sides alike;
-the figures are medians over the repeats.
+Every repeat runs each measurement once, forwards in even repeats and backwards in odd ones, so
+machine load affects all sides alike; the figures are medians over the repeats. The package is
+compiled first (as a pip install does) and each command runs once unmeasured.
 
-Usage: python tests/bench/cli_bench.py [--repeats 5]
+Usage: python tests/bench/cli_bench.py [--repeats 11] [--skip-submit]
 """
 
 from __future__ import annotations
@@ -73,26 +74,35 @@ def _crd_env() -> dict[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--skip-submit", action="store_true", help="only the CLI start-up and render figures")
     args = ap.parse_args()
     ddpjob = [sys.executable, "-m", "launcher"]
     crd = _crd_env()
+    # A pip install compiles the package; a checkout run with PYTHONDONTWRITEBYTECODE would compile
+    # every module on every call and measure the compiler instead.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "launcher")], check=True)
     samples: dict[str, list[float]] = {k: [] for k in ("help", "click", "local", "slurm", "k8s", "ours", "hand")}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "trivial.py").write_text(SCRIPT)
         env = {**os.environ, "DDPJOB_HOME": str(work / "home"), **crd}
-        for _ in range(args.repeats):
-            samples["help"].append(timed([*ddpjob, "--help"], env=env))
-            samples["click"].append(timed([sys.executable, "-c", "import click"]))
-            for target in ("local", "slurm", "k8s"):
-                samples[target].append(timed([*ddpjob, "render", "jobs/cifar.yaml", "--target", target],
-                                             cwd=REPO, env=env))
-            if not args.skip_submit:
-                samples["hand"].append(by_hand(work))
-                samples["ours"].append(timed([*ddpjob, "submit", "-q", "-f", "--nodes", "2", "--", "python",
-                                              "trivial.py"], cwd=work, env=env))
+        steps = {
+            "help": lambda: timed([*ddpjob, "--help"], env=env),
+            "click": lambda: timed([sys.executable, "-c", "import click"]),
+            **{t: (lambda t=t: timed([*ddpjob, "render", "jobs/cifar.yaml", "--target", t], cwd=REPO, env=env))
+               for t in ("local", "slurm", "k8s")},
+        }
+        if not args.skip_submit:
+            steps["hand"] = lambda: by_hand(work)
+            steps["ours"] = lambda: timed([*ddpjob, "submit", "-q", "-f", "--nodes", "2", "--", "python", "trivial.py"],
+                                          cwd=work, env=env)
+        for name in ("k8s", "local"):  # warm-up: the CRD parse cache, the page cache (not measured)
+            steps[name]()
+        for i in range(args.repeats):
+            # forwards, then backwards: each side runs as often early as late in a repeat
+            for name in (list(steps) if i % 2 == 0 else list(reversed(steps))):
+                samples[name].append(steps[name]())
     med = {k: statistics.median(v) for k, v in samples.items() if v}
     result: dict[str, object] = {
         "benchmark": "cli",
