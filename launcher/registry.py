@@ -15,18 +15,20 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import HomeUnusable, JobNotFound
 from launcher.secretenv import mask_spec
 from launcher.states import TERMINAL, JobState
+
+if TYPE_CHECKING:
+    import sqlite3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -103,6 +105,8 @@ class Registry:
 
     @contextmanager
     def _connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        import sqlite3  # here, not at the top: render and --help never open the registry
+
         try:
             with self._connection(write) as conn:
                 yield conn
@@ -115,6 +119,8 @@ class Registry:
 
     @contextmanager
     def _connection(self, write: bool) -> Iterator[sqlite3.Connection]:
+        import sqlite3
+
         if not self._ready:
             self._prepare()
         conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
@@ -164,6 +170,8 @@ class Registry:
         Returns:
             (job id, the port recorded or None).
         """
+        import sqlite3
+
         now = time.time()
         with self._connect(write=True) as conn:
             if port is None and port_picker is not None:

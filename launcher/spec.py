@@ -90,7 +90,7 @@ def sanitize_name(text: str) -> str:
 class NcclOptions(BaseModel):
     """NCCL (and Gloo) settings. Unset fields take each target's default (see ``launcher.dist``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     debug: Literal["VERSION", "WARN", "INFO", "TRACE"] | None = Field(
         None, description="NCCL_DEBUG level. Default WARN on every target; INFO helps debug hangs."
@@ -133,7 +133,7 @@ class NcclOptions(BaseModel):
 class Resources(BaseModel):
     """What each node (one torchrun agent) needs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     cpus: StrictInt | None = Field(
         None, ge=1, description="CPU cores per node (a whole number). Also sets OMP_NUM_THREADS per process."
@@ -164,7 +164,7 @@ class JobSpecBase(BaseModel):
     The per-target sections (``local:``, ``slurm:``, ``k8s:``) are added by ``_with_target_sections``
     from the targets' own options models, so a new target brings its section with it."""
 
-    model_config = ConfigDict(extra="forbid", title="ddpjob job spec")
+    model_config = ConfigDict(defer_build=True, extra="forbid", title="ddpjob job spec")
 
     name: str = Field(
         ...,

@@ -111,7 +111,7 @@ K8sEnvName = Annotated[str, AfterValidator(_env_name)]
 class Toleration(BaseModel):
     """A pod toleration (lets pods run on tainted nodes, e.g. GPU pools)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     key: str | None = Field(None, description="Taint key to tolerate; empty with operator Exists tolerates every taint.")
     operator: Literal["Exists", "Equal"] = Field("Equal", description="Equal: the taint's value must equal `value`; Exists: any value.")
@@ -139,7 +139,7 @@ class Toleration(BaseModel):
 class Volume(BaseModel):
     """A volume mounted into the ``pytorch`` container of every replica. Give exactly one source."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     name: DnsLabel = Field(..., description="Volume name (DNS-1123 label, unique; 'dshm' is taken by /dev/shm).")
     mount_path: ContainerPath = Field(..., description="Where the volume appears in the container (absolute path).")
@@ -177,7 +177,7 @@ class Volume(BaseModel):
 class ValueRef(BaseModel):
     """One variable taken from a key of a Secret or ConfigMap (rendered as ``valueFrom``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     secret: DnsSubdomain | None = Field(None, description="Name of the Secret holding the value.")
     config_map: DnsSubdomain | None = Field(None, description="Name of the ConfigMap holding the value.")
@@ -196,7 +196,7 @@ class ValueRef(BaseModel):
 class EnvFromRef(BaseModel):
     """Every key of a Secret or ConfigMap as variables (rendered as ``envFrom``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     secret: DnsSubdomain | None = Field(None, description="Name of the Secret whose keys become variables.")
     config_map: DnsSubdomain | None = Field(None, description="Name of the ConfigMap whose keys become variables.")
@@ -215,7 +215,7 @@ class EnvFromRef(BaseModel):
 class ElasticOptions(BaseModel):
     """Elastic training (``elasticPolicy``): torchrun's c10d rendezvous lets the node count vary in min..max."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     min_nodes: StrictInt = Field(..., ge=1, description="Fewest nodes (replicas, Master included) to train with.")
     max_nodes: StrictInt = Field(..., ge=1, description="Most nodes; `nodes` must lie in min_nodes..max_nodes.")
@@ -241,7 +241,7 @@ class ElasticOptions(BaseModel):
 class RuntimeRef(BaseModel):
     """The Trainer v2 training runtime a TrainJob references (``spec.runtimeRef``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = Field(
         "ClusterTrainingRuntime", description="ClusterTrainingRuntime (cluster-wide) or TrainingRuntime (in the job's namespace)."
@@ -252,7 +252,7 @@ class RuntimeRef(BaseModel):
 class K8sOptions(BaseModel):
     """Options for ``--target k8s``. Validated as part of every spec; used only by that target."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     api: Literal["pytorchjob", "trainjob"] = Field(
         "pytorchjob",

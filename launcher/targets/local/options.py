@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 class LocalOptions(BaseModel):
     """Options for ``--target local`` (torchrun agents on this machine, one per simulated node)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     stop_on_failure: bool = Field(
         False, description="For sweeps: stop at the first failed element instead of running the rest."

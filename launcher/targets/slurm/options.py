@@ -65,7 +65,7 @@ def time_to_minutes(value: str) -> int:
 class ContainerOptions(BaseModel):
     """Run each node's ddpjob entry (and so torchrun and the training processes) inside a container."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     runtime: Literal["none", "pyxis", "apptainer"] = Field(
         "none",
@@ -117,7 +117,7 @@ SbatchValue = Union[StrictBool, StrictInt, str]
 class SlurmOptions(BaseModel):
     """Options for ``--target slurm``. Validated as part of every spec; used only by that target."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     partition: str | None = Field(None, description="Slurm partition(s), comma-separated (sbatch --partition).")
     account: str | None = Field(None, description="Account to charge (sbatch --account).")

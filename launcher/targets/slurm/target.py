@@ -26,14 +26,12 @@ from launcher.states import JobState
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 from launcher.targets.shared.launch import worker_command
-from launcher.targets.shared.logtail import LogSource, follow_files
-from launcher.targets.shared.rootcause import NodeFailure, first_failure
-from launcher.targets.slurm import query as slurm_query
 from launcher.targets.slurm.script import (
     PORT_SETUP, SlurmCommon, SlurmElement, node_paths, render_plan, resolve_folder, sbatch_script,
 )
 
 if TYPE_CHECKING:
+    from launcher.targets.slurm import query as slurm_query
     from launcher.specload import LoadedSpec
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"}  # HPC fabrics usually have InfiniBand
@@ -167,6 +165,8 @@ class SlurmTarget(Target):
         return self.status_many({"_": handle})["_"]
 
     def status_many(self, handles: dict[str, SlurmHandle]) -> dict[str, JobStatus]:
+        from launcher.targets.slurm import query as slurm_query
+
         records = slurm_query.query([h.slurm_job_id for h in handles.values()])
         return {job_id: _job_status(h, records) for job_id, h in handles.items()}
 
@@ -186,6 +186,8 @@ class SlurmTarget(Target):
         4. ``task``/``node``/``rank`` select one run, node or global rank; an unknown task is an error.
         5. A requeued run appends to the same files; a ``[ddpjob] ... start K`` line marks each start.
         """
+        from launcher.targets.shared.logtail import LogSource, follow_files
+
         runs = handle.runs
         if flt.task is not None and not 0 <= flt.task < runs:
             raise TargetError(f"task {flt.task} does not exist (this job has {runs} run(s): 0..{runs - 1})")
@@ -224,6 +226,8 @@ class SlurmTarget(Target):
         self._cancel(handle, index)
 
     def _cancel(self, handle: SlurmHandle, index: int | None) -> None:
+        from launcher.targets.slurm import query as slurm_query
+
         jid = handle.slurm_job_id + (f"_{index}" if index is not None else "")
         proc = slurm_query._run(["scancel", jid], slurm_query.COMMAND_TIMEOUT_S)
         if proc is None:
@@ -332,6 +336,8 @@ def _polite(fn: Callable[[], bool], first: float = 1.0, factor: float = 1.5, mos
 
 
 def _job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord]) -> JobStatus:
+    from launcher.targets.slurm import query as slurm_query
+
     jid = handle.slurm_job_id
     tasks = []
     for index in range(handle.runs):
@@ -365,6 +371,8 @@ def _node_records(handle: SlurmHandle, index: int) -> list[dict[str, Any]]:
 
 def _message(handle: SlurmHandle, index: int, rec: slurm_query.SlurmRecord, state: JobState,
              nodes: list[dict[str, Any]]) -> str:
+    from launcher.targets.shared.rootcause import NodeFailure, first_failure
+
     if state == JobState.PENDING:
         return f"{rec.state.split(' ')[0].lower()}" + (f": {rec.reason}" if rec.reason and rec.reason != "None" else "")
     if state == JobState.CANCELLED:
