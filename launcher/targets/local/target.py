@@ -263,7 +263,7 @@ class LocalTarget(Target):
             raise TargetError(f"task {flt.task} does not exist (this job has {len(plan.elements)} task(s))")
         yield from follow_files(
             srcs, tail=flt.tail, rank=flt.rank, follow=follow,
-            finished=lambda: self.status(handle).state.terminal,
+            finished=lambda: self.status(handle).state.terminal, poll=0.05,
         )
 
     def cancel(self, handle: LocalHandle) -> None:
