@@ -56,3 +56,19 @@ def test_cancel_task_is_refused_where_unsupported(cli, tmp_path):
     proc = cli("cancel", job_id, "--task", "0")
     assert proc.returncode == 2 and "--task is not supported by the local target" in proc.stderr
     assert cli("cancel", job_id).returncode == 0
+
+
+def test_render_skips_pydantic_plugin_discovery_but_the_api_does_not():
+    """The ``ddpjob`` process tells pydantic it has no plugins (the entry-point scan and
+    importlib.metadata cost ~30 ms of every render); code importing ``launcher.api`` inside a user's
+    program keeps pydantic's plugins."""
+    render = ("import sys\nsys.argv = ['ddpjob', 'render', 'jobs/quickstart.yaml', '--target', 'k8s']\n"
+              "from launcher.entry import main\ntry:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None)\n"
+              "print('METADATA', 'importlib.metadata' in sys.modules, file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", render], capture_output=True, text=True)
+    assert proc.returncode == 0 and "kind: PyTorchJob" in proc.stdout, proc.stderr
+    assert "METADATA False" in proc.stderr
+    api = ("import sys, launcher.api\nfrom pydantic import BaseModel\nclass M(BaseModel):\n    a: int = 1\n"
+           "print(sys.modules['pydantic.plugin._loader'].__file__, 'importlib.metadata' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", api], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split()[0].endswith("_loader.py") and out.stdout.split()[1] == "True", out
