@@ -14,7 +14,9 @@ Layout of a run directory::
 from __future__ import annotations
 
 import os
+import random
 import shlex
+import subprocess  # container.py needs it anyway
 import sys
 import time
 from collections.abc import Iterator
@@ -172,9 +174,7 @@ class LocalTarget(Target):
 
         Every port of the range is tried, in random order, before giving up.
         """
-        import random
-        import socket
-
+        import socket  # only at submit: render and status never pick a port
         ports = [p for p in PORT_RANGE if p not in busy]
         random.SystemRandom().shuffle(ports)
         for port in ports:
@@ -212,8 +212,6 @@ class LocalTarget(Target):
         atomic_write(run_dir / "plan.txt", plan.render())
         env = dict(os.environ)
         env[MARKER] = plan.job_id
-        import subprocess
-
         with open(run_dir / "supervisor.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "launcher.targets.local.supervisor", str(run_dir)],
