@@ -4,7 +4,10 @@ cleanup of processes a test leaves behind. Import by name (``from testkit import
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -41,3 +44,33 @@ def _runs_a_job(pid: int) -> bool:
             return any(v.startswith(b"DDPJOB_JOB_ID=") for v in f.read().split(b"\0"))
     except OSError:
         return False
+
+
+T = TypeVar("T")
+
+# Job programs several tests run: each rank marks its start and sleeps; rank 1 fails after a second.
+SLEEPER = '''
+import os, time
+open(os.path.join(os.environ["DDPJOB_OUTPUT_DIR"], "started-%s" % os.environ["RANK"]), "w").close()
+print("sleeping", os.environ["RANK"], flush=True)
+time.sleep(600)
+'''
+FAILER = '''
+import os, time
+print("hello from rank", os.environ["RANK"], flush=True)
+if os.environ["RANK"] == "1":
+    time.sleep(1)
+    raise SystemExit("boom: rank 1 could not open its shard")
+time.sleep(600)
+'''
+
+
+def wait_for(check: Callable[[], T], what: str, timeout: float = 120, poll: float = 0.2) -> T:
+    """``check()``'s first true value; fails the test naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")

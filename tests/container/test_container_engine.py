@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from enginekit import REPO, engine_sh, job_containers, podman
+from testkit import FAILER, SLEEPER, wait_for
 
 from launcher.targets.local import container
 from launcher.targets.shared import procs
@@ -37,20 +38,6 @@ with open(os.path.join(os.environ["DDPJOB_OUTPUT_DIR"], "rank%d.json" % dist.get
     json.dump(rec, f)
 print("rank", dist.get_rank(), "of", dist.get_world_size(), "sum", t.item(), flush=True)
 dist.destroy_process_group()
-'''
-SLEEPER = '''
-import os, time
-open(os.path.join(os.environ["DDPJOB_OUTPUT_DIR"], "started-%s" % os.environ["RANK"]), "w").close()
-print("sleeping", os.environ["RANK"], flush=True)
-time.sleep(600)
-'''
-FAILER = '''
-import os, time
-print("hello from rank", os.environ["RANK"], flush=True)
-if os.environ["RANK"] == "1":
-    time.sleep(1)
-    raise SystemExit("boom: rank 1 could not open its shard")
-time.sleep(600)
 '''
 
 
@@ -76,15 +63,6 @@ def wait_end(job: str, cwd: Path) -> dict:
     """``ddpjob wait`` (one process, not a poll loop of status calls), then the final status."""
     ddpjob("wait", job, "--timeout", "300", cwd=cwd, timeout=360)
     return status(job, cwd)
-
-
-def wait_for(what: str, check, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def job_processes(job: str) -> list[str]:
@@ -215,7 +193,7 @@ def test_cancel_leaves_no_container_and_no_process(engine_image, tmp_path):
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     job = submit(tmp_path, engine_image, "--nodes", "2", "--", "python", "sleeper.py")
     out_dir = Path(os.environ["DDPJOB_HOME"]) / "runs" / job / "output"
-    wait_for("both ranks to start", lambda: all((out_dir / f"started-{r}").exists() for r in (0, 1)))
+    wait_for(lambda: all((out_dir / f"started-{r}").exists() for r in (0, 1)), "both ranks to start", poll=0.3)
     names = set(podman("ps", "--format", "{{.Names}}").stdout.split())
     assert {f"ddpjob-{job}-0-0", f"ddpjob-{job}-0-1"} <= names
     assert job_processes(job)  # the check below can see the job's processes
@@ -237,7 +215,7 @@ def test_cancel_after_the_supervisor_and_the_engine_clients_were_killed(engine_i
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     job = submit(tmp_path, engine_image, "--nodes", "2", "--", "python", "sleeper.py")
     out_dir = Path(os.environ["DDPJOB_HOME"]) / "runs" / job / "output"
-    wait_for("both ranks to start", lambda: all((out_dir / f"started-{r}").exists() for r in (0, 1)))
+    wait_for(lambda: all((out_dir / f"started-{r}").exists() for r in (0, 1)), "both ranks to start", poll=0.3)
     handle = status(job, tmp_path)["handle"]
     os.kill(handle["pid"], signal.SIGKILL)
     clients = [p for p in procs.marked_pids("DDPJOB_JOB_ID", job)
@@ -245,7 +223,7 @@ def test_cancel_after_the_supervisor_and_the_engine_clients_were_killed(engine_i
     assert len(clients) == 2
     for p in clients:
         os.kill(p, signal.SIGKILL)
-    wait_for("the clients to go", lambda: not any(procs.alive(p) for p in clients), timeout=10)
+    wait_for(lambda: not any(procs.alive(p) for p in clients), "the clients to go", timeout=10, poll=0.3)
     assert len(set(podman("ps", "--format", "{{.Names}}").stdout.split()) & {f"ddpjob-{job}-0-0", f"ddpjob-{job}-0-1"}) == 2
     assert status(job, tmp_path)["state"] == "RUNNING"
     proc = ddpjob("cancel", job, cwd=tmp_path)
@@ -275,7 +253,7 @@ def test_root_cause_of_a_failing_rank_in_a_container(engine_image, tmp_path):
     st = wait_end(job, tmp_path)
     assert st["state"] == "FAILED" and "rank 1" in st["message"] and "boom" in st["message"], st
     assert job_containers(Path(os.environ["DDPJOB_HOME"])) == []  # the other node was stopped and removed
-    wait_for("no process of the job", lambda: job_processes(job) == [], timeout=30)
+    wait_for(lambda: job_processes(job) == [], "no process of the job", timeout=30, poll=0.3)
 
 
 def test_engine_sh_is_idempotent_and_says_what_it_is(engine_image):

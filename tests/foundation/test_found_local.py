@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit import FAILER, SLEEPER, wait_for
 
 from launcher.registry import Registry
 from launcher.targets.shared import procs
@@ -30,20 +31,6 @@ with open(os.path.join(os.environ["DDPJOB_OUTPUT_DIR"], "rank%d.json" % dist.get
 print("rank", dist.get_rank(), "sum", t.item(), flush=True)
 dist.destroy_process_group()
 '''
-SLEEPER = '''
-import os, time
-open(os.path.join(os.environ["DDPJOB_OUTPUT_DIR"], "started-%s" % os.environ["RANK"]), "w").close()
-print("sleeping", os.environ["RANK"], flush=True)
-time.sleep(600)
-'''
-FAILER = '''
-import os, sys, time
-print("hello from rank", os.environ["RANK"], flush=True)
-if os.environ["RANK"] == "1":
-    time.sleep(1)
-    raise SystemExit("boom: rank 1 could not open its shard")
-time.sleep(600)
-'''
 
 
 @pytest.fixture
@@ -62,16 +49,6 @@ def status_json(cli, job_id: str) -> dict:
     proc = cli("status", job_id, "-o", "json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
-
-
-def wait_for(pred, timeout: float = 120, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_two_nodes_two_procs_ranks_and_all_reduce(cli, scripts):
@@ -105,7 +82,7 @@ def test_cancel_leaves_no_process_alive(cli, scripts, ddpjob_home):
     job_id = job_id_of(cli("submit", "-q", "--nodes", "2", "--", "python", "sleeper.py", cwd=scripts))
     run_dir = Registry(ddpjob_home).get(job_id).run_dir
     out = Path(run_dir) / "output"
-    wait_for(lambda: (out / "started-0").exists() and (out / "started-1").exists(), what="both workers to start")
+    wait_for(lambda: (out / "started-0").exists() and (out / "started-1").exists(), "both workers to start")
     pids = procs.marked_pids("DDPJOB_JOB_ID", job_id)
     assert len(pids) >= 5  # supervisor + 2 agents + 2 workers
     st = status_json(cli, job_id)
@@ -214,9 +191,9 @@ def test_ctrl_c_stops_following_but_not_the_job(scripts, ddpjob_home, cli):
     p = subprocess.Popen([sys.executable, "-m", "launcher", "submit", "-f", "--", "python", "sleeper.py"],
                          cwd=scripts, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     reg = Registry(ddpjob_home)
-    job_id = wait_for(lambda: reg.list() and reg.list()[0].handle and reg.list()[0].id, what="the job to be recorded")
+    job_id = wait_for(lambda: reg.list() and reg.list()[0].handle and reg.list()[0].id, "the job to be recorded")
     out = Path(reg.get(job_id).run_dir) / "output"
-    wait_for(lambda: (out / "started-0").exists(), what="the worker to start")
+    wait_for(lambda: (out / "started-0").exists(), "the worker to start")
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=30)
     assert p.returncode == 130

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 from fake_trainer import COMPLETION_INDEX, JOBSET_NAME
 from test_k8s_target import DDP_SCRIPT, REPO, ddpjob, job_id_of, run
+from testkit import wait_for
 from trainjob_kit import needs_trainjob_crd
 
 TJ = ("--set", "k8s.api=trainjob")
@@ -24,13 +24,7 @@ def posts(k8s_api) -> list[dict]:
     return [r for r in k8s_api.server.requests if r["method"] == "POST" and "/trainjobs" in r["path"]]
 
 
-def wait_for(predicate, timeout: float = 120, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+
 
 
 @needs_trainjob_crd
@@ -123,7 +117,7 @@ def test_cancel_deletes_the_trainjob_and_its_pods(k8s_api):
                     "--set", "command=[python, -c, 'import time; print(\"up\", flush=True); time.sleep(300)']")
     assert code == 0, out
     job_id = job_id_of(out)
-    wait_for(lambda: "state:    RUNNING" in run("status", job_id)[1], what="RUNNING")
+    wait_for(lambda: "state:    RUNNING" in run("status", job_id)[1], "RUNNING")
     assert len(k8s_api.server.pods_of(job_id)) == 2
     code, out = run("cancel", job_id)
     assert code == 0, out
@@ -142,7 +136,7 @@ def test_pending_reasons_and_failure(k8s_api):
     code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", *TJ, "--nodes", "2")
     assert code == 0, out
     job_id = job_id_of(out)
-    wait_for(lambda: "FailedScheduling" in run("status", job_id)[1], what="FailedScheduling in status")
+    wait_for(lambda: "FailedScheduling" in run("status", job_id)[1], "FailedScheduling in status")
     code, out = run("status", job_id)
     assert "state:    PENDING" in out and "Pending: FailedScheduling: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in out, out
 
@@ -150,7 +144,7 @@ def test_pending_reasons_and_failure(k8s_api):
     k8s_api.server.trainer.creation_failure = 'runtime "torch-distributed" not found'
     code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", *TJ, "--nodes", "1")
     stuck = job_id_of(out)
-    wait_for(lambda: "TrainJobResourcesCreationFailed" in run("status", stuck)[1], what="the Warning event")
+    wait_for(lambda: "TrainJobResourcesCreationFailed" in run("status", stuck)[1], "the Warning event")
     assert f'{stuck}: TrainJobResourcesCreationFailed: TrainJob resources reconciliation failed: runtime' in run("status", stuck)[1]
     k8s_api.server.trainer.creation_failure = None
 

@@ -7,10 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import dist_workers
+from testkit import wait_for
 import torch
 import torch.multiprocessing as mp
 
@@ -25,13 +25,7 @@ def metrics(out: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
 
 
-def wait_until(pred, timeout=180.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+
 
 
 def finish(p: subprocess.Popen, timeout=300) -> str:
@@ -126,7 +120,7 @@ def test_sigkill_of_a_worker_resumes_from_checkpoint(run_torchrun, tmp_path):
 
     out = tmp_path / "killed"
     p = run_torchrun(2, [*args, "--output-dir", str(out)], max_restarts=1)
-    wait_until(lambda: any(m.get("event") == "checkpoint" and m["step"] >= 8 for m in metrics(out)), what="a checkpoint")
+    wait_for(lambda: any(m.get("event") == "checkpoint" and m["step"] >= 8 for m in metrics(out)), "a checkpoint", timeout=180, poll=0.05)
     victims = _workers_of(p.pid)
     assert len(victims) == 2
     os.kill(victims[1], signal.SIGKILL)  # mid-epoch: epoch 0 has 16 steps
@@ -151,7 +145,7 @@ def test_sigterm_to_one_rank_stops_both_at_the_same_step_then_resumes(run_torchr
     out = tmp_path / "term"
     args = [*SMALL, "--step-delay", "0.05", "--stop-check-every", "4", "--output-dir", str(out)]
     p = run_torchrun(2, args)
-    wait_until(lambda: any(m.get("event") == "step" and m["step"] >= 5 for m in metrics(out)), what="step 5")
+    wait_for(lambda: any(m.get("event") == "step" and m["step"] >= 5 for m in metrics(out)), "step 5", timeout=180, poll=0.05)
     workers = _workers_of(p.pid)
     assert sorted(_rank_of(w) for w in workers) == [0, 1]
     os.kill(next(w for w in workers if _rank_of(w) == 1), signal.SIGTERM)
