@@ -100,6 +100,13 @@ def status_obj(code: int, reason: str, message: str, details: dict | None = None
             "message": message, "reason": reason, "details": details or {}, "code": code}
 
 
+def invalid_obj(kind: str, group: str, name: str, issues: list) -> dict:
+    """The API server's 422 for an object that breaks its CRD (one cause per issue)."""
+    causes = [{"reason": "FieldValueInvalid", "message": i.message, "field": dotted(i.path)} for i in issues]
+    msg = f'{kind}.{group} "{name}" is invalid: ' + ", ".join(f"{dotted(i.path)}: {i.message}" for i in issues)
+    return status_obj(422, "Invalid", msg, {"name": name, "group": group, "kind": kind, "causes": causes})
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -588,10 +595,7 @@ class Handler(BaseHTTPRequestHandler):
             if query.get("fieldValidation") == "Strict":
                 issues = validate_pytorchjob(body, c.strict())
                 if issues:
-                    causes = [{"reason": "FieldValueInvalid", "message": i.message, "field": dotted(i.path)} for i in issues]
-                    msg = f'PyTorchJob.kubeflow.org "{obj_name}" is invalid: ' + ", ".join(f"{dotted(i.path)}: {i.message}" for i in issues)
-                    return self._send(422, status_obj(422, "Invalid", msg, {"name": obj_name, "group": "kubeflow.org",
-                                                                          "kind": "PyTorchJob", "causes": causes}))
+                    return self._send(422, invalid_obj("PyTorchJob", "kubeflow.org", obj_name, issues))
             with c.lock:
                 if (ns, obj_name) in c.jobs:
                     return self._fault(409, "", body)
@@ -741,4 +745,5 @@ def start(tmp: Path | None = None, *, tls: bool = False) -> FakeApiServer:
     return FakeApiServer(cluster, url, kubeconfig, httpd, ca_cert)
 
 
-__all__ = ["STAND_IN_CRD", "FakeApiServer", "FakeCluster", "Pod", "expand_refs", "installed_crd", "start", "upstream_schema"]
+__all__ = ["STAND_IN_CRD", "FakeApiServer", "FakeCluster", "Pod", "expand_refs", "installed_crd", "invalid_obj", "start",
+           "upstream_schema"]

@@ -28,9 +28,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fake_apiserver import CRD_PATH, Pod, _read_crd, free_port, match_labels, now, status_obj
+from fake_apiserver import CRD_PATH, Pod, _read_crd, free_port, invalid_obj, match_labels, now, status_obj
 
-from launcher.errors import dotted_path as dotted
 from launcher.targets.k8s.schema import strict_schema, version_schema
 from launcher.targets.k8s.trainjob_rules import validate_trainjob
 
@@ -139,10 +138,7 @@ class Trainer:
         if query.get("fieldValidation") == "Strict":
             issues = validate_trainjob(body, self.strict())
             if issues:
-                causes = [{"reason": "FieldValueInvalid", "message": i.message, "field": dotted(i.path)} for i in issues]
-                msg = f'TrainJob.trainer.kubeflow.org "{name}" is invalid: ' + ", ".join(f"{dotted(i.path)}: {i.message}" for i in issues)
-                return h._send(422, status_obj(422, "Invalid", msg, {"name": name, "group": "trainer.kubeflow.org",
-                                                                     "kind": "TrainJob", "causes": causes}))
+                return h._send(422, invalid_obj("TrainJob", "trainer.kubeflow.org", name, issues))
         denied = self._webhook(ns, body)
         if denied:
             return h._send(403, status_obj(403, "Forbidden", f"{WEBHOOK}: {denied}", {}))
