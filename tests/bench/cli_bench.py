@@ -100,10 +100,8 @@ def main() -> None:
         }
         # Two phases, so that a job's last processes never slow a start-up figure down.
         for steps in (startup, {} if args.skip_submit else runs):
-            for name in list(steps)[:2]:  # warm-up (the CRD parse cache, the page cache): not measured
-                steps[name]()
-            for name in ("k8s",) if "k8s" in steps else ():
-                steps[name]()
+            for step in steps.values():  # warm-up (the CRD parse cache, the page cache): not measured
+                step()
             for i in range(args.repeats):
                 # forwards, then backwards: each side runs as often early as late in a repeat
                 for name in (list(steps) if i % 2 == 0 else list(reversed(steps))):
