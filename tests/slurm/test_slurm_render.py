@@ -23,7 +23,7 @@ from launcher.states import JobState
 from launcher.targets.base import PlanContext
 from launcher.targets.slurm.target import SlurmTarget
 from launcher.targets.slurm.query import (
-    SLURM_STATES, expand_job_id, expand_nodelist, map_state, parse_sacct, parse_scontrol, parse_squeue,
+    SLURM_STATES, expand_job_id, expand_nodelist, map_state, parse_sacct, parse_scontrol, parse_squeue, query,
 )
 from launcher.targets.slurm.script import node_argv, node_env
 
@@ -346,3 +346,22 @@ def test_the_sbatch_script_finds_a_free_port_on_the_first_node():
 def test_a_fixed_master_port_needs_no_search():
     plan = plan_of("jobs/quickstart.yaml", ["master_port=31000"])
     assert "DDPJOB_MASTER_PORT=$(" not in plan.payload.script and "DDPJOB_MASTER_PORT  31000" in plan.render()
+
+
+def test_array_elements_sacct_does_not_list_are_asked_of_the_controller(tmp_path, monkeypatch):
+    """Just after ``scancel 123_1``, sacct may list element 1 (CANCELLED) and not yet element 0:
+    squeue must be asked for the array, or element 0 shows as UNKNOWN. Stand-in Slurm commands
+    here; the real cluster runs the same path in tests/slurm/test_slurm_target.py."""
+    calls = tmp_path / "calls"
+    for name, answer in {"sacct": "123_1|CANCELLED|0:15|n2|None", "squeue": "123_0|RUNNING|n1|None"}.items():
+        cmd = tmp_path / name
+        cmd.write_text(f"#!/bin/sh\necho {name} >> {calls}\necho '{answer}'\n")
+        cmd.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    records = query(["123"], elements={"123": 2})
+    assert {k: r.state for k, r in records.items()} == {"123_0": "RUNNING", "123_1": "CANCELLED"}
+    # A finished array that sacct lists whole needs no controller (it may be down).
+    (tmp_path / "sacct").write_text(f"#!/bin/sh\necho sacct >> {calls}\nprintf '123_0|COMPLETED|0:0|n1|None\\n123_1|CANCELLED|0:15|n2|None\\n'\n")
+    calls.unlink()
+    assert {k: r.state for k, r in query(["123"], elements={"123": 2}).items()} == {"123_0": "COMPLETED", "123_1": "CANCELLED"}
+    assert calls.read_text().split() == ["sacct"]

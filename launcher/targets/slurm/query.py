@@ -176,11 +176,13 @@ def _unreachable(what: str, proc: subprocess.CompletedProcess[str] | None) -> Co
                                  "from here, try again later (scontrol ping shows the controller)")
 
 
-def query(job_ids: list[str], timeout: float = COMMAND_TIMEOUT_S) -> dict[str, SlurmRecord]:
+def query(job_ids: list[str], timeout: float = COMMAND_TIMEOUT_S,
+          elements: dict[str, int] | None = None) -> dict[str, SlurmRecord]:
     """What Slurm knows about ``job_ids`` (plain or array job ids), in one call per source.
 
     sacct answers for every job it has in the database; jobs it does not know (accounting off,
-    or slurmdbd lagging behind a fresh submission) and jobs still live are asked of the
+    or slurmdbd lagging behind a fresh submission), arrays whose elements it does not all list
+    (``elements``: array job id -> number of elements) and jobs still live are asked of the
     controller with squeue, then ``scontrol show job``. A job none of them knows is absent.
 
     Raises:
@@ -201,7 +203,12 @@ def query(job_ids: list[str], timeout: float = COMMAND_TIMEOUT_S) -> dict[str, S
     def known(jid: str) -> bool:
         return any(k == jid or k.startswith(jid + "_") for k in records)
 
-    missing = [j for j in ids if not known(j)]
+    def complete(jid: str) -> bool:  # every element of an array, or the job itself
+        count = (elements or {}).get(jid)
+        return all(f"{jid}_{i}" in records for i in range(count)) if count else known(jid)
+
+    # sacct may list some elements of an array and not others (one just cancelled, one running).
+    missing = [j for j in ids if not complete(j)]
     live_ids = [j for j in ids if any(map_state(r.state) in (JobState.PENDING, JobState.RUNNING)
                                        for k, r in records.items() if k == j or k.startswith(j + "_"))]
     # sacct can lag behind the controller for running arrays (pending ranges, requeues): ask the

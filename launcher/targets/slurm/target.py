@@ -167,7 +167,8 @@ class SlurmTarget(Target):
     def status_many(self, handles: dict[str, SlurmHandle]) -> dict[str, JobStatus]:
         from launcher.targets.slurm import query as slurm_query
 
-        records = slurm_query.query([h.slurm_job_id for h in handles.values()])
+        records = slurm_query.query([h.slurm_job_id for h in handles.values()],
+                                    elements={h.slurm_job_id: h.runs for h in handles.values() if h.array})
         return {job_id: _job_status(h, records) for job_id, h in handles.items()}
 
     # ------------------------------------------------------------------ logs
