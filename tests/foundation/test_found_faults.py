@@ -224,6 +224,41 @@ def test_a_port_taken_before_the_rendezvous_is_replaced(cli, tmp_path):
     pytest.skip("torchrun bound the port before the test could take it, three times")
 
 
+def test_the_port_search_tries_every_port_of_the_range(monkeypatch):
+    """Whatever the random start, the one port neither busy nor bound is found; none left: an error
+    that says how to fix it."""
+    import socket
+
+    from launcher.errors import TargetUnavailable
+    from launcher.targets.local import target as local
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        base = probe.getsockname()[1]
+    ports = range(base, base + 8)
+    monkeypatch.setattr(local, "PORT_RANGE", ports)
+    holders = []
+    try:
+        for port in ports[1:4]:  # bound by another program: the search must step over them
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()  # somebody else has it: just as good
+            else:
+                holders.append(s)
+        for free in (ports[0], ports[-1]):  # the first and the last of the range
+            busy = {p for p in (ports[0], *ports[4:]) if p != free}  # held by other ddpjob jobs
+            for seed in range(16):  # every starting point, and then some
+                random.seed(seed)
+                assert local.LocalTarget().pick_port(busy) == free
+            with pytest.raises(TargetUnavailable, match="set master_port"):
+                local.LocalTarget().pick_port(busy | {free})
+    finally:
+        for s in holders:
+            s.close()
+
+
 def test_a_state_file_that_cannot_be_written_does_not_fail_a_good_run(tmp_path):
     """As on a full disk: the supervisor cannot write state.json (here it is a directory), runs the
     job anyway, and status reads the finished run from the nodes' exit records: SUCCEEDED."""

@@ -14,7 +14,6 @@ Layout of a run directory::
 from __future__ import annotations
 
 import os
-import random
 import shlex
 import subprocess  # container.py needs it anyway
 import sys
@@ -172,12 +171,18 @@ class LocalTarget(Target):
     def pick_port(self, busy: set[int]) -> int:
         """A port free on 127.0.0.1 now and not held by another live local job (``busy``).
 
-        Every port of the range is tried, in random order, before giving up.
+        Every port of the range is tried, from a random starting point on, before giving up. (A
+        random start, not a shuffled range: shuffling 12,000 ports with the system's random source
+        took a tenth of ``ddpjob submit``'s own time.)
         """
+        import random
         import socket  # only at submit: render and status never pick a port
-        ports = [p for p in PORT_RANGE if p not in busy]
-        random.SystemRandom().shuffle(ports)
-        for port in ports:
+
+        start = random.randrange(len(PORT_RANGE))
+        for i in range(len(PORT_RANGE)):
+            port = PORT_RANGE[(start + i) % len(PORT_RANGE)]
+            if port in busy:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind(("127.0.0.1", port))
