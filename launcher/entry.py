@@ -6,6 +6,7 @@ Ctrl-C anywhere else, not a traceback from whichever module Python was importing
 
 from __future__ import annotations
 
+import gc
 import sys
 import types
 
@@ -29,8 +30,26 @@ def without_pydantic_plugins() -> None:
     sys.modules[PYDANTIC_PLUGIN_LOADER] = loader
 
 
+# Collect when this many objects have been allocated and not freed (Python's default: 700).
+GC_THRESHOLDS = (50_000, 10, 10)
+
+
+def fewer_collections() -> None:
+    """Let the cyclic garbage collector run rarely in the ``ddpjob`` process.
+
+    Loading click, pydantic and PyYAML and building the spec model allocates a few hundred thousand
+    objects, nearly all of which live until the command ends; with the default thresholds the
+    collector walks them again and again, and once more when the interpreter shuts down. Running it
+    every 50,000 allocations instead, and freezing what exists at exit, takes about a sixth off
+    ``ddpjob render`` (tests/bench/cli_bench.py). The collector still runs, so a ``logs -f`` that
+    follows for days stays bounded in memory. The Python API leaves the user's process alone.
+    """
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def main() -> None:
     try:
+        fewer_collections()
         without_pydantic_plugins()
         from launcher.cli import main as cli_main
 
@@ -38,6 +57,9 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("\nStopped.\n")
         sys.exit(130)
+    finally:
+        # Whatever is left is freed by the process's exit; the collector need not walk it first.
+        gc.freeze()
 
 
 if __name__ == "__main__":
