@@ -11,18 +11,22 @@ Adding a target: write the package, then add one line to ``TARGETS`` below.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections import namedtuple
 
+# Not typing's: this package is on the local supervisor's quick start (launcher.targets.local.supervisor).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from launcher.targets.base import Target
 
 
-class TargetEntry(NamedTuple):
-    """How to find one target: its Target class and its spec section's options model."""
+class TargetEntry(namedtuple("TargetEntry", "target options summary")):
+    """How to find one target: its Target class (``target``, "module:Class"), its spec section's
+    options model (``options``, "module:Model", the spec's ``<name>:`` section) and one line for
+    --help and the schema (``summary``)."""
 
-    target: str  # "module:Class"
-    options: str  # "module:Model", the spec's ``<name>:`` section
-    summary: str  # one line for --help and the schema
+    __slots__ = ()
 
 
 TARGETS: dict[str, TargetEntry] = {

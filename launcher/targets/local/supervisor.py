@@ -1,10 +1,16 @@
-"""The detached process that runs a local job: ``python -m launcher.targets.local.supervisor RUN_DIR``.
+"""The detached process that runs a local job (started by ``LocalTarget.submit``; by hand:
+``python -m launcher.targets.local.supervisor RUN_DIR``).
 
 It outlives the ``ddpjob submit`` call, starts one torchrun agent per node for each run (sweep
 element) in turn, and keeps ``state.json`` current so any later shell can ask for status.
 
 Why fail fast: when one node's agent fails, torchrun on the other nodes only notices at its exit
 barrier (300 s by default) or never, so the supervisor stops the remaining nodes itself.
+
+Why the quick start: the supervisor stands between ``ddpjob submit`` and the first torchrun. It
+starts the first run's nodes from the raw plan.json with the few standard modules it has loaded at
+that moment, and only then imports the typed plan, the states and the rest (about 40 ms on the
+machine of tests/bench/cli_bench.py), which is why this module imports nothing else at its top.
 """
 
 from __future__ import annotations
@@ -14,14 +20,34 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
 
-from launcher.states import JobState
-from launcher.targets.base import TaskStatus, summarize
-from launcher.targets.local.target import MARKER, LocalElement, LocalNode, exit_file, read_plan
-from launcher.targets.shared import procs
-from launcher.targets.shared.files import write_json
+from launcher.targets.local import node as node_wrapper
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from launcher.targets.local.target import LocalElement, LocalNode
+
+# Runs this module as ``python -m`` would, from the directory that holds this installation's
+# ``launcher`` package (site-packages, or a checkout), without ``site``: see command().
+_SUPERVISOR_BOOT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
+                    "from launcher.targets.local.supervisor import main; sys.exit(main(sys.argv[1:]))")
+
+
+def command(run_dir: str) -> list[str]:
+    """The supervisor's command line.
+
+    It is on the path from ``ddpjob submit`` to the first torchrun, so it starts in isolated mode
+    without ``site`` (``-I -S``): no .pth files, editable-install finders or user site to process,
+    nothing from the environment's PYTHON* variables, which are for the job's own processes (they
+    get the environment unchanged). It needs only the standard library and this package, found at
+    the directory the package was loaded from.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    return [sys.executable, "-I", "-S", "-c", _SUPERVISOR_BOOT, root, run_dir]
+
 
 _stop_requested = False
 # Starts of a run whose rendezvous port another program took before torchrun bound it.
@@ -64,10 +90,69 @@ def _on_term(signum: int, frame: Any) -> None:
     _stop_requested = True
 
 
+def start_nodes(nodes: list[Any], output_dir: str) -> tuple[list[tuple[Any, subprocess.Popen[bytes]]], str | None]:
+    """Start one run's nodes, each through the node wrapper; the ones started, and why the next
+    one could not be (None when all were). ``nodes`` are the plan's nodes, typed or raw."""
+    os.makedirs(output_dir, exist_ok=True)
+    running: list[tuple[Any, subprocess.Popen[bytes]]] = []
+    for node in nodes:
+        os.makedirs(os.path.dirname(node.log), exist_ok=True)
+        env = {**os.environ, **node.env}
+        with open(node.log, "ab") as log:
+            try:
+                # Through the node wrapper: it records how the agent ended even if we are killed.
+                argv = node_wrapper.command(sys.executable, node_wrapper.exit_file(node.log), node.argv)
+                p = subprocess.Popen(argv, env=env, cwd=node.cwd, stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=subprocess.STDOUT)
+            except OSError as e:
+                return running, f"node {node.node}: cannot start {node.argv[0]}: {e}"
+        running.append((node, p))
+    return running, None
+
+
+class Started(SimpleNamespace):
+    """Nodes started by ``start_nodes``: ``running``, ``error`` (None or why one could not start),
+    ``started`` (time) and ``marks`` (each log's size before, by node)."""
+
+
+def start_first_run(run_dir: str) -> Started | None:
+    """The first run's nodes, started from the raw plan.json before anything else is imported; None
+    when the typed path must start them (a cancel came first, or the plan is unreadable: the typed
+    reader says why)."""
+    if _stop_requested or os.path.exists(os.path.join(run_dir, "cancel-requested")):
+        return None
+    import json
+
+    try:
+        with open(os.path.join(run_dir, "plan.json"), "rb") as f:
+            first = json.load(f)["elements"][0]
+        nodes = [SimpleNamespace(**n) for n in first["nodes"]]
+        output_dir = first["output_dir"]
+    except (OSError, ValueError, LookupError, TypeError):
+        return None
+    marks = {n.node: _size(n.log) for n in nodes}
+    started = time.time()
+    running, error = start_nodes(nodes, output_dir)
+    return Started(running=running, error=error, started=started, marks=marks)
+
+
 class Supervisor:
-    def __init__(self, run_dir: str) -> None:
+    def __init__(self, run_dir: str, early: Started | None = None) -> None:
+        from pathlib import Path
+
+        from launcher.states import JobState
+        from launcher.targets.local.target import read_plan
+
         self.run_dir = Path(run_dir)
-        self.plan = read_plan(run_dir)
+        self.early = early  # the first run's nodes, already started (start_first_run)
+        try:
+            self.plan = read_plan(run_dir)
+        except BaseException:
+            if early is not None:  # never leave nodes behind that nobody watches
+                for _, p in early.running:
+                    p.kill()
+                    p.wait()
+            raise
         self.state: dict[str, Any] = {
             "state": JobState.PENDING.value, "message": "", "port": self.plan.port,
             "supervisor_pid": os.getpid(), "started": time.time(), "ended": None,
@@ -79,6 +164,8 @@ class Supervisor:
         }
 
     def save(self) -> None:
+        from launcher.targets.shared.files import write_json
+
         try:
             write_json(self.run_dir / "state.json", self.state)
         except OSError as e:
@@ -90,14 +177,19 @@ class Supervisor:
         return _stop_requested or (self.run_dir / "cancel-requested").exists()
 
     def run(self) -> int:
-        self.save()
+        from launcher.states import JobState
+        from launcher.targets.base import TaskStatus, summarize
+
+        if self.early is None:
+            self.save()
         for el, st in zip(self.plan.elements, self.state["elements"]):
-            if self.cancelled():
+            early = self.early if el.index == 0 else None
+            if early is None and self.cancelled():  # started nodes are stopped by run_element
                 st["state"] = JobState.CANCELLED.value
                 continue
             self.state["state"] = JobState.RUNNING.value
             for attempt in range(1, PORT_ATTEMPTS + 1):
-                marks = {n.node: _size(n.log) for n in el.nodes}
+                marks = early.marks if early is not None and attempt == 1 else {n.node: _size(n.log) for n in el.nodes}
                 self.run_element(el, st)
                 if attempt == PORT_ATTEMPTS or not self._port_was_taken(el, marks):
                     break
@@ -120,27 +212,24 @@ class Supervisor:
         return 0 if final == JobState.SUCCEEDED else 1
 
     def run_element(self, el: LocalElement, st: dict[str, Any]) -> None:
-        Path(el.output_dir).mkdir(parents=True, exist_ok=True)
-        running: list[tuple[LocalNode, subprocess.Popen[bytes]]] = []
+        from launcher.states import JobState
+
+        if el.index == 0 and self.early is not None:  # started by start_first_run
+            early, self.early = self.early, None
+            st["started"], error = early.started, early.error
+            running = [(node, p) for node, (_, p) in zip(el.nodes, early.running)]
+        else:
+            st["started"] = time.time()
+            started, error = start_nodes(el.nodes, el.output_dir)
+            running = list(started)
         st["state"] = JobState.RUNNING.value
         st["message"] = ""
-        st["started"] = time.time()
-        for node in el.nodes:
-            Path(node.log).parent.mkdir(parents=True, exist_ok=True)
-            env = {**os.environ, **node.env}
-            with open(node.log, "ab") as log:
-                try:
-                    # Through the node wrapper: it records how the agent ended even if we are killed.
-                    argv = [sys.executable, "-m", "launcher.targets.local.node", exit_file(node), "--", *node.argv]
-                    p = subprocess.Popen(argv, env=env, cwd=node.cwd, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
-                except OSError as e:
-                    st["state"] = JobState.FAILED.value
-                    st["message"] = f"node {node.node}: cannot start {node.argv[0]}: {e}"
-                    self._stop(running, st)
-                    return
-            running.append((node, p))
-            st["nodes"].append({"node": node.node, "pid": p.pid, "exit_code": None, "log": node.log})
+        st["nodes"] = [{"node": n.node, "pid": p.pid, "exit_code": None, "log": n.log} for n, p in running]
+        if error is not None:
+            st["state"] = JobState.FAILED.value
+            st["message"] = error
+            self._stop(running, st)
+            return
         self.save()
         failed_node: LocalNode | None = None
         while True:
@@ -184,6 +273,8 @@ class Supervisor:
             return False
         if "EADDRINUSE" not in text and "Address already in use" not in text:
             return False
+        from pathlib import Path
+
         return not any(next(Path(n.torchrun_log_dir).glob("*/attempt_*/*"), None) for n in el.nodes)
 
     def _move_port(self, attempt: int) -> None:
@@ -220,6 +311,9 @@ class Supervisor:
         while time.monotonic() < deadline and any(p.poll() is None for _, p in running):
             time.sleep(0.1)
         # Workers run in their own sessions: find stragglers by the job marker, not the process group.
+        from launcher.targets.local.target import MARKER
+        from launcher.targets.shared import procs
+
         procs.kill_marked(MARKER, self.plan.job_id, grace=2.0)
         for _, p in running:
             if p.poll() is None:
@@ -243,7 +337,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m launcher.targets.local.supervisor RUN_DIR", file=sys.stderr)
         return 2
-    return Supervisor(argv[0]).run()
+    return Supervisor(argv[0], start_first_run(argv[0])).run()
 
 
 if __name__ == "__main__":

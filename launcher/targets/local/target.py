@@ -171,9 +171,7 @@ class LocalTarget(Target):
     def pick_port(self, busy: set[int]) -> int:
         """A port free on 127.0.0.1 now and not held by another live local job (``busy``).
 
-        Every port of the range is tried, from a random starting point on, before giving up. (A
-        random start, not a shuffled range: shuffling 12,000 ports with the system's random source
-        took a tenth of ``ddpjob submit``'s own time.)
+        Every port of the range is tried from a random start (shuffling 12,000 ports took 22 ms).
         """
         import random
         import socket  # only at submit: render and status never pick a port
@@ -211,6 +209,8 @@ class LocalTarget(Target):
                     f"torch is not installed for {python}; the local target runs torchrun: "
                     "pip install 'ddpjob[train]'"
                 )
+        from launcher.targets.local import supervisor
+
         run_dir = Path(plan.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json(run_dir / "plan.json", to_json(payload))
@@ -219,7 +219,7 @@ class LocalTarget(Target):
         env[MARKER] = plan.job_id
         with open(run_dir / "supervisor.log", "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "launcher.targets.local.supervisor", str(run_dir)],
+                supervisor.command(str(run_dir)),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, env=env, cwd=str(run_dir), close_fds=True,
             )
@@ -332,11 +332,6 @@ def _supervisor_died(handle: LocalHandle) -> str:
     return f"the supervisor (pid {handle.pid}) exited without a final state; see {handle.run_dir}/supervisor.log"
 
 
-def exit_file(node: LocalNode) -> str:
-    """Where the node wrapper (``launcher.targets.local.node``) records how the node's agent ended."""
-    return f"{os.path.splitext(node.log)[0]}.exit.json"
-
-
 def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
     return [
         TaskStatus(index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
@@ -347,7 +342,7 @@ def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
 
 def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> JobStatus:
     """Every process has ended and the supervisor left no final state: read the nodes' records."""
-    from launcher.targets.local.node import read_record
+    from launcher.targets.local.node import exit_file, read_record
 
     try:
         plan = read_plan(handle.run_dir)
@@ -355,7 +350,7 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
         return JobStatus(JobState.FAILED, _supervisor_died(handle), details=details)
     tasks = []
     for el in plan.elements:
-        records = [(n, read_record(exit_file(n))) for n in el.nodes]
+        records = [(n, read_record(exit_file(n.log))) for n in el.nodes]
         nodes = [{"node": n.node, "exit_code": r["exit_code"] if r else None, "log": n.log} for n, r in records]
         if all(r is None for _, r in records):
             tasks.append(TaskStatus(el.index, JobState.FAILED, "not run: the supervisor stopped before it started",
