@@ -22,6 +22,26 @@ def test_help_pays_for_click_only():
     assert out.strip() == "[]"
 
 
+def test_a_local_jobs_own_processes_start_light():
+    """The supervisor and the node wrapper stand between ``submit`` and torchrun: they run without
+    ``site`` (-I -S), and importing them loads none of the modules their quick start avoids."""
+    from pathlib import Path
+
+    from launcher.targets.local import node, supervisor
+
+    root = str(Path(supervisor.__file__).resolve().parents[3])
+    argv = supervisor.command("/run/dir")
+    assert argv[:4] == [sys.executable, "-I", "-S", "-c"] and argv[-2:] == [root, "/run/dir"]
+    wrapper = node.command(sys.executable, "/run/dir/n.exit.json", ["torchrun"])
+    assert wrapper[:3] == [sys.executable, "-I", "-S"] and Path(wrapper[3]).is_file()
+    avoided = ("typing", "dataclasses", "pathlib", "json", "launcher.targets.base", "launcher.targets.local.target")
+    for module, extra in (("launcher.targets.local.supervisor", ()), ("launcher.targets.local.node", ("subprocess",))):
+        code = (f"import sys; sys.path.insert(0, {root!r}); import {module}; "
+                f"print([m for m in {avoided + extra!r} if m in sys.modules])")
+        out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "[]", (module, out.stdout)
+
+
 def test_every_command_has_help_with_an_example(cli):
     for verb in ["submit", "render", "validate", "schema", "status", "list", "logs", "cancel", "wait"]:
         proc = cli(verb, "--help")
