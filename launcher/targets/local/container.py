@@ -27,11 +27,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import Issue, TargetError
+
+if TYPE_CHECKING:
+    import subprocess
 
 ENGINES = ("podman", "docker")
 # An image reference as engines take it (name[:tag][@digest]); never an option (no leading '-').
@@ -150,6 +152,8 @@ def shown(argv: list[str]) -> str:
 
 
 def _engine(engine: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str] | None:
+    import subprocess  # only when an engine is asked: render never does
+
     try:
         return subprocess.run([engine, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=timeout, check=False)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess  # container.py needs it anyway
 import sys
 import time
 from collections.abc import Iterator
@@ -205,10 +204,10 @@ class LocalTarget(Target):
             import importlib.util
 
             if importlib.util.find_spec("torch") is None:
-                raise TargetUnavailable(
-                    f"torch is not installed for {python}; the local target runs torchrun: "
-                    "pip install 'ddpjob[train]'"
-                )
+                raise TargetUnavailable(f"torch is not installed for {python}; the local target runs torchrun: "
+                                        "pip install 'ddpjob[train]'")
+        import subprocess  # only at submit: render and status never start a process
+
         from launcher.targets.local import supervisor
 
         run_dir = Path(plan.run_dir)
