@@ -8,7 +8,9 @@
   CRD: ``k8s_strict`` says whether it ran), each over ``--help``.
 - ``submit_follow_s`` versus ``torchrun_by_hand_s``: a trivial 2-node job (each process does one gloo
   all_reduce) through ``ddpjob submit -f``, and the same two torchrun agents started by hand;
-  ``overhead_ratio`` = ddpjob / by hand.
+  ``overhead_ratio`` = ddpjob / by hand. ``torchrun_with_ddpjob_flags_s``: the same pair with the
+  options ddpjob's plan gives torchrun (``--tee 3 --log-dir``: per-rank files, rank-prefixed lines);
+  ``launcher_ratio`` = ddpjob / that pair, the cost of ddpjob's own processes alone.
 Every repeat runs each measurement once, forwards in even repeats and backwards in odd ones, so
 machine load affects all sides alike; the figures are medians over the repeats. The package is
 compiled first (as a pip install does) and each command runs once unmeasured.
@@ -19,6 +21,7 @@ Usage: python tests/bench/cli_bench.py [--repeats 11] [--skip-submit]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -52,15 +55,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def by_hand(workdir: Path) -> float:
+def by_hand(workdir: Path, ddpjob_flags: bool = False) -> float:
+    """Two torchrun agents started by hand; with ``ddpjob_flags``, with the options and variables
+    ddpjob's local plan adds (per-rank log files and rank-prefixed lines: ``--tee 3 --log-dir``)."""
     port = str(free_port())
     base = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
             "--master-addr", "127.0.0.1", "--master-port", port]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if ddpjob_flags:
+        env["PYTHONUNBUFFERED"] = "1"
     start = time.perf_counter()
-    agents = [subprocess.Popen([*base, "--node-rank", str(i), "trivial.py"], cwd=workdir, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
-    codes = [a.wait() for a in agents]
+    agents = []
+    with contextlib.ExitStack() as logs:
+        for i in range(2):
+            flags = ["--max-restarts", "0", "--tee", "3", "--log-dir", str(workdir / f"logs-{port}-{i}")]
+            log = logs.enter_context(open(workdir / f"hand-{i}.log", "wb")) if ddpjob_flags else subprocess.DEVNULL
+            agents.append(subprocess.Popen([*base, "--node-rank", str(i), *(flags if ddpjob_flags else []), "trivial.py"],
+                                           cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT))
+        codes = [a.wait() for a in agents]
     assert codes == [0, 0], codes
     return time.perf_counter() - start
 
@@ -82,7 +94,7 @@ def main() -> None:
     # A pip install compiles the package; a checkout run with PYTHONDONTWRITEBYTECODE would compile
     # every module on every call and measure the compiler instead.
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "launcher")], check=True)
-    samples: dict[str, list[float]] = {k: [] for k in ("help", "click", "local", "slurm", "k8s", "ours", "hand")}
+    samples: dict[str, list[float]] = {k: [] for k in ("help", "click", "local", "slurm", "k8s", "ours", "hand", "flags")}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "trivial.py").write_text(SCRIPT)
@@ -95,6 +107,7 @@ def main() -> None:
         }
         runs = {
             "hand": lambda: by_hand(work),
+            "flags": lambda: by_hand(work, ddpjob_flags=True),
             "ours": lambda: timed([*ddpjob, "submit", "-q", "-f", "--nodes", "2", "--", "python", "trivial.py"],
                                   cwd=work, env=env),
         }
@@ -123,6 +136,8 @@ def main() -> None:
             "submit_follow_s": round(med["ours"], 3),
             "torchrun_by_hand_s": round(med["hand"], 3),
             "overhead_ratio": round(med["ours"] / med["hand"], 3),
+            "torchrun_with_ddpjob_flags_s": round(med["flags"], 3),
+            "launcher_ratio": round(med["ours"] / med["flags"], 3),
         })
     print(json.dumps(result, indent=2))
 
