@@ -45,6 +45,9 @@ def accumulate_with_no_sync(rank: int, world: int, store: str) -> None:
         for got, want in zip((p.grad for p in models.unwrap(model).parameters()), (p.grad for p in ref.parameters())):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     finally:
+        # Leave together, as the trainer does (distcore.teardown): a rank that destroys its group
+        # while the other still uses it can abort that one (SIGABRT, seen once in a full run).
+        dist.barrier()
         dist.destroy_process_group()
 
 
