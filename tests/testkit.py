@@ -68,9 +68,10 @@ time.sleep(600)
 def wait_for(check: Callable[[], T], what: str, timeout: float = 120, poll: float = 0.2) -> T:
     """``check()``'s first true value; fails the test naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
+    value = None
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {value!r})")

@@ -7,25 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit import wait_for
 
 pytestmark = pytest.mark.slurm
 SCRIPT = Path(__file__).resolve().parents[2] / "slurm" / "cluster.sh"
-
-
-def _until(what: str, check, timeout: float = 60, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def _node_states(cluster: Any) -> dict[str, str]:
@@ -43,7 +32,8 @@ def _running_pids(status_stdout: str) -> list[str]:
 
 def test_two_idle_nodes_with_distinct_hostnames(slurm_cluster):
     # Idle once any job of an earlier test has left (nothing else should hold the nodes for long).
-    states = _until("n1 and n2 idle", lambda: (s := _node_states(slurm_cluster)) == {"n1": "idle", "n2": "idle"} and s)
+    states = wait_for(lambda: (s := _node_states(slurm_cluster)) == {"n1": "idle", "n2": "idle"} and s,
+                      "n1 and n2 idle", timeout=60)
     assert states == {"n1": "idle", "n2": "idle"}
     hosts = slurm_cluster.run("srun", "-N2", "-n2", "-t", "1", "/bin/hostname").stdout.split()
     assert sorted(hosts) == ["n1", "n2"]
@@ -55,7 +45,8 @@ def test_two_idle_nodes_with_distinct_hostnames(slurm_cluster):
 def test_accounting_records_a_finished_job(slurm_cluster):
     assert slurm_cluster.accounting
     job = slurm_cluster.run("sbatch", "--parsable", "-N1", "--output=/dev/null", "--wrap", "/bin/true").stdout.strip()
-    assert _until(f"sacct to show job {job} COMPLETED", lambda: _sacct_state(slurm_cluster, job) == "COMPLETED")
+    assert wait_for(lambda: _sacct_state(slurm_cluster, job) == "COMPLETED", f"sacct to show job {job} COMPLETED",
+                    timeout=60)
 
 
 def test_two_jobs_run_at_once_on_the_same_nodes(slurm_cluster):
@@ -67,11 +58,11 @@ def test_two_jobs_run_at_once_on_the_same_nodes(slurm_cluster):
             out = slurm_cluster.run("squeue", "-h", "-j", ",".join(jobs), "-o", "%i %T %N").stdout
             rows = [line.split() for line in out.splitlines()]
             return len(rows) == 2 and all(r[1] == "RUNNING" and r[2] == "n[1-2]" for r in rows) and rows
-        assert _until("both jobs RUNNING on n[1-2]", both_running, timeout=60)
+        assert wait_for(both_running, "both jobs RUNNING on n[1-2]", timeout=60)
     finally:
         slurm_cluster.run("scancel", *jobs, check=False)
-    _until("the cancelled jobs to leave the nodes", lambda: not slurm_cluster.run("squeue", "-h", "-j", ",".join(jobs),
-                                                                               check=False).stdout.strip())
+    wait_for(lambda: not slurm_cluster.run("squeue", "-h", "-j", ",".join(jobs), check=False).stdout.strip(),
+             "the cancelled jobs to leave the nodes", timeout=60)
 
 
 def test_up_is_idempotent_and_status_reports(slurm_cluster):
@@ -112,8 +103,8 @@ def test_accounting_can_be_switched_off_and_on(slurm_cluster):
     A job running across both switches survives them."""
     long_job = slurm_cluster.run("sbatch", "--parsable", "-N2", "-t", "2", "--output=/dev/null",
                                  "--wrap", "srun /bin/sleep 30").stdout.strip()
-    _until("the long job to run", lambda: slurm_cluster.run("squeue", "-h", "-j", long_job, "-o", "%T").stdout.strip()
-           == "RUNNING")
+    wait_for(lambda: slurm_cluster.run("squeue", "-h", "-j", long_job, "-o", "%T").stdout.strip() == "RUNNING",
+             "the long job to run", timeout=60)
     try:
         slurm_cluster.set_accounting(False)
         assert "accounting: off" in slurm_cluster.script("status").stdout
@@ -126,7 +117,8 @@ def test_accounting_can_be_switched_off_and_on(slurm_cluster):
         slurm_cluster.set_accounting(True)
     assert "accounting: on" in slurm_cluster.script("status").stdout
     job = slurm_cluster.run("sbatch", "--parsable", "-N1", "--output=/dev/null", "--wrap", "/bin/true").stdout.strip()
-    assert _until(f"sacct to show job {job} COMPLETED", lambda: _sacct_state(slurm_cluster, job) == "COMPLETED")
+    assert wait_for(lambda: _sacct_state(slurm_cluster, job) == "COMPLETED", f"sacct to show job {job} COMPLETED",
+                    timeout=60)
     assert slurm_cluster.run("squeue", "-h", "-j", long_job, "-o", "%T", check=False).stdout.strip() == "RUNNING"
     slurm_cluster.run("scancel", long_job, check=False)
 
@@ -190,7 +182,7 @@ def test_up_repairs_a_database_user_with_another_password(slurm_cluster):
     pidfile = slurm_cluster.root / "run" / "slurmdbd.pid"
     pid = int(pidfile.read_text().strip())
     os.kill(pid, signal.SIGTERM)  # it must log in again, as after a restart of the machine
-    _until("slurmdbd to stop", lambda: not Path(f"/proc/{pid}").exists())
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), "slurmdbd to stop", timeout=60)
     up = slurm_cluster.script("up")
     assert "accounting on" in up.stderr, up.stderr
     assert slurm_cluster.run("sacct", "-n", "-X", "-S", "now-1hours", "-o", "JobID").returncode == 0
