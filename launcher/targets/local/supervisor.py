@@ -180,17 +180,19 @@ class Supervisor:
         from launcher.states import JobState
         from launcher.targets.base import TaskStatus, summarize
 
-        if self.early is None:
+        early, self.early = self.early, None
+        if early is None:
             self.save()
         for el, st in zip(self.plan.elements, self.state["elements"]):
-            early = self.early if el.index == 0 else None
-            if early is None and self.cancelled():  # started nodes are stopped by run_element
+            started = early if el.index == 0 else None
+            if started is None and self.cancelled():  # started nodes are stopped by run_element
                 st["state"] = JobState.CANCELLED.value
                 continue
             self.state["state"] = JobState.RUNNING.value
             for attempt in range(1, PORT_ATTEMPTS + 1):
-                marks = early.marks if early is not None and attempt == 1 else {n.node: _size(n.log) for n in el.nodes}
-                self.run_element(el, st)
+                marks = started.marks if started is not None else {n.node: _size(n.log) for n in el.nodes}
+                self.run_element(el, st, started)
+                started = None  # a new attempt starts its nodes again
                 if attempt == PORT_ATTEMPTS or not self._port_was_taken(el, marks):
                     break
                 self._move_port(attempt)
@@ -211,17 +213,17 @@ class Supervisor:
         self.save()
         return 0 if final == JobState.SUCCEEDED else 1
 
-    def run_element(self, el: LocalElement, st: dict[str, Any]) -> None:
+    def run_element(self, el: LocalElement, st: dict[str, Any], started: Started | None = None) -> None:
+        """Run one element's nodes to their end; ``started``: its nodes, already started from the raw
+        plan (start_first_run), paired here with the typed ones."""
         from launcher.states import JobState
 
-        if el.index == 0 and self.early is not None:  # started by start_first_run
-            early, self.early = self.early, None
-            st["started"], error = early.started, early.error
-            running = [(node, p) for node, (_, p) in zip(el.nodes, early.running)]
+        if started is not None:
+            st["started"], error = started.started, started.error
+            running = [(node, p) for node, (_, p) in zip(el.nodes, started.running)]
         else:
             st["started"] = time.time()
-            started, error = start_nodes(el.nodes, el.output_dir)
-            running = list(started)
+            running, error = start_nodes(el.nodes, el.output_dir)
         st["state"] = JobState.RUNNING.value
         st["message"] = ""
         st["nodes"] = [{"node": n.node, "pid": p.pid, "exit_code": None, "log": n.log} for n, p in running]
