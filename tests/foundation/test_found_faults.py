@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -284,3 +285,30 @@ def test_a_state_file_that_cannot_be_written_does_not_fail_a_good_run(tmp_path):
     gone = 2**22 + 1  # above Linux's largest pid: a supervisor that no longer runs
     status = target.status(LocalHandle("full-abcde", str(run_dir), pid=gone, start=None))
     assert status.state.value == "SUCCEEDED" and "exit records" in status.message, status
+
+
+def test_the_node_wrapper_records_how_its_agent_ended(tmp_path):
+    """The wrapper's record is the job's truth when the supervisor is gone: an exit code, a program
+    that cannot start (127, with why), and a stop signal passed on to the agent (no process left)."""
+    from launcher.targets.local import node
+    from launcher.targets.shared import procs
+
+    def run(argv: list[str], name: str) -> tuple[int, dict | None]:
+        record = str(tmp_path / f"{name}.exit.json")
+        proc = subprocess.run(node.command(sys.executable, record, argv), capture_output=True, text=True, timeout=60)
+        return proc.returncode, node.read_record(record)
+
+    code, record = run(["sh", "-c", "exit 3"], "three")
+    assert code == 3 and record["exit_code"] == 3 and record["signal"] is None
+    code, record = run(["/nonexistent/agent"], "missing")
+    assert code == 127 and record["exit_code"] == 127 and "No such file" in record["error"]
+
+    record_path = str(tmp_path / "stopped.exit.json")
+    pid_file = tmp_path / "agent.pid"
+    wrapper = subprocess.Popen(node.command(sys.executable, record_path,
+                                            ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 600"]))
+    agent = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "the agent to start"))
+    wrapper.send_signal(signal.SIGTERM)
+    assert wrapper.wait(timeout=30) == 128 + signal.SIGTERM
+    assert node.read_record(record_path)["signal"] == "SIGTERM"
+    assert not procs.alive(agent, None), "the agent outlived its wrapper"
