@@ -83,6 +83,20 @@ class JobRecord:
         }
 
 
+@contextmanager
+def _setup_lock(db: Path) -> Iterator[None]:
+    """One process at a time sets the database up (WAL mode, tables): SQLite answers two that do it
+    at once with "database is locked" at once, without waiting (seen with two submits on a new home)."""
+    import fcntl
+
+    fd = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 class Registry:
     """Job records in ``<home>/registry.db``; one short-lived connection per operation."""
 
@@ -128,13 +142,12 @@ class Registry:
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA busy_timeout=30000")
             if not self._ready:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.executescript(_SCHEMA)
-                if "shape_json" not in {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}:
-                    try:  # a registry written before shapes were recorded
+                with _setup_lock(self.path):
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    conn.executescript(_SCHEMA)
+                    if "shape_json" not in {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}:
+                        # a registry written before shapes were recorded
                         conn.execute("ALTER TABLE jobs ADD COLUMN shape_json TEXT")
-                    except sqlite3.OperationalError:
-                        pass  # another process added it first
                 self._ready = True
             if write:
                 # IMMEDIATE takes the write lock up front: read-then-write (id, port) stays atomic.

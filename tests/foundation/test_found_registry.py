@@ -85,6 +85,34 @@ def test_concurrent_reserve_from_threads(tmp_path):
     assert len(reg.list()) == 40
 
 
+def _first_use(home: str, start, results) -> None:
+    start.wait()  # every process opens the new registry at the same moment
+    try:
+        Registry(Path(home)).reserve("first", "local", {})
+        results.put("ok")
+    except Exception as e:  # noqa: BLE001 - the test reports whatever it was
+        results.put(f"{type(e).__name__}: {e}")
+
+
+def test_processes_that_first_use_a_new_home_at_once_all_succeed(tmp_path):
+    """Setting the database up (WAL mode, tables) is serialized: without it, SQLite answered about
+    one trial in eight with "database is locked" at once (seen as a failed submit of two at once)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(30):
+        home = tmp_path / f"home{trial}"
+        start, results = ctx.Barrier(6), ctx.Queue()
+        procs = [ctx.Process(target=_first_use, args=(str(home), start, results)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        outcomes = [results.get(timeout=10) for _ in procs]
+        assert outcomes == ["ok"] * 6, (trial, outcomes)
+        assert len(Registry(home).list()) == 6
+
+
 def test_a_released_reservation_leaves_no_trace(tmp_path):
     reg = Registry(tmp_path)
     job_id, _ = reg.reserve("a", "local", {})
