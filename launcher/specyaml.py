@@ -11,20 +11,22 @@ with the file, line and column.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from typing import Any
 
-import yaml
-
 from launcher.errors import Issue, SpecError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import yaml
 
 MAX_BYTES_DEFAULT = 1 << 20
 MAX_DEPTH = 64
 MAX_VALUES = 50_000
 MAX_STRING = 65_536
 _SAFE_TAGS = {"tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "seq", "map")} | {"!"}
-_BASE: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~50x faster
 
 Locations = dict[tuple[str | int, ...], tuple[int, int]]
 
@@ -83,22 +85,36 @@ def _kind(mode: int) -> str:
     return "not a file"
 
 
-class _Loader(_BASE):  # type: ignore[misc,valid-type]
-    """SafeLoader (no arbitrary objects). YAML 1.1 quirks such as `on: yes` stay as PyYAML reads them;
-    dates and a lone ``=`` stay the text written (a spec has no date fields)."""
+@functools.cache
+def _base() -> type:
+    """PyYAML's safe loader, libyaml's when available (~50x faster). PyYAML is imported on first use:
+    a job given as a command (``ddpjob submit -- python train.py``) never reads YAML."""
+    import yaml
 
-    def construct_checked_int(self, node: yaml.ScalarNode) -> int:
-        try:
-            return int(self.construct_yaml_int(node))
-        except ValueError as e:  # more digits than Python converts (4300)
-            raise yaml.constructor.ConstructorError(
-                None, None, f"a number of {len(str(node.value)):,} characters is too long to read", node.start_mark,
-            ) from e
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_str)
-_Loader.add_constructor("tag:yaml.org,2002:value", _Loader.construct_yaml_str)
-_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_checked_int)
+@functools.cache
+def _loader() -> type:
+    import yaml
+
+    class Loader(_base()):  # type: ignore[misc,valid-type]
+        """SafeLoader (no arbitrary objects). YAML 1.1 quirks such as `on: yes` stay as PyYAML reads
+        them; dates and a lone ``=`` stay the text written (a spec has no date fields)."""
+
+        def construct_checked_int(self, node: yaml.ScalarNode) -> int:
+            try:
+                return int(self.construct_yaml_int(node))
+            except ValueError as e:  # more digits than Python converts (4300)
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a number of {len(str(node.value)):,} characters is too long to read",
+                    node.start_mark,
+                ) from e
+
+    Loader.add_constructor("tag:yaml.org,2002:timestamp", Loader.construct_yaml_str)
+    Loader.add_constructor("tag:yaml.org,2002:value", Loader.construct_yaml_str)
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_checked_int)
+    return Loader
 
 
 def _error(file: str | None, source: str | None, message: str, mark: Any, hint: str | None = None,
@@ -118,8 +134,10 @@ def check_events(text: str, file: str | None, source: str | None = None) -> None
         path = tuple(top[4] for top in stack if not (top[0] and top[1]) and top[4] is not None)[:12]
         return _error(file, source, message, event.start_mark, hint, path)
 
+    import yaml
+
     try:
-        for event in yaml.parse(text, Loader=_BASE):
+        for event in yaml.parse(text, Loader=_base()):
             if isinstance(event, (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 tag = event.tag
                 if tag is not None and tag not in _SAFE_TAGS:
@@ -173,6 +191,8 @@ def check_events(text: str, file: str | None, source: str | None = None) -> None
 
 
 def _syntax_error(e: yaml.YAMLError, file: str | None, source: str | None) -> SpecError:
+    import yaml
+
     mark = getattr(e, "problem_mark", None)
     problem = getattr(e, "problem", None) or str(e)
     if isinstance(e, yaml.constructor.ConstructorError):
@@ -182,8 +202,10 @@ def _syntax_error(e: yaml.YAMLError, file: str | None, source: str | None) -> Sp
 
 def parse(text: str, file: str | None, source: str | None = None) -> tuple[Any, Locations, list[Issue]]:
     """Plain data from bounded YAML, a map from field path to (line, column), and duplicate keys."""
+    import yaml
+
     check_events(text, file, source)
-    loader = _Loader(text)
+    loader = _loader()(text)
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
@@ -201,6 +223,8 @@ def parse(text: str, file: str | None, source: str | None = None) -> tuple[Any, 
 
 def _walk(n: yaml.Node, path: tuple[str | int, ...], locations: Locations, issues: list[Issue]) -> None:
     """Record where each field is (bounded: ``check_events`` capped the expanded size and depth)."""
+    import yaml
+
     if isinstance(n, yaml.MappingNode):
         seen: dict[Any, int] = {}
         for key_node, value_node in n.value:
@@ -220,6 +244,8 @@ def _walk(n: yaml.Node, path: tuple[str | int, ...], locations: Locations, issue
 def parse_value(raw: str, source: str) -> Any:
     """A ``--set`` value as YAML (``4``, ``[a, b]``, ``{x: 1}``) under the same bounds as a file;
     text that is not valid YAML is taken as the string written."""
+    if raw.isascii() and raw.isdigit() and len(raw) < 19 and (raw == "0" or raw[0] != "0"):
+        return int(raw)  # a plain decimal (--nodes 2), as YAML reads it, without loading a YAML parser
     try:
         return parse(raw, None, source)[0]
     except SpecError as e:

@@ -155,3 +155,26 @@ def test_mutated_submit_command_lines(target, options, command):
 def test_mutated_job_command_lines(verb, job_id, option, value):
     args = [verb, job_id, *(option + [value] if option else [])]
     check(args, (0, 2, 4))
+
+
+@settings(max_examples=400, deadline=None)
+@given(raw=st.from_regex(r"[+-]?[0-9][0-9_]{0,20}", fullmatch=True) | st.text(st.characters(categories=["Nd"]), max_size=6)
+       | st.sampled_from(["0", "00", "007", "08", "1" * 18, "1" * 19, "1" * 5000, "\u0661", "٣"]))
+def test_a_set_value_of_digits_reads_as_yaml_reads_it(raw):
+    """``--nodes 2`` is read without loading a YAML parser (launcher.specyaml.parse_value): what it
+    gives must be what the YAML reading gives for every text of digits (YAML 1.1 octal ``007``,
+    ``1_000``, signs, long numbers, non-ASCII digits)."""
+    from launcher import specyaml
+    from launcher.errors import SpecError
+
+    try:
+        by_yaml = specyaml.parse(raw, None, "--set x")[0]
+    except SpecError as e:
+        by_yaml = e.issues[0].message
+    try:
+        got = specyaml.parse_value(raw, "--set x")
+    except SpecError as e:
+        got = e.issues[0].message
+    if isinstance(by_yaml, str) and by_yaml.startswith("YAML syntax error"):
+        by_yaml = raw
+    assert (type(got), got) == (type(by_yaml), by_yaml)
