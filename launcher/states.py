@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import enum
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class JobState(str, enum.Enum):
     """PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED; UNKNOWN when the target cannot tell."""
@@ -45,3 +49,20 @@ def combine(states: list[JobState]) -> JobState:
     if any(s == JobState.FAILED for s in states):
         return JobState.FAILED
     return JobState.CANCELLED
+
+
+def summarize(tasks: list[Any]) -> tuple[JobState, str]:
+    """The state and message of a job from its runs (``TaskStatus``, or anything with ``index``,
+    ``state`` and ``message``): one run speaks for itself; a sweep gets counts per state and the
+    first failure, e.g. ``2 succeeded, 1 failed; task 1: <cause>``."""
+    state = combine([t.state for t in tasks])
+    if len(tasks) == 1:
+        return state, tasks[0].message
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[t.state.value] = counts.get(t.state.value, 0) + 1
+    message = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
+    failed = next((t for t in tasks if t.state == JobState.FAILED), None)
+    if failed is not None:
+        message += f"; task {failed.index}: {failed.message}"
+    return state, message

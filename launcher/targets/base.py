@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher.states import JobState, combine
+from launcher.states import JobState, combine, summarize  # noqa: F401 (summarize: part of this interface)
 from launcher.targets.shared.files import from_json, read_json, to_json
 
 if TYPE_CHECKING:
@@ -119,22 +119,6 @@ class JobStatus:
                 for t in self.tasks
             ],
         }
-
-
-def summarize(tasks: list[TaskStatus]) -> tuple[JobState, str]:
-    """The state and message of a job from its runs: one run speaks for itself; a sweep gets
-    counts per state and the first failure, e.g. ``2 succeeded, 1 failed; task 1: <cause>``."""
-    state = combine([t.state for t in tasks])
-    if len(tasks) == 1:
-        return state, tasks[0].message
-    counts: dict[str, int] = {}
-    for t in tasks:
-        counts[t.state.value] = counts.get(t.state.value, 0) + 1
-    message = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
-    failed = next((t for t in tasks if t.state == JobState.FAILED), None)
-    if failed is not None:
-        message += f"; task {failed.index}: {failed.message}"
-    return state, message
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def test_cli_import_loads_no_heavy_library():
     code = ("import sys, launcher.cli; heavy = [m for m in ('torch', 'kubernetes', 'submitit', 'pydantic', 'yaml') "
@@ -40,6 +42,89 @@ def test_a_local_jobs_own_processes_start_light():
                 f"print([m for m in {avoided + extra!r} if m in sys.modules])")
         out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
         assert out.stdout.strip() == "[]", (module, out.stdout)
+
+
+def _plan_of_plain_processes(tmp_path, script: str, elements: int = 2):
+    """A local plan whose nodes are plain Python processes (not torchrun), written as submit would."""
+    from launcher.targets.local.target import LocalElement, LocalNode, LocalPayload
+    from launcher.targets.shared.files import to_json, write_json
+
+    run_dir = tmp_path / "home" / "runs" / "plain-abcde"
+    nodes_cwd = tmp_path / "work"
+    nodes_cwd.mkdir(parents=True)
+    payload = LocalPayload(
+        job_id="plain-abcde", run_dir=str(run_dir), nodes=2, procs_per_node=1, port=29999, stop_on_failure=True,
+        elements=[LocalElement(index=i, params={"i": str(i)}, output_dir=str(run_dir / "output" / str(i)), nodes=[
+            LocalNode(node=n, argv=[sys.executable, "-c", script, str(i), str(n)], env={"NODE_SAYS": f"t{i}n{n}"},
+                      cwd=str(nodes_cwd), log=str(run_dir / f"task-{i}" / f"node-{n}.log"),
+                      error_file=str(run_dir / f"task-{i}" / f"node-{n}.error.json"),
+                      torchrun_log_dir=str(run_dir / f"task-{i}" / f"torchrun-node-{n}")) for n in range(2)])
+                  for i in range(elements)])
+    run_dir.mkdir(parents=True)
+    write_json(run_dir / "plan.json", to_json(payload))
+    return run_dir, nodes_cwd
+
+
+def test_the_supervisor_runs_a_job_without_its_heavy_modules(tmp_path):
+    """On a job's ordinary way (a two-run sweep to SUCCEEDED) the supervisor never loads the typed
+    plan, typing, dataclasses, pathlib or subprocess: their CPU would be taken from the agents
+    importing torch beside it. Its nodes still start in their directory, with their environment,
+    their output in their log and nothing on stdin."""
+    from pathlib import Path
+
+    from launcher.targets.local import supervisor
+
+    script = "import os, sys; print(os.getcwd(), os.environ['NODE_SAYS'], repr(sys.stdin.read()), sys.argv[1:])"
+    run_dir, nodes_cwd = _plan_of_plain_processes(tmp_path, script)
+    root = str(Path(supervisor.__file__).resolve().parents[3])
+    avoided = ("typing", "dataclasses", "pathlib", "subprocess", "launcher.targets.base",
+               "launcher.targets.local.target")
+    code = (f"import sys; sys.path.insert(0, {root!r}); from launcher.targets.local import supervisor; "
+            f"code = supervisor.main([{str(run_dir)!r}]); print(code, [m for m in {avoided!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=run_dir, stdin=subprocess.PIPE)
+    assert out.stdout.strip() == "0 []", (out.stdout, out.stderr)
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["state"] == "SUCCEEDED" and [e["state"] for e in state["elements"]] == ["SUCCEEDED"] * 2
+    for i in range(2):
+        for n in range(2):
+            log = (run_dir / f"task-{i}" / f"node-{n}.log").read_text()
+            assert log == f"{nodes_cwd} t{i}n{n} '' ['{i}', '{n}']\n", log
+
+
+def test_the_supervisors_plan_reader_agrees_with_the_typed_one(tmp_path):
+    """The supervisor reads plan.json without the typed dataclasses: every field of the typed plan
+    must read the same, the defaults of fields an older plan lacks included."""
+    import dataclasses
+
+    from launcher.targets.local import supervisor
+    from launcher.targets.local.target import read_plan
+
+    def same(typed, light):
+        for f in dataclasses.fields(typed):
+            value = getattr(typed, f.name)
+            if isinstance(value, list) and value and dataclasses.is_dataclass(value[0]):
+                assert len(value) == len(getattr(light, f.name))
+                for a, b in zip(value, getattr(light, f.name)):
+                    same(a, b)
+            else:
+                assert getattr(light, f.name) == value, f.name
+
+    run_dir, _ = _plan_of_plain_processes(tmp_path, "pass")
+    same(read_plan(str(run_dir)), supervisor.read_plan(str(run_dir)))
+    data = json.loads((run_dir / "plan.json").read_text())
+    del data["port_fixed"], data["container"], data["elements"][1]["nodes"][0]["container"]
+    (run_dir / "plan.json").write_text(json.dumps(data))
+    same(read_plan(str(run_dir)), supervisor.read_plan(str(run_dir)))
+    assert not dataclasses.is_dataclass(supervisor.read_plan(str(run_dir)))
+    del data["elements"][0]["nodes"][0]["argv"]
+    (run_dir / "plan.json").write_text(json.dumps(data))
+    errors = []
+    for reader in (read_plan, supervisor.read_plan):  # not this ddpjob's plan: the typed reader's answer
+        with pytest.raises(TypeError) as e:
+            reader(str(run_dir))
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "argv" in errors[0]
 
 
 def test_every_command_has_help_with_an_example(cli):

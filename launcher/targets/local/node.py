@@ -33,6 +33,54 @@ def exit_file(log: str) -> str:
     return f"{os.path.splitext(log)[0]}.exit.json"
 
 
+class Proc:
+    """A started node wrapper, with the few ``subprocess.Popen`` methods the supervisor uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:  # never a signal to a reaped pid, which may have been reused
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def start(python: str, exit_file: str, argv: list[str], *, env: dict[str, str], cwd: str, log: str) -> Proc:
+    """Start ``argv`` as one node through this wrapper, in ``cwd``, its output appended to ``log``
+    and nothing on its stdin; as ``subprocess.Popen`` would, without importing subprocess on the way
+    to the first torchrun. Raises OSError when the wrapper cannot start (``cwd`` or ``log`` included)."""
+    try:
+        home = os.getcwd()
+    except OSError:  # this process's own directory is gone
+        home = "/"
+    os.chdir(cwd)  # posix_spawn starts the child in this process's directory
+    try:
+        pid = os.posix_spawn(python, command(python, exit_file, argv), env, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ], setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+    finally:
+        os.chdir(home)
+    return Proc(pid)
+
+
 def write_record(path: str, record: dict, *, create: bool = False) -> None:
     """Write ``record`` padded to ``RECORD_SIZE`` bytes: created once, then overwritten in place."""
     import json

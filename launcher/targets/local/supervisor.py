@@ -9,15 +9,15 @@ barrier (300 s by default) or never, so the supervisor stops the remaining nodes
 
 Why the quick start: the supervisor stands between ``ddpjob submit`` and the first torchrun. It
 starts the first run's nodes from the raw plan.json with the few standard modules it has loaded at
-that moment, and only then imports the typed plan, the states and the rest (about 40 ms on the
-machine of tests/bench/cli_bench.py), which is why this module imports nothing else at its top.
+that moment (no subprocess: the node wrappers start through posix_spawn), and it never imports the
+typed plan, typing, dataclasses or pathlib on a job's ordinary way: the CPU they take (~50 ms) would
+be taken from the agents importing torch beside it. Failures and port retries import what they need.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from types import SimpleNamespace
@@ -28,7 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from launcher.targets.local.target import LocalElement, LocalNode
+    from launcher.targets.local.target import LocalElement, LocalNode, LocalPayload
 
 # Runs this module as ``python -m`` would, from the directory that holds this installation's
 # ``launcher`` package (site-packages, or a checkout), without ``site``: see command().
@@ -90,24 +90,50 @@ def _on_term(signum: int, frame: Any) -> None:
     _stop_requested = True
 
 
-def start_nodes(nodes: list[Any], output_dir: str) -> tuple[list[tuple[Any, subprocess.Popen[bytes]]], str | None]:
+def start_nodes(nodes: list[Any], output_dir: str) -> tuple[list[tuple[Any, node_wrapper.Proc]], str | None]:
     """Start one run's nodes, each through the node wrapper; the ones started, and why the next
     one could not be (None when all were). ``nodes`` are the plan's nodes, typed or raw."""
     os.makedirs(output_dir, exist_ok=True)
-    running: list[tuple[Any, subprocess.Popen[bytes]]] = []
+    running: list[tuple[Any, node_wrapper.Proc]] = []
     for node in nodes:
         os.makedirs(os.path.dirname(node.log), exist_ok=True)
-        env = {**os.environ, **node.env}
-        with open(node.log, "ab") as log:
-            try:
-                # Through the node wrapper: it records how the agent ended even if we are killed.
-                argv = node_wrapper.command(sys.executable, node_wrapper.exit_file(node.log), node.argv)
-                p = subprocess.Popen(argv, env=env, cwd=node.cwd, stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=subprocess.STDOUT)
-            except OSError as e:
-                return running, f"node {node.node}: cannot start {node.argv[0]}: {e}"
+        try:
+            # Through the node wrapper: it records how the agent ended even if we are killed.
+            p = node_wrapper.start(sys.executable, node_wrapper.exit_file(node.log), node.argv,
+                                   env={**os.environ, **node.env}, cwd=node.cwd, log=node.log)
+        except OSError as e:
+            return running, f"node {node.node}: cannot start {node.argv[0]}: {e}"
         running.append((node, p))
     return running, None
+
+
+# What plan.json holds (launcher.targets.local.target.LocalPayload, LocalElement, LocalNode) and
+# the defaults of the fields an older ddpjob did not write.
+_PLAN_FIELDS = {"job_id", "run_dir", "nodes", "procs_per_node", "port", "stop_on_failure", "elements"}
+_PLAN_DEFAULTS = {"port_fixed": False, "container": "none"}
+_ELEMENT_FIELDS = {"index", "params", "output_dir", "nodes"}
+_NODE_FIELDS = {"node", "argv", "env", "cwd", "log", "error_file", "torchrun_log_dir"}
+_NODE_DEFAULTS = {"container": None}
+
+
+def read_plan(run_dir: str) -> LocalPayload:
+    """The plan from plan.json, with the typed plan's attributes but as plain namespaces; a plan
+    that is not what this ddpjob writes goes through the typed reader, which says what is wrong."""
+    import json
+
+    try:
+        with open(os.path.join(run_dir, "plan.json"), "rb") as f:
+            data = json.load(f)
+        if not _PLAN_FIELDS <= data.keys() or any(not _ELEMENT_FIELDS <= el.keys() or any(
+                not _NODE_FIELDS <= n.keys() for n in el["nodes"]) for el in data["elements"]):
+            raise ValueError("not the plan this ddpjob writes")
+        elements = [SimpleNamespace(**{**el, "nodes": [SimpleNamespace(**{**_NODE_DEFAULTS, **n}) for n in el["nodes"]]})
+                    for el in data["elements"]]
+        return SimpleNamespace(**{**_PLAN_DEFAULTS, **data, "elements": elements})  # type: ignore[return-value]
+    except (OSError, ValueError, LookupError, TypeError, AttributeError):
+        from launcher.targets.local.target import read_plan as read_typed_plan
+
+        return read_typed_plan(run_dir)
 
 
 class Started(SimpleNamespace):
@@ -115,44 +141,25 @@ class Started(SimpleNamespace):
     ``started`` (time) and ``marks`` (each log's size before, by node)."""
 
 
-def start_first_run(run_dir: str) -> Started | None:
-    """The first run's nodes, started from the raw plan.json before anything else is imported; None
-    when the typed path must start them (a cancel came first, or the plan is unreadable: the typed
-    reader says why)."""
-    if _stop_requested or os.path.exists(os.path.join(run_dir, "cancel-requested")):
+def start_first_run(run_dir: str, plan: LocalPayload) -> Started | None:
+    """The first run's nodes, started before anything else is imported; None when a cancel came
+    first (the run loop records it)."""
+    if not plan.elements or _stop_requested or os.path.exists(os.path.join(run_dir, "cancel-requested")):
         return None
-    import json
-
-    try:
-        with open(os.path.join(run_dir, "plan.json"), "rb") as f:
-            first = json.load(f)["elements"][0]
-        nodes = [SimpleNamespace(**n) for n in first["nodes"]]
-        output_dir = first["output_dir"]
-    except (OSError, ValueError, LookupError, TypeError):
-        return None
-    marks = {n.node: _size(n.log) for n in nodes}
+    first = plan.elements[0]
+    marks = {n.node: _size(n.log) for n in first.nodes}
     started = time.time()
-    running, error = start_nodes(nodes, output_dir)
+    running, error = start_nodes(first.nodes, first.output_dir)
     return Started(running=running, error=error, started=started, marks=marks)
 
 
 class Supervisor:
-    def __init__(self, run_dir: str, early: Started | None = None) -> None:
-        from pathlib import Path
-
+    def __init__(self, run_dir: str, plan: LocalPayload, early: Started | None = None) -> None:
         from launcher.states import JobState
-        from launcher.targets.local.target import read_plan
 
-        self.run_dir = Path(run_dir)
+        self.run_dir = os.path.abspath(run_dir)
+        self.plan = plan
         self.early = early  # the first run's nodes, already started (start_first_run)
-        try:
-            self.plan = read_plan(run_dir)
-        except BaseException:
-            if early is not None:  # never leave nodes behind that nobody watches
-                for _, p in early.running:
-                    p.kill()
-                    p.wait()
-            raise
         self.state: dict[str, Any] = {
             "state": JobState.PENDING.value, "message": "", "port": self.plan.port,
             "supervisor_pid": os.getpid(), "started": time.time(), "ended": None,
@@ -167,18 +174,17 @@ class Supervisor:
         from launcher.targets.shared.files import write_json
 
         try:
-            write_json(self.run_dir / "state.json", self.state)
+            write_json(os.path.join(self.run_dir, "state.json"), self.state)
         except OSError as e:
             # A full disk must not end the run: the nodes' exit records (written in place by
             # launcher.targets.local.node) still tell status how it ended.
             print(f"[ddpjob] could not write state.json: {e}", file=sys.stderr, flush=True)
 
     def cancelled(self) -> bool:
-        return _stop_requested or (self.run_dir / "cancel-requested").exists()
+        return _stop_requested or os.path.exists(os.path.join(self.run_dir, "cancel-requested"))
 
     def run(self) -> int:
-        from launcher.states import JobState
-        from launcher.targets.base import TaskStatus, summarize
+        from launcher.states import JobState, summarize
 
         early, self.early = self.early, None
         if early is None:
@@ -203,7 +209,8 @@ class Supervisor:
                     rest["state"] = JobState.CANCELLED.value
                     rest["message"] = "not run: an earlier task failed (local.stop_on_failure)"
                 break
-        tasks = [TaskStatus(e["index"], JobState(e["state"]), e["message"]) for e in self.state["elements"]]
+        tasks = [SimpleNamespace(index=e["index"], state=JobState(e["state"]), message=e["message"])
+                 for e in self.state["elements"]]
         final, message = summarize(tasks)
         if self.cancelled():
             final, message = JobState.CANCELLED, "cancelled by user"
@@ -285,7 +292,9 @@ class Supervisor:
         from launcher.targets.local.target import LocalTarget
 
         old = self.plan.port
-        new = Registry(self.run_dir.parents[1]).reassign_port(self.plan.job_id, LocalTarget().pick_port)
+        from pathlib import Path
+
+        new = Registry(Path(self.run_dir).parents[1]).reassign_port(self.plan.job_id, LocalTarget().pick_port)
         for el in self.plan.elements:
             for n in el.nodes:
                 i = n.argv.index("--master-port")
@@ -304,7 +313,7 @@ class Supervisor:
                     pass
         self.save()
 
-    def _stop(self, running: list[tuple[LocalNode, subprocess.Popen[bytes]]], st: dict[str, Any]) -> None:
+    def _stop(self, running: list[tuple[LocalNode, node_wrapper.Proc]], st: dict[str, Any]) -> None:
         """Stop this run's agents and their workers; record how each node ended."""
         for _, p in running:
             if p.poll() is None:
@@ -339,7 +348,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m launcher.targets.local.supervisor RUN_DIR", file=sys.stderr)
         return 2
-    return Supervisor(argv[0], start_first_run(argv[0])).run()
+    plan = read_plan(argv[0])  # a plan that cannot be read stops here, with why, before any node starts
+    return Supervisor(argv[0], plan, start_first_run(argv[0], plan)).run()
 
 
 if __name__ == "__main__":

@@ -11,22 +11,24 @@ missing keys take the field's default, so records written by an older ddpjob sti
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import types
-import typing
-from pathlib import Path
-from typing import Any, TypeVar
 
-T = TypeVar("T")
+# The local supervisor writes its state with these on a job's way to its first step: no typing,
+# dataclasses or pathlib at import time (to_json/from_json import what they need).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
     """Replace ``path`` with ``data`` in one step (temporary file in the same folder, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
     os.replace(tmp, path)
 
 
@@ -46,11 +48,16 @@ def read_json(path: str | os.PathLike[str]) -> Any | None:
 
 def to_json(obj: Any) -> Any:
     """A dataclass (nested ones included) as plain JSON data."""
+    import dataclasses
+
     return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
 
 
 def from_json(cls: type[T], data: Any) -> T:
     """Build dataclass ``cls`` from JSON data written by ``to_json``."""
+    import dataclasses
+    import typing
+
     if not isinstance(data, dict):
         raise ValueError(f"expected a mapping for {cls.__name__}, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
@@ -60,6 +67,10 @@ def from_json(cls: type[T], data: Any) -> T:
 
 
 def _convert(tp: Any, value: Any) -> Any:
+    import dataclasses
+    import types
+    import typing
+
     if value is None:
         return None
     origin = typing.get_origin(tp)
