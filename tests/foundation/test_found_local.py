@@ -241,3 +241,21 @@ def test_processes_a_test_leaves_behind_are_stopped(tmp_path):
         daemon.kill()
         job.wait()
         daemon.wait()
+
+
+def test_the_follow_loop_wakes_when_the_supervisor_exits_and_then_sleeps_whole():
+    """``submit -f`` waits on the supervisor's pidfd: its exit ends the current wait at once, and
+    later waits are whole again (no spinning on an fd that stays readable); a pid whose start
+    time is not the recorded one is never waited on."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    started = procs.start_time(child.pid)
+    with procs.ExitWaker(child.pid, started + 1) as other:  # the pid, but not the process recorded
+        assert other.fd is None
+    with procs.ExitWaker(child.pid, started) as waker:
+        t0 = time.monotonic()
+        waker.sleep(60)
+        assert time.monotonic() - t0 < 30 and child.poll() is not None
+        t0 = time.monotonic()
+        waker.sleep(0.3)
+        assert time.monotonic() - t0 >= 0.3
+    child.wait()

@@ -263,10 +263,9 @@ class LocalTarget(Target):
                 srcs.append(LogSource(n.log, label, n.node, plan.procs_per_node, el.index))
         if flt.task is not None and not srcs:
             raise TargetError(f"task {flt.task} does not exist (this job has {len(plan.elements)} task(s))")
-        yield from follow_files(
-            srcs, tail=flt.tail, rank=flt.rank, follow=follow,
-            finished=lambda: self.status(handle).state.terminal, poll=0.05,
-        )
+        with procs.ExitWaker(handle.pid, handle.start) as waker:  # the supervisor's end wakes us at once
+            yield from follow_files(srcs, tail=flt.tail, rank=flt.rank, follow=follow, poll=0.05, sleep=waker.sleep,
+                                    finished=lambda: self.status(handle).state.terminal)
 
     def cancel(self, handle: LocalHandle) -> None:
         """Stop the supervisor and every process carrying the job's marker, whatever the recorded

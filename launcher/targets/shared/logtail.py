@@ -75,12 +75,14 @@ def follow_files(
     finished: Callable[[], bool],
     poll: float = 0.1,
     sources_fn: Callable[[], list[LogSource]] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[str]:
     """Yield formatted lines of every source; with ``follow``, keep going until ``finished()``.
 
     Files that do not exist yet are waited for. New sources returned by ``sources_fn`` (e.g. the
     next sweep element's nodes) are picked up while following. After ``finished()`` turns true,
     one last pass drains what was written before the end, including a final unterminated line.
+    ``sleep(poll)`` waits between passes (it may end early, e.g. when the job's supervisor exits).
     """
     offsets: dict[str, int] = {}
     known: dict[str, LogSource] = {}
@@ -113,7 +115,7 @@ def follow_files(
         yield from drain(first=False, final=done)
         if done:
             return
-        time.sleep(poll)
+        sleep(poll)
 
 
 def _read_from(path: str, offset: int, final: bool) -> tuple[list[str], int]:

@@ -99,3 +99,41 @@ def kill_marked(name: str, value: str, grace: float = 5.0) -> list[int]:
         survivors = terminate([(p, start_time(p)) for p in pids], grace)
         grace = 1.0
     return survivors
+
+
+class ExitWaker:
+    """``with ExitWaker(pid, started) as waker: ... waker.sleep(seconds)``: sleeps that end early,
+    once, when process ``pid`` (started at ``started``) exits, through a pidfd (Linux 5.3+); plain
+    sleeps where there is none, or when the process is not the one recorded. ``ddpjob submit -f`` and
+    ``logs -f`` see a local job's end the moment its supervisor has written it, not at the next poll."""
+
+    def __init__(self, pid: int, started: int | None) -> None:
+        self.fd: int | None = None
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # no pidfds here, or no such process
+            return
+        if alive(pid, started):  # the pid is still the process recorded (checked after the open)
+            self.fd = fd
+        else:
+            os.close(fd)
+
+    def sleep(self, seconds: float) -> None:
+        if self.fd is None:
+            time.sleep(seconds)
+            return
+        import select
+
+        if select.select([self.fd], [], [], seconds)[0]:  # it exited: later sleeps are whole again
+            self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> ExitWaker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
