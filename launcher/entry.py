@@ -10,6 +10,10 @@ import gc
 import sys
 import types
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 PYDANTIC_PLUGIN_LOADER = "pydantic.plugin._loader"
 
 
@@ -47,8 +51,35 @@ def fewer_collections() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def interrupts_never_lost() -> None:
+    """A Ctrl-C that lands in code Python runs on the side (a weakref callback of the import system,
+    a finalizer) is printed as "Exception ignored ... KeyboardInterrupt" and dropped; in the
+    ``ddpjob`` process it is delivered again instead, where it stops ddpjob (or is held) as usual."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            import _thread
+            import signal
+            import threading
+            import time
+
+            main_thread = threading.main_thread().ident
+
+            def again() -> None:  # from another thread, once the main one has left this hook
+                time.sleep(0.001)  # (a signal sent from here would raise inside it, and be dropped again)
+                signal.pthread_kill(main_thread, signal.SIGINT)  # a real signal: it ends a blocking wait too
+
+            _thread.start_new_thread(again, ())
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
 def main() -> None:
     try:
+        interrupts_never_lost()
         fewer_collections()
         without_pydantic_plugins()
         from launcher.cli import main as cli_main

@@ -15,13 +15,10 @@ shell (or process) can follow a job. Library code here raises typed errors and n
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.errors import (
     DdpjobError, NotSubmitted, SpecError, SubmitRejected, TargetUnavailable, UsageError, WaitTimeout,
 )
+from launcher.interrupts import deferred_interrupt
 from launcher.jobshape import check_selection, check_timeout, plan_shape
 from launcher.states import JobState
 
@@ -57,22 +55,6 @@ class SubmitInterrupted(KeyboardInterrupt):
     def __init__(self, submission: Submission) -> None:
         super().__init__(submission.job_id)
         self.submission = submission
-
-
-@contextlib.contextmanager
-def deferred_interrupt() -> Iterator[list[int]]:
-    """Hold Ctrl-C from reservation to recorded handle, so a job is either not submitted at all or
-    recorded with its handle; the caller learns of a held Ctrl-C from the yielded list. The window
-    is bounded by the targets' own timeouts (sbatch, API calls)."""
-    caught: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield caught
-        return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield caught
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class Cancelled(enum.Enum):

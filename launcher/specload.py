@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from launcher import specyaml
 from launcher.errors import Issue, SpecError
+from launcher.interrupts import interrupt_after
 from launcher.secretenv import is_secret, mask_override, printable
 from launcher.spec import JobSpec, check_placeholders, sanitize_name
 from launcher.specfields import control_problem
@@ -122,7 +123,8 @@ def load_spec(
     issues.extend(_nul_bytes(data, ()))
     spec: JobSpec | None = None
     try:
-        spec = JobSpec.model_validate(data)
+        with interrupt_after():  # the first validation builds the validators: no Ctrl-C in the middle
+            spec = JobSpec.model_validate(data)
     except ValidationError as e:
         issues.extend(_issues_from_pydantic(e, data))
     if spec is not None:

@@ -70,11 +70,15 @@ def test_ctrl_c_at_any_moment_of_submit(tmp_path, ddpjob_home):
     argv = [sys.executable, "-m", "launcher", "submit", "-q", "--", "python", "sleep.py"]
     # How long one whole submit takes on this machine (0.2 s to 1 s): the signals are spread over it,
     # so that they land in every phase on a fast machine as on a slow one.
-    # A signal while the interpreter itself starts is Python's business ("Fatal Python error:
-    # init_import_site"): the trials start after that.
-    start = time.monotonic()
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
-    python_start = time.monotonic() - start
+    # A signal while the interpreter itself starts, or while runpy finds and compiles the package's
+    # __main__, is Python's business ("Fatal Python error: init_import_site", a traceback from
+    # <frozen runpy>): the trials start after that, at the slowest of three such starts.
+    starts = []
+    for _ in range(3):
+        start = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import launcher.entry"], check=True)
+        starts.append(time.monotonic() - start)
+    python_start = max(starts)
     start = time.monotonic()
     first = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=True)
     took = time.monotonic() - start - python_start
@@ -128,6 +132,43 @@ def testdeferred_interrupt_holds_ctrl_c_until_the_end_of_the_window(_):
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)  # the default handler is back
         time.sleep(0.05)
+
+
+def test_a_ctrl_c_during_the_first_validation_stops_ddpjob_as_anywhere_else():
+    """Pydantic builds the spec's validators in Rust on first use and turns a KeyboardInterrupt
+    raised there into a SchemaError ("internal error", exit 70); the validation holds Ctrl-C and
+    raises it after, failing validation or not."""
+    from launcher.interrupts import interrupt_after
+
+    for inside in (lambda: None, lambda: int("not a number")):
+        with pytest.raises(KeyboardInterrupt):
+            with interrupt_after():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # held: nothing is raised in here
+                inside()
+    with interrupt_after():
+        pass  # no Ctrl-C: nothing raised
+
+
+def test_a_ctrl_c_python_would_drop_is_delivered_again():
+    """A Ctrl-C that lands in a weakref callback (the import system has some) is printed by Python
+    as "Exception ignored" and dropped; the ddpjob process gets it again, where it stops ddpjob."""
+    code = """
+import sys, time, weakref
+from launcher import entry
+entry.interrupts_never_lost()
+class A: pass
+a = A()
+r = weakref.ref(a, lambda _: (_ for _ in ()).throw(KeyboardInterrupt))
+try:
+    del a
+    time.sleep(60)  # a blocking wait ends too
+    print("lost")
+except KeyboardInterrupt:
+    print("delivered")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert (out.stdout, out.stderr) == ("delivered\n", ""), out
 
 
 WAITER = """
