@@ -139,7 +139,16 @@ def main() -> None:
             "torchrun_with_ddpjob_flags_s": round(med["flags"], 3),
             "launcher_ratio": round(med["ours"] / med["flags"], 3),
         })
-    print(json.dumps(result, indent=2))
+    # The spread says how far to trust a ratio: on a small shared machine one pair of torchrun agents
+    # varies by +-10% from run to run, and a 5% bar sits inside that.
+    result["iqr_s"] = {k: round(_iqr(v), 3) for k, v in samples.items() if len(v) >= 4}
+    result["samples_s"] = {k: [round(x, 3) for x in v] for k, v in samples.items() if v}
+    print(json.dumps(result, indent=1))
+
+
+def _iqr(values: list[float]) -> float:
+    q = statistics.quantiles(values, n=4)
+    return q[2] - q[0]
 
 
 if __name__ == "__main__":
