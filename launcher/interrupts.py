@@ -30,8 +30,9 @@ def interrupt_after() -> Iterator[None]:
 
     Pydantic builds a model's validator in Rust the first time the model is used; a KeyboardInterrupt
     raised in the middle comes out as a ``SchemaError`` ("internal error") instead of a Ctrl-C. The
-    spec's validation (tens of milliseconds) runs under this, and a Ctrl-C then stops ddpjob as
-    anywhere else."""
+    spec's validation (tens of milliseconds) runs under this, and a Ctrl-C then goes to the handler
+    that was in place: Python's raises KeyboardInterrupt (ddpjob stops as anywhere else); a program
+    using ``launcher.api`` with its own handler gets it there."""
     held: list[int] = []
     try:
         with deferred_interrupt() as caught:
@@ -39,4 +40,4 @@ def interrupt_after() -> Iterator[None]:
             yield
     finally:
         if held:
-            raise KeyboardInterrupt
+            signal.raise_signal(signal.SIGINT)

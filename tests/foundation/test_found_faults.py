@@ -148,6 +148,16 @@ def test_a_ctrl_c_during_the_first_validation_stops_ddpjob_as_anywhere_else():
                 inside()
     with interrupt_after():
         pass  # no Ctrl-C: nothing raised
+    got = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        with interrupt_after():  # a program with its own handler (launcher.api) gets the Ctrl-C there
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            assert got == []
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert got == [signal.SIGINT]
 
 
 def test_a_ctrl_c_python_would_drop_is_delivered_again():
