@@ -70,7 +70,10 @@ def interrupts_never_lost() -> None:
                 time.sleep(0.001)  # (a signal sent from here would raise inside it, and be dropped again)
                 signal.pthread_kill(main_thread, signal.SIGINT)  # a real signal: it ends a blocking wait too
 
-            _thread.start_new_thread(again, ())
+            try:
+                _thread.start_new_thread(again, ())
+            except RuntimeError:  # the interpreter is shutting down: ddpjob is ending anyway
+                pass
             return
         previous(unraisable)
 
