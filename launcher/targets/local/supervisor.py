@@ -154,12 +154,11 @@ def start_first_run(run_dir: str, plan: LocalPayload) -> Started | None:
 
 
 class Supervisor:
-    def __init__(self, run_dir: str, plan: LocalPayload, early: Started | None = None) -> None:
+    def __init__(self, run_dir: str, plan: LocalPayload) -> None:
         from launcher.states import JobState
 
         self.run_dir = os.path.abspath(run_dir)
         self.plan = plan
-        self.early = early  # the first run's nodes, already started (start_first_run)
         self.state: dict[str, Any] = {
             "state": JobState.PENDING.value, "message": "", "port": self.plan.port,
             "supervisor_pid": os.getpid(), "started": time.time(), "ended": None,
@@ -183,10 +182,11 @@ class Supervisor:
     def cancelled(self) -> bool:
         return _stop_requested or os.path.exists(os.path.join(self.run_dir, "cancel-requested"))
 
-    def run(self) -> int:
+    def run(self, early: Started | None = None) -> int:
+        """Run every element in turn; ``early``: the first one's nodes, already started
+        (start_first_run)."""
         from launcher.states import JobState, summarize
 
-        early, self.early = self.early, None
         if early is None:
             self.save()
         for el, st in zip(self.plan.elements, self.state["elements"]):
@@ -288,12 +288,12 @@ class Supervisor:
 
     def _move_port(self, attempt: int) -> None:
         """A new free port, recorded in the registry, for this and every later run."""
+        from pathlib import Path
+
         from launcher.registry import Registry
         from launcher.targets.local.target import LocalTarget
 
         old = self.plan.port
-        from pathlib import Path
-
         new = Registry(Path(self.run_dir).parents[1]).reassign_port(self.plan.job_id, LocalTarget().pick_port)
         for el in self.plan.elements:
             for n in el.nodes:
@@ -349,7 +349,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m launcher.targets.local.supervisor RUN_DIR", file=sys.stderr)
         return 2
     plan = read_plan(argv[0])  # a plan that cannot be read stops here, with why, before any node starts
-    return Supervisor(argv[0], plan, start_first_run(argv[0], plan)).run()
+    return Supervisor(argv[0], plan).run(start_first_run(argv[0], plan))
 
 
 if __name__ == "__main__":
