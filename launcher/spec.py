@@ -106,7 +106,7 @@ class NcclOptions(BaseModel):
         "Default: 'lo' locally, 'eth0' on Kubernetes, unset on Slurm.",
     )
     extra: dict[str, str] = Field(
-        default_factory=dict,
+        default={},
         description="More variables, e.g. {NCCL_P2P_DISABLE: '1'}. Names must start with NCCL_, "
         "TORCH_NCCL_, GLOO_ or TORCH_DISTRIBUTED_.",
     )
@@ -192,13 +192,13 @@ class JobSpecBase(BaseModel):
     )
     resources: Resources = Field(default_factory=Resources, description="Per-node resources.")
     env: dict[EnvName, EnvValue] = Field(
-        default_factory=dict,
+        default={},
         description="Environment variables for every process. They win over ddpjob's defaults. "
         "RANK, WORLD_SIZE, MASTER_ADDR and friends are computed for you and cannot be set. Values of "
         "names that look secret (*TOKEN*, *SECRET*, *PASSWORD*, *_KEY, ...) are shown as ***.",
     )
     env_from_host: list[EnvName] = Field(
-        default_factory=list,
+        default=[],
         description="Names of variables every process takes from the environment of the shell that submits "
         "(local and Slurm): the value is never written into ddpjob's registry, plans or scripts. "
         "On Kubernetes use k8s.env_refs (a Secret) instead.",
@@ -211,7 +211,7 @@ class JobSpecBase(BaseModel):
     )
     max_restarts: StrictInt = Field(0, ge=0, le=100, description="torchrun --max-restarts: restarts of the whole worker group after a failure.")
     sweep: dict[SweepKey, SweepValues] = Field(
-        default_factory=dict,
+        default={},
         description="A parameter grid, e.g. {lr: [0.1, 0.01], seed: [1, 2]}: one run per combination "
         "(cartesian product). Each run substitutes {lr}/{seed} in command and env and gets its own "
         "DDPJOB_SWEEP_INDEX and output folder.",

@@ -171,3 +171,16 @@ def test_output_dir_may_name_the_job_id():
     with pytest.raises(SpecError) as info:
         load_spec(None, base={"name": "s", "command": ["x"], "output_dir": "/o/{lr}"})
     assert "output_dir: placeholder {lr} cannot be used here" in info.value.render()
+
+
+def test_two_specs_never_share_a_default_list_or_mapping() -> None:
+    """Empty lists and mappings are plain defaults (pydantic copies them for each spec): filling
+    one spec's must leave the next spec's empty."""
+    from launcher.spec import JobSpec
+
+    first, second = (JobSpec.model_validate({"name": n, "command": ["python", "t.py"]}) for n in ("a", "b"))
+    first.env["X"] = "1"
+    first.k8s.labels["team"] = "ml"
+    first.k8s.tolerations.append(None)
+    first.slurm.setup.append("module load cuda")
+    assert (second.env, second.k8s.labels, second.k8s.tolerations, second.slurm.setup) == ({}, {}, [], [])

@@ -268,28 +268,28 @@ class K8sOptions(BaseModel):
         None, description="imagePullPolicy of the container; default: Kubernetes' (Always for :latest, else IfNotPresent)."
     )
     image_pull_secrets: list[DnsSubdomain] = Field(
-        default_factory=list, description="Names of docker-registry Secrets for pulling a private image."
+        default=[], description="Names of docker-registry Secrets for pulling a private image."
     )
     service_account: DnsSubdomain | None = Field(None, description="serviceAccountName of the pods; default: the namespace's 'default'.")
     node_selector: dict[str, str] = Field(
-        default_factory=dict, description="nodeSelector labels, e.g. {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}."
+        default={}, description="nodeSelector labels, e.g. {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}."
     )
-    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations, e.g. for tainted GPU nodes.")
+    tolerations: list[Toleration] = Field(default=[], description="Tolerations, e.g. for tainted GPU nodes.")
     priority_class: DnsSubdomain | None = Field(None, description="priorityClassName of the pods.")
     queue: DnsSubdomain | None = Field(
         None, description="Kueue LocalQueue: sets the kueue.x-k8s.io/queue-name label so Kueue admits the job."
     )
-    volumes: list[Volume] = Field(default_factory=list, description="Volumes (PVC, ConfigMap, Secret, hostPath) and where to mount them.")
+    volumes: list[Volume] = Field(default=[], description="Volumes (PVC, ConfigMap, Secret, hostPath) and where to mount them.")
     env_refs: dict[K8sEnvName, ValueRef] = Field(
-        default_factory=dict,
+        default={},
         description="Variables read from a Secret or ConfigMap key (valueFrom), e.g. "
         "{WANDB_API_KEY: {secret: wandb, key: api-key}}. Secret values never appear in the manifest.",
     )
     env_from: list[EnvFromRef] = Field(
-        default_factory=list, description="Secrets/ConfigMaps whose keys all become variables (envFrom)."
+        default=[], description="Secrets/ConfigMaps whose keys all become variables (envFrom)."
     )
-    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations on the PyTorchJob and its pod templates.")
-    labels: dict[str, str] = Field(default_factory=dict, description="Labels on the PyTorchJob and its pod templates.")
+    annotations: dict[str, str] = Field(default={}, description="Annotations on the PyTorchJob and its pod templates.")
+    labels: dict[str, str] = Field(default={}, description="Labels on the PyTorchJob and its pod templates.")
     ttl_seconds_after_finished: StrictInt | None = Field(
         None, ge=0,
         description="Delete the PyTorchJob (and, by garbage collection, its pods and their logs) this long after "

@@ -80,7 +80,7 @@ class ContainerOptions(BaseModel):
         "'docker://...'). Default: the spec's top-level image.",
     )
     mounts: list[str] = Field(
-        default_factory=list,
+        default=[],
         description="Extra bind mounts as 'HOST[:CONTAINER[:ro|rw]]' (absolute paths). The Slurm folder and "
         "the working directory are mounted automatically.",
     )
@@ -153,12 +153,12 @@ class SlurmOptions(BaseModel):
         "relative path is taken from the submit directory.",
     )
     setup: list[str] = Field(
-        default_factory=list,
+        default=[],
         description="Shell lines run by the sbatch script before the job starts, e.g. 'module load cuda/12.4'. "
         "These are shell code by design; they run on the first node only.",
     )
     sbatch: dict[str, SbatchValue] = Field(
-        default_factory=dict,
+        default={},
         description="More sbatch options as name: value, e.g. {mail-type: END, reservation: big}; true means a "
         "flag without value. Names are lowercase sbatch long options without '--'; options ddpjob sets itself "
         "(nodes, array, time, ...) have their own fields and are refused here.",
