@@ -6,6 +6,10 @@
 - ``render_s`` / ``render_over_help``: ``ddpjob render jobs/cifar.yaml --target T`` for local, slurm
   and k8s (k8s with the strict CRD check when ``DDPJOB_PYTORCHJOB_CRD`` or ``DDPJOB_SHARED`` gives the
   CRD: ``k8s_strict`` says whether it ran), each over ``--help``.
+- ``render_floor_s`` / ``render_floor_over_help``: what any render must load before ddpjob's own work
+  starts, without any of it: the CLI (``launcher.cli``, click), pydantic as the CLI uses it (without
+  plugins; ``launcher.entry``) and PyYAML, in one fresh interpreter. ``render_s`` minus this is what
+  ddpjob's spec models, reading the spec and the target's plan cost.
 - ``submit_follow_s`` versus ``torchrun_by_hand_s``: a trivial 2-node job (each process does one gloo
   all_reduce) through ``ddpjob submit -f``, and the same two torchrun agents started by hand;
   ``overhead_ratio`` = ddpjob / by hand. ``torchrun_with_ddpjob_flags_s``: the same pair with the
@@ -41,6 +45,10 @@ dist.all_reduce(t)
 assert t.item() == dist.get_world_size()
 dist.destroy_process_group()
 """
+
+# The imports every render needs before ddpjob's own code runs, loaded the way the CLI loads them.
+FLOOR = ("import launcher.entry; launcher.entry.without_pydantic_plugins(); "
+         "import launcher.cli, pydantic.main, pydantic.fields, yaml")
 
 
 def timed(cmd: list[str], **kw) -> float:
@@ -94,7 +102,8 @@ def main() -> None:
     # A pip install compiles the package; a checkout run with PYTHONDONTWRITEBYTECODE would compile
     # every module on every call and measure the compiler instead.
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "launcher")], check=True)
-    samples: dict[str, list[float]] = {k: [] for k in ("help", "click", "local", "slurm", "k8s", "ours", "hand", "flags")}
+    samples: dict[str, list[float]] = {k: [] for k in ("help", "click", "floor", "local", "slurm", "k8s",
+                                                       "ours", "hand", "flags")}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "trivial.py").write_text(SCRIPT)
@@ -102,6 +111,7 @@ def main() -> None:
         startup = {
             "help": lambda: timed([*ddpjob, "--help"], env=env),
             "click": lambda: timed([sys.executable, "-c", "import click"]),
+            "floor": lambda: timed([sys.executable, "-c", FLOOR], cwd=REPO, env=env),
             **{t: (lambda t=t: timed([*ddpjob, "render", "jobs/cifar.yaml", "--target", t], cwd=REPO, env=env))
                for t in ("local", "slurm", "k8s")},
         }
@@ -130,6 +140,8 @@ def main() -> None:
         "render_s": {t: round(med[t], 4) for t in ("local", "slurm", "k8s")},
         "render_over_help": {t: round(med[t] / med["help"], 3) for t in ("local", "slurm", "k8s")},
         "k8s_strict": bool(crd),
+        "render_floor_s": round(med["floor"], 4),
+        "render_floor_over_help": round(med["floor"] / med["help"], 3),
     }
     if not args.skip_submit:
         result.update({
