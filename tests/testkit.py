@@ -33,8 +33,21 @@ def stop_leftovers(home: Path) -> tuple[list[int], list[int]]:
     Returns (the pids found, those that survived)."""
     from launcher.targets.shared import procs
 
-    left = [p for p in procs.marked_pids("DDPJOB_HOME", str(home)) if _runs_a_job(p)]
+    left = job_pids(home)
     return left, procs.terminate([(p, procs.start_time(p)) for p in left], grace=2.0) if left else []
+
+
+def job_pids(home: Path) -> list[int]:
+    """The job processes (supervisors, agents, workers, pods) started under registry ``home``."""
+    from launcher.targets.shared import procs
+
+    return [p for p in procs.marked_pids("DDPJOB_HOME", str(home)) if _runs_a_job(p)]
+
+
+def wait_for_no_job_processes(home: Path, after: str, timeout: float = 30) -> None:
+    """Every process of the jobs under ``home`` ends within ``timeout`` s of ``after`` (a cancel:
+    schedulers stop a job's processes after they answer, so a test waits rather than looks once)."""
+    wait_for(lambda: not job_pids(home), f"the job's processes to end after {after}", timeout=timeout)
 
 
 def _runs_a_job(pid: int) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit import wait_for_no_job_processes
 
 pytestmark = pytest.mark.slurm
 
@@ -175,7 +176,7 @@ def test_two_jobs_at_once_use_different_ports(slurm_cluster, cli, tmp_path):
 
 
 @pytest.mark.parametrize("accounting", ["on", "off"])
-def test_cancel_running_job(slurm_cluster, cli, tmp_path, accounting, request):
+def test_cancel_running_job(slurm_cluster, cli, tmp_path, accounting, request, ddpjob_home):
     if accounting == "off":
         _wait_until_cluster_is_quiet(slurm_cluster)  # switching restarts the daemons: no jobs in flight
         slurm_cluster.set_accounting(False)
@@ -193,6 +194,7 @@ def test_cancel_running_job(slurm_cluster, cli, tmp_path, accounting, request):
     if accounting == "off":
         assert "sacct" not in data["status"]["details"]["source"]
     assert cli("cancel", job_id, timeout=60).returncode == 0  # safe to repeat
+    wait_for_no_job_processes(ddpjob_home, "ddpjob cancel")
 
 
 def test_failing_rank_fails_the_job_with_its_cause(slurm_cluster, cli, tmp_path):
@@ -250,7 +252,7 @@ def test_submit_refuses_when_submitit_would_write_another_script(slurm_cluster, 
     assert slurm_cluster.run("squeue", "-h", "-o", "%i").stdout == before
 
 
-def test_cancel_one_array_element(slurm_cluster, cli, tmp_path):
+def test_cancel_one_array_element(slurm_cluster, cli, tmp_path, ddpjob_home):
     """``ddpjob cancel ID --task 1`` (scancel ID_1) stops one run; the others go on until cancelled."""
     spec = write_spec(tmp_path, "cancel-one", ["python", RECORD, "--sleep", "300", "{i}"], nodes=1, sweep={"i": [0, 1]})
     job_id = submit(cli, str(spec))
@@ -267,6 +269,7 @@ def test_cancel_one_array_element(slurm_cluster, cli, tmp_path):
     assert cli("cancel", job_id, timeout=120).returncode == 0
     data = wait_for(cli, job_id, {"CANCELLED"}, timeout=60)
     assert [t["state"] for t in data["status"]["tasks"]] == ["CANCELLED", "CANCELLED"]
+    wait_for_no_job_processes(ddpjob_home, "ddpjob cancel")
 
 
 @pytest.mark.parametrize("how", ["usr2", "scontrol-requeue"])
@@ -321,7 +324,7 @@ if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
 
 
-def test_controller_down_is_exit_3_quickly_and_list_says_stale(slurm_cluster, cli, tmp_path):
+def test_controller_down_is_exit_3_quickly_and_list_says_stale(slurm_cluster, cli, tmp_path, ddpjob_home):
     """With slurmctld stopped, status answers exit 3 'Slurm controller unreachable' within 15 s
     (it used to print a stale RUNNING with exit 0), and list marks the last known state stale."""
     import signal as _signal
@@ -345,4 +348,5 @@ def test_controller_down_is_exit_3_quickly_and_list_says_stale(slurm_cluster, cl
         assert listing.returncode == 0 and "stale" in listing.stdout and "RUNNING" in listing.stdout, listing.stdout
     finally:
         slurm_cluster.script("up")
-        cli("cancel", job_id, timeout=120)
+        assert cli("cancel", job_id, timeout=120).returncode == 0
+    wait_for_no_job_processes(ddpjob_home, "ddpjob cancel, the controller back")
