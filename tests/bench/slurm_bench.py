@@ -16,8 +16,9 @@ running the same 1-node ``torchrun --no-python true`` (like for like); ``ddpjob_
 differences. The array's "to RUNNING" is when *every* element has started, so on a small machine
 it includes waiting for CPUs freed by earlier elements.
 
-With ``--repeat N`` the three sides run one after another N times (alternating, so load affects
-them alike); figures are medians, and ``ratios`` gives ``single_to_done`` and ``array_to_done`` =
+With ``--repeat N`` the three sides run one after another N times, forwards in even repeats and
+backwards in odd ones (so load affects them alike); figures are medians (``samples_to_done_s``
+lists every run), and ``ratios`` gives ``single_to_done`` and ``array_to_done`` =
 ddpjob / plain submitit running the same torchrun.
 """
 
@@ -137,12 +138,19 @@ def main() -> int:
     result: dict[str, Any] = {"render": bench_render(env), "array_size": args.array, "folder": folder,
                               "repeat": args.repeat}
     runs: dict[str, list[dict[str, Any]]] = {"ddpjob": [], "submitit": [], "submitit_torchrun": []}
-    for _ in range(args.repeat):
-        runs["ddpjob"].append(bench_ddpjob(folder, env, args.array))
-        runs["submitit_torchrun"].append(bench_submitit(folder, args.array, torchrun=True))
-        runs["submitit"].append(bench_submitit(folder, args.array, torchrun=False))
+    sides = {
+        "ddpjob": lambda: bench_ddpjob(folder, env, args.array),
+        "submitit_torchrun": lambda: bench_submitit(folder, args.array, torchrun=True),
+        "submitit": lambda: bench_submitit(folder, args.array, torchrun=False),
+    }
+    for i in range(args.repeat):
+        # forwards in even repeats, backwards in odd ones: each side runs as often first as last
+        for side in (list(sides) if i % 2 == 0 else list(reversed(sides))):
+            runs[side].append(sides[side]())
     for side, values in runs.items():
         result[side] = _median(values)
+    result["samples_to_done_s"] = {side: {kind: [r[kind]["to_done_s"] for r in values] for kind in ("single", "array")}
+                                   for side, values in runs.items()}
     for base in ("submitit", "submitit_torchrun"):
         result[f"ddpjob_minus_{base}_s"] = {
             kind: {k: round(result["ddpjob"][kind][k] - result[base][kind][k], 3) for k in ("to_running_s", "to_done_s")}
