@@ -31,7 +31,8 @@ def cli(debug: bool) -> None:
 
     \b
     Quick start:
-      ddpjob submit jobs/quickstart.yaml --target local --nodes 2 -f
+      ddpjob init                                    # writes ./quickstart.yaml (ddpjob init --list)
+      ddpjob submit quickstart.yaml --target local --nodes 2 -f
       ddpjob submit --target local --nodes 2 -- python train.py --lr 0.1
       ddpjob render jobs/cifar.yaml --target k8s     # what would be submitted
       ddpjob list;  ddpjob status ID;  ddpjob logs ID -f;  ddpjob cancel ID
@@ -341,7 +342,7 @@ def wait(job_id: str, timeout: float | None) -> None:
     sys.exit(0 if rec.state is JobState.SUCCEEDED else 1)
 
 
-for _tool in TOOLS:  # completion, rm, prune, doctor (launcher/cli_tools.py)
+for _tool in TOOLS:  # completion, rm, prune, doctor, init (launcher/cli_tools.py)
     cli.add_command(_tool)
 
 

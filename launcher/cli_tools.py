@@ -164,4 +164,50 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
     sys.exit(0)
 
 
-TOOLS: list[Any] = [completion, rm, prune, doctor]
+@click.command()
+@click.argument("example", required=False, default="quickstart", metavar="[EXAMPLE]")
+@click.option("--output", "-o", metavar="FILE", help="Where to write it (default: ./EXAMPLE.yaml; '-' prints it).")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@click.option("--list", "list_", is_flag=True, help="List the examples and exit.")
+@guard
+def init(example: str, output: str | None, force: bool, list_: bool) -> None:
+    """Write an example job spec to start from (default: quickstart).
+
+    The examples are the ones in the project's jobs/ folder, shipped with ddpjob: quickstart
+    (synthetic data, about a minute on a laptop CPU), sweep, linreg and cifar. They run ddpjob's
+    reference trainer (python -m launcher.train), which needs pip install 'ddpjob[train]'.
+
+    \b
+    Examples:
+      ddpjob init                          # ./quickstart.yaml
+      ddpjob init sweep -o my-sweep.yaml
+      ddpjob init --list
+    """
+    from launcher import starters
+    from launcher.errors import FileUnusable, UsageError
+
+    if list_:
+        for name in starters.names():
+            click.echo(f"{name:12} {starters.summary(name)}")
+        return
+    try:
+        text = starters.text(example)
+    except KeyError:
+        raise UsageError(f"no example named {example!r}; the examples are: {', '.join(starters.names())}") from None
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    path = output or f"{example}.yaml"
+    try:
+        with open(path, "w" if force else "x", encoding="utf-8") as f:
+            f.write(text)
+    except FileExistsError:
+        raise UsageError(f"{path} exists and was left as it is; choose another file with -o, or add --force") from None
+    except OSError as e:
+        raise FileUnusable(f"cannot write {path}: {e.strerror or e}") from None
+    shown = path if "/" in path else f"./{path}"
+    click.echo(f"wrote {shown}: {starters.summary(example)}")
+    click.echo(f"run it:  ddpjob submit {path} --target local --nodes 2 -f")
+
+
+TOOLS: list[Any] = [completion, rm, prune, doctor, init]

@@ -129,6 +129,12 @@ class HomeUnusable(TargetUnavailable):
         self.home = home
 
 
+class FileUnusable(DdpjobError):
+    """A file ddpjob was asked to write cannot be written (no such folder, no permission, disk full)."""
+
+    exit_code = 3
+
+
 class SubmitRejected(DdpjobError):
     """The target refused the job (API server said no, sbatch failed, ...). The message says why."""
 

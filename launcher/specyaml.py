@@ -50,7 +50,10 @@ def read_spec_text(path: str) -> str:
     try:
         st = os.stat(path)  # follows symlinks: a link to /dev/zero is a device
     except FileNotFoundError as e:
-        raise refuse("file not found", "check the path; `ddpjob validate FILE` checks a spec", e) from e
+        from launcher.starters import hint_for_missing
+
+        hint = hint_for_missing(path) or "check the path; `ddpjob validate FILE` checks a spec"
+        raise refuse("file not found", hint, e) from e
     except OSError as e:
         raise refuse(f"cannot read the file: {e.strerror or e}", cause=e) from e
     if not stat.S_ISREG(st.st_mode):
