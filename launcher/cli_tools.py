@@ -188,7 +188,7 @@ def init(example: str, output: str | None, force: bool, list_: bool) -> None:
 
     if list_:
         for name in starters.names():
-            click.echo(f"{name:12} {starters.summary(name)}")
+            click.echo(f"{name:12} {starters.summary(starters.text(name))}")
         return
     try:
         text = starters.text(example)
@@ -206,7 +206,7 @@ def init(example: str, output: str | None, force: bool, list_: bool) -> None:
     except OSError as e:
         raise FileUnusable(f"cannot write {path}: {e.strerror or e}") from None
     shown = path if "/" in path else f"./{path}"
-    click.echo(f"wrote {shown}: {starters.summary(example)}")
+    click.echo(f"wrote {shown}: {starters.summary(text)}")
     click.echo(f"run it:  ddpjob submit {path} --target local --nodes 2 -f")
 
 

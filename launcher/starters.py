@@ -3,18 +3,20 @@ links there), so that ``ddpjob init`` gives a pip-installed ddpjob the same star
 
 from __future__ import annotations
 
+import functools
 import os
 
 _DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
 
 
-def names() -> list[str]:
-    """The examples' names (file names without ``.yaml``), quickstart first."""
+@functools.cache
+def names() -> tuple[str, ...]:
+    """The examples' names (file names without ``.yaml``), quickstart first; read once."""
     try:
         found = sorted(f[:-5] for f in os.listdir(_DIR) if f.endswith(".yaml"))
     except OSError:
-        return []
-    return sorted(found, key=lambda n: n != "quickstart")
+        return ()
+    return tuple(sorted(found, key=lambda n: n != "quickstart"))
 
 
 def text(name: str) -> str:
@@ -25,9 +27,9 @@ def text(name: str) -> str:
         return f.read()
 
 
-def summary(name: str) -> str:
-    """The example's first comment line, without the ``#``."""
-    lines = text(name).splitlines()
+def summary(spec_text: str) -> str:
+    """An example's first comment line (what it is), without the ``#``."""
+    lines = spec_text.splitlines()
     return lines[0].lstrip("#").strip() if lines and lines[0].startswith("#") else ""
 
 
