@@ -171,3 +171,29 @@ def test_same_seed_gives_identical_weights(tmp_path):
         states.append(checkpoint.load(str(out), torch.device("cpu"))["model"])
     assert states[0].keys() == states[1].keys()
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def test_a_finished_rank_leaves_without_pythons_teardown_and_loses_no_output(tmp_path):
+    """After a good run every rank exits with its code without Python's final teardown, where torch's
+    Gloo threads can abort a finished rank (signal 6) and turn a good run into a restart and a
+    failure: an atexit marker (from a sitecustomize on PYTHONPATH) must not run, and everything the
+    run writes is there and whole."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "import atexit, os\n"
+        "if 'LOCAL_RANK' in os.environ:\n"
+        "    atexit.register(lambda: open(os.path.join(os.environ['MARKS'], 'teardown-' + os.environ['RANK']), 'w').close())\n"
+    )
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(hooks), "MARKS": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "launcher.train", *SMALL, "--output-dir", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in tmp_path.glob("teardown-*")) == []
+    summary = json.loads((out / "summary.json").read_text())
+    lines = metrics(out)
+    assert summary["world_size"] == 2 and summary["steps"] == len([m for m in lines if m["event"] == "step"])
+    assert lines[-1]["event"] == "eval"
+    assert "done:" in proc.stdout
