@@ -1,5 +1,5 @@
 try:
-    from launcher.entry import main
+    from launcher.cli.entry import main
 except KeyboardInterrupt:  # Ctrl-C while Python loads the entry point: a quiet exit 130, as anywhere else
     import sys
 

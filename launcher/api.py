@@ -1,6 +1,6 @@
 """The Python API: submit and follow ddpjob jobs from a notebook, a pipeline or a script.
 
-It walks the same path as the command line (``launcher.jobs``), so a job submitted here is a job
+It walks the same path as the command line (``launcher.service.jobs``), so a job submitted here is a job
 like any other: ``ddpjob status/logs/cancel`` see it, and ``get`` finds CLI jobs.
 
 Example::
@@ -25,9 +25,9 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from launcher.errors import DdpjobError, JobNotFound, SpecError, SubmitRejected, TargetUnavailable, WaitTimeout
-from launcher.jobs import Jobs, load
-from launcher.states import JobState
+from launcher.core.errors import DdpjobError, JobNotFound, SpecError, SubmitRejected, TargetUnavailable, WaitTimeout
+from launcher.service.jobs import Jobs, load
+from launcher.core.states import JobState
 from launcher.targets.base import JobStatus, LogFilter
 
 __all__ = [
@@ -101,7 +101,7 @@ def submit(
     sets += [f"{k}={json.dumps(v)}" for k, v in (("nodes", nodes), ("procs_per_node", procs_per_node),
                                                    ("name", name)) if v is not None]
     if isinstance(spec, Mapping):
-        from launcher.specload import load_spec
+        from launcher.spec.load import load_spec
 
         base = dict(spec)
         if command is not None:

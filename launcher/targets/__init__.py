@@ -52,7 +52,7 @@ def options_model(name: str) -> Any:
 
 def get_target(name: str) -> Target:
     """The target called ``name``; raises ``TargetUnavailable`` if it cannot be loaded here."""
-    from launcher.errors import TargetUnavailable
+    from launcher.core.errors import TargetUnavailable
 
     entry = TARGETS.get(name)
     if entry is None:

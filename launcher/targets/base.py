@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher.states import JobState, combine, summarize  # noqa: F401 (summarize: part of this interface)
+from launcher.core.states import JobState, combine, summarize  # noqa: F401 (summarize: part of this interface)
 from launcher.targets.shared.files import from_json, read_json, to_json
 
 if TYPE_CHECKING:
-    from launcher.specload import LoadedSpec
+    from launcher.spec.load import LoadedSpec
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class PlanContext:
         python: the interpreter that runs torchrun locally.
         inputs: what the target read from outside before planning (``Target.inputs``), e.g. the
             CRD to validate against; part of the plan's input, never read inside ``plan``.
+        port_command: for targets that pick a port, the command (owned by the service) that a
+            running job calls for a new one when another program took its port before the
+            rendezvous; it prints the port, recorded for the job. Empty in render and dry runs.
     """
 
     job_id: str
@@ -46,6 +49,7 @@ class PlanContext:
     cwd: str = "/work"
     python: str = "python3"
     inputs: Any = None
+    port_command: tuple[str, ...] = ()
 
 
 @dataclass
@@ -192,7 +196,7 @@ class Target(abc.ABC):
 
     def cancel_task(self, handle: Any, index: int) -> None:
         """Stop one run of a sweep; the others go on. Targets that can do this override it."""
-        from launcher.errors import UsageError
+        from launcher.core.errors import UsageError
 
         raise UsageError(f"--task is not supported by the {self.name} target; cancel the whole job")
 
@@ -203,7 +207,7 @@ class Target(abc.ABC):
 
     def server_dry_run(self, plan: Plan) -> str:
         """Ask the scheduler to check ``plan`` without running it (``submit --dry-run=server``)."""
-        from launcher.errors import UsageError
+        from launcher.core.errors import UsageError
 
         raise UsageError(f"--dry-run=server is not supported by the {self.name} target; use --dry-run")
 
@@ -212,12 +216,12 @@ class Target(abc.ABC):
         raise NotImplementedError
 
     def metrics_files(self, handle: Any) -> list[str]:
-        """Each run's metrics file (``$DDPJOB_METRICS_FILE``, see ``launcher.progress``) where this
+        """Each run's metrics file (``$DDPJOB_METRICS_FILE``, see ``launcher.core.progress``) where this
         machine can read it: from the output folders in the job's ``plan.json``. Targets whose runs
         write elsewhere (in pods) return []."""
         import os
 
-        from launcher.progress import metrics_path
+        from launcher.core.progress import metrics_path
 
         plan = read_json(os.path.join(handle.run_dir, "plan.json"))
         elements = plan.get("elements", []) if isinstance(plan, dict) else []

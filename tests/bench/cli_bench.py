@@ -7,8 +7,8 @@
   and k8s (k8s with the strict CRD check when ``DDPJOB_PYTORCHJOB_CRD`` or ``DDPJOB_SHARED`` gives the
   CRD: ``k8s_strict`` says whether it ran), each over ``--help``.
 - ``render_floor_s`` / ``render_floor_over_help``: what any render must load before ddpjob's own work
-  starts, without any of it: the CLI (``launcher.cli``, click), pydantic as the CLI uses it (without
-  plugins; ``launcher.entry``) and PyYAML, in one fresh interpreter. ``render_s`` minus this is what
+  starts, without any of it: the CLI (``launcher.cli.main``, click), pydantic as the CLI uses it (without
+  plugins; ``launcher.cli.entry``) and PyYAML, in one fresh interpreter. ``render_s`` minus this is what
   ddpjob's spec models, reading the spec and the target's plan cost.
 - ``submit_follow_s`` versus ``torchrun_by_hand_s``: a trivial 2-node job (each process does one gloo
   all_reduce) through ``ddpjob submit -f``, and the same two torchrun agents started by hand;
@@ -47,8 +47,8 @@ dist.destroy_process_group()
 """
 
 # The imports every render needs before ddpjob's own code runs, loaded the way the CLI loads them.
-FLOOR = ("import launcher.entry; launcher.entry.without_pydantic_plugins(); "
-         "import launcher.cli, pydantic.main, pydantic.fields, yaml")
+FLOOR = ("import launcher.cli.entry; launcher.cli.entry.without_pydantic_plugins(); "
+         "import launcher.cli.main, pydantic.main, pydantic.fields, yaml")
 
 
 def timed(cmd: list[str], **kw) -> float:

@@ -37,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from launcher.states import JobState  # noqa: E402
+from launcher.core.states import JobState  # noqa: E402
 from launcher.targets.slurm.query import map_state, query  # noqa: E402
 
 
@@ -71,7 +71,7 @@ def bench_render(env: dict[str, str]) -> dict[str, float]:
     t0 = time.perf_counter()
     _ddpjob(["render", "jobs/sweep.yaml", "--target", "slurm"], env)
     cli_s = time.perf_counter() - t0
-    from launcher.specload import load_spec
+    from launcher.spec.load import load_spec
     from launcher.targets.base import PlanContext
     from launcher.targets.slurm.target import SlurmTarget
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from goldens import assert_golden
 
-from launcher.errors import SpecError
-from launcher.specload import load_spec
+from launcher.core.errors import SpecError
+from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
 from launcher.targets.local.container import LocalInputs
 from launcher.targets.local.target import LocalTarget

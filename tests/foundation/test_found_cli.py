@@ -10,14 +10,14 @@ import pytest
 
 
 def test_cli_import_loads_no_heavy_library():
-    code = ("import sys, launcher.cli; heavy = [m for m in ('torch', 'kubernetes', 'submitit', 'pydantic', 'yaml') "
+    code = ("import sys, launcher.cli.main; heavy = [m for m in ('torch', 'kubernetes', 'submitit', 'pydantic', 'yaml') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_help_pays_for_click_only():
-    code = ("import sys\nfrom click.testing import CliRunner\nfrom launcher.cli import cli\n"
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom launcher.cli.main import cli\n"
             "r = CliRunner().invoke(cli, ['--help'])\nassert r.exit_code == 0, r.output\n"
             "print([m for m in ('torch', 'kubernetes', 'submitit', 'pydantic') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -168,7 +168,7 @@ def test_render_skips_pydantic_plugin_discovery_but_the_api_does_not():
     importlib.metadata cost ~30 ms of every render); code importing ``launcher.api`` inside a user's
     program keeps pydantic's plugins."""
     render = ("import sys\nsys.argv = ['ddpjob', 'render', 'jobs/quickstart.yaml', '--target', 'k8s']\n"
-              "from launcher.entry import main\ntry:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None)\n"
+              "from launcher.cli.entry import main\ntry:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None)\n"
               "print('METADATA', 'importlib.metadata' in sys.modules, file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", render], capture_output=True, text=True)
     assert proc.returncode == 0 and "kind: PyTorchJob" in proc.stdout, proc.stderr

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from launcher import dist
-from launcher.specload import load_spec
+from launcher.targets.shared import dist
+from launcher.spec.load import load_spec
 from launcher.targets.k8s import target as k8s
 from launcher.targets.local import target as local
 from launcher.targets.slurm import node as slurm_node

@@ -76,7 +76,7 @@ def test_ctrl_c_at_any_moment_of_submit(tmp_path, ddpjob_home):
     starts = []
     for _ in range(3):
         start = time.monotonic()
-        subprocess.run([sys.executable, "-c", "import launcher.entry"], check=True)
+        subprocess.run([sys.executable, "-c", "import launcher.cli.entry"], check=True)
         starts.append(time.monotonic() - start)
     python_start = max(starts)
     start = time.monotonic()
@@ -123,7 +123,7 @@ def test_ctrl_c_at_any_moment_of_submit(tmp_path, ddpjob_home):
 
 @pytest.mark.parametrize("_", [0])
 def testdeferred_interrupt_holds_ctrl_c_until_the_end_of_the_window(_):
-    from launcher.jobs import deferred_interrupt
+    from launcher.service.jobs import deferred_interrupt
 
     with deferred_interrupt() as caught:
         os.kill(os.getpid(), signal.SIGINT)
@@ -138,7 +138,7 @@ def test_a_ctrl_c_during_the_first_validation_stops_ddpjob_as_anywhere_else():
     """Pydantic builds the spec's validators in Rust on first use and turns a KeyboardInterrupt
     raised there into a SchemaError ("internal error", exit 70); the validation holds Ctrl-C and
     raises it after, failing validation or not."""
-    from launcher.interrupts import interrupt_after
+    from launcher.core.interrupts import interrupt_after
 
     for inside in (lambda: None, lambda: int("not a number")):
         with pytest.raises(KeyboardInterrupt):
@@ -165,7 +165,7 @@ def test_a_ctrl_c_python_would_drop_is_delivered_again():
     as "Exception ignored" and dropped; the ddpjob process gets it again, where it stops ddpjob."""
     code = """
 import sys, time, weakref
-from launcher import entry
+from launcher.cli import entry
 entry.interrupts_never_lost()
 class A: pass
 a = A()
@@ -270,8 +270,15 @@ def test_a_port_taken_before_the_rendezvous_is_replaced(cli, tmp_path):
             squatter.close()
         assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + logs
         assert f"rendezvous port {port} was taken by another program" in logs, logs
-        new_port = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)["port"]
+        record = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+        new_port = record["port"]
         assert new_port != port and logs.count(f"port {new_port}") >= 2  # both ranks met there
+        # The plan files show the port the job used, not the one it lost (the registry's record,
+        # above, came through the service's port command: the supervisor never opens the registry).
+        run_dir = Path(record["run_dir"])
+        shown = (run_dir / "plan.txt").read_text()
+        assert f"--master-port {new_port}" in shown and f"--master-port {port}" not in shown
+        assert json.loads((run_dir / "plan.json").read_text())["port"] == new_port
         return
     pytest.skip("torchrun bound the port before the test could take it, three times")
 
@@ -281,8 +288,8 @@ def test_the_port_search_tries_every_port_of_the_range(monkeypatch):
     that says how to fix it."""
     import socket
 
-    from launcher.errors import TargetUnavailable
-    from launcher.targets.local import target as local
+    from launcher.core.errors import TargetUnavailable
+    from launcher.targets.local import ports as local
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -303,9 +310,9 @@ def test_the_port_search_tries_every_port_of_the_range(monkeypatch):
             busy = {p for p in (ports[0], *ports[4:]) if p != free}  # held by other ddpjob jobs
             for seed in range(16):  # every starting point, and then some
                 random.seed(seed)
-                assert local.LocalTarget().pick_port(busy) == free
+                assert local.pick_port(busy) == free
             with pytest.raises(TargetUnavailable, match="set master_port"):
-                local.LocalTarget().pick_port(busy | {free})
+                local.pick_port(busy | {free})
     finally:
         for s in holders:
             s.close()
@@ -314,7 +321,7 @@ def test_the_port_search_tries_every_port_of_the_range(monkeypatch):
 def test_a_state_file_that_cannot_be_written_does_not_fail_a_good_run(tmp_path):
     """As on a full disk: the supervisor cannot write state.json (here it is a directory), runs the
     job anyway, and status reads the finished run from the nodes' exit records: SUCCEEDED."""
-    from launcher.specload import load_spec
+    from launcher.spec.load import load_spec
     from launcher.targets.base import PlanContext
     from launcher.targets.local.target import LocalHandle, LocalTarget
     from launcher.targets.shared.files import to_json, write_json

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.cli import cli
+from launcher.cli.main import cli
 
 BASE = {
     "name": "fuzz", "image": "img:1", "command": ["python", "train.py", "--lr", "{lr}"], "nodes": 2,
@@ -161,11 +161,11 @@ def test_mutated_job_command_lines(verb, job_id, option, value):
 @given(raw=st.from_regex(r"[+-]?[0-9][0-9_]{0,20}", fullmatch=True) | st.text(st.characters(categories=["Nd"]), max_size=6)
        | st.sampled_from(["0", "00", "007", "08", "1" * 18, "1" * 19, "1" * 5000, "\u0661", "٣"]))
 def test_a_set_value_of_digits_reads_as_yaml_reads_it(raw):
-    """``--nodes 2`` is read without loading a YAML parser (launcher.specyaml.parse_value): what it
+    """``--nodes 2`` is read without loading a YAML parser (launcher.spec.yamlread.parse_value): what it
     gives must be what the YAML reading gives for every text of digits (YAML 1.1 octal ``007``,
     ``1_000``, signs, long numbers, non-ASCII digits)."""
-    from launcher import specyaml
-    from launcher.errors import SpecError
+    from launcher.spec import yamlread as specyaml
+    from launcher.core.errors import SpecError
 
     try:
         by_yaml = specyaml.parse(raw, None, "--set x")[0]

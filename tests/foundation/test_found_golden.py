@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from goldens import assert_golden
 
-from launcher.specload import load_spec
+from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
 from launcher.targets.local.target import LocalTarget
 from launcher.targets.shared.launch import torchrun_program, worker_command

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import EXIT_CODES
-from launcher.registry import Registry
+from launcher.core.errors import EXIT_CODES
+from launcher.service.registry import Registry
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_GB = 2 << 30

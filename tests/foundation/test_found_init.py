@@ -67,5 +67,5 @@ def test_the_wheel_carries_every_example(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("ddpjob-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"launcher/examples/{n}.yaml" for n in EXAMPLES} <= names
-    assert "launcher/starters.py" in names
+    assert "launcher/spec/examples.py" in names
     assert EXAMPLES and "quickstart" in EXAMPLES

@@ -64,11 +64,15 @@ def test_no_module_is_over_400_lines():
     assert long == {}
 
 
-def test_no_import_cycle_between_launcher_modules():
-    graph = {name: imports(path, top_level_only=True) & set(MODULES) for name, path in MODULES.items()}
+def import_graph(*, top_level_only: bool) -> dict[str, set[str]]:
+    graph = {name: imports(path, top_level_only=top_level_only) & set(MODULES) for name, path in MODULES.items()}
     for name in graph:  # importing a.b.c runs a and a.b first: parents count as imports too
         graph[name] |= {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)} & set(MODULES)
         graph[name].discard(name)
+    return graph
+
+
+def cycles_of(graph: dict[str, set[str]]) -> list[list[str]]:
     state: dict[str, int] = {}
     cycles: list[list[str]] = []
 
@@ -84,12 +88,80 @@ def test_no_import_cycle_between_launcher_modules():
     for name in sorted(graph):
         if name not in state:
             dfs(name, [name])
-    assert cycles == []
+    return cycles
+
+
+def test_no_import_cycle_between_launcher_modules():
+    """Not at import time, and not through imports inside functions either (a lazy import only hides
+    a circle; ``if TYPE_CHECKING:`` blocks are not run and do not count)."""
+    assert cycles_of(import_graph(top_level_only=True)) == []
+    assert cycles_of(import_graph(top_level_only=False)) == []
+
+
+def test_the_graph_check_finds_a_lazy_circle():
+    """The check above is not blind to imports inside functions."""
+    graph = import_graph(top_level_only=False)
+    graph["launcher.core.errors"] = graph["launcher.core.errors"] | {"launcher.service.jobs"}
+    assert cycles_of(graph) != []
+
+
+def package_of(module: str) -> str:
+    """``launcher.spec.load`` -> ``spec``; a target's spec section is ``targets.options``."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "launcher"
+    if parts[0] == "targets" and len(parts) > 2 and parts[1] in TARGET_NAMES and parts[2] == "options":
+        return "targets.options"
+    if parts[0] == "targets" and (len(parts) == 1 or (len(parts) == 2 and parts[1] in TARGET_NAMES)):
+        return "targets.names"  # launcher/targets/__init__.py (the names) and each target's package docstring
+    return parts[0]
+
+
+# What each package may import of ddpjob besides itself (and the ``launcher`` package's version);
+# each package's __init__ docstring says the same in words.
+ALLOWED = {
+    "core": set(),
+    "spec": {"core", "targets.names", "targets.options"},
+    "targets.names": {"core"},
+    "targets.options": {"core", "targets.names"},
+    "targets": {"core", "spec", "targets.names", "targets.options"},
+    "service": {"core", "spec", "targets", "targets.names", "targets.options"},
+    "doctor": {"core", "spec", "targets", "targets.names", "service"},
+    "cli": {"core", "spec", "targets", "targets.names", "service", "doctor"},
+    "api": {"core", "spec", "targets", "targets.names", "service"},
+    "__main__": {"cli"},
+    "train": set(),
+    "launcher": set(),
+}
+
+
+def test_packages_import_only_what_their_docstring_allows():
+    wrong = []
+    for name, deps in import_graph(top_level_only=False).items():
+        src = package_of(name)
+        for dep in deps:
+            dst = package_of(dep)
+            if dst not in (src, "launcher") and dst not in ALLOWED[src]:
+                wrong.append(f"{name} -> {dep}")
+    assert wrong == []
+
+
+def test_every_package_says_what_it_owns_and_may_import():
+    for init in PKG.rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert len(doc) > 60, f"{init} needs a docstring: what the package owns and what it may import"
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "api.py"], "modules belong in a package by concern"
+
+
+def cli_modules() -> list[Path]:
+    return sorted((PKG / "cli").glob("*.py"))
 
 
 def test_cli_imports_no_target_package_and_targets_never_import_each_other():
-    cli_imports = imports(PKG / "cli.py", top_level_only=False)
-    assert not [m for m in cli_imports if any(m.startswith(f"launcher.targets.{t}") for t in TARGET_NAMES)]
+    for path in cli_modules():
+        cli_imports = imports(path, top_level_only=False)
+        assert not [m for m in cli_imports if any(m.startswith(f"launcher.targets.{t}") for t in TARGET_NAMES)], path
     for name in TARGET_NAMES:
         for path in (PKG / "targets" / name).rglob("*.py"):
             others = [m for m in imports(path, top_level_only=False)
@@ -99,7 +171,7 @@ def test_cli_imports_no_target_package_and_targets_never_import_each_other():
 
 def test_target_names_are_declared_once():
     """The registry is the only list: spec sections, --target choices and the schema follow it."""
-    from launcher.spec import JobSpec, json_schema
+    from launcher.spec.model import JobSpec, json_schema
 
     assert set(TARGET_NAMES) <= set(JobSpec.model_fields)
     assert set(TARGET_NAMES) <= set(json_schema()["properties"])
@@ -155,10 +227,10 @@ def test_a_plan_that_fails_after_the_reservation_leaves_no_job(cli, tmp_path):
 
 
 def test_submit_path_is_one_service(tmp_path):
-    """The CLI goes through launcher.jobs for everything it does with jobs (no registry or target
+    """The CLI goes through launcher.service.jobs for everything it does with jobs (no registry or target
     calls of its own)."""
-    text = (PKG / "cli.py").read_text()
+    text = "".join(p.read_text() for p in cli_modules())
     assert "Registry(" not in text and "get_target(" not in text and ".reserve(" not in text
-    proc = subprocess.run([sys.executable, "-c", "import launcher.cli, sys; print(sorted(sys.modules))"],
+    proc = subprocess.run([sys.executable, "-c", "import launcher.cli.main, sys; print(sorted(sys.modules))"],
                           capture_output=True, text=True, check=True)
-    assert "'launcher.jobs'" not in proc.stdout  # imported by the commands, not at start-up
+    assert "'launcher.service.jobs'" not in proc.stdout  # imported by the commands, not at start-up

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from testkit import FAILER, SLEEPER, wait_for
 
-from launcher.registry import Registry
+from launcher.service.registry import Registry
 from launcher.targets.shared import procs
 
 RANKS = '''

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import JobNotFound
-from launcher.registry import Registry
-from launcher.states import JobState, combine
+from launcher.core.errors import JobNotFound
+from launcher.service.registry import Registry
+from launcher.core.states import JobState, combine
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.registry import Registry
+from launcher.service.registry import Registry
 
 REPORT = '''
 import hashlib, json, os

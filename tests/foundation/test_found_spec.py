@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import SpecError
-from launcher.spec import expand, json_schema, sanitize_name, substitute
-from launcher.specload import allowed_keys, load_spec
+from launcher.core.errors import SpecError
+from launcher.spec.model import expand, json_schema, sanitize_name, substitute
+from launcher.spec.load import allowed_keys, load_spec
 
 HERE = Path(__file__).parent
 BROKEN = HERE / "broken"
@@ -176,7 +176,7 @@ def test_output_dir_may_name_the_job_id():
 def test_two_specs_never_share_a_default_list_or_mapping() -> None:
     """Empty lists and mappings are plain defaults (pydantic copies them for each spec): filling
     one spec's must leave the next spec's empty."""
-    from launcher.spec import JobSpec
+    from launcher.spec.model import JobSpec
 
     first, second = (JobSpec.model_validate({"name": n, "command": ["python", "t.py"]}) for n in ("a", "b"))
     first.env["X"] = "1"

@@ -130,7 +130,7 @@ def test_doctor_measures_all_reduce_on_two_local_nodes(cli, tmp_path):
     ([], None),
 ])
 def test_progress_from_a_metrics_file(tmp_path, lines, expected):
-    from launcher.progress import describe, read_progress
+    from launcher.core.progress import describe, read_progress
 
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines) + "not json\n")

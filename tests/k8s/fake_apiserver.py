@@ -44,7 +44,7 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
-from launcher.errors import dotted_path as dotted
+from launcher.core.errors import dotted_path as dotted
 from launcher.targets.k8s.schema import strict_schema, validate_pytorchjob, version_schema
 
 CRD_PATH = re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/([^/]+)$")

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from fake_apiserver import STAND_IN_CRD, start, upstream_schema
 from testkit import needs_crd
 
-from launcher.cli import cli as ddpjob_cli
-from launcher.specload import load_spec
+from launcher.cli.main import cli as ddpjob_cli
+from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
 from launcher.targets.k8s import crd as crd_mod
 from launcher.targets.k8s.crd import CrdInput

@@ -16,9 +16,9 @@ from testkit import needs_crd
 from goldens import assert_golden
 import yaml
 
-from launcher.errors import SpecError
-from launcher.specload import load_spec
-from launcher.states import JobState
+from launcher.core.errors import SpecError
+from launcher.spec.load import load_spec
+from launcher.core.states import JobState
 from launcher.targets.base import PlanContext
 from launcher.targets.k8s.target import PYTORCHJOB_CONDITIONS, NOT_RECONCILED, KubernetesTarget, condition_state, replica_summary
 from launcher.targets.k8s.render import kubelet_escape, spec_field
@@ -360,7 +360,7 @@ def test_render_and_help_do_not_import_kubernetes(tmp_path):
         "import sys, runpy\n"
         "sys.argv = ['ddpjob'] + sys.argv[1:]\n"
         "try:\n"
-        "    from launcher.cli import cli\n"
+        "    from launcher.cli.main import cli\n"
         "    cli(prog_name='ddpjob')\n"
         "except SystemExit as e:\n"
         "    heavy = sorted(m for m in ('kubernetes', 'torch', 'submitit') if m in sys.modules)\n"

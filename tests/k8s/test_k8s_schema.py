@@ -10,7 +10,7 @@ from testkit import needs_crd
 
 from fake_apiserver import STAND_IN_CRD, upstream_schema
 
-from launcher.errors import dotted_path as dotted
+from launcher.core.errors import dotted_path as dotted
 from launcher.targets.k8s.schema import strict_schema, validate_pytorchjob, version_schema
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher.cli import cli as ddpjob_cli
+from launcher.cli.main import cli as ddpjob_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -180,7 +180,7 @@ def test_restart_keeps_previous_logs_and_cancel_is_idempotent(k8s_api, tmp_path)
     assert delete["body"].get("propagationPolicy") == "Foreground"
     assert k8s_api.server.job(job_id) is None
     # Deleting again (the target itself, past the registry's terminal check): 404 means done.
-    from launcher.registry import Registry
+    from launcher.service.registry import Registry
     from launcher.targets.k8s.target import KubernetesTarget
 
     target = KubernetesTarget()

@@ -16,9 +16,9 @@ import yaml
 from goldens import assert_golden
 from trainjob_kit import needs_trainjob_crd, trainjob_schema
 
-from launcher.errors import SpecError
-from launcher.specload import load_spec
-from launcher.states import JobState
+from launcher.core.errors import SpecError
+from launcher.spec.load import load_spec
+from launcher.core.states import JobState
 from launcher.targets.base import PlanContext
 from launcher.targets.k8s import trainjob
 from launcher.targets.k8s.pods import pod_ref, sort_key
@@ -354,7 +354,7 @@ def test_render_does_not_import_kubernetes(tmp_path):
         "import sys\n"
         "sys.argv = ['ddpjob'] + sys.argv[1:]\n"
         "try:\n"
-        "    from launcher.cli import cli\n"
+        "    from launcher.cli.main import cli\n"
         "    cli(prog_name='ddpjob')\n"
         "except SystemExit as e:\n"
         "    heavy = sorted(m for m in ('kubernetes', 'torch', 'submitit') if m in sys.modules)\n"

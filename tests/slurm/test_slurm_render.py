@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from goldens import assert_golden
 
-from launcher.errors import SpecError
-from launcher.quantity import parse_memory, slurm_mem
+from launcher.core.errors import SpecError
+from launcher.core.quantity import parse_memory, slurm_mem
 from launcher.targets.slurm.options import time_to_minutes
-from launcher.specload import load_spec
-from launcher.states import JobState
+from launcher.spec.load import load_spec
+from launcher.core.states import JobState
 from launcher.targets.base import PlanContext
 from launcher.targets.slurm.target import SlurmTarget
 from launcher.targets.slurm.query import (
@@ -217,7 +217,7 @@ def test_memory_conversion(dialect, quantity, slurm):
     ("sbatch", "0", "less than 1Mi"), ("quantity", "1e9", "memory size such as"),
 ])
 def test_memory_refused(dialect, quantity, words):
-    from launcher.quantity import QuantityError
+    from launcher.core.quantity import QuantityError
 
     with pytest.raises(QuantityError, match=words):
         parse_memory(quantity, dialect)
@@ -258,7 +258,7 @@ def test_render_is_deterministic_and_needs_no_submitit():
     code = (
         "import sys\n"
         "from click.testing import CliRunner\n"
-        "from launcher.cli import cli\n"
+        "from launcher.cli.main import cli\n"
         "r = CliRunner().invoke(cli, ['render', 'jobs/sweep.yaml', '--target', 'slurm'], catch_exceptions=False)\n"
         "assert r.exit_code == 0, r.output\n"
         "assert 'submitit' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)\n"

@@ -12,13 +12,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import Issue, dotted_path
+from launcher.core.errors import Issue, dotted_path
 from launcher.targets.k8s.options import is_operator_env
 from launcher.targets.k8s.render import FIELD_TARGETS, SERVICE_NAME_MAX, job_name, spec_field
 
 if TYPE_CHECKING:
-    from launcher.spec import JobSpec
-    from launcher.specload import LoadedSpec
+    from launcher.spec.model import JobSpec
+    from launcher.spec.load import LoadedSpec
     from launcher.targets.k8s.client import InvalidObject
     from launcher.targets.k8s.crd import CrdInput
 

@@ -5,7 +5,7 @@ Only this module imports ``kubernetes`` (inside ``Kube.__init__``), so ``render`
 the client's generated models: the manifests we send are dicts, and dicts read back the same way
 across client versions.
 
-Error mapping (each with its own message; exit codes from ``launcher.errors``):
+Error mapping (each with its own message; exit codes from ``launcher.core.errors``):
 
 | what happened | error | exit |
 | --- | --- | --- |
@@ -28,8 +28,8 @@ import re
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from launcher import errors
-from launcher.errors import SubmitRejected, TargetError, TargetUnavailable
+from launcher.core import errors
+from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
 
 OPERATOR_INSTALL = (

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import SchedulerComponentMissing, TargetUnavailable
+from launcher.core.errors import SchedulerComponentMissing, TargetUnavailable
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.k8s.schema import strict_schema, version_schema
 
@@ -87,7 +87,7 @@ def absent(why: str, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
 
 
 def cache_dir() -> Path:
-    from launcher.registry import ddpjob_home
+    from launcher.core.home import ddpjob_home
 
     return ddpjob_home() / "crds"
 
@@ -159,7 +159,7 @@ def online(kube: Any, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
     Raises:
         OperatorMissing: the cluster has no such CRD (exit 6), or none with the version ddpjob speaks.
     """
-    from launcher.errors import PermissionDenied
+    from launcher.core.errors import PermissionDenied
     from launcher.targets.k8s.client import operator_missing
 
     try:

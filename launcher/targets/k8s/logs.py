@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import DdpjobError
+from launcher.core.errors import DdpjobError
 from launcher.targets.base import LogFilter
 from launcher.targets.k8s.pods import (
     PodLock, PodRef, attempt_file, close, container, path_uid, pod_ref, read_chunks, sort_key, started,

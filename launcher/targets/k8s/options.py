@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
-from launcher.specfields import ENV_NAME_RE, is_reserved_env
+from launcher.core.fields import ENV_NAME_RE, is_reserved_env
 
 # DNS-1123 label (namespaces, volume names, configMap/secret/PVC names are subdomains, but a label
 # is what most clusters use and is always a valid subdomain).

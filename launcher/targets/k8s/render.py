@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from launcher import dist
-from launcher.spec import JobSpec, expand
+from launcher.targets.shared import dist
+from launcher.spec.model import JobSpec, expand
 from launcher.targets.k8s.options import is_operator_env
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 

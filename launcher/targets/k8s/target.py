@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher.errors import DdpjobError, TargetError
-from launcher.states import JobState
+from launcher.core.errors import DdpjobError, TargetError
+from launcher.core.states import JobState
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi, api_of
 from launcher.targets.k8s.check import check_manifests, located, spec_issues, spec_where
@@ -37,7 +37,7 @@ from launcher.targets.k8s.render import LABEL_JOB_ID, K8sElement, render, render
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 
 if TYPE_CHECKING:
-    from launcher.specload import LoadedSpec
+    from launcher.spec.load import LoadedSpec
 
 # PyTorchJob condition type -> ddpjob state. Anything else (a newer operator's condition) -> UNKNOWN.
 PYTORCHJOB_CONDITIONS: dict[str, JobState] = {

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher import dist
-from launcher.errors import Issue
-from launcher.spec import JobSpec, expand
-from launcher.states import JobState
+from launcher.targets.shared import dist
+from launcher.core.errors import Issue
+from launcher.spec.model import JobSpec, expand
+from launcher.core.states import JobState
 from launcher.targets.k8s.apis import TRAINJOB
 from launcher.targets.k8s.render import (
     ISTIO_ANNOTATION, LABEL_JOB_ID, LABEL_QUEUE, LABEL_SWEEP_ID, LABEL_SWEEP_INDEX, OUTPUT_ROOT, K8sElement,

@@ -17,12 +17,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import Issue, dotted_path
+from launcher.core.errors import Issue, dotted_path
 from launcher.targets.k8s.schema import DNS1035, SchemaIssue, _metadata_issues, strict_issues
 from launcher.targets.k8s.trainjob import POD_NAME_MAX, REPLICATED_JOB, RUNTIME_GROUP, longest_pod_name, spec_field
 
 if TYPE_CHECKING:
-    from launcher.specload import LoadedSpec
+    from launcher.spec.load import LoadedSpec
     from launcher.targets.k8s.crd import CrdInput
 
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")

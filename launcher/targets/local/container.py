@@ -30,7 +30,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import Issue, TargetError
+from launcher.core.errors import Issue, TargetError
 
 if TYPE_CHECKING:
     import subprocess

@@ -28,7 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from launcher.targets.local.target import LocalElement, LocalNode, LocalPayload
+    from launcher.targets.local.payload import LocalElement, LocalNode, LocalPayload
 
 # Runs this module as ``python -m`` would, from the directory that holds this installation's
 # ``launcher`` package (site-packages, or a checkout), without ``site``: see command().
@@ -107,10 +107,10 @@ def start_nodes(nodes: list[Any], output_dir: str) -> tuple[list[tuple[Any, node
     return running, None
 
 
-# What plan.json holds (launcher.targets.local.target.LocalPayload, LocalElement, LocalNode) and
+# What plan.json holds (launcher.targets.local.payload.LocalPayload, LocalElement, LocalNode) and
 # the defaults of the fields an older ddpjob did not write.
 _PLAN_FIELDS = {"job_id", "run_dir", "nodes", "procs_per_node", "port", "stop_on_failure", "elements"}
-_PLAN_DEFAULTS = {"port_fixed": False, "container": "none"}
+_PLAN_DEFAULTS = {"port_fixed": False, "container": "none", "port_command": []}
 _ELEMENT_FIELDS = {"index", "params", "output_dir", "nodes"}
 _NODE_FIELDS = {"node", "argv", "env", "cwd", "log", "error_file", "torchrun_log_dir"}
 _NODE_DEFAULTS = {"container": None}
@@ -131,9 +131,13 @@ def read_plan(run_dir: str) -> LocalPayload:
                     for el in data["elements"]]
         return SimpleNamespace(**{**_PLAN_DEFAULTS, **data, "elements": elements})  # type: ignore[return-value]
     except (OSError, ValueError, LookupError, TypeError, AttributeError):
-        from launcher.targets.local.target import read_plan as read_typed_plan
+        return _typed_plan(run_dir)
 
-        return read_typed_plan(run_dir)
+
+def _typed_plan(run_dir: str) -> LocalPayload:
+    from launcher.targets.local.payload import read_plan as read_typed_plan
+
+    return read_typed_plan(run_dir)
 
 
 class Started(SimpleNamespace):
@@ -155,7 +159,7 @@ def start_first_run(run_dir: str, plan: LocalPayload) -> Started | None:
 
 class Supervisor:
     def __init__(self, run_dir: str, plan: LocalPayload) -> None:
-        from launcher.states import JobState
+        from launcher.core.states import JobState
 
         self.run_dir = os.path.abspath(run_dir)
         self.plan = plan
@@ -185,7 +189,7 @@ class Supervisor:
     def run(self, early: Started | None = None) -> int:
         """Run every element in turn; ``early``: the first one's nodes, already started
         (start_first_run)."""
-        from launcher.states import JobState, summarize
+        from launcher.core.states import JobState, summarize
 
         if early is None:
             self.save()
@@ -199,9 +203,8 @@ class Supervisor:
                 marks = started.marks if started is not None else {n.node: _size(n.log) for n in el.nodes}
                 self.run_element(el, st, started)
                 started = None  # a new attempt starts its nodes again
-                if attempt == PORT_ATTEMPTS or not self._port_was_taken(el, marks):
+                if attempt == PORT_ATTEMPTS or not self._port_was_taken(el, marks) or not self._move_port(attempt):
                     break
-                self._move_port(attempt)
                 st["nodes"] = []
             self.save()
             if JobState(st["state"]) is JobState.FAILED and self.plan.stop_on_failure:
@@ -223,7 +226,7 @@ class Supervisor:
     def run_element(self, el: LocalElement, st: dict[str, Any], started: Started | None = None) -> None:
         """Run one element's nodes to their end; ``started``: its nodes, already started from the raw
         plan (start_first_run), paired here with the typed ones."""
-        from launcher.states import JobState
+        from launcher.core.states import JobState
 
         if started is not None:
             st["started"], error = started.started, started.error
@@ -286,21 +289,36 @@ class Supervisor:
 
         return not any(next(Path(n.torchrun_log_dir).glob("*/attempt_*/*"), None) for n in el.nodes)
 
-    def _move_port(self, attempt: int) -> None:
-        """A new free port, recorded in the registry, for this and every later run."""
-        from pathlib import Path
+    def _move_port(self, attempt: int) -> bool:
+        """A new free port for this and every later run, from the service's port command (which
+        records it for the job); the plan files then show the port actually used. False when no
+        port could be had (the run's failure stands)."""
+        import subprocess
 
-        from launcher.registry import Registry
-        from launcher.targets.local.target import LocalTarget
+        from launcher.core.errors import TargetError
+        from launcher.targets.local.payload import move_port, moved_port_text
+        from launcher.targets.shared.files import atomic_write, to_json, write_json
 
         old = self.plan.port
-        new = Registry(Path(self.run_dir).parents[1]).reassign_port(self.plan.job_id, LocalTarget().pick_port)
-        for el in self.plan.elements:
-            for n in el.nodes:
-                i = n.argv.index("--master-port")
-                n.argv[i + 1] = str(new)
-        self.plan.port = new
+        if not self.plan.port_command or old is None:
+            return False
+        proc = subprocess.run(self.plan.port_command, capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not proc.stdout.strip().isdigit():
+            print(f"[ddpjob] rendezvous port {old} was taken and no other could be had: "
+                  f"{proc.stderr.strip() or proc.stdout.strip()}", file=sys.stderr, flush=True)
+            return False
+        new = int(proc.stdout.strip())
+        move_port(self.plan, new)  # type: ignore[arg-type]  # plain namespaces of the same shape
         self.state["port"] = new
+        try:
+            typed = _typed_plan(self.run_dir)
+            move_port(typed, new)
+            write_json(os.path.join(self.run_dir, "plan.json"), to_json(typed))
+            with open(os.path.join(self.run_dir, "plan.txt"), encoding="utf-8") as f:
+                text = f.read()
+            atomic_write(os.path.join(self.run_dir, "plan.txt"), moved_port_text(text, old, new))
+        except (OSError, ValueError, TargetError) as e:
+            print(f"[ddpjob] could not record port {new} in the plan files: {e}", file=sys.stderr, flush=True)
         note = (f"[ddpjob] rendezvous port {old} was taken by another program before torchrun could bind it; "
                 f"starting the nodes again on port {new} (attempt {attempt + 1} of {PORT_ATTEMPTS})\n")
         print(note, end="", flush=True)
@@ -312,6 +330,7 @@ class Supervisor:
                 except OSError:
                     pass
         self.save()
+        return True
 
     def _stop(self, running: list[tuple[LocalNode, node_wrapper.Proc]], st: dict[str, Any]) -> None:
         """Stop this run's agents and their workers; record how each node ended."""
@@ -322,7 +341,7 @@ class Supervisor:
         while time.monotonic() < deadline and any(p.poll() is None for _, p in running):
             time.sleep(0.1)
         # Workers run in their own sessions: find stragglers by the job marker, not the process group.
-        from launcher.targets.local.target import MARKER
+        from launcher.targets.local.payload import MARKER
         from launcher.targets.shared import procs
 
         procs.kill_marked(MARKER, self.plan.job_id, grace=2.0)

@@ -14,7 +14,6 @@ Layout of a run directory::
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import time
 from collections.abc import Iterator
@@ -22,64 +21,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher.errors import TargetError, TargetUnavailable
-from launcher.states import JobState
+from launcher.core.errors import TargetError, TargetUnavailable
+from launcher.core.states import JobState
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
 from launcher.targets.local import container as ctr
+from launcher.targets.local import ports
+from launcher.targets.local.payload import (
+    MARKER, PORT_AT_SUBMIT, LocalElement, LocalNode, LocalPayload, read_plan, render_local,
+)
 from launcher.targets.shared import procs
-from launcher.targets.shared.files import atomic_write, from_json, read_json, to_json, write_json
+from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 
 if TYPE_CHECKING:
-    from launcher.specload import LoadedSpec
+    from launcher.spec.load import LoadedSpec
 
-MARKER = "DDPJOB_JOB_ID"  # every process of a job carries it in its environment (see procs)
+__all__ = ["MARKER", "LocalElement", "LocalHandle", "LocalNode", "LocalPayload", "LocalTarget", "read_plan",
+           "render_local"]
+
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "WARN"}
-# Ports are chosen below Linux's ephemeral range (32768+), so an outgoing connection is unlikely to
-# take the port between the choice and the rendezvous.
-PORT_RANGE = range(20000, 32000)
-# What render and --dry-run show where the port chosen at submit will be.
-PORT_AT_SUBMIT = "<port>"
-
-
-@dataclass
-class LocalNode:
-    """One node of one run: the torchrun agent the supervisor starts."""
-
-    node: int
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
-    log: str
-    error_file: str
-    torchrun_log_dir: str
-    container: str | None = None  # the container's name when the node runs in one (local.container)
-
-
-@dataclass
-class LocalElement:
-    """One run (sweep element) and its nodes."""
-
-    index: int
-    params: dict[str, str]
-    output_dir: str
-    nodes: list[LocalNode]
-
-
-@dataclass
-class LocalPayload:
-    """What the supervisor runs (``plan.json``). ``port`` is None until submit chooses it."""
-
-    job_id: str
-    run_dir: str
-    nodes: int
-    procs_per_node: int
-    port: int | None
-    stop_on_failure: bool
-    elements: list[LocalElement]
-    port_fixed: bool = False  # the spec's master_port: never moved when it is taken
-    container: str = "none"  # local.container: the engine that runs each node, or none
-
 
 @dataclass
 class LocalHandle(Handle):
@@ -109,8 +69,8 @@ class LocalTarget(Target):
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
         # Imported here: status, logs, cancel and the supervisor never load the spec's models.
-        from launcher import dist
-        from launcher.spec import expand
+        from launcher.targets.shared import dist
+        from launcher.spec.model import expand
 
         spec = loaded.spec
         port = spec.master_port or ctx.port
@@ -163,31 +123,13 @@ class LocalTarget(Target):
             elements.append(LocalElement(el.index, el.params, el.output_dir, nodes))
         payload = LocalPayload(ctx.job_id, ctx.run_dir, spec.nodes, procs_per_node, port,
                                spec.local.stop_on_failure, elements, port_fixed=spec.master_port is not None,
-                               container=engine)
+                               container=engine, port_command=list(ctx.port_command))
         return Plan("local", ctx.job_id, spec.name, ctx.run_dir, render_local(payload), payload,
                     spec.nodes, procs_per_node, len(elements), port)
 
     def pick_port(self, busy: set[int]) -> int:
-        """A port free on 127.0.0.1 now and not held by another live local job (``busy``).
-
-        Every port of the range is tried from a random start (shuffling 12,000 ports took 22 ms).
-        """
-        import random
-        import socket  # only at submit: render and status never pick a port
-
-        start = random.randrange(len(PORT_RANGE))
-        for i in range(len(PORT_RANGE)):
-            port = PORT_RANGE[(start + i) % len(PORT_RANGE)]
-            if port in busy:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            return port
-        raise TargetUnavailable(f"no free port on 127.0.0.1 in {PORT_RANGE.start}-{PORT_RANGE.stop - 1}; "
-                                "set master_port: in the spec")
+        """A port free on 127.0.0.1 now and not held by another live local job (``busy``)."""
+        return ports.pick_port(busy)
 
     def submit(self, plan: Plan) -> LocalHandle:
         payload: LocalPayload = plan.payload
@@ -308,14 +250,6 @@ def read_state(run_dir: str) -> dict[str, Any] | None:
     return state if isinstance(state, dict) else None
 
 
-def read_plan(run_dir: str) -> LocalPayload:
-    """The payload ``submit`` wrote to ``plan.json``."""
-    data = read_json(os.path.join(run_dir, "plan.json"))
-    if data is None:
-        raise TargetError(f"the run directory {run_dir} has no readable plan.json (was it deleted?)")
-    return from_json(LocalPayload, data)
-
-
 def _remove_containers(handle: LocalHandle) -> None:
     """Stop and remove the job's containers by name (local.container), whatever their state."""
     try:
@@ -373,26 +307,3 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
     return JobStatus(state, message, tasks, details)
 
 
-def render_local(payload: LocalPayload) -> str:
-    """Shell-equivalent text of the plan: one block per run and node, env sorted, every word quoted."""
-    if payload.port is None:
-        rendezvous = f"rendezvous 127.0.0.1:{PORT_AT_SUBMIT} (a free port chosen at submit; master_port: fixes it)"
-    else:
-        rendezvous = f"rendezvous 127.0.0.1:{payload.port}"
-    out = [
-        f"# ddpjob local plan: job {payload.job_id}",
-        f"# {payload.nodes} node(s) x {payload.procs_per_node} process(es), {rendezvous}, run dir {payload.run_dir}",
-    ]
-    if payload.container != "none":
-        out.append(f"# each node runs in its own {payload.container} container, named below and removed at its end "
-                   "and by cancel; the engine passes each variable named by --env from the env below")
-    for el in payload.elements:
-        params = " ".join(f"{k}={v}" for k, v in el.params.items())
-        out.append("")
-        out.append(f"## task {el.index}" + (f" ({params})" if params else "") + f", output {el.output_dir}")
-        for n in el.nodes:
-            out.append(f"# node {n.node} -> {n.log}")
-            env = " \\\n    ".join(f"{k}={shlex.quote(v)}" for k, v in n.env.items())
-            cmd = ctr.shown(n.argv) if n.container else shlex.join(n.argv)
-            out.append(f"(cd {shlex.quote(n.cwd)} && env \\\n    {env} \\\n  {cmd})")
-    return "\n".join(out) + "\n"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.progress import metrics_path
+from launcher.core.progress import metrics_path
 
 _PYTHONS = ("python", "python3")
 
@@ -84,7 +84,7 @@ def run_env(
 ) -> dict[str, str]:
     """The variables of one run's processes on one node, sorted: the node's ``base`` (NCCL,
     threads, the spec's env), the run's own env (sweep placeholders filled), then what ddpjob sets
-    for every run (``DDPJOB_*``, the metrics file that ``launcher.progress`` reads, and torchrun's
+    for every run (``DDPJOB_*``, the metrics file that ``launcher.core.progress`` reads, and torchrun's
     error file where the target reads it back)."""
     env = {**base, **element_env, "DDPJOB_JOB_ID": job_id, "DDPJOB_SWEEP_INDEX": str(sweep_index),
            "DDPJOB_OUTPUT_DIR": output_dir, "DDPJOB_METRICS_FILE": metrics_path(output_dir)}

@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from launcher.errors import Issue
-from launcher.spec import placeholders
+from launcher.core.errors import Issue
+from launcher.spec.model import placeholders
 from launcher.targets.shared.launch import torchrun_program
 
 

@@ -13,7 +13,7 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
-from launcher.quantity import QuantityError, parse_memory
+from launcher.core.quantity import QuantityError, parse_memory
 
 # sbatch --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
 # "days-hours:minutes" and "days-hours:minutes:seconds".

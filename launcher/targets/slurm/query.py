@@ -11,8 +11,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from launcher.errors import TargetUnavailable
-from launcher.states import JobState
+from launcher.core.errors import TargetUnavailable
+from launcher.core.states import JobState
 
 # Every query answers within this many seconds in all (status, wait and cancel stay responsive
 # when the controller is down).

@@ -225,3 +225,16 @@ def resolve_folder(folder: str, home: str, cwd: str) -> str:
     if not os.path.isabs(folder):
         folder = os.path.join(cwd, folder)
     return os.path.normpath(folder)
+
+
+@dataclass
+class SlurmPayload:
+    """What ``submit`` hands to submitit: the executor's parameters, the script it must write, runs."""
+
+    common: SlurmCommon
+    elements: list[SlurmElement]
+    executor_params: dict[str, Any]
+    map_count: int | None  # the array size for a sweep, else None
+    script: str
+    run_dir: str
+    submission_file: str

@@ -18,7 +18,7 @@ from typing import Any
 from submitit.core import utils
 from submitit.slurm import slurm as submitit_slurm
 
-from launcher.targets.slurm.target import SlurmPayload
+from launcher.targets.slurm.script import SlurmPayload
 
 SBATCH_TIMEOUT_S = 120
 

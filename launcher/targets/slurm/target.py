@@ -20,34 +20,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
-from launcher.quantity import parse_memory, slurm_mem
-from launcher.states import JobState
+from launcher.core.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
+from launcher.core.quantity import parse_memory, slurm_mem
+from launcher.core.states import JobState
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.slurm.script import (
-    PORT_SETUP, SlurmCommon, SlurmElement, node_paths, render_plan, resolve_folder, sbatch_script,
+    PORT_SETUP, SlurmCommon, SlurmElement, SlurmPayload, node_paths, render_plan, resolve_folder, sbatch_script,
 )
 
 if TYPE_CHECKING:
     from launcher.targets.slurm import query as slurm_query
-    from launcher.specload import LoadedSpec
+    from launcher.spec.load import LoadedSpec
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"}  # HPC fabrics usually have InfiniBand
-
-
-@dataclass
-class SlurmPayload:
-    """What ``submit`` hands to submitit: the executor's parameters, the script it must write, runs."""
-
-    common: SlurmCommon
-    elements: list[SlurmElement]
-    executor_params: dict[str, Any]
-    map_count: int | None  # the array size for a sweep, else None
-    script: str
-    run_dir: str
-    submission_file: str
 
 
 @dataclass
@@ -93,8 +80,8 @@ class SlurmTarget(Target):
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
         # Imported here: status, logs and cancel never load the spec's models.
-        from launcher import dist
-        from launcher.spec import expand
+        from launcher.targets.shared import dist
+        from launcher.spec.model import expand
 
         spec = loaded.spec
         s = spec.slurm

@@ -6,7 +6,7 @@ A crash in between leaves a visible job without a handle, never a ghost. Termina
 never downgraded (enforced in SQL). Several ``ddpjob`` processes may use one registry at once.
 
 The home is private to the user (0700, the database 0600): specs and plans may carry secrets, and
-the spec stored here has the values of secret-looking variables masked (``launcher.secretenv``).
+the spec stored here has the values of secret-looking variables masked (``launcher.spec.secrets``).
 A home that cannot be used (read-only, a file in its path, a full disk) is ``HomeUnusable``.
 """
 
@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import HomeUnusable, JobNotFound
-from launcher.secretenv import mask_spec
-from launcher.states import TERMINAL, JobState
+from launcher.core.errors import HomeUnusable, JobNotFound
+from launcher.core.home import ddpjob_home
+from launcher.spec.secrets import mask_spec
+from launcher.core.states import TERMINAL, JobState
 
 if TYPE_CHECKING:
     import sqlite3
@@ -50,10 +51,6 @@ CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
 """
 _ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o, 1/l: ids are read aloud and typed
 _TERMINAL_SQL = tuple(s.value for s in TERMINAL)
-
-
-def ddpjob_home() -> Path:
-    return Path(os.environ.get("DDPJOB_HOME") or Path.home() / ".ddpjob").expanduser()
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import UsageError
+from launcher.core.errors import UsageError
 
 if TYPE_CHECKING:
-    from launcher.registry import JobRecord
+    from launcher.service.registry import JobRecord
     from launcher.targets.base import Plan
 
 

@@ -16,7 +16,7 @@ import os
 import stat
 from typing import Any
 
-from launcher.errors import Issue, SpecError
+from launcher.core.errors import Issue, SpecError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def read_spec_text(path: str) -> str:
     try:
         st = os.stat(path)  # follows symlinks: a link to /dev/zero is a device
     except FileNotFoundError as e:
-        from launcher.starters import hint_for_missing
+        from launcher.spec.examples import hint_for_missing
 
         hint = hint_for_missing(path) or "check the path; `ddpjob validate FILE` checks a spec"
         raise refuse("file not found", hint, e) from e
@@ -200,6 +200,10 @@ def _syntax_error(e: yaml.YAMLError, file: str | None, source: str | None) -> Sp
     problem = getattr(e, "problem", None) or str(e)
     if isinstance(e, yaml.constructor.ConstructorError):
         return _error(file, source, problem, mark, "quote the value to keep it as text")
+    if "maximum nesting depth" in problem:
+        # PyYAML >= 6.0.3 has a depth limit of its own, which its scanner (reading flow
+        # collections ahead of the events) can hit before check_events sees the 65th level.
+        return _error(file, source, f"nested more than {MAX_DEPTH} levels deep", mark, "a job spec nests a few levels")
     return _error(file, source, f"YAML syntax error: {problem}", mark, "check indentation, colons and quotes")
 
 

@@ -1,7 +1,7 @@
 """Checks shared by the spec's common fields and the targets' sections (``targets/*/options.py``).
 
 A leaf module (it imports nothing from ddpjob), so every options model can use it without an
-import cycle through ``launcher.spec``.
+import cycle through ``launcher.spec.model``.
 """
 
 from __future__ import annotations

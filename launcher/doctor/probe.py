@@ -1,6 +1,6 @@
 """The program ``ddpjob doctor`` runs on every rank: what each rank sees, and all-reduce speed.
 
-``python -m launcher.doctor_probe [--max-mib 256] [--iters 3]`` under torchrun (any target). Every
+``python -m launcher.doctor.probe [--max-mib 256] [--iters 3]`` under torchrun (any target). Every
 rank reports its backend, its NCCL/Gloo/rendezvous variables, network interfaces, GPUs and torch,
 CUDA and NCCL versions; rank 0 gathers them, times ``all_reduce`` on float32 tensors from 1 MiB up
 to ``--max-mib`` (x4 each step) and prints one line ``[ddpjob-doctor] {json}`` that the launcher
@@ -77,7 +77,7 @@ def _sync(device: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m launcher.doctor_probe", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m launcher.doctor.probe", description=__doc__.splitlines()[0])
     p.add_argument("--max-mib", type=int, default=256, help="largest all-reduce, in MiB (default 256)")
     p.add_argument("--iters", type=int, default=3, help="timed all-reduces per size (default 3)")
     args = p.parse_args(argv)

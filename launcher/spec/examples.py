@@ -6,7 +6,8 @@ from __future__ import annotations
 import functools
 import os
 
-_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+# launcher/examples/: package data beside this package (jobs/ in a clone links there).
+_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
 @functools.cache

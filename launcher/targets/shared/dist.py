@@ -9,7 +9,7 @@ torchrun computes per process (RANK, LOCAL_RANK, WORLD_SIZE, ...).
 
 from __future__ import annotations
 
-from launcher.spec import JobSpec
+from launcher.spec.model import JobSpec
 
 
 def resolve_procs_per_node(spec: JobSpec, gpus_per_node: int) -> int:

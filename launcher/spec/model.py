@@ -1,7 +1,7 @@
 """The job spec: pydantic models, sweep expansion and placeholder substitution.
 
 One spec runs unchanged on every target. The loader that turns a YAML file into a ``JobSpec``
-(with file/line/column for every error) lives in ``launcher.specload``.
+(with file/line/column for every error) lives in ``launcher.spec.load``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, ValidationInfo, create_model, field_validator,
 )
 
-from launcher.errors import Issue
-from launcher.quantity import QuantityError, parse_memory
-from launcher.specfields import ENV_NAME_RE, is_reserved_env, no_control
+from launcher.core.errors import Issue
+from launcher.core.quantity import QuantityError, parse_memory
+from launcher.core.fields import ENV_NAME_RE, is_reserved_env, no_control
 
 NAME_MAX = 40
 # A sweep of more runs is almost always a mistake (5 lists of 20 values make 3.2 million runs).
@@ -88,7 +88,7 @@ def sanitize_name(text: str) -> str:
 
 
 class NcclOptions(BaseModel):
-    """NCCL (and Gloo) settings. Unset fields take each target's default (see ``launcher.dist``)."""
+    """NCCL (and Gloo) settings. Unset fields take each target's default (see ``launcher.targets.shared.dist``)."""
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
 

@@ -1,6 +1,6 @@
 """``ddpjob doctor``: run a real job that checks what the ranks see and how fast they all-reduce.
 
-The job runs ``launcher.doctor_probe`` on the chosen target with the spec's settings (image, env,
+The job runs ``launcher.doctor.probe`` on the chosen target with the spec's settings (image, env,
 NCCL options, resources), so it tests the path a training job will take. Its report comes back
 through the job's logs (one ``[ddpjob-doctor] {json}`` line from rank 0), which works the same on
 every target. The verdict warns when the ranks disagree on settings that must agree, and when
@@ -13,8 +13,8 @@ import json
 import os
 from typing import Any
 
-from launcher.doctor_probe import MARKER
-from launcher.errors import TargetError
+from launcher.doctor.probe import MARKER
+from launcher.core.errors import TargetError
 from launcher.targets.base import LogFilter
 
 # Settings every rank must share: a difference means ranks will not talk the same way.
@@ -24,7 +24,7 @@ _MUST_AGREE_ENV = ("NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"
 
 
 def probe_command(max_mib: int, iters: int) -> list[str]:
-    return ["python", "-m", "launcher.doctor_probe", "--max-mib", str(max_mib), "--iters", str(iters)]
+    return ["python", "-m", "launcher.doctor.probe", "--max-mib", str(max_mib), "--iters", str(iters)]
 
 
 def read_report(lines: list[str]) -> dict[str, Any]:

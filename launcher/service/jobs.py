@@ -1,6 +1,6 @@
 """The service layer: the one path from a spec to a running job and back, for every entry point.
 
-The CLI (``launcher.cli``) parses arguments, calls ``Jobs`` and prints; the Python API uses the
+The CLI (``launcher.cli.main``) parses arguments, calls ``Jobs`` and prints; the Python API uses the
 same class. One submit walks, in this order::
 
     load spec -> reserve id (and a port, where the target picks one) -> plan ONCE -> submit -> record handle
@@ -24,16 +24,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import (
+from launcher.core.errors import (
     DdpjobError, NotSubmitted, SpecError, SubmitRejected, TargetUnavailable, UsageError, WaitTimeout,
 )
-from launcher.interrupts import deferred_interrupt
-from launcher.jobshape import check_selection, check_timeout, plan_shape
-from launcher.states import JobState
+from launcher.core.interrupts import deferred_interrupt
+from launcher.service.shape import check_selection, check_timeout, plan_shape
+from launcher.core.states import JobState
 
 if TYPE_CHECKING:
-    from launcher.registry import JobRecord, Registry
-    from launcher.specload import LoadedSpec
+    from launcher.service.registry import JobRecord, Registry
+    from launcher.spec.load import LoadedSpec
     from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target
 
 # A job without a handle this long after its reservation was abandoned by its submitting process.
@@ -70,8 +70,8 @@ def load(spec_path: str | None, *, command: list[str] | None = None, overrides: 
 
     Overrides (``KEY=VALUE``) apply before validation. Raises ``SpecError`` listing every problem.
     """
-    from launcher.spec import sanitize_name
-    from launcher.specload import load_spec
+    from launcher.spec.model import sanitize_name
+    from launcher.spec.load import load_spec
 
     if spec_path is not None:
         return load_spec(spec_path, overrides=list(overrides))
@@ -103,7 +103,7 @@ class Jobs:
 
     def __init__(self, registry: Registry | None = None) -> None:
         if registry is None:
-            from launcher.registry import Registry
+            from launcher.service.registry import Registry
 
             registry = Registry()
         self.registry = registry
@@ -118,6 +118,8 @@ class Jobs:
             job_id=job_id, run_dir=str(self.registry.runs_dir() / job_id), port=port,
             cpu_count=os.cpu_count() or 1, gpu_count=gpu_count(), home=os.path.expanduser("~"),
             cwd=os.getcwd(), python=sys.executable, inputs=inputs,
+            port_command=(sys.executable, "-m", "launcher.service.ports", str(self.registry.home), job_id)
+            if port is not None else (),
         )
 
     def plan(self, loaded: LoadedSpec, target: str, *, online: bool = False) -> Plan:
@@ -132,8 +134,8 @@ class Jobs:
 
     def _plan(self, tgt: Target, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan:
         """The target's plan, with the text people see (and ``plan.txt`` holds): secret values
-        masked, ``env_from_host`` names listed (``launcher.secretenv``)."""
-        from launcher import secretenv
+        masked, ``env_from_host`` names listed (``launcher.service.shown``)."""
+        from launcher.service import shown as secretenv
 
         issues = secretenv.host_env_issues(tgt, loaded, submitting=submitting)
         if issues:
@@ -218,6 +220,10 @@ class Jobs:
             rec = self.registry.get(rec.id)
         return rec, st
 
+    def recorded(self, *, limit: int = 200) -> list[JobRecord]:
+        """Jobs as last recorded, newest first, asking no target (shell completion)."""
+        return self.registry.list(limit=limit)
+
     def list_jobs(self, *, limit: int | None = 50, target: str | None = None) -> list[JobRecord]:
         """Jobs, newest first; unfinished ones are refreshed with one batched query per target.
         A target out of reach leaves its jobs as last known."""
@@ -250,9 +256,9 @@ class Jobs:
         return out
 
     def progress(self, rec: JobRecord) -> dict[str, Any] | None:
-        """How far the job is (``launcher.progress``) when a run's metrics file is readable here:
+        """How far the job is (``launcher.core.progress``) when a run's metrics file is readable here:
         the latest run that reports steps (``task`` says which, for a sweep)."""
-        from launcher.progress import read_progress
+        from launcher.core.progress import read_progress
 
         if rec.handle is None:
             return None

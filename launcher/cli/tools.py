@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from launcher.cli_spec import TARGET_CHOICE
-from launcher.cli_support import guard
+from launcher.cli.specopts import TARGET_CHOICE
+from launcher.cli.support import guard
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -22,9 +22,9 @@ def complete_job_ids(ctx: click.Context, param: click.Parameter, incomplete: str
     from click.shell_completion import CompletionItem
 
     try:
-        from launcher.registry import Registry
+        from launcher.service.jobs import Jobs
 
-        records = Registry().list(limit=200)
+        records = Jobs().recorded(limit=200)
     except Exception:  # noqa: BLE001 - completion must never print a traceback into the shell
         return []
     return [CompletionItem(r.id, help=r.state.value) for r in records if r.id.startswith(incomplete)]
@@ -39,7 +39,8 @@ def complete_spec_files(ctx: click.Context, param: click.Parameter, incomplete: 
 
 @click.command()
 @click.argument("shell", type=click.Choice(SHELLS))
-def completion(shell: str) -> None:
+@click.pass_context
+def completion(ctx: click.Context, shell: str) -> None:
     """Print the shell completion script (commands, options, targets, spec files and job ids).
 
     \b
@@ -51,11 +52,10 @@ def completion(shell: str) -> None:
     """
     from click.shell_completion import get_completion_class
 
-    from launcher.cli import cli
-
     cls = get_completion_class(shell)
     assert cls is not None
-    click.echo(cls(cli, {}, "ddpjob", "_DDPJOB_COMPLETE").source())
+    # The root command (launcher.cli.main's group) from the context: this module never imports main.
+    click.echo(cls(ctx.find_root().command, {}, "ddpjob", "_DDPJOB_COMPLETE").source())
 
 
 @click.command()
@@ -73,8 +73,8 @@ def rm(job_ids: tuple[str, ...], force: bool) -> None:
       ddpjob rm quickstart-ab2cd
       ddpjob rm --force sweep-x7k2m     # cancel it first
     """
-    from launcher.cleanup import remove
-    from launcher.jobs import Jobs
+    from launcher.service.cleanup import remove
+    from launcher.service.jobs import Jobs
 
     jobs = Jobs()
     for job_id in job_ids:
@@ -98,9 +98,9 @@ def prune(older_than: str, states: tuple[str, ...], dry_run: bool) -> None:
       ddpjob prune                          # finished more than 7 days ago
       ddpjob prune --older-than 0 --state FAILED --dry-run
     """
-    from launcher import cleanup
-    from launcher.jobs import Jobs
-    from launcher.states import JobState
+    from launcher.service import cleanup
+    from launcher.service.jobs import Jobs
+    from launcher.core.states import JobState
 
     removed = cleanup.prune(Jobs(), older_than_s=cleanup.parse_duration(older_than),
                             states={JobState(s) for s in states} or None, dry_run=dry_run)
@@ -137,11 +137,11 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
     """
     import json
 
-    from launcher import doctor as doc
-    from launcher.errors import DdpjobError
-    from launcher.jobs import Jobs, load
-    from launcher.specload import load_spec
-    from launcher.states import JobState
+    from launcher.doctor import run as doc
+    from launcher.core.errors import DdpjobError
+    from launcher.service.jobs import Jobs, load
+    from launcher.spec.load import load_spec
+    from launcher.core.states import JobState
 
     sets = [f"command={json.dumps(doc.probe_command(max_mib, iters))}", "sweep={}", "name=doctor"]
     if nodes is not None:
@@ -183,8 +183,8 @@ def init(example: str, output: str | None, force: bool, list_: bool) -> None:
       ddpjob init sweep -o my-sweep.yaml
       ddpjob init --list
     """
-    from launcher import starters
-    from launcher.errors import FileUnusable, UsageError
+    from launcher.spec import examples as starters
+    from launcher.core.errors import FileUnusable, UsageError
 
     if list_:
         for name in starters.names():

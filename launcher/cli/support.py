@@ -16,8 +16,8 @@ DEBUG = {"on": bool(os.environ.get("DDPJOB_DEBUG"))}
 
 
 def exit_codes_help() -> str:
-    """The exit-code table for ``ddpjob --help`` (from ``launcher.exitcodes.EXIT_CODES``)."""
-    from launcher.exitcodes import EXIT_CODES
+    """The exit-code table for ``ddpjob --help`` (from ``launcher.core.exitcodes.EXIT_CODES``)."""
+    from launcher.core.exitcodes import EXIT_CODES
 
     rows = "\n".join(f"  {code:<5}{text}" for code, text in EXIT_CODES.items())
     return f"\b\nExit codes:\n{rows}"
@@ -81,7 +81,7 @@ def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn ddpjob's typed errors into a message and an exit code; never a traceback for them."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from launcher.errors import DdpjobError, SpecError
+        from launcher.core.errors import DdpjobError, SpecError
 
         try:
             return fn(*args, **kwargs)

@@ -11,8 +11,8 @@ import click
 from launcher.targets import TARGET_NAMES  # names only: no target is imported here
 
 if TYPE_CHECKING:
-    from launcher.jobs import Jobs
-    from launcher.specload import LoadedSpec
+    from launcher.service.jobs import Jobs
+    from launcher.spec.load import LoadedSpec
 
 TARGET_CHOICE = click.Choice(TARGET_NAMES)
 
@@ -43,8 +43,8 @@ def overrides(sets: tuple[str, ...], nodes: int | None, procs: str | None, name:
 
 def load(args: tuple[str, ...], overrides: list[str]) -> LoadedSpec:
     """A spec file (``SPEC``) or a bare command (``-- python train.py ...``)."""
-    from launcher import jobs
-    from launcher.errors import UsageError
+    from launcher.service import jobs
+    from launcher.core.errors import UsageError
 
     if args and args[0].endswith((".yaml", ".yml")):
         if len(args) > 1:
@@ -55,6 +55,6 @@ def load(args: tuple[str, ...], overrides: list[str]) -> LoadedSpec:
 
 
 def jobs_service() -> Jobs:
-    from launcher.jobs import Jobs
+    from launcher.service.jobs import Jobs
 
     return Jobs()

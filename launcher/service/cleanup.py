@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.errors import UsageError
-from launcher.states import TERMINAL, JobState
+from launcher.core.errors import UsageError
+from launcher.core.states import TERMINAL, JobState
 
 if TYPE_CHECKING:
-    from launcher.jobs import Jobs
-    from launcher.registry import JobRecord
+    from launcher.service.jobs import Jobs
+    from launcher.service.registry import JobRecord
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from launcher.registry import JobRecord
+    from launcher.service.registry import JobRecord
     from launcher.targets.base import JobStatus
 
 
@@ -17,7 +17,7 @@ def when(ts: float | None) -> str:
 
 def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] | None = None) -> list[str]:
     """The job, its state and root cause, its progress, each run (task) and its nodes."""
-    from launcher.progress import describe
+    from launcher.core.progress import describe
 
     out: list[str] = []
     out.append(f"job:      {rec.id} ({rec.target})")
@@ -45,8 +45,8 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
 def job_table(records: list[JobRecord], progress: dict[str, dict[str, Any] | None] | None = None, *,
               disk: bool = False) -> list[str]:
     """One row per job, columns aligned; the message (or a running job's progress) last, cut to 60."""
-    from launcher.cleanup import disk_use
-    from launcher.progress import describe
+    from launcher.service.cleanup import disk_use
+    from launcher.core.progress import describe
 
     head = ("ID", "TARGET", "STATE", "NODES", "CREATED") + (("SIZE",) if disk else ())
     rows = [(*head, "MESSAGE")]

@@ -1,6 +1,6 @@
 """Typed errors raised by library code.
 
-Library code raises these and never prints or exits; ``launcher.cli`` is the one place that turns
+Library code raises these and never prints or exits; ``launcher.cli.main`` is the one place that turns
 them into a message and an exit code (see ``EXIT_CODES``).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from launcher.exitcodes import EXIT_CODES  # noqa: F401  (re-exported: the table lives there)
+from launcher.core.exitcodes import EXIT_CODES  # noqa: F401  (re-exported: the table lives there)
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def main() -> None:
         interrupts_never_lost()
         fewer_collections()
         without_pydantic_plugins()
-        from launcher.cli import main as cli_main
+        from launcher.cli.main import main as cli_main
 
         cli_main()
     except KeyboardInterrupt:

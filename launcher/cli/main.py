@@ -1,6 +1,6 @@
 """The ``ddpjob`` command line. Click commands only: heavy imports happen inside each command.
 
-Exit codes: ``launcher.exitcodes.EXIT_CODES`` (listed by ``ddpjob --help`` and the README).
+Exit codes: ``launcher.core.exitcodes.EXIT_CODES`` (listed by ``ddpjob --help`` and the README).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from launcher.cli_support import DEBUG, exit_codes_help, flush_stdout, guard as _guard, interrupted as _interrupted
-from launcher.states import JobState
-from launcher.cli_spec import TARGET_CHOICE, jobs_service as _jobs, load as _load, overrides as _overrides
-from launcher.cli_spec import spec_options as _spec_options
-from launcher.cli_tools import TOOLS, complete_job_ids, complete_spec_files
+from launcher.cli.support import DEBUG, exit_codes_help, flush_stdout, guard as _guard, interrupted as _interrupted
+from launcher.core.states import JobState
+from launcher.cli.specopts import TARGET_CHOICE, jobs_service as _jobs, load as _load, overrides as _overrides
+from launcher.cli.specopts import spec_options as _spec_options
+from launcher.cli.tools import TOOLS, complete_job_ids, complete_spec_files
 
 if TYPE_CHECKING:
-    from launcher.jobs import Jobs
+    from launcher.service.jobs import Jobs
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=exit_codes_help())
@@ -87,7 +87,7 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
         if dry_run == "server":
             click.echo(service.server_dry_run(plan))
         return
-    from launcher.jobs import SubmitInterrupted, deferred_interrupt
+    from launcher.service.jobs import SubmitInterrupted, deferred_interrupt
 
     # Ctrl-C from here on waits until the job is recorded and its id printed (at most the target's
     # own timeouts): a job is never submitted without the user learning its id.
@@ -126,7 +126,7 @@ def _print_submitted(done: Any, target: str, *, quiet: bool, hints: bool) -> Non
 def _follow_to_end(service: Jobs, job_id: str, flt: Any = None) -> int:
     from launcher.targets.base import LogFilter
 
-    from launcher.progress import describe
+    from launcher.core.progress import describe
 
     live = sys.stderr.isatty() and sys.stdout.isatty()  # progress between the lines, on a terminal only
     shown = time.monotonic()
@@ -178,7 +178,7 @@ def validate(spec_files: tuple[str, ...], target: str | None) -> None:
     """
     import math
 
-    from launcher.errors import SpecError
+    from launcher.core.errors import SpecError
 
     bad = 0
     service = _jobs()
@@ -210,7 +210,7 @@ def schema() -> None:
     """
     import json
 
-    from launcher.spec import json_schema
+    from launcher.spec.model import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
 
@@ -232,7 +232,7 @@ def status(job_id: str, output: str) -> None:
         data["progress"] = progress
         click.echo(json.dumps(data, indent=2, sort_keys=True))
         return
-    from launcher.show import status_lines
+    from launcher.cli.show import status_lines
 
     for line in status_lines(rec, st, progress):
         click.echo(line)
@@ -252,7 +252,7 @@ def list_(output: str, limit: int, target: str | None, du: bool) -> None:
     """
     import json
 
-    from launcher.show import job_summary, job_table
+    from launcher.cli.show import job_summary, job_table
 
     service = _jobs()
     fresh = service.list_jobs(limit=limit or None, target=target)
@@ -307,7 +307,7 @@ def cancel(job_id: str, task: int | None) -> None:
       ddpjob cancel ID
       ddpjob cancel ID --task 2     # one element of a sweep (Slurm)
     """
-    from launcher.jobs import Cancelled
+    from launcher.service.jobs import Cancelled
 
     service = _jobs()
     result = service.cancel(job_id, task)
@@ -330,7 +330,7 @@ def wait(job_id: str, timeout: float | None) -> None:
     live = sys.stderr.isatty()  # a one-line live progress on a terminal, never when piped
 
     def show(rec: Any) -> None:
-        from launcher.progress import describe
+        from launcher.core.progress import describe
 
         line = f"{rec.id}: {rec.state.value}" + (f", {describe(p)}" if (p := service.progress(rec)) else "")
         click.echo(f"\r\033[K{line[:200]}", err=True, nl=False)
@@ -342,7 +342,7 @@ def wait(job_id: str, timeout: float | None) -> None:
     sys.exit(0 if rec.state is JobState.SUCCEEDED else 1)
 
 
-for _tool in TOOLS:  # completion, rm, prune, doctor, init (launcher/cli_tools.py)
+for _tool in TOOLS:  # completion, rm, prune, doctor, init (launcher/cli/tools.py)
     cli.add_command(_tool)
 
 

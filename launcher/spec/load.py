@@ -16,12 +16,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from launcher import specyaml
-from launcher.errors import Issue, SpecError
-from launcher.interrupts import interrupt_after
-from launcher.secretenv import is_secret, mask_override, printable
-from launcher.spec import JobSpec, check_placeholders, sanitize_name
-from launcher.specfields import control_problem
+from launcher.spec import yamlread as specyaml
+from launcher.core.errors import Issue, SpecError
+from launcher.core.interrupts import interrupt_after
+from launcher.spec.secrets import is_secret, mask_override, printable
+from launcher.spec.model import JobSpec, check_placeholders, sanitize_name
+from launcher.core.fields import control_problem
 
 
 @dataclass

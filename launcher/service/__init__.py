@@ -1,0 +1,8 @@
+"""The service layer: the one path every entry point (the CLI, the Python API) walks with jobs.
+
+Owns ``jobs`` (load -> target inputs -> reserve -> plan once -> submit -> record; status, list,
+wait, logs, cancel), the SQLite registry of submitted jobs (``registry``), a submitted job's shape and
+the checks of ``--task/--node/--rank`` against it (``shape``) and removing finished jobs
+(``cleanup``). May import ``launcher.core``, ``launcher.spec`` and ``launcher.targets``; never the
+command line (``launcher.cli``), so the API and the CLI behave alike.
+"""

@@ -1,0 +1,105 @@
+"""The local target's request: what ``plan`` builds, ``submit`` writes to ``plan.json`` and the
+supervisor runs, and its text (``plan.txt``, ``render``). The supervisor's quick start reads
+``plan.json`` into namespaces; its typed paths (status, port moves) use these dataclasses."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+
+from launcher.core.errors import TargetError
+from launcher.targets.local import container as ctr
+from launcher.targets.shared.files import from_json, read_json
+
+MARKER = "DDPJOB_JOB_ID"  # every process of a job carries it in its environment (see procs)
+# What render and --dry-run show where the port chosen at submit will be.
+PORT_AT_SUBMIT = "<port>"
+
+
+@dataclass
+class LocalNode:
+    """One node of one run: the torchrun agent the supervisor starts."""
+
+    node: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    log: str
+    error_file: str
+    torchrun_log_dir: str
+    container: str | None = None  # the container's name when the node runs in one (local.container)
+
+
+@dataclass
+class LocalElement:
+    """One run (sweep element) and its nodes."""
+
+    index: int
+    params: dict[str, str]
+    output_dir: str
+    nodes: list[LocalNode]
+
+
+@dataclass
+class LocalPayload:
+    """What the supervisor runs (``plan.json``). ``port`` is None until submit chooses it."""
+
+    job_id: str
+    run_dir: str
+    nodes: int
+    procs_per_node: int
+    port: int | None
+    stop_on_failure: bool
+    elements: list[LocalElement]
+    port_fixed: bool = False  # the spec's master_port: never moved when it is taken
+    container: str = "none"  # local.container: the engine that runs each node, or none
+    # The service's command for a new port when another program took this one (PlanContext.port_command).
+    port_command: list[str] = field(default_factory=list)
+
+
+def read_plan(run_dir: str) -> LocalPayload:
+    """The payload ``submit`` wrote to ``plan.json``."""
+    data = read_json(os.path.join(run_dir, "plan.json"))
+    if data is None:
+        raise TargetError(f"the run directory {run_dir} has no readable plan.json (was it deleted?)")
+    return from_json(LocalPayload, data)
+
+
+def render_local(payload: LocalPayload) -> str:
+    """Shell-equivalent text of the plan: one block per run and node, env sorted, every word quoted."""
+    if payload.port is None:
+        rendezvous = f"rendezvous 127.0.0.1:{PORT_AT_SUBMIT} (a free port chosen at submit; master_port: fixes it)"
+    else:
+        rendezvous = f"rendezvous 127.0.0.1:{payload.port}"
+    out = [
+        f"# ddpjob local plan: job {payload.job_id}",
+        f"# {payload.nodes} node(s) x {payload.procs_per_node} process(es), {rendezvous}, run dir {payload.run_dir}",
+    ]
+    if payload.container != "none":
+        out.append(f"# each node runs in its own {payload.container} container, named below and removed at its end "
+                   "and by cancel; the engine passes each variable named by --env from the env below")
+    for el in payload.elements:
+        params = " ".join(f"{k}={v}" for k, v in el.params.items())
+        out.append("")
+        out.append(f"## task {el.index}" + (f" ({params})" if params else "") + f", output {el.output_dir}")
+        for n in el.nodes:
+            out.append(f"# node {n.node} -> {n.log}")
+            env = " \\\n    ".join(f"{k}={shlex.quote(v)}" for k, v in n.env.items())
+            cmd = ctr.shown(n.argv) if n.container else shlex.join(n.argv)
+            out.append(f"(cd {shlex.quote(n.cwd)} && env \\\n    {env} \\\n  {cmd})")
+    return "\n".join(out) + "\n"
+
+
+def move_port(payload: LocalPayload, port: int) -> None:
+    """Every node of every run meets on ``port`` from now on (the old one was taken)."""
+    for el in payload.elements:
+        for n in el.nodes:
+            i = n.argv.index("--master-port")
+            n.argv[i + 1] = str(port)
+    payload.port = port
+
+
+def moved_port_text(text: str, old: int, new: int) -> str:
+    """``plan.txt`` after a port move: the same plan on the port actually used."""
+    return text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}").replace(f"--master-port {old}", f"--master-port {new}")
