@@ -26,8 +26,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from launcher.core.errors import DdpjobError, JobNotFound, SpecError, SubmitRejected, TargetUnavailable, WaitTimeout
-from launcher.service.jobs import Jobs, load
 from launcher.core.states import JobState
+from launcher.service.jobs import Jobs, load
 from launcher.targets.base import JobStatus, LogFilter
 
 __all__ = [

@@ -65,6 +65,7 @@ def interrupts_never_lost() -> None:
             import time
 
             main_thread = threading.main_thread().ident
+            assert main_thread is not None  # the main thread has started: this code runs in it
 
             def again() -> None:  # from another thread, once the main one has left this hook
                 time.sleep(0.001)  # (a signal sent from here would raise inside it, and be dropped again)

@@ -13,14 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from launcher.cli.support import DEBUG, exit_codes_help, flush_stdout, guard as _guard, interrupted as _interrupted
-from launcher.core.states import JobState
-from launcher.cli.specopts import TARGET_CHOICE, jobs_service as _jobs, load as _load, overrides as _overrides
+from launcher.cli.specopts import TARGET_CHOICE
+from launcher.cli.specopts import jobs_service as _jobs
+from launcher.cli.specopts import load as _load
+from launcher.cli.specopts import overrides as _overrides
 from launcher.cli.specopts import spec_options as _spec_options
+from launcher.cli.support import DEBUG, exit_codes_help, flush_stdout
+from launcher.cli.support import guard as _guard
+from launcher.cli.support import interrupted as _interrupted
 from launcher.cli.tools import TOOLS, complete_job_ids, complete_spec_files
+from launcher.core.states import JobState
 
 if TYPE_CHECKING:
-    from launcher.service.jobs import Jobs
+    from launcher.service.jobs import Jobs, Submission
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=exit_codes_help())
@@ -87,7 +92,8 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
         if dry_run == "server":
             click.echo(service.server_dry_run(plan))
         return
-    from launcher.service.jobs import SubmitInterrupted, deferred_interrupt
+    from launcher.core.interrupts import deferred_interrupt
+    from launcher.service.jobs import SubmitInterrupted
 
     # Ctrl-C from here on waits until the job is recorded and its id printed (at most the target's
     # own timeouts): a job is never submitted without the user learning its id.
@@ -106,7 +112,7 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
         sys.exit(_follow_to_end(service, done.job_id))
 
 
-def _print_submitted(done: Any, target: str, *, quiet: bool, hints: bool) -> None:
+def _print_submitted(done: Submission, target: str, *, quiet: bool, hints: bool) -> None:
     job_id, plan = done.job_id, done.plan
     if quiet:
         click.echo(job_id)
@@ -114,7 +120,7 @@ def _print_submitted(done: Any, target: str, *, quiet: bool, hints: bool) -> Non
         return
     click.echo(f"Submitted {job_id} to {target}: {plan.shape()}")
     click.echo(f"  run dir: {plan.run_dir}")
-    job_dir = getattr(done.handle, "job_dir", None)
+    job_dir = done.handle.log_dir()
     if job_dir:
         click.echo(f"  job dir: {job_dir}  (scripts, node logs and outputs on the cluster)")
     if hints:
@@ -124,9 +130,8 @@ def _print_submitted(done: Any, target: str, *, quiet: bool, hints: bool) -> Non
 
 
 def _follow_to_end(service: Jobs, job_id: str, flt: Any = None) -> int:
-    from launcher.targets.base import LogFilter
-
     from launcher.core.progress import describe
+    from launcher.targets.base import LogFilter
 
     live = sys.stderr.isatty() and sys.stdout.isatty()  # progress between the lines, on a terminal only
     shown = time.monotonic()
@@ -192,7 +197,7 @@ def validate(spec_files: tuple[str, ...], target: str | None) -> None:
             continue
         runs = plan.runs if plan else math.prod(len(v) for v in loaded.spec.sweep.values())
         # A target may say what it checked (k8s: whether the strict CRD check ran, or why not).
-        checks = (getattr(plan.payload, "checks", "") or f"{target} checks passed") if plan else ""
+        checks = (plan.checks or f"{target} checks passed") if plan else ""
         click.echo(f"{f}: ok ({loaded.spec.nodes} node(s), {runs} run(s)" + (f", {checks})" if checks else ")"))
     if bad:
         sys.exit(2)
@@ -258,7 +263,8 @@ def list_(output: str, limit: int, target: str | None, du: bool) -> None:
     fresh = service.list_jobs(limit=limit or None, target=target)
     progress = {r.id: service.progress(r) for r in fresh if not r.state.terminal}
     if output == "json":  # compact: the whole spec and handle stay in status -o json
-        click.echo(json.dumps([job_summary(r, progress.get(r.id)) for r in fresh], indent=2, sort_keys=True))
+        click.echo(json.dumps([job_summary(r, progress.get(r.id), service.native_ids(r)) for r in fresh],
+                              indent=2, sort_keys=True))
         return
     if not fresh:
         click.echo("no jobs yet; submit one with: ddpjob submit jobs/quickstart.yaml --target local --nodes 2")

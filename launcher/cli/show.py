@@ -45,8 +45,8 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
 def job_table(records: list[JobRecord], progress: dict[str, dict[str, Any] | None] | None = None, *,
               disk: bool = False) -> list[str]:
     """One row per job, columns aligned; the message (or a running job's progress) last, cut to 60."""
-    from launcher.service.cleanup import disk_use
     from launcher.core.progress import describe
+    from launcher.service.cleanup import disk_use
 
     head = ("ID", "TARGET", "STATE", "NODES", "CREATED") + (("SIZE",) if disk else ())
     rows = [(*head, "MESSAGE")]
@@ -59,19 +59,17 @@ def job_table(records: list[JobRecord], progress: dict[str, dict[str, Any] | Non
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[n] for row in rows]
 
 
-def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The compact record of ``list -o json`` (the whole spec is in ``status -o json``)."""
+def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: list[str] | None = None) -> dict[str, Any]:
+    """The compact record of ``list -o json`` (the whole spec is in ``status -o json``); ``native``:
+    the scheduler's own ids (``Jobs.native_ids``)."""
     shape = rec.shape or {}
-    handle = rec.handle or {}
-    native = [handle["slurm_job_id"]] if handle.get("slurm_job_id") else \
-        [j.get("name") for j in handle.get("jobs", []) if isinstance(j, dict)]
     return {
         "id": rec.id, "name": rec.name, "target": rec.target, "state": rec.state.value,
         "message": rec.message[:500],
         "created": datetime.fromtimestamp(rec.created_at, timezone.utc).isoformat(timespec="seconds"),
         "ended": datetime.fromtimestamp(rec.ended_at, timezone.utc).isoformat(timespec="seconds") if rec.ended_at else None,
         "nodes": shape.get("nodes", rec.spec.get("nodes")), "procs_per_node": shape.get("procs_per_node"),
-        "runs": shape.get("runs"), "native_ids": native, "progress": progress,
+        "runs": shape.get("runs"), "native_ids": native or [], "progress": progress,
     }
 
 

@@ -43,8 +43,8 @@ def overrides(sets: tuple[str, ...], nodes: int | None, procs: str | None, name:
 
 def load(args: tuple[str, ...], overrides: list[str]) -> LoadedSpec:
     """A spec file (``SPEC``) or a bare command (``-- python train.py ...``)."""
-    from launcher.service import jobs
     from launcher.core.errors import UsageError
+    from launcher.service import jobs
 
     if args and args[0].endswith((".yaml", ".yml")):
         if len(args) > 1:

@@ -98,9 +98,9 @@ def prune(older_than: str, states: tuple[str, ...], dry_run: bool) -> None:
       ddpjob prune                          # finished more than 7 days ago
       ddpjob prune --older-than 0 --state FAILED --dry-run
     """
+    from launcher.core.states import JobState
     from launcher.service import cleanup
     from launcher.service.jobs import Jobs
-    from launcher.core.states import JobState
 
     removed = cleanup.prune(Jobs(), older_than_s=cleanup.parse_duration(older_than),
                             states={JobState(s) for s in states} or None, dry_run=dry_run)
@@ -137,11 +137,11 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
     """
     import json
 
-    from launcher.doctor import run as doc
     from launcher.core.errors import DdpjobError
+    from launcher.core.states import JobState
+    from launcher.doctor import run as doc
     from launcher.service.jobs import Jobs, load
     from launcher.spec.load import load_spec
-    from launcher.core.states import JobState
 
     sets = [f"command={json.dumps(doc.probe_command(max_mib, iters))}", "sweep={}", "name=doctor"]
     if nodes is not None:
@@ -183,8 +183,8 @@ def init(example: str, output: str | None, force: bool, list_: bool) -> None:
       ddpjob init sweep -o my-sweep.yaml
       ddpjob init --list
     """
-    from launcher.spec import examples as starters
     from launcher.core.errors import FileUnusable, UsageError
+    from launcher.spec import examples as starters
 
     if list_:
         for name in starters.names():

@@ -60,7 +60,8 @@ def read_progress(path: str) -> dict[str, Any] | None:
         value = next((r[key] for r in reversed(last_records) if isinstance(r.get(key), (int, float))), None)
         if value is not None:
             progress[key] = value
-    updated = last.get("time") if isinstance(last.get("time"), (int, float)) else mtime
+    last_time = last.get("time")
+    updated: float = last_time if isinstance(last_time, (int, float)) else mtime
     progress["updated"] = updated
     total = progress.get("total_steps")
     t0 = first.get("time")
@@ -86,7 +87,7 @@ def describe(progress: dict[str, Any] | None) -> str:
 
 
 def _duration(seconds: float) -> str:
-    s = int(round(seconds))
+    s = round(seconds)
     if s < 60:
         return f"{s}s"
     if s < 3600:

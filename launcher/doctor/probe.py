@@ -32,11 +32,11 @@ def rank_info(backend: str) -> dict[str, Any]:
     nccl = None
     if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
         try:
-            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]  # torch leaves it untyped
         except Exception:  # noqa: BLE001 - a build without NCCL
             nccl = None
     return {
-        "rank": int(os.environ.get("RANK", 0)), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
+        "rank": int(os.environ.get("RANK", "0")), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
         "host": socket.gethostname(), "backend": backend, "python": platform.python_version(),
         "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "gpus": gpus,
         "interfaces": sorted(name for _, name in socket.if_nameindex()),
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if backend == "nccl" else torch.device("cpu")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
     dist.init_process_group(backend)

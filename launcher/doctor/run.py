@@ -13,8 +13,8 @@ import json
 import os
 from typing import Any
 
-from launcher.doctor.probe import MARKER
 from launcher.core.errors import TargetError
+from launcher.doctor.probe import MARKER
 from launcher.targets.base import LogFilter
 
 # Settings every rank must share: a difference means ranks will not talk the same way.
@@ -31,7 +31,8 @@ def read_report(lines: list[str]) -> dict[str, Any]:
     """The probe's report from the job's log lines (prefixed with node and rank by ``logs``)."""
     for line in reversed(lines):
         if MARKER in line:
-            return json.loads(line.split(MARKER, 1)[1])
+            report: dict[str, Any] = json.loads(line.split(MARKER, 1)[1])
+            return report
     raise TargetError("the doctor job ended without its report; see its logs (ddpjob logs ID)")
 
 

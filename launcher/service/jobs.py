@@ -25,16 +25,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import (
-    DdpjobError, NotSubmitted, SpecError, SubmitRejected, TargetUnavailable, UsageError, WaitTimeout,
+    DdpjobError,
+    NotSubmitted,
+    SpecError,
+    SubmitRejected,
+    TargetUnavailable,
+    UsageError,
+    WaitTimeout,
 )
 from launcher.core.interrupts import deferred_interrupt
-from launcher.service.shape import check_selection, check_timeout, plan_shape
 from launcher.core.states import JobState
+from launcher.service.shape import check_selection, check_timeout, plan_shape
 
 if TYPE_CHECKING:
     from launcher.service.registry import JobRecord, Registry
     from launcher.spec.load import LoadedSpec
-    from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target
+    from launcher.targets.base import AnyTarget, Handle, JobStatus, LogFilter, Plan, PlanContext
 
 # A job without a handle this long after its reservation was abandoned by its submitting process.
 ABANDONED_AFTER_S = 120.0
@@ -45,7 +51,7 @@ class Submission:
     """What ``Jobs.submit`` returns: the recorded id, the plan that was submitted and its handle."""
 
     job_id: str
-    plan: Plan
+    plan: Plan[Any]
     handle: Handle
 
 
@@ -70,8 +76,8 @@ def load(spec_path: str | None, *, command: list[str] | None = None, overrides: 
 
     Overrides (``KEY=VALUE``) apply before validation. Raises ``SpecError`` listing every problem.
     """
-    from launcher.spec.model import sanitize_name
     from launcher.spec.load import load_spec
+    from launcher.spec.model import sanitize_name
 
     if spec_path is not None:
         return load_spec(spec_path, overrides=list(overrides))
@@ -122,7 +128,7 @@ class Jobs:
             if port is not None else (),
         )
 
-    def plan(self, loaded: LoadedSpec, target: str, *, online: bool = False) -> Plan:
+    def plan(self, loaded: LoadedSpec, target: str, *, online: bool = False) -> Plan[Any]:
         """The plan ``submit`` would make, with a placeholder id and no port: submits nothing and
         asks no scheduler (the target's inputs come from local copies only), unless ``online``
         (``--dry-run=server``: the inputs come from the scheduler, as on submit)."""
@@ -132,7 +138,7 @@ class Jobs:
         inputs = tgt.inputs(loaded, online=online)
         return self._plan(tgt, loaded, self.context(f"{loaded.spec.name}-xxxxx", inputs=inputs), submitting=False)
 
-    def _plan(self, tgt: Target, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan:
+    def _plan(self, tgt: AnyTarget, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan[Any]:
         """The target's plan, with the text people see (and ``plan.txt`` holds): secret values
         masked, ``env_from_host`` names listed (``launcher.service.shown``)."""
         from launcher.service import shown as secretenv
@@ -142,7 +148,7 @@ class Jobs:
             raise loaded.error(issues)
         return secretenv.shown_plan(tgt, loaded, ctx, tgt.plan(loaded, ctx))
 
-    def server_dry_run(self, plan: Plan) -> str:
+    def server_dry_run(self, plan: Plan[Any]) -> str:
         """Ask the scheduler to check ``plan`` without creating anything (Kubernetes: dryRun=All)."""
         from launcher.targets import get_target
 
@@ -328,7 +334,13 @@ class Jobs:
         self.registry.update_state(rec.id, JobState.CANCELLED, "cancelled by user")
         return Cancelled.CANCELLED
 
-    def _target_and_handle(self, rec: JobRecord) -> tuple[Target, Handle]:
+    def native_ids(self, rec: JobRecord) -> list[str]:
+        """The scheduler's own ids of a recorded job (the handle's ``native_ids``); [] before submit."""
+        if rec.handle is None:
+            return []
+        return self._target_and_handle(rec)[1].native_ids()
+
+    def _target_and_handle(self, rec: JobRecord) -> tuple[AnyTarget, Handle]:
         from launcher.targets import get_target
 
         tgt = get_target(rec.target)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from launcher.core.errors import DdpjobError
+
 
 def reassign(home: str, job_id: str) -> int:
     """Choose, record and return a new port for ``job_id``."""
@@ -29,7 +31,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         print(reassign(argv[0], argv[1]))
-    except Exception as e:  # the caller reports it and ends the run as failed
+    except (DdpjobError, OSError) as e:  # the caller reports it and ends the run as failed
         print(f"cannot choose a new port: {e}", file=sys.stderr)
         return 1
     return 0

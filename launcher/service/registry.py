@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import HomeUnusable, JobNotFound
 from launcher.core.home import ddpjob_home
-from launcher.spec.secrets import mask_spec
 from launcher.core.states import TERMINAL, JobState
+from launcher.spec.secrets import mask_spec
 
 if TYPE_CHECKING:
     import sqlite3
@@ -252,7 +252,7 @@ class Registry:
             conn.execute(
                 "UPDATE jobs SET state = :state, message = COALESCE(:msg, message), updated_at = :now,"
                 " ended_at = CASE WHEN :terminal THEN COALESCE(ended_at, :now) ELSE ended_at END"
-                f" WHERE id = :id AND state NOT IN ({','.join(':t%d' % i for i in range(len(_TERMINAL_SQL)))})",
+                f" WHERE id = :id AND state NOT IN ({','.join(f':t{i}' for i in range(len(_TERMINAL_SQL)))})",
                 {"state": state.value, "msg": message, "now": now, "terminal": state in TERMINAL, "id": job_id,
                  **{f"t{i}": v for i, v in enumerate(_TERMINAL_SQL)}},
             )

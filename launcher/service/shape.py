@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from launcher.targets.base import Plan
 
 
-def plan_shape(plan: Plan) -> dict[str, int]:
+def plan_shape(plan: Plan[Any]) -> dict[str, int]:
     """What the registry records of a submitted plan."""
     return {"runs": plan.runs, "nodes": plan.nodes, "procs_per_node": plan.procs_per_node}
 

@@ -12,10 +12,10 @@ from launcher.spec.secrets import host_env_note, is_secret, mask_env
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
-    from launcher.targets.base import Plan, PlanContext, Target
+    from launcher.targets.base import AnyTarget, Plan, PlanContext
 
 
-def shown_plan(target: Target, loaded: LoadedSpec, ctx: PlanContext, plan: Plan) -> Plan:
+def shown_plan(target: AnyTarget, loaded: LoadedSpec, ctx: PlanContext, plan: Plan[Any]) -> Plan[Any]:
     """``plan`` with the text people see: secret values masked, ``env_from_host`` names listed.
 
     The payload (what is submitted) keeps the real values. The text is the target's own render of
@@ -33,7 +33,7 @@ def shown_plan(target: Target, loaded: LoadedSpec, ctx: PlanContext, plan: Plan)
     return dataclasses.replace(plan, text=text)
 
 
-def host_env_issues(target: Target, loaded: LoadedSpec, *, submitting: bool) -> list[Any]:
+def host_env_issues(target: AnyTarget, loaded: LoadedSpec, *, submitting: bool) -> list[Any]:
     """Why ``env_from_host`` cannot be honoured: a target that would have to store the values, or
     (at submit) a name the submitting shell does not set. Returns spec ``Issue``s."""
     from launcher.core.errors import Issue

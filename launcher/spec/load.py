@@ -16,12 +16,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from launcher.spec import yamlread as specyaml
 from launcher.core.errors import Issue, SpecError
-from launcher.core.interrupts import interrupt_after
-from launcher.spec.secrets import is_secret, mask_override, printable
-from launcher.spec.model import JobSpec, check_placeholders, sanitize_name
 from launcher.core.fields import control_problem
+from launcher.core.interrupts import interrupt_after
+from launcher.spec import yamlread as specyaml
+from launcher.spec.model import JobSpec, check_placeholders, sanitize_name
+from launcher.spec.secrets import is_secret, mask_override, printable
+
+if typing.TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 
 @dataclass
@@ -162,7 +165,7 @@ def _line_of(issue: Issue, locations: dict[tuple[str | int, ...], tuple[int, int
 
 
 def _issues_from_pydantic(e: ValidationError, data: Any) -> list[Issue]:
-    merged: dict[tuple[str | int, ...], list[dict[str, Any]]] = {}
+    merged: dict[tuple[str | int, ...], list[ErrorDetails]] = {}
     for err in e.errors(include_url=False):
         path = _clean_loc(err["loc"], data, err["type"])
         merged.setdefault(path, []).append(err)
@@ -214,10 +217,7 @@ def _clean_loc(loc: tuple[Any, ...], data: Any, err_type: str) -> tuple[str | in
     cur = data
     for i, part in enumerate(loc):
         last = i == len(loc) - 1
-        if isinstance(cur, dict) and part in cur:
-            out.append(part)
-            cur = cur[part]
-        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
+        if (isinstance(cur, dict) and part in cur) or (isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur)):
             out.append(part)
             cur = cur[part]
         elif last and err_type in ("missing", "extra_forbidden"):

@@ -17,7 +17,6 @@ import os
 import re
 from typing import Any
 
-
 MASK = "***"
 SECRET_PATTERNS = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*_KEY", "*CREDENTIAL*")
 _SET_ENV = re.compile(r"^(\s*env\s*\.\s*)([^=]*?)(\s*=)(.*)$", re.DOTALL)

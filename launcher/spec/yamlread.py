@@ -101,7 +101,7 @@ def _base() -> type:
 def _loader() -> type:
     import yaml
 
-    class Loader(_base()):  # type: ignore[misc,valid-type]
+    class Loader(_base()):  # type: ignore[misc]
         """SafeLoader (no arbitrary objects). YAML 1.1 quirks such as `on: yes` stay as PyYAML reads
         them; dates and a lone ``=`` stay the text written (a spec has no date fields)."""
 
@@ -147,10 +147,10 @@ def check_events(text: str, file: str | None, source: str | None = None) -> None
                     raise fail(f"YAML tag {tag.replace('tag:yaml.org,2002:', '!!')} is not allowed in a spec",
                                event, "write plain values (strings, numbers, lists, mappings)")
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent, yaml.AliasEvent)) and stack \
-                    and stack[-1][0] and stack[-1][1]:
-                if not isinstance(event, yaml.AliasEvent) or anchors.get(event.anchor, (0, False))[1]:
-                    raise fail("a mapping key must be a plain value, not a list or mapping", event,
-                               "write `key: value` with a name as the key")
+                    and stack[-1][0] and stack[-1][1] \
+                    and (not isinstance(event, yaml.AliasEvent) or anchors.get(event.anchor or "", (0, False))[1]):
+                raise fail("a mapping key must be a plain value, not a list or mapping", event,
+                           "write `key: value` with a name as the key")
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 if len(stack) >= MAX_DEPTH:
                     raise fail(f"nested more than {MAX_DEPTH} levels deep", event, "a job spec nests a few levels")

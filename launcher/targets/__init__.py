@@ -18,7 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from launcher.targets.base import Target
+    from launcher.targets.base import AnyTarget
 
 
 class TargetEntry(namedtuple("TargetEntry", "target options summary")):
@@ -50,7 +50,7 @@ def options_model(name: str) -> Any:
     return _load(TARGETS[name].options)
 
 
-def get_target(name: str) -> Target:
+def get_target(name: str) -> AnyTarget:
     """The target called ``name``; raises ``TargetUnavailable`` if it cannot be loaded here."""
     from launcher.core.errors import TargetUnavailable
 
@@ -64,4 +64,5 @@ def get_target(name: str) -> Target:
         if e.name == module_name:
             raise TargetUnavailable(f"the {name} target is not part of this installation") from e
         raise
-    return cls()
+    target: AnyTarget = cls()
+    return target

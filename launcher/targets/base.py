@@ -11,13 +11,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from launcher.core.states import JobState, combine, summarize  # noqa: F401 (summarize: part of this interface)
+from launcher.core.states import JobState
 from launcher.targets.shared.files import from_json, read_json, to_json
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
+    from launcher.spec.model import JobSpec
 
 
 @dataclass(frozen=True)
@@ -60,23 +61,39 @@ class Handle:
     run_dir: str
 
     def to_json(self) -> dict[str, Any]:
-        return to_json(self)
+        data: dict[str, Any] = to_json(self)
+        return data
+
+    def native_ids(self) -> list[str]:
+        """The scheduler's own ids of the job (Slurm job id, Kubernetes object names); [] for none."""
+        return []
+
+    def log_dir(self) -> str | None:
+        """Where the nodes' logs live when not under the run directory (a Slurm job folder), else None."""
+        return None
+
+
+PayloadT = TypeVar("PayloadT")
+HandleT = TypeVar("HandleT", bound=Handle)
+OptionsT = TypeVar("OptionsT")
 
 
 @dataclass
-class Plan:
-    """A printable, submittable request. ``payload`` is the target's own typed request."""
+class Plan(Generic[PayloadT]):
+    """A printable, submittable request. ``payload`` is the target's own typed request; ``checks``
+    says what the plan was checked against beyond the spec's own rules (``ddpjob validate`` prints it)."""
 
     target: str
     job_id: str
     name: str
     run_dir: str
     text: str
-    payload: Any
+    payload: PayloadT
     nodes: int
     procs_per_node: int
     runs: int = 1
     port: int | None = None
+    checks: str = ""
 
     def render(self) -> str:
         return self.text
@@ -135,8 +152,12 @@ class LogFilter:
     tail: int | None = None
 
 
-class Target(abc.ABC):
+class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
     """One execution backend. Implementations import heavy clients lazily, inside methods.
+
+    Type parameters: the target's spec section (``options``), the request its ``plan`` builds and
+    its ``submit`` takes (``Plan[PayloadT]``: what dry-run prints is what is submitted), and the
+    handle ``submit`` returns and every later call takes back.
 
     Class attributes:
         name: the name in ``launcher.targets.TARGETS``.
@@ -165,19 +186,23 @@ class Target(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
+    def options(self, spec: JobSpec) -> OptionsT:
+        """This target's section of ``spec`` (its ``<name>:`` options)."""
+
+    @abc.abstractmethod
+    def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[PayloadT]:
         """Build the request. Pure; raises ``SpecError`` (via ``loaded.error``) for target-specific problems."""
 
     @abc.abstractmethod
-    def submit(self, plan: Plan) -> Handle:
+    def submit(self, plan: Plan[PayloadT]) -> HandleT:
         """Hand ``plan`` to the scheduler; return the handle stored in the registry."""
 
     @abc.abstractmethod
-    def status(self, handle: Any) -> JobStatus:
+    def status(self, handle: HandleT) -> JobStatus:
         """Current state, per task and node, with the root cause of a failure when known."""
 
     @abc.abstractmethod
-    def logs(self, handle: Any, flt: LogFilter, follow: bool = False) -> Iterator[str]:
+    def logs(self, handle: HandleT, flt: LogFilter, follow: bool = False) -> Iterator[str]:
         """Lines of output, each prefixed with where it came from (task, node, rank).
 
         Contract (every target):
@@ -191,21 +216,21 @@ class Target(abc.ABC):
         """
 
     @abc.abstractmethod
-    def cancel(self, handle: Any) -> None:
+    def cancel(self, handle: HandleT) -> None:
         """Stop the job and everything it started. Safe to repeat; a finished job is left as it is."""
 
-    def cancel_task(self, handle: Any, index: int) -> None:
+    def cancel_task(self, handle: HandleT, index: int) -> None:
         """Stop one run of a sweep; the others go on. Targets that can do this override it."""
         from launcher.core.errors import UsageError
 
         raise UsageError(f"--task is not supported by the {self.name} target; cancel the whole job")
 
-    def status_many(self, handles: dict[str, Any]) -> dict[str, JobStatus]:
+    def status_many(self, handles: dict[str, HandleT]) -> dict[str, JobStatus]:
         """Status of several jobs (``ddpjob list``). Targets with a batch query override this
         to ask once for all jobs instead of once per job."""
         return {job_id: self.status(h) for job_id, h in handles.items()}
 
-    def server_dry_run(self, plan: Plan) -> str:
+    def server_dry_run(self, plan: Plan[PayloadT]) -> str:
         """Ask the scheduler to check ``plan`` without running it (``submit --dry-run=server``)."""
         from launcher.core.errors import UsageError
 
@@ -215,7 +240,7 @@ class Target(abc.ABC):
         """A free rendezvous port not in ``busy`` (only for targets with ``picks_port``)."""
         raise NotImplementedError
 
-    def metrics_files(self, handle: Any) -> list[str]:
+    def metrics_files(self, handle: HandleT) -> list[str]:
         """Each run's metrics file (``$DDPJOB_METRICS_FILE``, see ``launcher.core.progress``) where this
         machine can read it: from the output folders in the job's ``plan.json``. Targets whose runs
         write elsewhere (in pods) return []."""
@@ -227,6 +252,11 @@ class Target(abc.ABC):
         elements = plan.get("elements", []) if isinstance(plan, dict) else []
         return [metrics_path(el["output_dir"]) for el in elements if isinstance(el, dict) and el.get("output_dir")]
 
-    def load_handle(self, data: dict[str, Any]) -> Handle:
+    def load_handle(self, data: dict[str, Any]) -> HandleT:
         """The handle stored in the registry as JSON, back as this target's dataclass."""
-        return from_json(self.handle_type, data)
+        return cast("HandleT", from_json(self.handle_type, data))
+
+
+# A target chosen by name at run time (``launcher.targets.get_target``): the service walks the same
+# path for each, and each target's own types hold inside it.
+AnyTarget = Target[Any, Any, Handle]

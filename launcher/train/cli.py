@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     check(args, p)
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    return record(_run)(args)
+    code = record(_run)(args)
+    return 0 if code is None else code  # None: _run raised SystemExit(0)
 
 
 def _run(args: Any) -> int:

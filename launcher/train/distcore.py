@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    # Where the store classes are defined: torch.distributed re-exports them only implicitly.
+    from torch._C._distributed_c10d import Store
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,7 @@ def setup() -> DistInfo:
     return DistInfo(rank, world, local_rank, device, distributed)
 
 
-def _restart_safe_store(world: int) -> dist.Store | None:
+def _restart_safe_store(world: int) -> Store | None:
     """The env:// store, but namespaced by torchrun's restart count; None for plain env://.
 
     With static rendezvous (``--master-addr/--master-port``: local, Slurm and PyTorchJob all use
@@ -63,12 +68,13 @@ def _restart_safe_store(world: int) -> dist.Store | None:
         return None
     from datetime import timedelta
 
-    tcp = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
-                        timeout=timedelta(minutes=10))
-    return dist.PrefixStore(f"ddpjob/attempt_{os.environ['TORCHELASTIC_RESTART_COUNT']}", tcp)
+    # The public names (torch.distributed re-exports the C++ classes without declaring them).
+    tcp = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,  # type: ignore[attr-defined]
+                        is_master=False, timeout=timedelta(minutes=10))
+    return dist.PrefixStore(f"ddpjob/attempt_{os.environ['TORCHELASTIC_RESTART_COUNT']}", tcp)  # type: ignore[attr-defined]
 
 
-_STORES: list[dist.Store] = []
+_STORES: list[Store] = []
 
 
 def teardown(info: DistInfo) -> None:

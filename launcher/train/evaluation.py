@@ -31,7 +31,7 @@ def broadcast_buffers(model: nn.Module, info: DistInfo) -> None:
     for group in by_dtype.values():
         flat = torch.cat([b.reshape(-1) for b in group])
         dist.broadcast(flat, src=0)
-        for b, value in zip(group, flat.split([b.numel() for b in group])):
+        for b, value in zip(group, torch.split(flat, [b.numel() for b in group])):
             b.copy_(value.view_as(b))
 
 

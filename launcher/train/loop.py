@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from launcher.train.metrics import Metrics, eval_line
 from launcher.train.preempt import StopAgreement
 
 
-def lr_lambda(args: Any, total_steps: int):
+def lr_lambda(args: Any, total_steps: int) -> Callable[[int], float]:
     """Linear warmup for ``warmup_steps``, then cosine decay (or constant)."""
 
     def f(step: int) -> float:
@@ -57,7 +58,7 @@ class Trainer:
     def _build_loader(self, split: data.Split) -> None:
         args, info = self.args, self.info
         dataset = TensorDataset(split.inputs, split.targets)
-        self.sampler = DistributedSampler(dataset, num_replicas=info.world_size, rank=info.rank, shuffle=True,
+        self.sampler: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=info.world_size, rank=info.rank, shuffle=True,
                                           seed=args.seed, drop_last=False)
         self.loader = DataLoader(dataset, batch_size=args.batch_size, sampler=self.sampler, drop_last=True,
                                  num_workers=args.num_workers, pin_memory=info.device.type == "cuda")
@@ -199,6 +200,7 @@ class Trainer:
         }
         if args.model == "linear" and args.dataset == "linreg":
             lin = models.unwrap(self.model)
+            assert isinstance(lin, torch.nn.Linear)  # models.build: linreg's only model
             out["weight"] = float(lin.weight.detach().flatten()[0])
             out["bias"] = float(lin.bias.detach().flatten()[0])
         return out

@@ -27,5 +27,6 @@ def build(name: str, dataset: str) -> nn.Module:
 
 def unwrap(model: nn.Module) -> nn.Module:
     """The plain module inside DDP or DataParallel."""
-    return model.module if hasattr(model, "module") else model
+    inner = getattr(model, "module", None)
+    return inner if isinstance(inner, nn.Module) else model
 

@@ -33,7 +33,7 @@ def wrap(model: nn.Module, args: Any, info: DistInfo) -> nn.Module:
     if not info.distributed:
         return model
     if args.sync_bn:
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]  # unannotated in torch
     ddp = DDP(
         model,
         device_ids=[info.device.index] if info.device.type == "cuda" else None,

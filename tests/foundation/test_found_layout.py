@@ -174,6 +174,10 @@ def test_target_names_are_declared_once():
     from launcher.spec.model import JobSpec, json_schema
 
     assert set(TARGET_NAMES) <= set(JobSpec.model_fields)
+    from launcher.targets import options_model
+
+    for name in TARGET_NAMES:  # the spec's static section is the model the target registers
+        assert JobSpec.model_fields[name].annotation is options_model(name), name
     assert set(TARGET_NAMES) <= set(json_schema()["properties"])
     literal = re.compile(r"""["'](local|slurm|k8s)["']\s*,\s*["'](local|slurm|k8s)["']""")
     for name, path in MODULES.items():
@@ -189,6 +193,7 @@ def write_spec(tmp_path: Path) -> Path:
     return spec
 
 
+@pytest.mark.real
 def test_render_dry_run_and_submit_give_the_same_plan(cli, tmp_path):
     """What render shows is what submit runs: the same text but for the id and the local port, which
     render shows as placeholders (no port that submit would not use)."""

@@ -17,8 +17,8 @@ from launcher.targets.k8s.options import is_operator_env
 from launcher.targets.k8s.render import FIELD_TARGETS, SERVICE_NAME_MAX, job_name, spec_field
 
 if TYPE_CHECKING:
-    from launcher.spec.model import JobSpec
     from launcher.spec.load import LoadedSpec
+    from launcher.spec.model import JobSpec
     from launcher.targets.k8s.client import InvalidObject
     from launcher.targets.k8s.crd import CrdInput
 

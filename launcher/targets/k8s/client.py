@@ -26,11 +26,14 @@ import json
 import os
 import re
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from launcher.core import errors
 from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
+
+if TYPE_CHECKING:
+    from urllib3 import BaseHTTPResponse
 
 OPERATOR_INSTALL = (
     'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"'
@@ -115,7 +118,8 @@ class Kube:
 
                 where = f"pod's service account ({SERVICE_ACCOUNT_DIR})"
                 cfg = client.Configuration()
-                InClusterConfigLoader(token_filename=os.path.join(SERVICE_ACCOUNT_DIR, "token"),
+                # kubernetes.config is unannotated: its calls are untyped.
+                InClusterConfigLoader(token_filename=os.path.join(SERVICE_ACCOUNT_DIR, "token"),  # type: ignore[no-untyped-call]
                                       cert_filename=os.path.join(SERVICE_ACCOUNT_DIR, "ca.crt")).load_and_set(cfg)
                 self.api_client = client.ApiClient(cfg)
                 self.context = "in-cluster"
@@ -127,14 +131,15 @@ class Kube:
                         "with your cluster's tools (e.g. `kind create cluster`, `gcloud container clusters get-credentials`)"
                     )
                 config_file = self.paths[0] if len(self.paths) == 1 else None
-                contexts, active = config.list_kube_config_contexts(config_file=config_file)
+                contexts, active = config.list_kube_config_contexts(config_file=config_file)  # type: ignore[no-untyped-call]  # kubernetes.config is unannotated
                 chosen = active if context is None else next((c for c in contexts or [] if c.get("name") == context), None)
                 if chosen is None:
                     names = ", ".join(sorted(c.get("name", "?") for c in contexts or [])) or "none"
                     raise KubeconfigMissing(f"context {context!r} is not in {where.split(',')[0]} (contexts: {names})")
                 self.context = chosen.get("name", "")
                 default_ns = (chosen.get("context") or {}).get("namespace") or "default"
-                self.api_client = config.new_client_from_config(config_file=config_file, context=self.context)
+                self.api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]  # kubernetes.config is unannotated
+                    config_file=config_file, context=self.context)
         except KubeconfigMissing:
             raise
         except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
@@ -210,9 +215,10 @@ class Kube:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            resp = self.core.read_namespaced_pod_log(
+            # The stubs say str; with _preload_content=False the client returns the raw urllib3 response.
+            resp = cast("BaseHTTPResponse", self.core.read_namespaced_pod_log(
                 name, self.namespace, container=self.api.container, previous=previous or None,
-                _preload_content=False, _request_timeout=TIMEOUT)
+                _preload_content=False, _request_timeout=TIMEOUT))
             return bytes(resp.data)
         except ApiException as e:
             if e.status in (400, 404):  # waiting to start, no previous container, pod gone
@@ -269,7 +275,8 @@ class Kube:
 def _json(resp: Any) -> dict[str, Any]:
     data = resp.data if hasattr(resp, "data") else resp
     if isinstance(data, (bytes, bytearray)):
-        return json.loads(data.decode("utf-8") or "{}")
+        parsed: dict[str, Any] = json.loads(data.decode("utf-8") or "{}")
+        return parsed
     return data or {}
 
 
@@ -292,7 +299,7 @@ def _status(e: Any) -> dict[str, Any]:
 def _is_object_404(e: Any) -> bool:
     """A 404 about the object itself (a Status naming it), not a missing API (plain '404 page not found')."""
     st = _status(e)
-    return st.get("kind") == "Status" and bool(st.get("details", {}).get("name")) and "namespaces" != st.get("details", {}).get("kind")
+    return st.get("kind") == "Status" and bool(st.get("details", {}).get("name")) and st.get("details", {}).get("kind") != "namespaces"
 
 
 def server_message(e: Any) -> str:
@@ -344,7 +351,7 @@ def _raise(e: Any, action: str, name: str, kube: Kube) -> NoReturn:
         raise InvalidObject(f"an admission webhook refused {kube.api.kind} {name!r} ({status} {e.reason}): {msg}",
                             name=name, status=f"{status} {e.reason}", server=msg, causes=server_causes(e)) from e
     if status == 403:
-        err = PermissionDenied if creating else TargetError
+        err: type[SubmitRejected | TargetError] = PermissionDenied if creating else TargetError
         raise err(
             f"permission denied (403) to {action} {name} in namespace {kube.namespace!r}: {msg}\n"
             f"  fix: ask an admin to apply k8s/rbac.yaml in that namespace (it grants {kube.api.plural}, pods, pods/log, events)"

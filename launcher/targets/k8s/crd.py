@@ -103,6 +103,7 @@ def offline(note: str = "", api: KubeflowApi = PYTORCHJOB) -> CrdInput:
     """
     suffix = f" ({note})" if note else ""
     env = os.environ.get(api.crd_env)
+    found: CrdInput | None
     if env:
         path = Path(env).expanduser()
         if not path.is_file():
@@ -128,7 +129,7 @@ def from_file(path: Path, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
     import yaml
 
     try:
-        crd = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+        crd = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         raw = _checked(crd, api)
     except (yaml.YAMLError, ValueError) as e:
         raise TargetUnavailable(f"{api.crd_env}={path} is not the {api.kind} CRD ({api.crd_file}): {e}") from e
@@ -197,7 +198,8 @@ def _checked(crd: Any, api: KubeflowApi = PYTORCHJOB) -> dict[str, Any]:
     name = (crd.get("metadata") or {}).get("name") if isinstance(crd, dict) else None
     if name != api.crd_name:
         raise ValueError(f"its metadata.name is {name!r}, not {api.crd_name!r}")
-    return _slim(version_schema(crd, api.version))
+    slim: dict[str, Any] = _slim(version_schema(crd, api.version))
+    return slim
 
 
 def _slim(node: Any) -> Any:

@@ -35,10 +35,19 @@ from typing import Any
 
 from launcher.core.errors import DdpjobError
 from launcher.targets.base import LogFilter
-from launcher.targets.k8s.pods import (
-    PodLock, PodRef, attempt_file, close, container, path_uid, pod_ref, read_chunks, sort_key, started,
-)
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
+from launcher.targets.k8s.pods import (
+    PodLock,
+    PodRef,
+    attempt_file,
+    close,
+    container,
+    path_uid,
+    pod_ref,
+    read_chunks,
+    sort_key,
+    started,
+)
 from launcher.targets.shared.files import atomic_write
 from launcher.targets.shared.logtail import LogSource, format_line
 
@@ -194,7 +203,7 @@ class PodLogs:
                         break
         finally:
             stop.set()
-            for resp in list(responses):
+            for resp in responses:
                 close(resp)
             for t in threads.values():
                 t.join(timeout=2.0)
@@ -272,8 +281,9 @@ class PodLogs:
         one, once, honouring ``tail``; returns their files, which need no more reading."""
         existing = sorted((self.pods_dir / ref.name).glob("*.log"))
         current = None
-        if pod is not None and started(container(pod, self.api.container)):
-            current = attempt_file(self.pods_dir, pod, int(container(pod, self.api.container).get("restartCount") or 0))
+        cs = container(pod, self.api.container) if pod is not None else None
+        if pod is not None and started(cs):
+            current = attempt_file(self.pods_dir, pod, int(cs.get("restartCount") or 0))
         older = [f for f in existing if f != current]
         old_lines = [ln for f in older for ln in f.read_bytes().decode("utf-8", "replace").splitlines()]
         tail = self.flt.tail

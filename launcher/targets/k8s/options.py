@@ -9,9 +9,18 @@ ever referenced (``secretKeyRef``/``envFrom``), never copied into the manifest.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from launcher.core.fields import ENV_NAME_RE, is_reserved_env
 
@@ -307,7 +316,7 @@ class K8sOptions(BaseModel):
     )
     rdma: StrictBool = Field(False, description="The cluster has RDMA/InfiniBand for pods: NCCL_IB_DISABLE=0 instead of 1.")
     workdir: ContainerPath | None = Field(None, description="workingDir of the container; default: the image's WORKDIR.")
-    cpu: Union[StrictInt, str, None] = Field(
+    cpu: StrictInt | str | None = Field(
         None,
         description="CPU request per node as a whole number of cores or a quantity string ('500m', '1.5'). "
         "Default: resources.cpus. A bare float such as 0.5 is refused: write '500m'.",

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
 
@@ -48,9 +48,10 @@ def pod_ref(pod_name: str, elements: list[dict[str, Any]], multi: bool) -> PodRe
 
 
 def attempt_file(pods_dir: Path, pod: dict[str, Any], restarts: int) -> Path:
-    meta = pod["metadata"]
+    meta: dict[str, Any] = pod["metadata"]
+    name: str = meta["name"]
     created = re.sub(r"[^0-9TZ]", "", meta.get("creationTimestamp") or "0")
-    return pods_dir / meta["name"] / f"{created}-{(meta.get('uid') or 'nouid')[:8]}-r{restarts:03d}.log"
+    return pods_dir / name / f"{created}-{(meta.get('uid') or 'nouid')[:8]}-r{restarts:03d}.log"
 
 
 def path_uid(path: Path, pod: dict[str, Any]) -> str | None:
@@ -60,13 +61,15 @@ def path_uid(path: Path, pod: dict[str, Any]) -> str | None:
 
 
 def container(pod: dict[str, Any], name: str = PYTORCHJOB.container) -> dict[str, Any] | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+    statuses: list[dict[str, Any]] = (pod.get("status") or {}).get("containerStatuses") or []
+    for cs in statuses:
         if cs.get("name") == name:
             return cs
     return None
 
 
-def started(cs: dict[str, Any] | None) -> bool:
+def started(cs: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
+    """The container has run (or runs): a status that is not None and not still waiting for its first start."""
     if cs is None:
         return False
     state = cs.get("state") or {}
@@ -103,7 +106,7 @@ def close(resp: Any) -> None:
     try:
         resp.close()
         resp.release_conn()
-    except Exception:  # noqa: BLE001 - best effort
+    except Exception:  # noqa: BLE001, S110 - best effort
         pass
 
 
@@ -117,13 +120,13 @@ def sort_key(pod_name: str) -> tuple[str, int, int]:
 
 def pod_nodes(kube: Any, job_name: str, api: KubeflowApi = PYTORCHJOB) -> tuple[list[dict[str, Any]], list[str]]:
     """Per-pod rows for ``status`` and the scheduling events of Pending pods."""
-    nodes = []
-    pending = []
+    nodes: list[dict[str, Any]] = []
+    pending: list[str] = []
     for pod in kube.list_pods(api.pod_selector(job_name)):
         name = pod["metadata"]["name"]
         ref = pod_ref(name, [{"index": 0, "name": job_name}], False)
         st = pod.get("status") or {}
-        cs = next((c for c in st.get("containerStatuses") or [] if c.get("name") == api.container), {})
+        cs: dict[str, Any] = next((c for c in st.get("containerStatuses") or [] if c.get("name") == api.container), {})
         row: dict[str, Any] = {"node": ref.node if ref else name, "pod": name, "phase": st.get("phase", "?"),
                                "restarts": cs.get("restartCount", 0)}
         term = (cs.get("state") or {}).get("terminated")

@@ -18,13 +18,13 @@ v1.9.x (see k8s/README.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from launcher.targets.shared import dist
 from launcher.spec.model import JobSpec, expand
 from launcher.targets.k8s.options import is_operator_env
+from launcher.targets.shared import dist
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 
 API_VERSION = "kubeflow.org/v1"
@@ -189,6 +189,7 @@ def _container(spec: JobSpec, command: list[str], env: dict[str, str]) -> dict[s
         c["workingDir"] = k.workdir
     entries: list[dict[str, Any]] = [{"name": n, "value": kubelet_escape(v)} for n, v in env.items()]
     for n, ref in k.env_refs.items():
+        source: dict[str, dict[str, Any]]
         if ref.secret is not None:
             source = {"secretKeyRef": {"name": ref.secret, "key": ref.key}}
         else:
@@ -276,7 +277,7 @@ def _mount(v: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- checks
 
 # The rendered object's paths, mapped back to the spec field that produced them (longest prefix wins).
-_FIELD_MAP: list[tuple[tuple[str, ...], tuple[str | int, ...]]] = [
+_FIELD_MAP: list[tuple[tuple[str | int, ...], tuple[str | int, ...]]] = [
     (("metadata", "name"), ("name",)),
     (("metadata", "namespace"), ("k8s", "namespace")),
     (("metadata", "labels"), ("k8s", "labels")),
@@ -332,7 +333,13 @@ def spec_field(path: tuple[str | int, ...], spec: JobSpec | None = None, *,
 
 # --------------------------------------------------------------------------- text
 
-class _NoAliasDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml: 10x faster, and exact
+if TYPE_CHECKING:
+    _SafeDumper = yaml.SafeDumper
+else:
+    _SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: 10x faster, and exact
+
+
+class _NoAliasDumper(_SafeDumper):
     """Never emit anchors/aliases: shared dicts are written out in full, as kubectl shows them."""
 
     def ignore_aliases(self, data: Any) -> bool:

@@ -140,9 +140,8 @@ def _list_map_issues(sch: Any, obj: Any, path: Path_) -> list[SchemaIssue]:
                     out.append(SchemaIssue(path + (i,), f"duplicate entry ({shown}) also at index {seen[key]}"))
                 else:
                     seen[key] = i
-        elif sch.get("x-kubernetes-list-type") == "set":
-            if len({repr(x) for x in obj}) != len(obj):
-                out.append(SchemaIssue(path, "duplicate values in a set"))
+        elif sch.get("x-kubernetes-list-type") == "set" and len({repr(x) for x in obj}) != len(obj):
+            out.append(SchemaIssue(path, "duplicate values in a set"))
         for i, item in enumerate(obj):
             out += _list_map_issues(item_schema, item, path + (i,))
     elif isinstance(obj, dict):
@@ -155,6 +154,11 @@ def _list_map_issues(sch: Any, obj: Any, path: Path_) -> list[SchemaIssue]:
             for k, v in obj.items():
                 out += _list_map_issues(sch["additionalProperties"], v, path + (k,))
     return out
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a malformed field reads as absent)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _metadata_issues(meta: Any) -> list[SchemaIssue]:
@@ -184,8 +188,8 @@ def _webhook_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
         out.append(SchemaIssue(("apiVersion",), "must be kubeflow.org/v1"))
     if obj.get("kind") != "PyTorchJob":
         out.append(SchemaIssue(("kind",), "must be PyTorchJob"))
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    replicas = spec.get("pytorchReplicaSpecs") if isinstance(spec.get("pytorchReplicaSpecs"), dict) else {}
+    spec = _object(obj.get("spec"))
+    replicas = _object(spec.get("pytorchReplicaSpecs"))
     name = (obj.get("metadata") or {}).get("name", "") if isinstance(obj.get("metadata"), dict) else ""
     if not isinstance(name, str) or not DNS1035.match(name):
         out.append(SchemaIssue(("metadata", "name"), f"{name!r} is not a DNS-1035 label (lowercase letters, digits, '-', starting with a letter)"))
@@ -222,7 +226,7 @@ def _webhook_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
                     out.append(SchemaIssue(rp + ("template", "spec", "containers", i, "ports", j, "name"), "port names have at most 15 characters"))
     if "Master" not in replicas and replicas:
         out.append(SchemaIssue(("spec", "pytorchReplicaSpecs"), "needs a Master replica: without it the operator injects no MASTER_ADDR, RANK or WORLD_SIZE"))
-    run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
+    run_policy = _object(spec.get("runPolicy"))
     cpp = run_policy.get("cleanPodPolicy")
     if cpp is not None and cpp not in ENUMS[("cleanPodPolicy",)]:
         out.append(SchemaIssue(("spec", "runPolicy", "cleanPodPolicy"), f"{cpp!r} is not one of {sorted(ENUMS[('cleanPodPolicy',)])}"))

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.core.errors import DdpjobError, TargetError
-from launcher.core.states import JobState
-from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
+from launcher.core.states import JobState, summarize
+from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi, api_of
 from launcher.targets.k8s.check import check_manifests, located, spec_issues, spec_where
 from launcher.targets.k8s.crd import CrdInput, absent
@@ -38,6 +38,8 @@ from launcher.targets.shared.files import atomic_write, read_json, to_json, writ
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
+    from launcher.spec.model import JobSpec
+    from launcher.targets.k8s.options import K8sOptions
 
 # PyTorchJob condition type -> ddpjob state. Anything else (a newer operator's condition) -> UNKNOWN.
 PYTORCHJOB_CONDITIONS: dict[str, JobState] = {
@@ -99,6 +101,9 @@ class K8sHandle(Handle):
     jobs: list[K8sRun] = field(default_factory=list)
     api: str = "pytorchjob"  # k8s.api at submit: which custom resource the jobs are
 
+    def native_ids(self) -> list[str]:
+        return [run.name for run in self.jobs]
+
 
 def condition_state(status: dict[str, Any] | None) -> tuple[JobState, str]:
     """The state of one PyTorchJob from ``status.conditions``.
@@ -131,7 +136,7 @@ def replica_summary(status: dict[str, Any] | None) -> str:
     return "; ".join(parts)
 
 
-class KubernetesTarget(Target):
+class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
     """Submits PyTorchJobs with the official kubernetes client (``pip install 'ddpjob[k8s]'``)."""
 
     name = "k8s"
@@ -148,7 +153,10 @@ class KubernetesTarget(Target):
             return crd.offline(api=api)
         return crd.online(_kube(loaded.spec.k8s.context, loaded.spec.k8s.namespace, api), api)
 
-    def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
+    def options(self, spec: JobSpec) -> K8sOptions:
+        return spec.k8s
+
+    def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[K8sPayload]:
         spec = loaded.spec
         nccl = NCCL_DEFAULTS_RDMA if spec.k8s.rdma else NCCL_DEFAULTS
         crd = ctx.inputs if isinstance(ctx.inputs, CrdInput) else absent("no CRD was given to the plan", api_of(spec.k8s.api))
@@ -178,10 +186,10 @@ class KubernetesTarget(Target):
                              spec.k8s.cpu is not None, spec.k8s.api)
         text = to_text(rendered, ctx.job_id, spec.k8s.namespace, notes)
         return Plan("k8s", ctx.job_id, spec.name, ctx.run_dir, text, payload, spec.nodes, rendered.procs_per_node,
-                    len(rendered.elements))
+                    len(rendered.elements), checks=payload.checks)
 
     # ------------------------------------------------------------------ submit
-    def submit(self, plan: Plan) -> K8sHandle:
+    def submit(self, plan: Plan[K8sPayload]) -> K8sHandle:
         p: K8sPayload = plan.payload
         kube = _kube(p.context, p.namespace, api_of(p.api))
         run_dir = Path(plan.run_dir)
@@ -213,7 +221,7 @@ class KubernetesTarget(Target):
             jobs=[K8sRun(e.index, e.name, e.params) for e in p.elements], api=p.api,
         )
 
-    def server_dry_run(self, plan: Plan) -> str:
+    def server_dry_run(self, plan: Plan[K8sPayload]) -> str:
         p: K8sPayload = plan.payload
         kube = _kube(p.context, p.namespace, api_of(p.api))
         names = []
@@ -229,7 +237,7 @@ class KubernetesTarget(Target):
         return self._status(kube, handle, pods=True)
 
     def status_many(self, handles: dict[str, K8sHandle]) -> dict[str, JobStatus]:
-        kubes: dict[tuple[str | None, str], Any] = {}
+        kubes: dict[tuple[str | None, str, str], Any] = {}
         out = {}
         for job_id, handle in handles.items():
             key = (handle.context, handle.namespace, handle.api)

@@ -20,15 +20,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.targets.shared import dist
 from launcher.core.errors import Issue
-from launcher.spec.model import JobSpec, expand
 from launcher.core.states import JobState
+from launcher.spec.model import JobSpec, expand
 from launcher.targets.k8s.apis import TRAINJOB
 from launcher.targets.k8s.render import (
-    ISTIO_ANNOTATION, LABEL_JOB_ID, LABEL_QUEUE, LABEL_SWEEP_ID, LABEL_SWEEP_INDEX, OUTPUT_ROOT, K8sElement,
-    Rendered, _container, _resources, _toleration, _volume, job_name, to_yaml,
+    ISTIO_ANNOTATION,
+    LABEL_JOB_ID,
+    LABEL_QUEUE,
+    LABEL_SWEEP_ID,
+    LABEL_SWEEP_INDEX,
+    OUTPUT_ROOT,
+    K8sElement,
+    Rendered,
+    _container,
+    _resources,
+    _toleration,
+    _volume,
+    job_name,
+    to_yaml,
 )
+from launcher.targets.shared import dist
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 
 RUNTIME_GROUP = "trainer.kubeflow.org"

@@ -18,7 +18,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import Issue, dotted_path
-from launcher.targets.k8s.schema import DNS1035, SchemaIssue, _metadata_issues, strict_issues
+from launcher.targets.k8s.schema import DNS1035, SchemaIssue, _metadata_issues, _object, strict_issues
 from launcher.targets.k8s.trainjob import POD_NAME_MAX, REPLICATED_JOB, RUNTIME_GROUP, longest_pod_name, spec_field
 
 if TYPE_CHECKING:
@@ -42,10 +42,10 @@ def structural_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
         out.append(SchemaIssue(("apiVersion",), "must be trainer.kubeflow.org/v1alpha1"))
     if obj.get("kind") != "TrainJob":
         out.append(SchemaIssue(("kind",), "must be TrainJob"))
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = _object(obj.get("metadata"))
     name = meta.get("name", "")
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    trainer = spec.get("trainer") if isinstance(spec.get("trainer"), dict) else {}
+    spec = _object(obj.get("spec"))
+    trainer = _object(spec.get("trainer"))
     if not isinstance(name, str) or len(name) > 63 or not DNS1035.match(name):
         out.append(SchemaIssue(("metadata", "name"), f"{name!r} is not a DNS-1035 label of at most 63 characters"))
     nodes = trainer.get("numNodes", 1)

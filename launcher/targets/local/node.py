@@ -81,7 +81,7 @@ def start(python: str, exit_file: str, argv: list[str], *, env: dict[str, str], 
     return Proc(pid)
 
 
-def write_record(path: str, record: dict, *, create: bool = False) -> None:
+def write_record(path: str, record: dict[str, object], *, create: bool = False) -> None:
     """Write ``record`` padded to ``RECORD_SIZE`` bytes: created once, then overwritten in place."""
     import json
 
@@ -92,7 +92,7 @@ def write_record(path: str, record: dict, *, create: bool = False) -> None:
         os.fsync(f.fileno())
 
 
-def read_record(path: str) -> dict | None:
+def read_record(path: str) -> dict[str, object] | None:
     """The record, or None when the node has not written one (not started, or still running)."""
     import json
 
@@ -140,7 +140,7 @@ def run(exit_file: str, argv: list[str]) -> int:
     return 128 - code if code < 0 else code
 
 
-def _record(exit_file: str, record: dict, *, create: bool) -> bool:
+def _record(exit_file: str, record: dict[str, object], *, create: bool) -> bool:
     """Write the record; a failure is said, never a reason to change the node's result."""
     try:
         write_record(exit_file, record, create=create)

@@ -124,8 +124,8 @@ def read_plan(run_dir: str) -> LocalPayload:
     try:
         with open(os.path.join(run_dir, "plan.json"), "rb") as f:
             data = json.load(f)
-        if not _PLAN_FIELDS <= data.keys() or any(not _ELEMENT_FIELDS <= el.keys() or any(
-                not _NODE_FIELDS <= n.keys() for n in el["nodes"]) for el in data["elements"]):
+        if not data.keys() >= _PLAN_FIELDS or any(not el.keys() >= _ELEMENT_FIELDS or any(
+                not n.keys() >= _NODE_FIELDS for n in el["nodes"]) for el in data["elements"]):
             raise ValueError("not the plan this ddpjob writes")
         elements = [SimpleNamespace(**{**el, "nodes": [SimpleNamespace(**{**_NODE_DEFAULTS, **n}) for n in el["nodes"]]})
                     for el in data["elements"]]
@@ -308,7 +308,7 @@ class Supervisor:
                   f"{proc.stderr.strip() or proc.stdout.strip()}", file=sys.stderr, flush=True)
             return False
         new = int(proc.stdout.strip())
-        move_port(self.plan, new)  # type: ignore[arg-type]  # plain namespaces of the same shape
+        move_port(self.plan, new)  # plain namespaces of the payload's shape (read_plan)
         self.state["port"] = new
         try:
             typed = _typed_plan(self.run_dir)

@@ -22,12 +22,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.core.errors import TargetError, TargetUnavailable
-from launcher.core.states import JobState
-from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
+from launcher.core.states import JobState, summarize
+from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
 from launcher.targets.local import container as ctr
 from launcher.targets.local import ports
 from launcher.targets.local.payload import (
-    MARKER, PORT_AT_SUBMIT, LocalElement, LocalNode, LocalPayload, read_plan, render_local,
+    MARKER,
+    PORT_AT_SUBMIT,
+    LocalElement,
+    LocalNode,
+    LocalPayload,
+    read_plan,
+    render_local,
 )
 from launcher.targets.shared import procs
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
@@ -35,6 +41,8 @@ from launcher.targets.shared.launch import run_env, torchrun_argv, worker_comman
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
+    from launcher.spec.model import JobSpec
+    from launcher.targets.local.options import LocalOptions
 
 __all__ = ["MARKER", "LocalElement", "LocalHandle", "LocalNode", "LocalPayload", "LocalTarget", "read_plan",
            "render_local"]
@@ -49,7 +57,7 @@ class LocalHandle(Handle):
     start: int | None = None
 
 
-class LocalTarget(Target):
+class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
     """Runs every node on this machine. Rendezvous: 127.0.0.1 and a port no live local job uses."""
 
     name = "local"
@@ -67,10 +75,13 @@ class LocalTarget(Target):
     def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
         return ctr.read_inputs() if loaded.spec.local.container != "none" else None
 
-    def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
+    def options(self, spec: JobSpec) -> LocalOptions:
+        return spec.local
+
+    def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[LocalPayload]:
         # Imported here: status, logs, cancel and the supervisor never load the spec's models.
-        from launcher.targets.shared import dist
         from launcher.spec.model import expand
+        from launcher.targets.shared import dist
 
         spec = loaded.spec
         port = spec.master_port or ctx.port
@@ -131,7 +142,7 @@ class LocalTarget(Target):
         """A port free on 127.0.0.1 now and not held by another live local job (``busy``)."""
         return ports.pick_port(busy)
 
-    def submit(self, plan: Plan) -> LocalHandle:
+    def submit(self, plan: Plan[LocalPayload]) -> LocalHandle:
         payload: LocalPayload = plan.payload
         if payload.port is None:
             raise TargetError("internal: the local plan has no rendezvous port (it is reserved at submit)")

@@ -50,7 +50,7 @@ def to_json(obj: Any) -> Any:
     """A dataclass (nested ones included) as plain JSON data."""
     import dataclasses
 
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) and not isinstance(obj, type) else obj
 
 
 def from_json(cls: type[T], data: Any) -> T:

@@ -93,7 +93,7 @@ class NodeRunner:
             os.unlink(paths["error_file"])  # a requeued run must not report the last run's failure
         except FileNotFoundError:
             pass
-        record = {
+        record: dict[str, Any] = {
             "node": int(node), "host": socket.gethostname(), "rendezvous": f"{addr}:{port}",
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
             "state": "running", "started": time.time(),
@@ -105,7 +105,7 @@ class NodeRunner:
                       f"start {record['restart'] + 1}\n".encode())
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=self.common.workdir, preexec_fn=_ignore_usr2,
+                cwd=self.common.workdir, preexec_fn=_ignore_usr2,  # noqa: PLW1509 - before exec, no lock taken
             )
             code = self._proc.wait()
         record.update(state="exited", exit_code=code, ended=time.time(), preempted=self._stop_sent)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal, Union
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
@@ -111,7 +111,7 @@ class ContainerOptions(BaseModel):
         return v
 
 
-SbatchValue = Union[StrictBool, StrictInt, str]
+SbatchValue = StrictBool | StrictInt | str
 
 
 class SlurmOptions(BaseModel):
@@ -122,7 +122,7 @@ class SlurmOptions(BaseModel):
     partition: str | None = Field(None, description="Slurm partition(s), comma-separated (sbatch --partition).")
     account: str | None = Field(None, description="Account to charge (sbatch --account).")
     qos: str | None = Field(None, description="Quality of service (sbatch --qos).")
-    time: Union[str, StrictInt] = Field(
+    time: str | StrictInt = Field(
         "1:00:00",
         description="Time limit of each run, in a Slurm format: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
         "D-HH:MM:SS. Quote it in YAML ('2:00:00'). Written as whole minutes (submitit needs the limit to tell "

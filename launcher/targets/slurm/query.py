@@ -158,7 +158,8 @@ def parse_scontrol(text: str) -> dict[str, SlurmRecord]:
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
     """Run a Slurm command; None when it times out."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              check=False)
     except FileNotFoundError as e:
         raise TargetUnavailable(f"{argv[0]} not found: the Slurm client commands must be on PATH") from e
     except subprocess.TimeoutExpired:

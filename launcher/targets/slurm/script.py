@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.targets.base import Handle
 from launcher.targets.shared.launch import run_env, torchrun_argv
 
 # Values only known inside the job. Render shows them as shell variables; the node runner fills
@@ -238,3 +239,23 @@ class SlurmPayload:
     script: str
     run_dir: str
     submission_file: str
+
+
+@dataclass
+class SlurmHandle(Handle):
+    """Native ids: ``slurm_job_id`` for a single job, ``<slurm_job_id>_<i>`` for run ``i`` of an array."""
+
+    slurm_job_id: str = ""
+    array: bool = False
+    runs: int = 1
+    nodes: int = 1
+    procs_per_node: int = 1
+    job_dir: str = ""
+    submission_file: str = ""
+    params: list[dict[str, str]] = field(default_factory=list)
+
+    def native_ids(self) -> list[str]:
+        return [self.slurm_job_id] if self.slurm_job_id else []
+
+    def log_dir(self) -> str | None:
+        return self.job_dir or None

@@ -59,7 +59,7 @@ class DdpjobExecutor(submitit_slurm.SlurmExecutor):
         finally:
             del self.parameters["map_count"]
         tasks_ids = list(range(first_job.num_tasks))
-        jobs = [submitit_slurm.SlurmJob(folder=self.folder, job_id=f"{first_job.job_id}_{a}", tasks=tasks_ids)
+        jobs: list[submitit_slurm.SlurmJob[Any]] = [submitit_slurm.SlurmJob(folder=self.folder, job_id=f"{first_job.job_id}_{a}", tasks=tasks_ids)
                 for a in range(n)]
         for job, pickle_path in zip(jobs, pickle_paths):
             job.paths.move_temporary_file(pickle_path, "submitted_pickle")

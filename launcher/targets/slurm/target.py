@@ -17,38 +17,34 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.core.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.quantity import parse_memory, slurm_mem
-from launcher.core.states import JobState
-from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus, summarize
+from launcher.core.states import JobState, summarize
+from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.slurm.script import (
-    PORT_SETUP, SlurmCommon, SlurmElement, SlurmPayload, node_paths, render_plan, resolve_folder, sbatch_script,
+    PORT_SETUP,
+    SlurmCommon,
+    SlurmElement,
+    SlurmHandle,
+    SlurmPayload,
+    node_paths,
+    render_plan,
+    resolve_folder,
+    sbatch_script,
 )
 
 if TYPE_CHECKING:
-    from launcher.targets.slurm import query as slurm_query
     from launcher.spec.load import LoadedSpec
+    from launcher.spec.model import JobSpec
+    from launcher.targets.slurm import query as slurm_query
+    from launcher.targets.slurm.options import SlurmOptions
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"}  # HPC fabrics usually have InfiniBand
-
-
-@dataclass
-class SlurmHandle(Handle):
-    """Native ids: ``slurm_job_id`` for a single job, ``<slurm_job_id>_<i>`` for run ``i`` of an array."""
-
-    slurm_job_id: str = ""
-    array: bool = False
-    runs: int = 1
-    nodes: int = 1
-    procs_per_node: int = 1
-    job_dir: str = ""
-    submission_file: str = ""
-    params: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -60,7 +56,7 @@ class _Launch:
     srun_args: list[str]
 
 
-class SlurmTarget(Target):
+class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
     """Runs jobs on a Slurm cluster through submitit (``pip install 'ddpjob[slurm]'``)."""
 
     name = "slurm"
@@ -78,10 +74,13 @@ class SlurmTarget(Target):
         return missing_program(spec.command, spec.workdir or ctx.cwd,
                                check_modules=spec.slurm.container.runtime == "none")
 
-    def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan:
+    def options(self, spec: JobSpec) -> SlurmOptions:
+        return spec.slurm
+
+    def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[SlurmPayload]:
         # Imported here: status, logs and cancel never load the spec's models.
-        from launcher.targets.shared import dist
         from launcher.spec.model import expand
+        from launcher.targets.shared import dist
 
         spec = loaded.spec
         s = spec.slurm
@@ -118,7 +117,7 @@ class SlurmTarget(Target):
 
     # ------------------------------------------------------------------ submit
 
-    def submit(self, plan: Plan) -> SlurmHandle:
+    def submit(self, plan: Plan[SlurmPayload]) -> SlurmHandle:
         try:
             from launcher.targets.slurm import submit as slurm_submit
         except ModuleNotFoundError as e:
