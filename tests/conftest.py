@@ -15,14 +15,26 @@ REPO = Path(__file__).resolve().parents[1]
 # Shared test helpers (tests/goldens.py) import by name from any test directory.
 sys.path.insert(0, str(Path(__file__).parent))
 
-from testkit import stop_leftovers  # noqa: E402
+from testkit import REAL_FIXTURES, REAL_MARKERS, stop_leftovers  # noqa: E402
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m "not real" deselects: it must see these marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that use a fixture which starts something real (testkit.REAL_FIXTURES), or carry a marker
+    that needs one, are in the real tier, wherever they live."""
+    for item in items:
+        if REAL_FIXTURES.keys() & set(getattr(item, "fixturenames", ())) or any(
+                item.get_closest_marker(m) for m in REAL_MARKERS):
+            item.add_marker(pytest.mark.real)
 
 
 @pytest.fixture(autouse=True)
-def ddpjob_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def ddpjob_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Every test gets its own registry, so nothing touches the user's ~/.ddpjob. Afterwards, any
     process the test left running (found by this home in its environment: supervisors, torchrun
-    agents, workers) is stopped, so a failed test cannot leave sleepers behind."""
+    agents, workers) is stopped, so a failed test cannot leave sleepers behind. A test of the pure
+    tier (not marked real) that started a local job is an error: it belongs to the real tier."""
     home = tmp_path_factory.mktemp("ddpjob-home")
     monkeypatch.setenv("DDPJOB_HOME", str(home))
     yield home
@@ -30,6 +42,10 @@ def ddpjob_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     if left:
         warnings.warn(f"stopped processes {left} this test left running"
                       + (f"; {survivors} survived SIGKILL" if survivors else ""), stacklevel=1)
+    started = sorted(p.parent.name for p in home.glob("runs/*/supervisor.log"))
+    if started and request.node.get_closest_marker("real") is None:
+        pytest.fail(f"this test started local job(s) {started} but is not marked real: add "
+                    "@pytest.mark.real (the pure tier, pytest -m 'not real', starts no job)", pytrace=False)
 
 
 @pytest.fixture

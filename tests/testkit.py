@@ -1,11 +1,14 @@
-"""Helpers for tests in any directory: reference material reached through DDPJOB_SHARED, and the
-cleanup of processes a test leaves behind. Import by name (``from testkit import needs_crd``)."""
+"""Helpers for tests in any directory: reference material reached through DDPJOB_SHARED, the
+cleanup of processes a test leaves behind, the test tiers and the Ctrl-C a test needs. Import by
+name (``from testkit import needs_crd``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -57,6 +60,39 @@ def _runs_a_job(pid: int) -> bool:
             return any(v.startswith(b"DDPJOB_JOB_ID=") for v in f.read().split(b"\0"))
     except OSError:
         return False
+
+
+# Tests in tiers (README "Tests"): ``pytest -m "not real"`` is the pure tier, which starts no torchrun,
+# podman, Slurm or API server and runs in under a minute; ``real`` marks the rest. A test that uses one
+# of these fixtures (directly or through another fixture) starts such a thing, so tests/conftest.py
+# marks it real wherever it lives; tests/foundation/test_found_tiers.py keeps this list true.
+REAL_FIXTURES = {
+    "slurm_cluster": "the private Slurm cluster (tests/slurm/conftest.py)",
+    "k8s_api": "the loopback Kubernetes API server over HTTP (tests/k8s/conftest.py)",
+    "engine_image": "podman and the training image (tests/container/conftest.py)",
+    "run_torchrun": "a real torchrun (tests/train/conftest.py)",
+}
+REAL_MARKERS = ("slurm",)  # a module marked slurm needs the cluster: real too
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` for a child that a test stops with SIGINT: the default disposition in the child.
+
+    A process started with SIGINT ignored (``nohup``, a background job of a non-interactive shell,
+    some CI runners) passes that on to its children, and a Python started so installs no
+    KeyboardInterrupt handler at all: the test's Ctrl-C would be lost. Tests set what they need."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def ctrl_c_raises() -> Iterator[None]:
+    """Within the block, SIGINT in this process raises KeyboardInterrupt (Python's own handler),
+    whatever pytest was started with; the disposition it had is restored after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 T = TypeVar("T")

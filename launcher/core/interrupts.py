@@ -14,7 +14,10 @@ def deferred_interrupt() -> Iterator[list[int]]:
     recorded with its handle; the caller learns of a held Ctrl-C from the yielded list. The window
     is bounded by the targets' own timeouts (sbatch, API calls)."""
     caught: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
+    # Not from another thread (Python allows handlers only in the main one), and not when Ctrl-C is
+    # ignored (nohup, a background job): an ignored SIGINT stays ignored, here as everywhere else.
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield caught
         return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))

@@ -135,7 +135,8 @@ def allreduce_worker(models: list[str], reps: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from launcher.train import distcore, models as zoo
+    from launcher.train import distcore
+    from launcher.train import models as zoo
 
     info = distcore.setup()
     result = {}
@@ -242,8 +243,8 @@ def main() -> None:
         for m in models:
             # Forwards, then backwards: ddp sits next to nosync, and each side's place evens out.
             for side in SIDES if rep % 2 == 0 else SIDES[::-1]:
-                rate, share = cleanest(lambda: images_per_s(m, side, *plan[m], gpus), args.quiet_wait, args.retries,
-                                       args.others_max)
+                rate, share = cleanest(lambda m=m, side=side: images_per_s(m, side, *plan[m], gpus), args.quiet_wait,
+                                       args.retries, args.others_max)
                 runs[m][side].append(rate)
                 others[m][side].append(round(share, 3))
     results = {

@@ -19,7 +19,7 @@ from testkit import FAILER, SLEEPER, wait_for
 from launcher.targets.local import container
 from launcher.targets.shared import procs
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.real, pytest.mark.timeout(900)]
 
 RANKS = '''
 import json, os, socket, sys
@@ -197,14 +197,11 @@ def test_cancel_leaves_no_container_and_no_process(engine_image, tmp_path):
     names = set(podman("ps", "--format", "{{.Names}}").stdout.split())
     assert {f"ddpjob-{job}-0-0", f"ddpjob-{job}-0-1"} <= names
     assert job_processes(job)  # the check below can see the job's processes
-    t = time.monotonic()
-    proc = ddpjob("cancel", job, cwd=tmp_path)
+    proc = ddpjob("cancel", job, cwd=tmp_path, timeout=30)  # stops and removes both containers within 30 s
     assert proc.returncode == 0, proc.stderr
-    took = time.monotonic() - t
     assert status(job, tmp_path)["state"] == "CANCELLED"
     assert job_containers(Path(os.environ["DDPJOB_HOME"])) == []
     assert job_processes(job) == []  # engine clients, conmon, the containers' init, agents, workers
-    assert took < 30, took
     again = ddpjob("cancel", job, cwd=tmp_path)  # safe to repeat
     assert again.returncode == 0, again.stderr
 
@@ -257,9 +254,8 @@ def test_root_cause_of_a_failing_rank_in_a_container(engine_image, tmp_path):
 
 
 def test_engine_sh_is_idempotent_and_says_what_it_is(engine_image):
-    t = time.monotonic()
-    up = engine_sh("up")
-    assert up.returncode == 0 and time.monotonic() - t < 120, up.stderr  # cached: no debootstrap, torch's layer kept
+    up = engine_sh("up", timeout=120)  # cached: no debootstrap, torch's layer kept (a fresh build takes minutes)
+    assert up.returncode == 0, up.stderr
     assert "debootstrap" not in up.stderr and "ready" in up.stderr
     assert engine_sh("status").returncode == 0
     assert engine_sh("up", "--bogus").returncode == 2

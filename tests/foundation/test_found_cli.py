@@ -155,6 +155,7 @@ def test_command_line_mistakes(cli):
         assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.real
 def test_cancel_task_is_refused_where_unsupported(cli, tmp_path):
     (tmp_path / "s.py").write_text("import time; time.sleep(60)\n")
     job_id = cli("submit", "-q", "--", "python", "s.py", cwd=tmp_path).stdout.strip()

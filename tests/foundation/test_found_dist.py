@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.targets.shared import dist
 from launcher.spec.load import load_spec
 from launcher.targets.k8s import target as k8s
 from launcher.targets.local import target as local
+from launcher.targets.shared import dist
 from launcher.targets.slurm import node as slurm_node
 from launcher.targets.slurm import target as slurm
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testkit import wait_for
+from testkit import ctrl_c_raises, sigint_default, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,12 +22,10 @@ def jobs_in_registry(cli) -> list[dict]:
 
 
 def test_missing_script_is_refused_before_anything_is_recorded(cli, tmp_path):
-    start = time.monotonic()
-    proc = cli("submit", "--nodes", "2", "--", "python", "/nonexistent/x.py", cwd=tmp_path)
-    took = time.monotonic() - start
+    proc = cli("submit", "--nodes", "2", "--", "python", "/nonexistent/x.py", cwd=tmp_path, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "<command line>: command[1]: script /nonexistent/x.py does not exist" in proc.stderr
-    assert "Traceback" not in proc.stderr and took < 10  # about 0.5 s on an idle machine
+    assert "Traceback" not in proc.stderr
     assert jobs_in_registry(cli) == []
 
 
@@ -45,6 +43,7 @@ def test_missing_script_or_module_in_a_spec_names_file_and_line(cli, tmp_path):
     assert jobs_in_registry(cli) == []
 
 
+@pytest.mark.real
 def test_installed_modules_and_no_preflight_pass(cli, tmp_path):
     ok = cli("submit", "-q", "--", "python", "-m", "json.tool", "--help", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
@@ -62,6 +61,7 @@ def test_a_refused_submit_is_not_a_job(cli, tmp_path, ddpjob_home):
     assert not any((ddpjob_home / "runs").glob("*")) if (ddpjob_home / "runs").exists() else True
 
 
+@pytest.mark.real
 def test_ctrl_c_at_any_moment_of_submit(tmp_path, ddpjob_home):
     """Either nothing is submitted and nothing recorded, or the id is printed with how to follow and
     cancel it; exit 130 either way (0 when the submit had finished before the signal)."""
@@ -90,7 +90,8 @@ def test_ctrl_c_at_any_moment_of_submit(tmp_path, ddpjob_home):
     rng = random.Random(7)
     seen = {"nothing": 0, "submitted": 0}
     for trial in range(8):
-        p = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=sigint_default)  # noqa: PLW1509 (no threads here) a Ctrl-C stops it, even under nohup
         time.sleep(python_start + took * (trial + rng.random()) / 8)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
@@ -125,13 +126,14 @@ def test_ctrl_c_at_any_moment_of_submit(tmp_path, ddpjob_home):
 def testdeferred_interrupt_holds_ctrl_c_until_the_end_of_the_window(_):
     from launcher.service.jobs import deferred_interrupt
 
-    with deferred_interrupt() as caught:
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)
-        assert caught == [signal.SIGINT]  # held, not raised inside the window
-    with pytest.raises(KeyboardInterrupt):
-        os.kill(os.getpid(), signal.SIGINT)  # the default handler is back
-        time.sleep(0.05)
+    with ctrl_c_raises():  # as in ddpjob, whatever pytest was started with
+        with deferred_interrupt() as caught:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            assert caught == [signal.SIGINT]  # held, not raised inside the window
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # the default handler is back
+            time.sleep(0.05)
 
 
 def test_a_ctrl_c_during_the_first_validation_stops_ddpjob_as_anywhere_else():
@@ -141,11 +143,11 @@ def test_a_ctrl_c_during_the_first_validation_stops_ddpjob_as_anywhere_else():
     from launcher.core.interrupts import interrupt_after
 
     for inside in (lambda: None, lambda: int("not a number")):
-        with pytest.raises(KeyboardInterrupt):
-            with interrupt_after():
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(0.05)  # held: nothing is raised in here
-                inside()
+        # ctrl_c_raises: Python's handler, as in ddpjob, whatever pytest was started with
+        with ctrl_c_raises(), pytest.raises(KeyboardInterrupt), interrupt_after():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # held: nothing is raised in here
+            inside()
     with interrupt_after():
         pass  # no Ctrl-C: nothing raised
     got = []
@@ -177,7 +179,8 @@ try:
 except KeyboardInterrupt:
     print("delivered")
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                         preexec_fn=sigint_default)  # Python's Ctrl-C handler, even under nohup
     assert (out.stdout, out.stderr) == ("delivered\n", ""), out
 
 
@@ -207,11 +210,16 @@ def _start_waiting_job(cli, tmp_path: Path) -> tuple[str, Path, dict]:
     return job_id, go, data
 
 
+@pytest.mark.real
 def test_a_killed_supervisor_does_not_turn_a_good_run_into_failed(cli, tmp_path):
     job_id, go, data = _start_waiting_job(cli, tmp_path)
     os.kill(data["handle"]["pid"], signal.SIGKILL)  # the supervisor, as the OOM killer would
-    time.sleep(0.5)
-    status = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+
+    def supervisor_gone() -> dict | None:
+        st = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+        return st if "is gone" in (st["message"] or "") else None
+
+    status = wait_for(supervisor_gone, "status to see that the supervisor is gone", timeout=60)
     assert status["state"] == "RUNNING" and "supervisor" in status["message"] and "is gone" in status["message"]
     follower = subprocess.Popen([sys.executable, "-m", "launcher", "logs", job_id, "-f"], cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -224,12 +232,14 @@ def test_a_killed_supervisor_does_not_turn_a_good_run_into_failed(cli, tmp_path)
     assert end.returncode == 0 and "SUCCEEDED" in end.stdout and "exit records" in end.stdout, end.stdout
 
 
+@pytest.mark.real
 def test_cancel_stops_a_job_whose_supervisor_was_killed(cli, tmp_path):
     from launcher.targets.shared import procs
 
-    job_id, go, data = _start_waiting_job(cli, tmp_path)
+    job_id, _go, data = _start_waiting_job(cli, tmp_path)
     os.kill(data["handle"]["pid"], signal.SIGKILL)
-    time.sleep(0.5)
+    wait_for(lambda: not procs.alive(data["handle"]["pid"], data["handle"].get("start")), "the supervisor to end",
+             timeout=30)
     assert procs.marked_pids("DDPJOB_JOB_ID", job_id)  # agents and workers run on
     proc = cli("cancel", job_id)
     assert proc.returncode == 0 and "CANCELLED" in proc.stdout, proc.stdout + proc.stderr
@@ -246,6 +256,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.real
 def test_a_port_taken_before_the_rendezvous_is_replaced(cli, tmp_path):
     """Another program binds the job's port between the choice and torchrun's bind: the supervisor
     starts the nodes again on a new port, says so in the log, and the job succeeds."""
@@ -318,6 +329,7 @@ def test_the_port_search_tries_every_port_of_the_range(monkeypatch):
             s.close()
 
 
+@pytest.mark.real  # runs a job under the supervisor
 def test_a_state_file_that_cannot_be_written_does_not_fail_a_good_run(tmp_path):
     """As on a full disk: the supervisor cannot write state.json (here it is a directory), runs the
     job anyway, and status reads the finished run from the nodes' exit records: SUCCEEDED."""
@@ -370,3 +382,20 @@ def test_the_node_wrapper_records_how_its_agent_ended(tmp_path):
     assert wrapper.wait(timeout=30) == 128 + signal.SIGTERM
     assert node.read_record(record_path)["signal"] == "SIGTERM"
     assert not procs.alive(agent, None), "the agent outlived its wrapper"
+
+
+def test_an_ignored_ctrl_c_stays_ignored_over_the_held_steps():
+    """Started with SIGINT ignored (nohup, a background job), a Ctrl-C during the submit window is
+    ignored like anywhere else, not held and turned into exit 130 afterwards."""
+    from launcher.core.interrupts import deferred_interrupt, interrupt_after
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred_interrupt() as caught:
+            signal.raise_signal(signal.SIGINT)
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert caught == []
+        with interrupt_after():
+            signal.raise_signal(signal.SIGINT)  # nothing is raised after the step either
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,14 +1,14 @@
 """Fuzzing the front door: mutated specs and command lines, run through the real click commands
 in-process (fast enough for a few hundred cases). Every case ends with exit 0 or 2 (4 for a job id:
-the registry is empty), never a traceback or an "internal error", each within seconds and without
-growing the process's memory by more than 300 MB. Nothing is submitted: ``submit`` runs ``--dry-run``."""
+the registry is empty), never a traceback or an "internal error", and without growing the process's
+memory by more than 300 MB (a case that hangs is stopped by pytest-timeout). Nothing is submitted:
+``submit`` runs ``--dry-run``."""
 
 from __future__ import annotations
 
 import os
 import resource
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
@@ -39,7 +39,6 @@ VALUE_AT = sorted({i + 2 for i in range(len(BASE_TEXT)) if BASE_TEXT[i:i + 2] in
 NASTY = ["1" * 5000, "1e999", "-3", "0", "0o777", "0x1F", "0b101", "1_000", "+1", "1:30", "2024-13-45", "=", "~",
          ".nan", "-.inf", "yes", "!!binary aGk=", "!!set {a}", "*undefined", "&x [*x]", '"a\\x00b"', '"\\e[2J"',
          '"a\\nb"', "[", "{a: 1", "? [a]", "|\n  x", "-"]
-LIMIT_S = 10.0
 LIMIT_RSS_KB = 300 * 1024
 
 values = st.recursive(
@@ -85,14 +84,11 @@ def mutate_data(changes: list[tuple[str, object]]) -> str:
 
 def check(args: list[str], allowed: tuple[int, ...]) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    start = time.monotonic()
     result = CliRunner().invoke(cli, args, catch_exceptions=True)
-    took = time.monotonic() - start
     out = result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), (args, repr(result.exception))
     assert result.exit_code in allowed, (args, result.exit_code, out[-2000:])
     assert "Traceback" not in out and "internal error" not in out, (args, out[-2000:])
-    assert took < LIMIT_S, (args, took)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < LIMIT_RSS_KB, args
 
 
@@ -164,8 +160,8 @@ def test_a_set_value_of_digits_reads_as_yaml_reads_it(raw):
     """``--nodes 2`` is read without loading a YAML parser (launcher.spec.yamlread.parse_value): what it
     gives must be what the YAML reading gives for every text of digits (YAML 1.1 octal ``007``,
     ``1_000``, signs, long numbers, non-ASCII digits)."""
-    from launcher.spec import yamlread as specyaml
     from launcher.core.errors import SpecError
+    from launcher.spec import yamlread as specyaml
 
     try:
         by_yaml = specyaml.parse(raw, None, "--set x")[0]

@@ -67,6 +67,7 @@ def test_torchrun_program(command, expected):
     assert torchrun_program(command, "/py") == expected
 
 
+@pytest.mark.real  # needs torch (torchrun's own macro substitution)
 def test_worker_command_survives_torchrun_macros():
     from torch.distributed.elastic.utils import macros
 

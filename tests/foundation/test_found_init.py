@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.stem for p in (REPO / "jobs").glob("*.yaml"))
 
@@ -51,6 +53,7 @@ def test_a_missing_example_path_says_how_to_get_it(cli, tmp_path: Path) -> None:
     assert other.returncode == 2 and "ddpjob init" not in other.stderr
 
 
+@pytest.mark.real  # slow: builds the wheel with pip
 def test_the_wheel_carries_every_example(tmp_path: Path) -> None:
     """What pip installs (not the checkout): build the wheel from the project's files alone (no
     egg-info or build folder left by an earlier install, which would lend it files) and look inside."""

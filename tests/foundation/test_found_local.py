@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testkit import FAILER, SLEEPER, wait_for
+from testkit import FAILER, SLEEPER, sigint_default, wait_for
 
 from launcher.service.registry import Registry
 from launcher.targets.shared import procs
@@ -51,6 +51,7 @@ def status_json(cli, job_id: str) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.real
 def test_two_nodes_two_procs_ranks_and_all_reduce(cli, scripts):
     proc = cli("submit", "--nodes", "2", "--procs-per-node", "2", "-f", "--", "python", "ranks.py", "--tag", "$(id)", "a$$b", "$local_rank", cwd=scripts)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -78,6 +79,7 @@ def test_two_nodes_two_procs_ranks_and_all_reduce(cli, scripts):
     assert cli("wait", job_id).returncode == 0
 
 
+@pytest.mark.real
 def test_cancel_leaves_no_process_alive(cli, scripts, ddpjob_home):
     job_id = job_id_of(cli("submit", "-q", "--nodes", "2", "--", "python", "sleeper.py", cwd=scripts))
     run_dir = Registry(ddpjob_home).get(job_id).run_dir
@@ -97,6 +99,7 @@ def test_cancel_leaves_no_process_alive(cli, scripts, ddpjob_home):
     assert cli("wait", job_id).returncode == 1
 
 
+@pytest.mark.real
 def test_failing_rank_fails_the_job_with_its_error(cli, scripts):
     proc = cli("submit", "--nodes", "2", "-f", "-q", "--", "python", "failer.py", cwd=scripts)
     assert proc.returncode == 1
@@ -112,6 +115,7 @@ def test_failing_rank_fails_the_job_with_its_error(cli, scripts):
     assert "state:    FAILED" in text and "boom" in text
 
 
+@pytest.mark.real
 def test_two_jobs_at_once_get_different_ports(cli, scripts):
     cmd = [sys.executable, "-m", "launcher", "submit", "-q", "--nodes", "2", "--", "python", "ranks.py"]
     procs_ = [subprocess.Popen(cmd, cwd=scripts, stdout=subprocess.PIPE, text=True) for _ in range(2)]
@@ -123,6 +127,7 @@ def test_two_jobs_at_once_get_different_ports(cli, scripts):
     assert len(ports) == 2
 
 
+@pytest.mark.real
 def test_sweep_runs_elements_in_turn_with_own_outputs(cli, scripts, tmp_path):
     spec = tmp_path / "sweep.yaml"
     spec.write_text(f"""
@@ -151,6 +156,7 @@ sweep:
     assert bad.returncode == 2 and f"--task 5: {job_id} has 2 runs (valid: 0..1)" in bad.stderr  # a usage error
 
 
+@pytest.mark.real
 def test_wait_timeout_and_unknown_id(cli, scripts):
     job_id = job_id_of(cli("submit", "-q", "--", "python", "sleeper.py", cwd=scripts))
     proc = cli("wait", job_id, "--timeout", "1")
@@ -175,6 +181,7 @@ main()
 '''
 
 
+@pytest.mark.real
 def test_torchelastic_error_file_is_the_root_cause(cli, scripts):
     (scripts / "recorded.py").write_text(RECORDED)
     proc = cli("submit", "--nodes", "2", "-f", "-q", "--", "python", "recorded.py", cwd=scripts)
@@ -185,17 +192,19 @@ def test_torchelastic_error_file_is_the_root_cause(cli, scripts):
     assert json.loads(error_file.read_text())["message"]["message"].startswith("ValueError")
 
 
+@pytest.mark.real
 def test_ctrl_c_stops_following_but_not_the_job(scripts, ddpjob_home, cli):
     import signal
 
     p = subprocess.Popen([sys.executable, "-m", "launcher", "submit", "-f", "--", "python", "sleeper.py"],
-                         cwd=scripts, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=scripts, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_default)  # noqa: PLW1509 (no threads here) a Ctrl-C reaches it, even under nohup
     reg = Registry(ddpjob_home)
     job_id = wait_for(lambda: reg.list() and reg.list()[0].handle and reg.list()[0].id, "the job to be recorded")
     out = Path(reg.get(job_id).run_dir) / "output"
-    wait_for(lambda: (out / "started-0").exists(), "the worker to start")
+    wait_for((out / "started-0").exists, "the worker to start")
     p.send_signal(signal.SIGINT)
-    stdout, stderr = p.communicate(timeout=30)
+    _, stderr = p.communicate(timeout=30)
     assert p.returncode == 130
     assert f"{job_id} keeps running" in stderr and f"ddpjob cancel {job_id}" in stderr
     assert "Traceback" not in stderr
@@ -203,6 +212,7 @@ def test_ctrl_c_stops_following_but_not_the_job(scripts, ddpjob_home, cli):
     assert cli("cancel", job_id).returncode == 0
 
 
+@pytest.mark.real
 def test_readme_quickstart_on_two_local_nodes(cli):
     proc = cli("submit", "jobs/quickstart.yaml", "--target", "local", "--nodes", "2", "-f")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -243,19 +253,23 @@ def test_processes_a_test_leaves_behind_are_stopped(tmp_path):
         daemon.wait()
 
 
-def test_the_follow_loop_wakes_when_the_supervisor_exits_and_then_sleeps_whole():
+@pytest.mark.timeout(120)  # the bound of "at once": a wait the exit did not end would last 600 s
+def test_the_follow_loop_wakes_when_the_supervisor_exits_and_then_sleeps_whole(monkeypatch):
     """``submit -f`` waits on the supervisor's pidfd: its exit ends the current wait at once, and
     later waits are whole again (no spinning on an fd that stays readable); a pid whose start
     time is not the recorded one is never waited on."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     started = procs.start_time(child.pid)
     with procs.ExitWaker(child.pid, started + 1) as other:  # the pid, but not the process recorded
         assert other.fd is None
     with procs.ExitWaker(child.pid, started) as waker:
-        t0 = time.monotonic()
-        waker.sleep(60)
-        assert time.monotonic() - t0 < 30 and child.poll() is not None
-        t0 = time.monotonic()
-        waker.sleep(0.3)
-        assert time.monotonic() - t0 >= 0.3
+        assert waker.fd is not None
+        child.stdin.close()  # the child ends now
+        waker.sleep(600)  # returns when it has ended
+        assert child.poll() is not None
+        slept: list[float] = []
+        with monkeypatch.context() as m:
+            m.setattr(procs.time, "sleep", slept.append)
+            waker.sleep(0.3)
+        assert slept == [0.3]  # a whole sleep, not a return at once on the fd of the process that ended
     child.wait()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from launcher.core.errors import JobNotFound
-from launcher.service.registry import Registry
 from launcher.core.states import JobState, combine
+from launcher.service.registry import Registry
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,10 +90,11 @@ def _first_use(home: str, start, results) -> None:
     try:
         Registry(Path(home)).reserve("first", "local", {})
         results.put("ok")
-    except Exception as e:  # noqa: BLE001 - the test reports whatever it was
+    except Exception as e:
         results.put(f"{type(e).__name__}: {e}")
 
 
+@pytest.mark.real  # slow: 30 x 6 forked processes
 def test_processes_that_first_use_a_new_home_at_once_all_succeed(tmp_path):
     """Setting the database up (WAL mode, tables) is serialized: without it, SQLite answered about
     one trial in eight with "database is locked" at once (seen as a failed submit of two at once)."""
@@ -123,6 +124,7 @@ def test_a_released_reservation_leaves_no_trace(tmp_path):
     assert [r.id for r in reg.list()] == [kept]
 
 
+@pytest.mark.real
 def test_twenty_concurrent_cli_calls_never_corrupt(tmp_path, ddpjob_home):
     """Writers and readers at once: local submits (reserve a port, record a handle), submits the
     target refuses (reserved, then released), dry runs, validations and lists."""

@@ -33,6 +33,7 @@ def every_file(root: Path) -> list[Path]:
     return [Path(d) / f for d, _, files in os.walk(root) for f in files]
 
 
+@pytest.mark.real
 def test_a_job_gets_its_secrets_and_nothing_shows_or_stores_them(cli, tmp_path, ddpjob_home):
     token, host_value = f"tok-{secrets.token_hex(8)}", f"host-{secrets.token_hex(8)}"
     (tmp_path / "report.py").write_text(REPORT)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from launcher.core.errors import SpecError
-from launcher.spec.model import expand, json_schema, sanitize_name, substitute
 from launcher.spec.load import allowed_keys, load_spec
+from launcher.spec.model import expand, json_schema, sanitize_name, substitute
 
 HERE = Path(__file__).parent
 BROKEN = HERE / "broken"

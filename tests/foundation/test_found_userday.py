@@ -39,6 +39,7 @@ API_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.real
 def test_the_python_api_submits_waits_reads_logs_and_finds_the_job(tmp_path):
     script = tmp_path / "use_api.py"
     script.write_text(API_SCRIPT)
@@ -50,6 +51,7 @@ def test_the_python_api_submits_waits_reads_logs_and_finds_the_job(tmp_path):
     assert out["issue"] == ["nodes"] and out["target"] == "local"
 
 
+@pytest.mark.real
 def test_progress_while_the_quickstart_runs_and_a_compact_list(cli):
     job_id = cli("submit", "-q", "jobs/quickstart.yaml", "--nodes", "2", check=True).stdout.strip()
     deadline = time.monotonic() + 240
@@ -72,6 +74,7 @@ def test_progress_while_the_quickstart_runs_and_a_compact_list(cli):
     assert json.loads(cli("list", "-o", "json", check=True).stdout)[0]["state"] == "SUCCEEDED"
 
 
+@pytest.mark.real
 def test_completion_lists_job_ids_newest_first(cli, tmp_path):
     ids = [cli("submit", "-q", "--no-preflight", "--name", f"c{i}", "--", "python", "-c", "pass", cwd=tmp_path,
                check=True).stdout.strip() for i in range(2)]
@@ -88,6 +91,7 @@ def test_completion_lists_job_ids_newest_first(cli, tmp_path):
         cli("wait", job_id, "--timeout", "120")
 
 
+@pytest.mark.real
 def test_rm_and_prune_leave_no_record_and_no_run_directory(cli, tmp_path, ddpjob_home):
     a, b, c = (cli("submit", "-q", "--name", n, "--", "python", "-c", "pass", cwd=tmp_path, check=True).stdout.strip()
                for n in ("a", "b", "c"))
@@ -111,6 +115,7 @@ def test_rm_and_prune_leave_no_record_and_no_run_directory(cli, tmp_path, ddpjob
     assert cli("prune", "--older-than", "soon").returncode == 2
 
 
+@pytest.mark.real
 def test_doctor_measures_all_reduce_on_two_local_nodes(cli, tmp_path):
     proc = cli("doctor", "--target", "local", "--nodes", "2", "--max-mib", "64", "-o", "json", cwd=tmp_path,
                timeout=300)

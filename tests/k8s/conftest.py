@@ -9,8 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import fake_apiserver  # noqa: E402
-import trainjob_kit  # noqa: E402,F401 - sets DDPJOB_TRAINJOB_CRD from DDPJOB_SHARED before any cluster starts
+import fake_apiserver
+import trainjob_kit  # noqa: F401 - sets DDPJOB_TRAINJOB_CRD from DDPJOB_SHARED before any cluster starts
 
 
 @pytest.fixture

@@ -471,9 +471,9 @@ class FakeCluster:
                     pod.phase = "Succeeded" if code == 0 else "Failed"
         master = [p for p in pods if p.rtype == "Master"]
         if master and master[0].phase == "Running" and not any(
-                c["type"] == "Running" and c["status"] == "True" for c in job["status"]["conditions"]):
-            if not any(c["type"] == "Restarting" for c in job["status"]["conditions"]):
-                self._condition(job, "Running", f"PyTorchJob {name} is running.")
+                c["type"] == "Running" and c["status"] == "True" for c in job["status"]["conditions"]) \
+                and not any(c["type"] == "Restarting" for c in job["status"]["conditions"]):
+            self._condition(job, "Running", f"PyTorchJob {name} is running.")
         if any(p.phase == "Failed" for p in pods) and not self._terminal(job):
             failed = next(p for p in pods if p.phase == "Failed")
             self._condition(job, "Failed", f"PyTorchJob {name} is failed because 1 {failed.rtype} replica(s) failed.")
@@ -681,13 +681,13 @@ class Handler(BaseHTTPRequestHandler):
             pass
         self.close_connection = True
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._dispatch("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._dispatch("POST")
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         self._dispatch("DELETE")
 
 

@@ -9,11 +9,10 @@ import textwrap
 import time
 
 import pytest
-from testkit import needs_crd
+from fake_apiserver import expand_refs
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-
-from fake_apiserver import expand_refs
+from testkit import needs_crd, wait_for
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 
@@ -130,13 +129,11 @@ def test_follow_streams_and_pending_is_reported(k8s_api):
     k8s_api.server.pod_start_delay = 1.5
     create(k8s_api, job("slow", [sys.executable, "-c", "import time\nfor i in range(3): print('tick', i, flush=True); time.sleep(0.3)"], workers=0))
     c = core(k8s_api)
-    time.sleep(0.3)
+    wait_for(lambda: k8s_api.server.pods_of("slow"), "the operator to create the pod", timeout=30, poll=0.05)
     with pytest.raises(ApiException) as e:
         c.read_namespaced_pod_log("slow-master-0", "default")
     assert e.value.status == 400 and "waiting to start" in e.value.body
-    deadline = time.monotonic() + 30
-    while k8s_api.server.pods_of("slow")[0].phase == "Pending" and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: k8s_api.server.pods_of("slow")[0].phase != "Pending", "the pod to start", timeout=30, poll=0.05)
     resp = c.read_namespaced_pod_log("slow-master-0", "default", follow=True, _preload_content=False)
     text = b"".join(resp.stream()).decode()
     assert [ln for ln in text.splitlines() if ln.startswith("tick")] == ["tick 0", "tick 1", "tick 2"]

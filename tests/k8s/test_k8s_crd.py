@@ -100,7 +100,7 @@ def test_the_crd_is_an_input_of_the_plan_not_a_file_it_reads(monkeypatch, spec):
     permissive = CrdInput(strict_schema(version_schema(STAND_IN_CRD, "v1")), "y" * 64, "a test")
     plan = target.plan(loaded, PlanContext(job_id="quickstart-abcde", run_dir="/tmp/r", inputs=permissive))
     assert "# checked: PyTorchJob CRD schema (strict)" in plan.render()
-    assert "k8s checks passed, strict CRD check ran against pytorchjobs.kubeflow.org v1 from a test" == plan.payload.checks
+    assert plan.payload.checks == "k8s checks passed, strict CRD check ran against pytorchjobs.kubeflow.org v1 from a test"
     plan = target.plan(loaded, PlanContext(job_id="quickstart-abcde", run_dir="/tmp/r"))
     assert "strict CRD check skipped: no CRD was given to the plan" in plan.render()
 
@@ -215,6 +215,7 @@ def test_a_sweep_is_checked_whole_before_any_element_is_created(k8s_api):
 
 # --------------------------------------------------------------------------- in-cluster configuration
 
+@pytest.mark.real  # starts its own API server (TLS)
 def test_in_a_pod_without_kubeconfig_the_service_account_is_used(tmp_path, monkeypatch, spec):
     if shutil.which("openssl") is None and os.environ.get("CI", "").lower() != "true":
         pytest.skip("needs openssl to make the loopback server's TLS certificate")

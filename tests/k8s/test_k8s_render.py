@@ -12,19 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit import needs_crd
-from goldens import assert_golden
 import yaml
+from fake_apiserver import upstream_schema
+from goldens import assert_golden
+from testkit import needs_crd
 
 from launcher.core.errors import SpecError
-from launcher.spec.load import load_spec
 from launcher.core.states import JobState
+from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
-from launcher.targets.k8s.target import PYTORCHJOB_CONDITIONS, NOT_RECONCILED, KubernetesTarget, condition_state, replica_summary
 from launcher.targets.k8s.render import kubelet_escape, spec_field
-from launcher.targets.shared.launch import torchrun_escape
 from launcher.targets.k8s.schema import validate_pytorchjob
-from fake_apiserver import upstream_schema
+from launcher.targets.k8s.target import (
+    NOT_RECONCILED,
+    PYTORCHJOB_CONDITIONS,
+    KubernetesTarget,
+    condition_state,
+    replica_summary,
+)
+from launcher.targets.shared.launch import torchrun_escape
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +92,7 @@ def common_checks(text: str, plan) -> list[dict[str, Any]]:
             assert not any(a.startswith(("--nnodes", "--node-rank", "--master", "--rdzv")) for a in c["command"])
             for part in (c.get("resources") or {}).values():
                 assert all(isinstance(v, str) for v in part.values())
-            shm = [v for v in rs["template"]["spec"]["volumes"] if v["name"] == "dshm"][0]
+            shm = next(v for v in rs["template"]["spec"]["volumes"] if v["name"] == "dshm")
             assert shm["emptyDir"]["medium"] == "Memory"
             assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
             assert "restartPolicy" not in rs["template"]["spec"]  # the operator sets it from the replica's

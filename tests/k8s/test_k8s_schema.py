@@ -6,9 +6,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from testkit import needs_crd
-
 from fake_apiserver import STAND_IN_CRD, upstream_schema
+from testkit import needs_crd
 
 from launcher.core.errors import dotted_path as dotted
 from launcher.targets.k8s.schema import strict_schema, validate_pytorchjob, version_schema

@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from testkit import needs_crd
-
 from fake_apiserver import upstream_schema
 from test_k8s_schema import job as pytorchjob
+from testkit import needs_crd
 from trainjob_kit import needs_trainjob_crd, trainjob_schema
 
 from launcher.targets.k8s.schema import strict_schema

@@ -17,8 +17,8 @@ from goldens import assert_golden
 from trainjob_kit import needs_trainjob_crd, trainjob_schema
 
 from launcher.core.errors import SpecError
-from launcher.spec.load import load_spec
 from launcher.core.states import JobState
+from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
 from launcher.targets.k8s import trainjob
 from launcher.targets.k8s.pods import pod_ref, sort_key
@@ -78,7 +78,7 @@ def common_checks(text: str, plan, runtime: dict[str, str] = DEFAULT_RUNTIME) ->
             assert all(isinstance(v, str) for v in part.values())
         pod = pod_patch(obj)
         assert pod["metadata"]["labels"]["ddpjob/job-id"] == CTX_ID
-        shm = [v for v in pod["spec"]["volumes"] if v["name"] == "dshm"][0]
+        shm = next(v for v in pod["spec"]["volumes"] if v["name"] == "dshm")
         assert shm["emptyDir"]["medium"] == "Memory"
         (c,) = pod["spec"]["containers"]
         assert c["name"] == "node" and set(c) == {"name", "volumeMounts"}  # a patch of node may not set env

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from testkit import wait_for
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.real]
 SCRIPT = Path(__file__).resolve().parents[2] / "slurm" / "cluster.sh"
 
 

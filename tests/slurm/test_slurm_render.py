@@ -6,8 +6,8 @@ Golden files live in tests/slurm/golden; DDPJOB_UPDATE_GOLDEN=1 rewrites them.
 
 from __future__ import annotations
 
-import shlex
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -17,15 +17,22 @@ from goldens import assert_golden
 
 from launcher.core.errors import SpecError
 from launcher.core.quantity import parse_memory, slurm_mem
-from launcher.targets.slurm.options import time_to_minutes
-from launcher.spec.load import load_spec
 from launcher.core.states import JobState
+from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
-from launcher.targets.slurm.target import SlurmTarget
+from launcher.targets.slurm.options import time_to_minutes
 from launcher.targets.slurm.query import (
-    SLURM_STATES, expand_job_id, expand_nodelist, map_state, parse_sacct, parse_scontrol, parse_squeue, query,
+    SLURM_STATES,
+    expand_job_id,
+    expand_nodelist,
+    map_state,
+    parse_sacct,
+    parse_scontrol,
+    parse_squeue,
+    query,
 )
 from launcher.targets.slurm.script import node_argv, node_env
+from launcher.targets.slurm.target import SlurmTarget
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[2]

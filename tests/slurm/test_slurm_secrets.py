@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.real]
 
 REPORT = '''
 import hashlib, json, os

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from testkit import wait_for_no_job_processes
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.real]
 
 REPO = Path(__file__).resolve().parents[2]
 RECORD = "tests/slurm/rank_record.py"
@@ -185,11 +185,9 @@ def test_cancel_running_job(slurm_cluster, cli, tmp_path, accounting, request, d
     spec = write_spec(tmp_path, "cancel", ["python", RECORD, "--sleep", "300"])
     job_id = submit(cli, str(spec))
     wait_for(cli, job_id, {"RUNNING"}, timeout=120)
-    started = time.monotonic()
     proc = cli("cancel", job_id, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    data = wait_for(cli, job_id, {"CANCELLED"}, timeout=60)
-    assert time.monotonic() - started < 60
+    data = wait_for(cli, job_id, {"CANCELLED"}, timeout=60)  # fails the test if the job is not stopped by then
     assert data["state"] == "CANCELLED" and data["status"]["tasks"][0]["state"] == "CANCELLED"
     if accounting == "off":
         assert "sacct" not in data["status"]["details"]["source"]
@@ -325,8 +323,9 @@ if __name__ == "__main__":
 
 
 def test_controller_down_is_exit_3_quickly_and_list_says_stale(slurm_cluster, cli, tmp_path, ddpjob_home):
-    """With slurmctld stopped, status answers exit 3 'Slurm controller unreachable' within 15 s
-    (it used to print a stale RUNNING with exit 0), and list marks the last known state stale."""
+    """With slurmctld stopped, status answers exit 3 'Slurm controller unreachable' within 15 s (its
+    own 10 s limit on the controller; a status still running at 15 s is killed and fails the test;
+    it used to print a stale RUNNING with exit 0), and list marks the last known state stale."""
     import signal as _signal
 
     spec = write_spec(tmp_path, "sleepy", ["python", "-c", "import time; time.sleep(300)"])
@@ -339,11 +338,8 @@ def test_controller_down_is_exit_3_quickly_and_list_says_stale(slurm_cluster, cl
     while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
         time.sleep(0.2)
     try:
-        started = time.monotonic()
-        proc = cli("status", job_id, timeout=60)
-        took = time.monotonic() - started
+        proc = cli("status", job_id, timeout=15)
         assert proc.returncode == 3 and "Slurm controller unreachable" in proc.stderr, proc.stdout + proc.stderr
-        assert took < 15, took
         listing = cli("list", timeout=60)
         assert listing.returncode == 0 and "stale" in listing.stdout and "RUNNING" in listing.stdout, listing.stdout
     finally:

@@ -10,11 +10,14 @@ import sys
 from pathlib import Path
 
 import dist_workers
-from testkit import wait_for
+import pytest
 import torch
 import torch.multiprocessing as mp
+from testkit import wait_for
 
 from launcher.train import checkpoint
+
+pytestmark = pytest.mark.real  # torchrun and gloo process groups
 
 SMALL = ["--dataset", "synthetic", "--model", "mlp", "--train-size", "2048", "--eval-size", "101",
          "--batch-size", "64", "--epochs", "2", "--lr", "0.05", "--log-every", "1"]

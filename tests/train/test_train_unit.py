@@ -15,6 +15,10 @@ from torch import nn
 from launcher.train import checkpoint, data, distcore, evaluation, loop, models, parallel, step
 from launcher.train.preempt import StopAgreement
 
+# Real tier: torch itself (its import alone takes ~3 s) and small models trained on the CPU; the pure
+# tier needs no torch (.ci/run runs it in a venv without torch).
+pytestmark = pytest.mark.real
+
 
 @pytest.mark.parametrize("n,world", [(51, 2), (10, 3), (7, 4), (3, 8), (100, 1)])
 def test_eval_shards_cover_every_sample_once(n, world):
