@@ -338,7 +338,10 @@ class Jobs:
         """The scheduler's own ids of a recorded job (the handle's ``native_ids``); [] before submit."""
         if rec.handle is None:
             return []
-        return self._target_and_handle(rec)[1].native_ids()
+        try:
+            return self._target_and_handle(rec)[1].native_ids()
+        except (DdpjobError, TypeError, ValueError, KeyError):  # a target not installed here, an old record
+            return []
 
     def _target_and_handle(self, rec: JobRecord) -> tuple[AnyTarget, Handle]:
         from launcher.targets import get_target

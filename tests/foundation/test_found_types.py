@@ -36,3 +36,15 @@ def test_list_json_takes_native_ids_from_the_targets_handle(ddpjob_home, cli):
     assert listed == {"slurm": ["77"], "k8s": ["named-0"]}
     assert [Jobs(registry).native_ids(r) for r in registry.list()] in (
         [["named-0"], ["77"]], [["77"], ["named-0"]])
+
+
+def test_list_json_survives_a_record_whose_handle_cannot_be_read(ddpjob_home, cli):
+    """A record from another installation (an unknown target, a handle of another shape) lists with
+    no native ids instead of failing the whole listing."""
+    registry = Registry(ddpjob_home)
+    job_id, _ = registry.reserve("t-old", "gone", {"name": "t-old", "nodes": 1})
+    registry.record_handle(job_id, {"job_id": job_id, "run_dir": "/nowhere"})
+    registry.update_state(job_id, JobState.SUCCEEDED, "done")
+    proc = cli("list", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)[0]["native_ids"] == []
