@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A private 2-node Slurm cluster on this machine, for ddpjob's tests and for trying the Slurm target.
 #
-#   slurm/cluster.sh up [--no-accounting]   install packages if missing, start (idempotent)
+#   slurm/cluster.sh up [--no-accounting] [--apart|--together]
+#                                           install packages if missing, start (idempotent)
 #   slurm/cluster.sh down [--purge]         stop what this script started (--purge: delete its state)
 #   slurm/cluster.sh status                 which daemons run (exit 0 all up, 1 partly, 3 none)
+#   slurm/cluster.sh link NODE down|up      apart mode: cut or restore a node's network link
 #   eval "$(slurm/cluster.sh env)"          point sbatch/squeue/sacct/ddpjob at this cluster
 #
 # Everything lives under $DDPJOB_SLURM_ROOT (default ${TMPDIR:-/tmp}/ddpjob-slurm) and listens on
@@ -12,8 +14,18 @@
 # 127.0.77.1/127.0.77.2, each in its own UTS namespace so jobs see distinct hostnames; the names
 # go into /etc/hosts inside a marked block that `down` removes. Needs root (apt, /etc/hosts).
 #
+# --apart: nodes that are really apart. Each slurmd (and every process of its jobs) lives in its own
+# network namespace (ddpjob-$PORT-n1, -n2) with one interface, eth0, on a private bridge this script
+# creates (ddpbr$PORT, 10.X.77.0/24 with X from the port, or $DDPJOB_SLURM_SUBNET as A.B.C): n1 is
+# .1, n2 .2, the controller and the submitting side .254. No route leads anywhere else, so nothing
+# leaves this machine. Each node sees its own /etc/hosts (a private mount namespace) naming n1 and
+# n2 by those addresses; the machine's /etc/hosts is not touched. --together goes back to the
+# loopback layout. The mode is kept in $ROOT/etc/mode; `up` without either keeps it. Switching
+# restarts slurmctld and the slurmds (running jobs are lost).
+#
 # Exit codes: 0 ok, 1 a daemon failed (the message names the log to read), 2 bad usage,
-# 4 the packages are missing and cannot be installed (not root, no apt, apt failed).
+# 4 the packages are missing and cannot be installed (not root, no apt, apt failed), 5 --apart
+# cannot make its network here (no network namespaces, bridges or veths on this kernel).
 set -euo pipefail
 
 ROOT=${DDPJOB_SLURM_ROOT:-${TMPDIR:-/tmp}/ddpjob-slurm}
@@ -32,6 +44,14 @@ HOSTS_END="# END ddpjob-slurm ($ROOT)"
 DB_PASS=ddpjob-slurm-test
 NODES="n1 n2"
 export SLURM_CONF=$CONF
+# Apart mode's network: names are short enough for Linux's 15-character interface names.
+NET=${DDPJOB_SLURM_SUBNET:-10.$((100 + BASE % 100)).77}
+case "$NET" in *[!0-9.]*|'') echo "slurm/cluster.sh: DDPJOB_SLURM_SUBNET must look like 10.1.2" >&2; exit 2 ;; esac
+BRIDGE=ddpbr$BASE
+CTL_ADDR=$NET.254
+netns_of() { echo "ddpjob-$BASE-$1"; }
+veth_of() { echo "dv$BASE$1"; }
+node_addr() { echo "$NET.${1#n}"; }
 
 log() { printf 'slurm/cluster.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -139,11 +159,12 @@ install_packages() {
 
 # Prints slurm.conf for accounting on (1) or off (0).
 slurm_conf() {
-  local accounting=$1
+  local accounting=$1 mode=$2 ctl=127.0.0.1 a1=127.0.77.1 a2=127.0.77.2
+  if [ "$mode" = apart ]; then ctl=$CTL_ADDR; a1=$(node_addr n1); a2=$(node_addr n2); fi
   cat <<EOF
-# Written by slurm/cluster.sh; private to $ROOT. Regenerated on every 'up'.
+# Written by slurm/cluster.sh; private to $ROOT. Regenerated on every 'up'. Mode: $mode.
 ClusterName=$CLUSTER
-SlurmctldHost=localhost(127.0.0.1)
+SlurmctldHost=localhost($ctl)
 SlurmctldPort=$CTLD_PORT
 SlurmUser=root
 SlurmdUser=root
@@ -177,7 +198,7 @@ EOF
   if [ "$accounting" = 1 ]; then
     cat <<EOF
 AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
+AccountingStorageHost=$ctl
 AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$MUNGE_SOCK
 JobAcctGatherType=jobacct_gather/linux
@@ -192,8 +213,8 @@ EOF
   # 8 CPUs (cores) and 8 GiB per node whatever the machine has (config_overrides): several small
   # jobs, e.g. two 2-node jobs at once, fit side by side. Memory is not a consumable (CR_Core).
   cat <<EOF
-NodeName=n1 NodeHostname=n1 NodeAddr=127.0.77.1 Port=$N1_PORT CPUs=8 RealMemory=8192 State=UNKNOWN
-NodeName=n2 NodeHostname=n2 NodeAddr=127.0.77.2 Port=$N2_PORT CPUs=8 RealMemory=8192 State=UNKNOWN
+NodeName=n1 NodeHostname=n1 NodeAddr=$a1 Port=$N1_PORT CPUs=8 RealMemory=8192 State=UNKNOWN
+NodeName=n2 NodeHostname=n2 NodeAddr=$a2 Port=$N2_PORT CPUs=8 RealMemory=8192 State=UNKNOWN
 PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
 }
@@ -237,6 +258,61 @@ hosts_remove() {
   local kept
   kept=$(awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '$0==b{skip=1;next} $0==e{skip=0;next} !skip' /etc/hosts)
   printf '%s\n' "$kept" > /etc/hosts
+}
+
+
+# ------------------------------------------------------------------------------ apart mode's network
+
+# The bridge, and per node a network namespace whose eth0 is one end of a veth on the bridge.
+net_fail() { log "error: $* (the apart mode cannot run on this machine; 'up --together' runs without it)"; exit 5; }
+
+net_up() {
+  command -v ip >/dev/null 2>&1 || { log "error: --apart needs ip (Debian: apt-get install iproute2)"; exit 4; }
+  local node ns veth clash
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    # Another route to the same subnet would take the nodes' traffic: refuse rather than guess.
+    clash=$(ip -4 route show to match "$NET.1" 2>/dev/null | grep -v '^default' | grep -v "dev $BRIDGE" || true)
+    [ -z "$clash" ] || die "subnet $NET.0/24 is taken here ($clash); set DDPJOB_SLURM_SUBNET=A.B.C to another private /24"
+    ip link add "$BRIDGE" type bridge || net_fail "cannot create bridge $BRIDGE"
+  fi
+  ip -4 addr show dev "$BRIDGE" | grep -qF " $CTL_ADDR/24 " || ip addr add "$CTL_ADDR/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for node in $NODES; do
+    ns=$(netns_of "$node"); veth=$(veth_of "$node")
+    [ -e "/run/netns/$ns" ] || ip netns add "$ns" || net_fail "cannot create network namespace $ns"
+    if ! ip link show "$veth" >/dev/null 2>&1; then
+      ip link add "$veth" type veth peer name "p$veth" netns "$ns" || net_fail "cannot create veth $veth"
+      ip -n "$ns" link set "p$veth" name eth0
+    fi
+    ip -n "$ns" -4 addr show dev eth0 | grep -qF " $(node_addr "$node")/24 " \
+      || ip -n "$ns" addr add "$(node_addr "$node")/24" dev eth0
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set eth0 up
+    ip link set "$veth" master "$BRIDGE"
+    ip link set "$veth" up
+    # The node's own name resolution: the nodes by their bridge addresses, its own name included.
+    printf '127.0.0.1 localhost\n%s n1\n%s n2\n%s slurm-controller\n' \
+      "$(node_addr n1)" "$(node_addr n2)" "$CTL_ADDR" > "$ROOT/etc/hosts-$node"
+    chmod 0644 "$ROOT/etc/hosts-$node"
+  done
+}
+
+net_down() {
+  local node
+  for node in $NODES; do
+    ip link del "$(veth_of "$node")" 2>/dev/null || true
+    [ -e "/run/netns/$(netns_of "$node")" ] && { ip netns del "$(netns_of "$node")" 2>/dev/null || true; }
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+}
+
+cmd_link() {
+  local node=${1:-} how=${2:-}
+  [[ " $NODES " == *" $node "* ]] && { [ "$how" = down ] || [ "$how" = up ]; } \
+    || { log "error: usage: link NODE down|up (NODE: ${NODES// /, })"; exit 2; }
+  [ "$(cat "$ROOT/etc/mode" 2>/dev/null)" = apart ] || { log "error: link needs the apart mode (up --apart)"; exit 2; }
+  ip link set "$(veth_of "$node")" "$how" || die "cannot set $(veth_of "$node") $how"
+  log "link of $node ($(node_addr "$node")) is $how"
 }
 
 # ------------------------------------------------------------------------------------------- daemons
@@ -350,9 +426,17 @@ start_slurmd() {
   pid_alive "$ROOT/run/slurmd-$node.pid" slurmd && return 0
   rm -f "$ROOT/run/slurmd-$node.pid"
   mkdir -p "$ROOT/spool/slurmd-$node"
-  # Its own UTS namespace: jobs on this node see hostname $node, as on a separate machine.
-  unshare --uts sh -c "hostname $node && exec slurmd -N $node" </dev/null >/dev/null 2>&1 9>&- \
-    || die "slurmd $node failed to start; read $ROOT/log/slurmd-$node.log"
+  if [ "$MODE" = apart ]; then
+    # Its own network namespace (nsenter, not `ip netns exec`, which remounts /sys), hostname and
+    # /etc/hosts (a private mount namespace): a separate machine as far as its jobs can tell.
+    nsenter --net="/run/netns/$(netns_of "$node")" unshare --uts --mount --propagation private \
+      sh -c "mount --bind '$ROOT/etc/hosts-$node' /etc/hosts && hostname $node && exec slurmd -N $node" \
+      </dev/null >/dev/null 2>&1 9>&- || die "slurmd $node failed to start; read $ROOT/log/slurmd-$node.log"
+  else
+    # Its own UTS namespace: jobs on this node see hostname $node, as on a separate machine.
+    unshare --uts sh -c "hostname $node && exec slurmd -N $node" </dev/null >/dev/null 2>&1 9>&- \
+      || die "slurmd $node failed to start; read $ROOT/log/slurmd-$node.log"
+  fi
   wait_for 20 "slurmd $node" "$ROOT/log/slurmd-$node.log" pid_alive "$ROOT/run/slurmd-$node.pid" slurmd
   STARTED=1
 }
@@ -418,12 +502,16 @@ smoke_test() {
 
 # ---------------------------------------------------------------------------------------- commands
 
+MODE=together
 cmd_up() {
   local accounting=1 arg
+  MODE=$(cat "$ROOT/etc/mode" 2>/dev/null || echo together)
   for arg in "$@"; do
     case "$arg" in
       --no-accounting) accounting=0 ;;
-      *) log "error: unknown option $arg (usage: up [--no-accounting])"; exit 2 ;;
+      --apart) MODE=apart ;;
+      --together) MODE=together ;;
+      *) log "error: unknown option $arg (usage: up [--no-accounting] [--apart|--together])"; exit 2 ;;
     esac
   done
   [ "$(id -u)" = 0 ] || { log "error: up needs root (packages, /etc/hosts, slurmd as root)"; exit 4; }
@@ -442,13 +530,20 @@ cmd_up() {
 
   # A changed slurm.conf (accounting switched, or a newer version of this script) restarts
   # slurmctld and the slurmds; jobs' steps survive a slurmd restart. munge and MariaDB stay up.
-  slurm_conf "$accounting" > "$CONF.tmp"
+  slurm_conf "$accounting" "$MODE" > "$CONF.tmp"
   if install_file "$CONF.tmp" "$CONF" 0644 && pid_alive "$ROOT/run/slurmctld.pid" slurmctld; then
-    log "slurm.conf changed (accounting $([ "$accounting" = 1 ] && echo on || echo off)): restarting slurmctld and slurmd"
+    log "slurm.conf changed (accounting $([ "$accounting" = 1 ] && echo on || echo off), nodes $MODE): restarting slurmctld and slurmd"
     stop_slurm_daemons
   fi
   echo "$accounting" > "$ROOT/etc/accounting"
-  hosts_add
+  echo "$MODE" > "$ROOT/etc/mode"
+  if [ "$MODE" = apart ]; then
+    net_up
+    hosts_remove  # the nodes have their own /etc/hosts; the machine's keeps no stale names
+  else
+    net_down
+    hosts_add
+  fi
   start_munge
   if [ "$accounting" = 1 ]; then
     start_mariadb
@@ -466,7 +561,7 @@ cmd_up() {
     log "already up; nodes busy, smoke srun skipped"
   fi
   if [ "$accounting" = 1 ]; then check_accounting; fi
-  log "up: nodes n1 n2, accounting $([ "$accounting" = 1 ] && echo on || echo off); use: eval \"\$($0 env)\""
+  log "up: nodes n1 n2, accounting $([ "$accounting" = 1 ] && echo on || echo off), $([ "$MODE" = apart ] && echo "apart: n1 $(node_addr n1), n2 $(node_addr n2), controller $CTL_ADDR on bridge $BRIDGE" || echo "together on loopback"); use: eval \"\$($0 env)\""
 }
 
 cmd_down() {
@@ -481,6 +576,7 @@ cmd_down() {
   stop_pid "$ROOT/run/slurmdbd.pid" slurmdbd
   stop_pid "$ROOT/db/run/mariadbd.pid" mariadbd
   stop_pid "$ROOT/munge-run/munged.pid" munged
+  net_down
   hosts_remove
   if [ "$purge" = 1 ]; then
     case "$ROOT" in /|'') die "refusing to delete '$ROOT'" ;; esac
@@ -508,6 +604,7 @@ cmd_status() {
     fi
   done
   echo "accounting: $([ "$accounting" = 1 ] && echo on || echo off)"
+  echo "nodes: $(cat "$ROOT/etc/mode" 2>/dev/null || echo together)$([ "$(cat "$ROOT/etc/mode" 2>/dev/null)" = apart ] && echo " (n1 $(node_addr n1), n2 $(node_addr n2), controller $CTL_ADDR on $BRIDGE)")"
   echo "root: $ROOT"
   echo "SLURM_CONF=$CONF"
   if [ "$running" = 0 ]; then echo "cluster: down"; return 3; fi
@@ -541,6 +638,7 @@ case "${1:-}" in
   down) shift; if [ -d "$ROOT" ]; then lock; fi; cmd_down "$@" ;;
   status) shift; [ $# = 0 ] || { log "error: status takes no options"; exit 2; }; cmd_status ;;
   env) printf 'export SLURM_CONF=%q\n' "$CONF" ;;
-  -h|--help|help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' ;;
-  *) echo "usage: $0 up [--no-accounting] | down [--purge] | status | env" >&2; exit 2 ;;
+  link) shift; [ "$(id -u)" = 0 ] || { log "error: link needs root"; exit 4; }; cmd_link "$@" ;;
+  -h|--help|help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' ;;
+  *) echo "usage: $0 up [--no-accounting] [--apart|--together] | down [--purge] | status | link NODE down|up | env" >&2; exit 2 ;;
 esac

@@ -22,6 +22,7 @@ installed: the script exits 4). With CI=true they fail instead, so CI cannot sil
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm" / "cluster.sh"
 CANNOT_INSTALL = 4  # cluster.sh's exit code: not root / packages missing and not installable
+CANNOT_APART = 5  # cluster.sh up --apart: this kernel cannot make the namespaces, bridge or veths
 
 
 class ClusterScriptError(RuntimeError):
@@ -70,6 +72,10 @@ class SlurmCluster:
     root: Path
     env: dict[str, str] = field(default_factory=dict)
     accounting: bool = True
+    # Apart mode: {node: its address on the cluster's private bridge}; {} when the nodes share loopback.
+    addresses: dict[str, str] = field(default_factory=dict)
+    # Why the nodes are not apart (the machine cannot, or DDPJOB_SLURM_MODE=together); "" when they are.
+    not_apart: str = ""
 
     def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client command (sbatch, squeue, sacct, scontrol ...) against this cluster."""
@@ -108,25 +114,52 @@ def _skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+def _node_addresses(status_stdout: str) -> dict[str, str]:
+    """{node: address} from ``cluster.sh status``'s "nodes: apart (n1 10.x.77.1, n2 ..., controller ...)"."""
+    line = next((x for x in status_stdout.splitlines() if x.startswith("nodes: apart")), "")
+    return dict(re.findall(r"\b(n\d+) (\d+\.\d+\.\d+\.\d+)", line))
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
+    """The cluster, its nodes apart (own network namespaces and addresses) wherever this machine
+    can make them; ``DDPJOB_SLURM_MODE=together`` runs every test on the loopback layout instead."""
     reason = _unavailable_reason()
     if reason:
         _skip_or_fail(reason)
     was_running = cluster_script("status", check=False).returncode == 0
+    together = os.environ.get("DDPJOB_SLURM_MODE", "apart") == "together"
+    not_apart = "DDPJOB_SLURM_MODE=together" if together else ""
     try:
-        cluster_script("up")
+        try:
+            cluster_script("up", "--together" if together else "--apart")
+        except ClusterScriptError as exc:
+            if exc.returncode != CANNOT_APART:
+                raise
+            not_apart = f"this machine cannot put the nodes apart: {exc}"
+            cluster_script("up", "--together")
     except ClusterScriptError as exc:
         if exc.returncode == CANNOT_INSTALL:
             _skip_or_fail(f"Slurm packages cannot be installed here: {exc}")
         raise
     env = cluster_env()
-    cluster = SlurmCluster(root=Path(env["SLURM_CONF"]).parents[1], env=env, accounting=True)
+    cluster = SlurmCluster(root=Path(env["SLURM_CONF"]).parents[1], env=env, accounting=True,
+                           addresses=_node_addresses(cluster_script("status").stdout), not_apart=not_apart)
+    if not not_apart and len(cluster.addresses) != 2:
+        raise AssertionError(f"cluster.sh up --apart left no node addresses in its status: {cluster.addresses}")
     yield cluster
     if not was_running:
         cluster_script("down")
     elif not cluster.accounting:
         cluster_script("up")  # leave it as we found it: running, accounting on
+
+
+@pytest.fixture
+def apart_cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:
+    """The cluster with its nodes apart; skips (fails under CI=true) with the reason where they are not."""
+    if slurm_cluster.not_apart:
+        _skip_or_fail(f"the Slurm nodes are not apart: {slurm_cluster.not_apart}")
+    return slurm_cluster
 
 
 @pytest.fixture

@@ -24,7 +24,14 @@ def main(argv: list[str]) -> int:
         "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}",
         "args": argv, "sweep_index": os.environ.get("DDPJOB_SWEEP_INDEX"),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "array_task": os.environ.get("SLURM_ARRAY_TASK_ID"),
+        "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
     }
+    # This rank's own address toward the rendezvous host (a UDP connect sends nothing).
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((master, 9))
+            record["addr"] = sock.getsockname()[0]
     if "--allreduce" in argv:
         import torch
         import torch.distributed as dist

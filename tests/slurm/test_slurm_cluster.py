@@ -37,9 +37,17 @@ def test_two_idle_nodes_with_distinct_hostnames(slurm_cluster):
     assert states == {"n1": "idle", "n2": "idle"}
     hosts = slurm_cluster.run("srun", "-N2", "-n2", "-t", "1", "/bin/hostname").stdout.split()
     assert sorted(hosts) == ["n1", "n2"]
-    # The names resolve (torchrun and submitit use the first node's name as the rendezvous address).
-    for name, addr in (("n1", "127.0.77.1"), ("n2", "127.0.77.2")):
-        assert subprocess.run(["getent", "hosts", name], check=False, capture_output=True, text=True).stdout.split()[0] == addr
+    # The names resolve (the node runner resolves the first node's name to the rendezvous address):
+    # apart, on the nodes themselves (each sees its own /etc/hosts) to their bridge addresses;
+    # together, on this machine, to the loopback addresses.
+    if slurm_cluster.addresses:
+        out = slurm_cluster.run("srun", "-N2", "-n2", "-t", "1", "getent", "hosts", "n1", "n2").stdout.split()
+        pairs = {(out[i + 1], out[i]) for i in range(0, len(out), 2)}
+        assert pairs == {(n, a) for n, a in slurm_cluster.addresses.items()}, out
+        assert all(not a.startswith("127.") for a in slurm_cluster.addresses.values())
+    else:
+        for name, addr in (("n1", "127.0.77.1"), ("n2", "127.0.77.2")):
+            assert subprocess.run(["getent", "hosts", name], check=False, capture_output=True, text=True).stdout.split()[0] == addr
 
 
 def test_accounting_records_a_finished_job(slurm_cluster):

@@ -27,6 +27,7 @@ import time
 import zlib
 from typing import Any
 
+from launcher.targets.shared import netif
 from launcher.targets.shared.files import write_json
 from launcher.targets.slurm.query import expand_nodelist
 from launcher.targets.slurm.script import SlurmCommon, SlurmElement, node_argv, node_env, node_paths
@@ -82,26 +83,36 @@ class NodeRunner:
 
     def __call__(self) -> dict[str, Any]:
         node = os.environ.get("SLURM_NODEID", "0")
-        addr, port = self.rendezvous(dict(os.environ))
+        first, port = self.rendezvous(dict(os.environ))
         paths = node_paths(self.common.job_dir, self.element.index, node)
         os.makedirs(os.path.dirname(paths["log"]), exist_ok=True)
         os.makedirs(self.element.output_dir, exist_ok=True)
-        argv = node_argv(self.common, self.element, node=node, addr=addr, port=str(port))
         env = dict(os.environ)
         env.update(node_env(self.common, self.element, node=node))
         try:
             os.unlink(paths["error_file"])  # a requeued run must not report the last run's failure
         except FileNotFoundError:
             pass
+        host = socket.gethostname()
         record: dict[str, Any] = {
-            "node": int(node), "host": socket.gethostname(), "rendezvous": f"{addr}:{port}",
+            "node": int(node), "host": host, "rendezvous": f"{first}:{port}",
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
             "state": "running", "started": time.time(),
         }
+        addr, problem = self._network(node, host, first, port, env, record)
+        record["rendezvous"] = f"{addr}:{port}"
+        argv = node_argv(self.common, self.element, node=node, addr=addr, port=str(port))
         write_json(paths["record"], record)
+        if problem:
+            with open(paths["log"], "ab", buffering=0) as log:
+                log.write(f"[ddpjob] {problem}\n".encode())
+            record.update(state="exited", exit_code=2, ended=time.time(), preempted=False, error=problem)
+            write_json(paths["record"], record)
+            raise NodeFailed(problem)
         self._install_forwarder()
         with open(paths["log"], "ab", buffering=0) as log:
-            log.write(f"[ddpjob] node {node} on {record['host']}: rendezvous {addr}:{port}, "
+            via = f" ({record['address']}, {record['interface']})" if record.get("interface") else ""
+            log.write(f"[ddpjob] node {node} on {host}{via}: rendezvous {first} = {addr}:{port}, "
                       f"start {record['restart'] + 1}\n".encode())
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -118,6 +129,36 @@ class NodeRunner:
         if code != 0:
             raise NodeFailed(f"torchrun on node {node} ({record['host']}) exited with code {code}; see {paths['log']}")
         return {"node": int(node), "host": record["host"], "exit_code": code}
+
+    def _network(self, node: str, host: str, first: str, port: int, env: dict[str, str],
+                 record: dict[str, Any]) -> tuple[str, str | None]:
+        """The rendezvous address and this node's side of it, checked before torchrun starts.
+
+        Returns (MASTER_ADDR: the first node's address as this node resolves it, or its name when it
+        does not resolve here; a reason to stop now or None). Records the node's own address and
+        interface toward the rendezvous. The interface variables are checked against this node's
+        interfaces (``netif.check``); with several nodes and no Gloo interface given, Gloo is told
+        the interface that leads to the first node, so it never binds a loopback address that the
+        other nodes cannot reach.
+        """
+        where = f"node {node} ({host})"
+        updates, problem = netif.check(env, where)
+        env.update(updates)
+        record["env_ifname"] = {k: env[k] for k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if env.get(k)}
+        if problem:
+            return first, problem
+        try:
+            master, own, iface = netif.route_to(first, port)
+        except OSError as exc:
+            return first, f"{where}: the first node's name {first!r} does not lead anywhere from here ({exc})"
+        record.update(master_addr=master, address=own, interface=iface)
+        if self.common.nodes > 1 and netif.is_loopback(master) and node != "0":
+            return master, (f"{where}: the first node's name {first!r} resolves to {master}, a loopback address, "
+                            "on this node: fix the nodes' /etc/hosts or DNS")
+        if self.common.nodes > 1 and iface and not netif.is_loopback(own) and not env.get("GLOO_SOCKET_IFNAME"):
+            env["GLOO_SOCKET_IFNAME"] = iface
+            record["env_ifname"]["GLOO_SOCKET_IFNAME"] = iface
+        return master, None
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """submitit's preemption hook (node 0): stop torchrun, then requeue a fresh runner."""

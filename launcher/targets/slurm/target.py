@@ -351,8 +351,8 @@ def _node_records(handle: SlurmHandle, index: int) -> list[dict[str, Any]]:
         rec = read_json(node_paths(handle.job_dir, index, node)["record"])
         if not isinstance(rec, dict):
             continue
-        out.append({k: rec[k] for k in ("node", "host", "rendezvous", "state", "exit_code", "restart", "ended")
-                    if k in rec})
+        out.append({k: rec[k] for k in ("node", "host", "address", "interface", "rendezvous", "state", "exit_code",
+                                        "restart", "ended", "error") if k in rec})
     return out
 
 
@@ -367,6 +367,10 @@ def _message(handle: SlurmHandle, index: int, rec: slurm_query.SlurmRecord, stat
     if state != JobState.FAILED:
         return ""
     bad = {n["node"]: n for n in nodes if n.get("exit_code") not in (0, None)}
+    stopped = sorted((n for n in bad.values() if n.get("error")), key=lambda n: (n.get("ended") or 0, n["node"]))
+    if stopped:  # the node runner stopped before torchrun (an interface or a name this node lacks)
+        others = sorted(set(bad) - {stopped[0]["node"]})
+        return str(stopped[0]["error"]) + (f" (node(s) {', '.join(map(str, others))} stopped too)" if others else "")
     if bad:
         failures = []
         for node, n in bad.items():
