@@ -38,7 +38,8 @@ def load(output_dir: str, device: torch.device) -> dict[str, Any] | None:
     p = path_in(output_dir)
     if not p.exists():
         return None
-    return torch.load(p, map_location=device, weights_only=False)
+    ckpt: dict[str, Any] = torch.load(p, map_location=device, weights_only=False)  # save() wrote a dict
+    return ckpt
 
 
 class CheckpointError(Exception):

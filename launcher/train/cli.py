@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import get_args
+
+from launcher.train.config import Amp, Compression, Dataset, ModelName, Schedule, Strategy, TrainConfig, from_namespace
 
 EXIT_PREEMPTED = 0  # a preempted run checkpoints and exits cleanly; the next start resumes
 
@@ -41,11 +43,12 @@ def parser() -> argparse.ArgumentParser:
         "static_graph when --grad-accum is 1 (its first iteration must sync every backward)."))
     _eval_only_options(p.add_argument_group("evaluation only"))
     _output_options(p.add_argument_group("outputs"))
+    _harness_options(p)
     return p
 
 
 def _data_options(d: argparse._ArgumentGroup) -> None:
-    d.add_argument("--dataset", choices=["cifar10", "synthetic", "linreg"], default="synthetic",
+    d.add_argument("--dataset", choices=get_args(Dataset), default="synthetic",
                    help="cifar10: CIFAR-10 python format under --data-dir; synthetic: learnable CIFAR-shaped "
                         "data; linreg: y = 2x + 3 + 0.1 noise (default: %(default)s)")
     d.add_argument("--data-dir", default=os.environ.get("DDPJOB_DATA_DIR", "./data"),
@@ -57,7 +60,7 @@ def _data_options(d: argparse._ArgumentGroup) -> None:
 
 
 def _model_options(m: argparse._ArgumentGroup) -> None:
-    m.add_argument("--model", choices=["linear", "mlp", "resnet18"], default=None,
+    m.add_argument("--model", choices=get_args(ModelName), default=None,
                    help="(default: mlp; with --eval-only, the checkpoint's model)")
     m.add_argument("--epochs", type=int, default=3)
     m.add_argument("--batch-size", type=int, default=64, help="per process (default: %(default)s)")
@@ -65,13 +68,13 @@ def _model_options(m: argparse._ArgumentGroup) -> None:
     m.add_argument("--lr", type=float, default=0.05, help="learning rate (default: %(default)s)")
     m.add_argument("--scale-lr", action="store_true", help="multiply --lr by the world size (linear scaling rule)")
     m.add_argument("--warmup-steps", type=int, default=0, help="linear warmup steps (use with --scale-lr)")
-    m.add_argument("--schedule", choices=["cosine", "constant"], default="cosine")
+    m.add_argument("--schedule", choices=get_args(Schedule), default="cosine")
     m.add_argument("--momentum", type=float, default=0.9)
     m.add_argument("--weight-decay", type=float, default=0.0)
-    m.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off",
+    m.add_argument("--amp", choices=get_args(Amp), default="off",
                    help="mixed precision with torch.autocast; bf16 works on CPU, fp16 needs a GPU (GradScaler)")
     m.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (DDP no_sync on all but the last)")
-    m.add_argument("--strategy", choices=["ddp", "dp"], default="ddp",
+    m.add_argument("--strategy", choices=get_args(Strategy), default="ddp",
                    help="ddp: DistributedDataParallel (recommended); dp: single-process nn.DataParallel baseline")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--max-steps", type=int, default=0, help="stop after this many optimizer steps (0: no limit)")
@@ -81,7 +84,7 @@ def _ddp_options(c: argparse._ArgumentGroup) -> None:
     c.add_argument("--bucket-cap-mb", type=float, default=25.0,
                    help="gradient bucket size in MiB: each bucket is all-reduced as soon as its gradients are "
                         "ready, overlapping the rest of the backward (default: %(default)s, DDP's own)")
-    c.add_argument("--grad-compression", choices=["none", "fp16", "bf16"], default="none",
+    c.add_argument("--grad-compression", choices=get_args(Compression), default="none",
                    help="all-reduce gradients in 16 bits (DDP communication hook): half the bytes, slightly "
                         "noisier updates; the optimizer still steps in fp32 (default: %(default)s)")
     c.add_argument("--sync-bn", action="store_true",
@@ -90,7 +93,6 @@ def _ddp_options(c: argparse._ArgumentGroup) -> None:
     c.add_argument("--stop-check-every", type=int, default=10,
                    help="ranks agree on a stop signal every N steps and at each epoch end; each agreement is "
                         "an all-reduce and a host sync (default: %(default)s)")
-    c.add_argument("--bench-no-sync", action="store_true", help=argparse.SUPPRESS)  # benchmark: DDP without gradient sync
 
 
 def _eval_only_options(e: argparse._ArgumentGroup) -> None:
@@ -109,10 +111,16 @@ def _output_options(o: argparse._ArgumentGroup) -> None:
                    help="metrics, checkpoints, summary (default: $DDPJOB_OUTPUT_DIR, set by ddpjob, or ./outputs)")
     o.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (always at epoch end)")
     o.add_argument("--log-every", type=int, default=10, help="log every N steps: the only steps where the loss is read back from the device (default: %(default)s)")
-    o.add_argument("--step-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: slow steps down
 
 
-def check(args: Any, p: argparse.ArgumentParser) -> None:
+def _harness_options(p: argparse.ArgumentParser) -> None:
+    """Options for tests and benchmarks only (config.HarnessConfig): they work but stay out of --help."""
+    p.add_argument("--step-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: slow steps down
+    p.add_argument("--bench-no-sync", action="store_true", help=argparse.SUPPRESS)  # benchmark: DDP without gradient sync
+
+
+def check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+    """Refuse what argparse's types and choices let through (``p.error``: usage and exit 2)."""
     for name in ("epochs", "batch_size", "grad_accum", "log_every", "train_size", "eval_size", "eval_batch_size",
                  "stop_check_every"):
         if getattr(args, name) < 1:
@@ -123,25 +131,30 @@ def check(args: Any, p: argparse.ArgumentParser) -> None:
         p.error("--eval-only needs --resume CKPT (a checkpoint.pt or the directory holding it)")
     if args.resume and not args.eval_only:
         p.error("--resume is for --eval-only; training resumes from --output-dir's checkpoint.pt by itself")
-    if not args.eval_only:
-        args.model = args.model or "mlp"
-    if args.dataset == "linreg" and args.model not in (None, "linear"):
+    model = args.model if args.eval_only else args.model or "mlp"
+    if args.dataset == "linreg" and model not in (None, "linear"):
         p.error("--dataset linreg needs --model linear")
     if args.strategy == "dp" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         p.error("--strategy dp is single-process; run it without torchrun (or use --strategy ddp)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> TrainConfig:
+    """The checked config of a command line (``sys.argv[1:]`` when None); bad input exits 2 with usage."""
     p = parser()
     args = p.parse_args(argv)
     check(args, p)
+    return from_namespace(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse(argv)
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    code = record(_run)(args)
+    code = record(_run)(cfg)
     return 0 if code is None else code  # None: _run raised SystemExit(0)
 
 
-def _run(args: Any) -> int:
+def _run(cfg: TrainConfig) -> int:
     import torch
 
     from launcher.train import distcore, evaluation, loop, preempt
@@ -149,10 +162,10 @@ def _run(args: Any) -> int:
     from launcher.train.data import DataError
     from launcher.train.metrics import write_summary
 
-    if args.amp == "fp16" and not torch.cuda.is_available():
+    if cfg.amp == "fp16" and not torch.cuda.is_available():
         print("error: --amp fp16 needs a GPU; use --amp bf16 on CPU", file=sys.stderr)
         return 2
-    if args.sync_bn and not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if cfg.ddp.sync_bn and not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         print("error: --sync-bn needs GPUs (torch's SyncBatchNorm has no CPU kernels); evaluation is exact "
               "without it", file=sys.stderr)
         return 2
@@ -167,13 +180,13 @@ def _run(args: Any) -> int:
         flush=True,
     )
     try:
-        summary = evaluation.evaluate_checkpoint(args, info) if args.eval_only else loop.train(args, info)
+        summary = evaluation.evaluate_checkpoint(cfg, cfg.eval_only, info) if cfg.eval_only else loop.train(cfg, info)
     except (DataError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if info.is_main:
-        write_summary(args.output_dir, summary)
-        head = f"evaluated {summary['checkpoint']}" if args.eval_only else f"done: {summary['steps']} steps"
+        write_summary(cfg.output.output_dir, summary)
+        head = f"evaluated {summary['checkpoint']}" if cfg.eval_only else f"done: {summary['steps']} steps"
         print(
             f"{head}, eval loss {summary['eval_loss']:.4f}"
             + (f", accuracy {summary['eval_accuracy']:.4f}" if summary["eval_accuracy"] is not None else "")

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from launcher.train.config import DataConfig
+
 CIFAR_DIR = "cifar-10-batches-py"
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR_MD5 = "c58f30108f718f92721af3b95e74349a"
@@ -171,20 +173,20 @@ def augment(images: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return padded.view(n, c, width * width).gather(2, flat).view(n, c, _CROP, _CROP)
 
 
-def load(args: Any) -> tuple[Split, Split]:
-    """The train and eval splits named by the command line."""
-    if args.dataset == "cifar10":
-        train, test, _ = load_cifar10(args.data_dir, args.download)
+def load(cfg: DataConfig, seed: int) -> tuple[Split, Split]:
+    """The train and eval splits the data options name."""
+    if cfg.dataset == "cifar10":
+        train, test, _ = load_cifar10(cfg.data_dir, cfg.download)
         return train, test
-    if args.dataset == "synthetic":
-        return synthetic(args.train_size, args.seed, "train"), synthetic(args.eval_size, args.seed, "eval")
-    return linreg(args.train_size, args.seed, "train"), linreg(args.eval_size, args.seed, "eval")
+    if cfg.dataset == "synthetic":
+        return synthetic(cfg.train_size, seed, "train"), synthetic(cfg.eval_size, seed, "eval")
+    return linreg(cfg.train_size, seed, "train"), linreg(cfg.eval_size, seed, "eval")
 
 
-def load_eval(args: Any) -> Split:
+def load_eval(cfg: DataConfig, seed: int) -> Split:
     """The eval split alone (``--eval-only`` reads or makes no training data)."""
-    if args.dataset == "cifar10":
-        return _read_batch(_cifar_root(args.data_dir, args.download) / "test_batch")
-    if args.dataset == "synthetic":
-        return synthetic(args.eval_size, args.seed, "eval")
-    return linreg(args.eval_size, args.seed, "eval")
+    if cfg.dataset == "cifar10":
+        return _read_batch(_cifar_root(cfg.data_dir, cfg.download) / "test_batch")
+    if cfg.dataset == "synthetic":
+        return synthetic(cfg.eval_size, seed, "eval")
+    return linreg(cfg.eval_size, seed, "eval")

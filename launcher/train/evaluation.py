@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from launcher.train import checkpoint, data, models
+from launcher.train.config import EvalOnlyConfig, TrainConfig
 from launcher.train.distcore import DistInfo, all_reduce_sum_, barrier, eval_shard
 from launcher.train.step import autocast, prepare
 
@@ -36,7 +37,7 @@ def broadcast_buffers(model: nn.Module, info: DistInfo) -> None:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, split: data.Split, args: Any, info: DistInfo) -> dict[str, float | int | None]:
+def evaluate(model: nn.Module, split: data.Split, cfg: TrainConfig, info: DistInfo) -> dict[str, float | int | None]:
     """Exact distributed evaluation of rank 0's model: each sample once, sums reduced over ranks.
 
     Sums stay on the device (float64) and are read once, after the all-reduce.
@@ -46,15 +47,15 @@ def evaluate(model: nn.Module, split: data.Split, args: Any, info: DistInfo) -> 
     was_training = net.training
     net.eval()
     idx = eval_shard(len(split), info.rank, info.world_size)
-    loader = DataLoader(Subset(TensorDataset(split.inputs, split.targets), idx), batch_size=args.eval_batch_size,
+    loader = DataLoader(Subset(TensorDataset(split.inputs, split.targets), idx), batch_size=cfg.data.eval_batch_size,
                         pin_memory=info.device.type == "cuda")
-    regression = args.dataset == "linreg"
+    regression = cfg.data.dataset == "linreg"
     criterion = nn.MSELoss(reduction="sum") if regression else nn.CrossEntropyLoss(reduction="sum")
     sums = torch.zeros(3, dtype=torch.float64, device=info.device)  # loss, correct, count
     for x, y in loader:
-        x = prepare(x, args.dataset, info.device, None)
+        x = prepare(x, cfg.data.dataset, info.device, None)
         y = y.to(info.device, non_blocking=True)
-        with autocast(info.device, args.amp):
+        with autocast(info.device, cfg.amp):
             out = net(x)
         sums[0] += criterion(out.float(), y)
         if not regression:
@@ -69,27 +70,28 @@ def evaluate(model: nn.Module, split: data.Split, args: Any, info: DistInfo) -> 
     }
 
 
-def evaluate_checkpoint(args: Any, info: DistInfo) -> dict[str, Any]:
+def evaluate_checkpoint(cfg: TrainConfig, eval_only: EvalOnlyConfig, info: DistInfo) -> dict[str, Any]:
     """``--eval-only``: score the checkpoint ``--resume`` names on the eval split of the data options.
 
     The model comes from the checkpoint; ``--model``, when given, must agree with it.
     """
-    path = checkpoint.resolve(args.resume)
+    path = checkpoint.resolve(eval_only.resume)
     ckpt = checkpoint.load_file(path, info.device)
     trained = ckpt.get("args") or {}
-    model_name = trained.get("model") or args.model or "mlp"
-    if args.model and args.model != model_name:
-        raise checkpoint.CheckpointError(f"{path} holds a {model_name} model, not --model {args.model}")
+    model_name = trained.get("model") or eval_only.model or "mlp"
+    if eval_only.model and eval_only.model != model_name:
+        raise checkpoint.CheckpointError(f"{path} holds a {model_name} model, not --model {eval_only.model}")
     if info.is_main:
-        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        Path(cfg.output.output_dir).mkdir(parents=True, exist_ok=True)
     barrier(info)
+    dataset = cfg.data.dataset
     try:
-        model = models.build(model_name, args.dataset).to(info.device)
+        model = models.build(model_name, dataset).to(info.device)
         model.load_state_dict(ckpt["model"])
     except (RuntimeError, ValueError) as e:
         raise checkpoint.CheckpointError(
-            f"{path} ({model_name}, trained on {trained.get('dataset', '?')}) does not fit --dataset {args.dataset}: {e}"
+            f"{path} ({model_name}, trained on {trained.get('dataset', '?')}) does not fit --dataset {dataset}: {e}"
         ) from e
-    ev = evaluate(model, data.load_eval(args), args, info)
+    ev = evaluate(model, data.load_eval(cfg.data, cfg.seed), cfg, info)
     return {**ev, "eval_only": True, "checkpoint": str(path), "steps": ckpt.get("step"), "model": model_name,
-            "dataset": args.dataset, "world_size": info.world_size, "amp": args.amp}
+            "dataset": dataset, "world_size": info.world_size, "amp": cfg.amp}

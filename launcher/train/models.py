@@ -17,7 +17,7 @@ def build(name: str, dataset: str) -> nn.Module:
     if name == "resnet18":
         import torchvision
 
-        model = torchvision.models.resnet18(num_classes=10)
+        model: nn.Module = torchvision.models.resnet18(num_classes=10)  # torchvision is untyped
         # CIFAR stem: 32x32 inputs lose too much to a 7x7/2 conv and a max-pool.
         model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
         model.maxpool = nn.Identity()

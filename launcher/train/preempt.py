@@ -7,7 +7,7 @@ ddpjob requests it (NCCL installs its own SIGUSR1 handler, so that one is not us
 from __future__ import annotations
 
 import signal
-from typing import Any
+from types import FrameType
 
 import torch
 import torch.distributed as dist
@@ -18,7 +18,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
 _stop = {"requested": False}
 
 
-def _request_stop(signum: int, frame: Any) -> None:
+def _request_stop(signum: int, frame: FrameType | None) -> None:
     _stop["requested"] = True
 
 

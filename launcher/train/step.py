@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from launcher.train import data, parallel
+from launcher.train.config import TrainConfig
 from launcher.train.distcore import DistInfo
 
 
@@ -37,19 +38,19 @@ def prepare(inputs: torch.Tensor, dataset: str, device: torch.device, augment_ge
     return data.normalize(x)
 
 
-def augment_generator(args: Any, info: DistInfo, step: int, micro: int) -> torch.Generator | None:
+def augment_generator(cfg: TrainConfig, info: DistInfo, step: int, micro: int) -> torch.Generator | None:
     """Augmentation randomness is a function of (seed, step, rank, micro-step): exact on resume."""
-    if args.dataset != "cifar10":
+    if cfg.data.dataset != "cifar10":
         return None
-    return torch.Generator().manual_seed(args.seed * 1_000_003 + step * 4099 + info.rank * 97 + micro)
+    return torch.Generator().manual_seed(cfg.seed * 1_000_003 + step * 4099 + info.rank * 97 + micro)
 
 
-def micro_batches(batches: Iterator[Any], k: int, args: Any, info: DistInfo,
+def micro_batches(batches: Iterator[Any], k: int, cfg: TrainConfig, info: DistInfo,
                   step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The step's ``k`` micro-batches, each loaded and prepared only when the previous one is done."""
     for i in range(k):
         x, y = next(batches)
-        yield (prepare(x, args.dataset, info.device, augment_generator(args, info, step, i)),
+        yield (prepare(x, cfg.data.dataset, info.device, augment_generator(cfg, info, step, i)),
                y.to(info.device, non_blocking=True))
 
 

@@ -2,7 +2,6 @@
 
 import copy
 import os
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -32,9 +31,8 @@ def accumulate_with_no_sync(rank: int, world: int, store: str) -> None:
         ref = copy.deepcopy(base)
         nn.functional.cross_entropy(ref(x), y).backward()  # the whole global batch in one process
 
-        args = SimpleNamespace(strategy="ddp", sync_bn=False, bucket_cap_mb=25.0, grad_accum=K, bench_no_sync=False,
-                               grad_compression="none")
-        model = parallel.wrap(base, args, DistInfo(rank, world, rank, torch.device("cpu"), True))
+        cfg = cli.parse(["--grad-accum", str(K)])  # DDP, 25 MiB buckets, no compression
+        model = parallel.wrap(base, cfg, DistInfo(rank, world, rank, torch.device("cpu"), True))
         calls: list[int] = []
         model.register_comm_hook(calls, counting_allreduce)
         mine = slice(rank * K * MICRO, (rank + 1) * K * MICRO)
@@ -58,10 +56,7 @@ def train_each(rank: int, world: int, port: int, runs: dict) -> None:
     info = distcore.setup()
     try:
         for out, argv in runs.items():
-            p = cli.parser()
-            args = p.parse_args([*argv, "--output-dir", out])
-            cli.check(args, p)
-            summary = loop.train(args, info)
+            summary = loop.train(cli.parse([*argv, "--output-dir", out]), info)
             if info.is_main:
                 write_summary(out, summary)
     finally:

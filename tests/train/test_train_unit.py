@@ -6,13 +6,12 @@ import json
 import pickle
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 import torch
 from torch import nn
 
-from launcher.train import checkpoint, data, distcore, evaluation, loop, models, parallel, step
+from launcher.train import checkpoint, cli, data, distcore, evaluation, loop, models, parallel, step
 from launcher.train.preempt import StopAgreement
 
 # Real tier: torch itself (its import alone takes ~3 s) and small models trained on the CPU; the pure
@@ -132,8 +131,8 @@ def test_stop_agreement_schedule():
 
 @pytest.mark.parametrize("grad_accum,no_sync_bound,static", [(1, False, True), (2, False, False), (1, True, False)])
 def test_static_graph_only_where_valid(grad_accum, no_sync_bound, static):
-    args = SimpleNamespace(grad_accum=grad_accum, bench_no_sync=no_sync_bound)
-    assert parallel.static_graph_valid(args) is static
+    cfg = cli.parse(["--grad-accum", str(grad_accum), *(["--bench-no-sync"] if no_sync_bound else [])])
+    assert parallel.static_graph_valid(cfg) is static
 
 
 def test_help_recommends_ddp():
@@ -166,12 +165,13 @@ def test_eval_only_refuses_a_missing_or_unfitting_checkpoint(tmp_path):
     assert "Traceback" not in proc.stderr
     torch.save({"model": models.build("mlp", "synthetic").state_dict(), "args": {"model": "mlp"}}, tmp_path / "mlp.pt")
     info = distcore.DistInfo(0, 1, 0, torch.device("cpu"), False)
-    args = SimpleNamespace(resume=str(tmp_path / "mlp.pt"), model="resnet18", dataset="synthetic", output_dir=str(out))
+    eval_only = ["--eval-only", "--resume", str(tmp_path / "mlp.pt"), "--output-dir", str(out)]
+    cfg = cli.parse([*eval_only, "--model", "resnet18", "--dataset", "synthetic"])
     with pytest.raises(checkpoint.CheckpointError, match="holds a mlp model, not --model resnet18"):
-        evaluation.evaluate_checkpoint(args, info)
-    args.model, args.dataset = None, "linreg"
+        evaluation.evaluate_checkpoint(cfg, cfg.eval_only, info)
+    cfg = cli.parse([*eval_only, "--dataset", "linreg"])
     with pytest.raises(checkpoint.CheckpointError, match="does not fit --dataset linreg"):
-        evaluation.evaluate_checkpoint(args, info)
+        evaluation.evaluate_checkpoint(cfg, cfg.eval_only, info)
 
 
 @pytest.mark.parametrize("model,amp", [("mlp", "bf16"), ("resnet18", "off")])
@@ -199,16 +199,15 @@ def test_evaluate_reduces_sums_not_averages():
     info = distcore.DistInfo(0, 1, 0, torch.device("cpu"), False)
     split = data.linreg(37, 1, "eval")
     model = nn.Linear(1, 1)
-    args = SimpleNamespace(dataset="linreg", eval_batch_size=5, amp="off")
-    ev = evaluation.evaluate(model, split, args, info)
+    cfg = cli.parse(["--dataset", "linreg", "--model", "linear", "--eval-batch-size", "5"])
+    ev = evaluation.evaluate(model, split, cfg, info)
     with torch.no_grad():
         expected = nn.functional.mse_loss(model(split.inputs), split.targets).item()
     assert ev["eval_samples"] == 37 and abs(ev["eval_loss"] - expected) < 1e-6
 
 
 def test_lr_warmup_then_cosine():
-    args = SimpleNamespace(warmup_steps=4, schedule="cosine")
-    f = loop.lr_lambda(args, total_steps=20)
+    f = loop.lr_lambda(cli.parse(["--warmup-steps", "4", "--schedule", "cosine"]).optim, total_steps=20)
     assert [round(f(s), 3) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
     assert f(4) == 1.0 and 0 < f(12) < 1 and f(20) == 0.0
-    assert loop.lr_lambda(SimpleNamespace(warmup_steps=0, schedule="constant"), 20)(15) == 1.0
+    assert loop.lr_lambda(cli.parse(["--schedule", "constant"]).optim, 20)(15) == 1.0
