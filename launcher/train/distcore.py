@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import torch
@@ -46,13 +47,21 @@ def setup() -> DistInfo:
     if distributed:
         backend = "nccl" if cuda else "gloo"
         store = _restart_safe_store(world)
+        timeout = collective_timeout()
         if store is None:
-            dist.init_process_group(backend=backend, init_method="env://")
+            dist.init_process_group(backend=backend, init_method="env://", timeout=timeout)
         else:
             _STORES.append(store)  # kept alive until teardown: the process group's threads use it
-            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world)
+            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, timeout=timeout)
         rank, world = dist.get_rank(), dist.get_world_size()
     return DistInfo(rank, world, local_rank, device, distributed)
+
+
+def collective_timeout() -> timedelta | None:
+    """``DDPJOB_COLLECTIVE_TIMEOUT_S`` (ddpjob sets it from the spec's stall.timeout when stall.action
+    is fail): how long a collective may wait for a lost peer before it raises. None: torch's default."""
+    value = os.environ.get("DDPJOB_COLLECTIVE_TIMEOUT_S", "")
+    return timedelta(seconds=int(value)) if value.isdigit() and int(value) > 0 else None
 
 
 def _restart_safe_store(world: int) -> Store | None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from test_slurm_target import RECORD, records, status, submit, wait_for, write_spec
+from testkit import wait_for as wait_for_value
+from testkit import wait_for_no_job_processes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.real]
 
@@ -73,3 +75,89 @@ def test_an_nccl_style_exclusion_becomes_gloos_exact_names(apart_cluster, cli, t
     recs = records(Path(data["handle"]["job_dir"]) / "output")
     assert {r["gloo_ifname"] for r in recs} == {"eth0"} and {r["allreduce_sum"] for r in recs} == {1.0}
     assert status(cli, job_id)["state"] == "SUCCEEDED"
+
+
+LOOP = """
+import os, sys, time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.zeros(1)
+for step in range(100000):
+    dist.all_reduce(t)
+    print("step", step, flush=True)
+    time.sleep(0.5)
+"""
+
+
+def _running_with_output(cli, job_id: str) -> dict:
+    """The job RUNNING, with every rank past its first all_reduce (both nodes print steps)."""
+    def ready():
+        data = status(cli, job_id)
+        if data["status"]["state"] != "RUNNING":
+            return None
+        logs = [p.read_text(errors="replace") for p in (Path(data["handle"]["job_dir"]) / "task-0").glob("node-*.log")]
+        return data if len(logs) == 2 and all("step 3" in log for log in logs) else None
+    return wait_for_value(ready, "both nodes to print steps", timeout=180)
+
+
+@pytest.fixture
+def cut(apart_cluster):
+    """Cuts a node's link; restores it after the test, whatever happened."""
+    cuts: list[str] = []
+
+    def do(node: str) -> None:
+        apart_cluster.script("link", node, "down")
+        cuts.append(node)
+
+    yield do
+    for node in cuts:
+        apart_cluster.script("link", node, "up")
+
+
+def test_a_node_cut_off_is_named_and_the_job_ends_when_the_spec_says_fail(apart_cluster, cli, tmp_path, cut, ddpjob_home):
+    """n2's link is cut while the ranks all_reduce: with stall {timeout: 20, action: fail} the job ends
+    FAILED naming node 1 (n2), within the timeout plus 30 s, and no process of the job is left once
+    the link is back (n2's own runner stopped its ranks when the first node stopped answering)."""
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    spec = write_spec(tmp_path, "cutfail", ["python", str(script)], stall={"timeout": 20, "action": "fail"})
+    job_id = submit(cli, str(spec))
+    data = _running_with_output(cli, job_id)
+    job_dir = Path(data["handle"]["job_dir"])
+    watch = json.loads((job_dir / "task-0" / "watch.json").read_text())
+    assert watch["timeout"] == 20 and watch["verdict"] is None and {n["host"] for n in watch["nodes"]} == {"n1", "n2"}
+    cut("n2")
+    failed = wait_for_value(lambda: (d := status(cli, job_id))["state"] == "FAILED" and d, "the job to end FAILED",
+                            timeout=20 + 30 + 10)
+    message = failed["status"]["message"]
+    assert message.startswith("node 1 (n2) went silent: no heartbeat since"), message
+    assert "stall timeout 20 s" in message, message
+    text = cli("status", job_id, timeout=60).stdout
+    assert "node 1 (n2) went silent" in text, text
+    # n2, cut off, stops its own ranks too: it lost the first node.
+    n2 = wait_for_value(lambda: (r := json.loads((job_dir / "task-0" / "node-1.json").read_text())).get("error") and r,
+                        "n2's runner to give up", timeout=60)
+    assert n2["error"].startswith("node 1 (n2) lost the first node"), n2
+    apart_cluster.script("link", "n2", "up")
+    wait_for_no_job_processes(ddpjob_home, "the stall ended the job", timeout=90)
+
+
+def test_a_silent_node_is_reported_and_the_job_runs_on_by_default(apart_cluster, cli, tmp_path, cut, ddpjob_home):
+    """stall.action report (the default): status and list name the silent node while the job stays
+    RUNNING; cancel then leaves no process, on the cut node too once it is back."""
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    spec = write_spec(tmp_path, "cutreport", ["python", str(script)], stall={"timeout": 20})
+    job_id = submit(cli, str(spec))
+    _running_with_output(cli, job_id)
+    cut("n2")
+    data = wait_for_value(lambda: "went silent" in (d := status(cli, job_id))["status"]["message"] and d,
+                          "status to name the silent node", timeout=20 + 30 + 10)
+    assert data["status"]["state"] == "RUNNING"
+    assert data["status"]["message"].startswith("stalled: node 1 (n2) went silent"), data["status"]
+    listed = cli("list", timeout=60).stdout
+    assert "node 1 (n2) went silent" in listed, listed
+    assert cli("cancel", job_id, timeout=120).returncode == 0
+    apart_cluster.script("link", "n2", "up")
+    wait_for_no_job_processes(ddpjob_home, "ddpjob cancel", timeout=120)

@@ -64,6 +64,8 @@ def process_env(
     env = nccl_env(spec, defaults)
     env["OMP_NUM_THREADS"] = str(omp_override or omp_threads(cpus_per_node, procs_per_node))
     env["PYTHONUNBUFFERED"] = "1"
+    if spec.stall.action == "fail":  # collectives give up too (the reference trainer reads it)
+        env["DDPJOB_COLLECTIVE_TIMEOUT_S"] = str(spec.stall.timeout_s)
     env.update(spec.env)
     for name in spec.env_from_host:  # the processes inherit these from the submitting shell
         env.pop(name, None)

@@ -27,7 +27,7 @@ import time
 import zlib
 from typing import Any
 
-from launcher.targets.shared import netif
+from launcher.targets.shared import heartbeat, netif
 from launcher.targets.shared.files import write_json
 from launcher.targets.slurm.query import expand_nodelist
 from launcher.targets.slurm.script import SlurmCommon, SlurmElement, node_argv, node_env, node_paths
@@ -64,6 +64,7 @@ class NodeRunner:
         self.element = element
         self._proc: subprocess.Popen[bytes] | None = None
         self._stop_sent = False
+        self._stalled: str | None = None  # why the stall watch ended this node (stall.action: fail)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"common": self.common, "element": self.element}
@@ -118,8 +119,15 @@ class NodeRunner:
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 cwd=self.common.workdir, preexec_fn=_ignore_usr2,  # noqa: PLW1509 - before exec, no lock taken
             )
+            watch = self._watch(int(node), host, addr, port, paths, log)
             code = self._proc.wait()
+            if watch is not None:
+                watch.stop()
         record.update(state="exited", exit_code=code, ended=time.time(), preempted=self._stop_sent)
+        if self._stalled:
+            record.update(error=self._stalled)
+            write_json(paths["record"], record)
+            raise NodeFailed(self._stalled)
         write_json(paths["record"], record)
         if self._stop_sent:
             # Preempted: node 0's submitit handler requeues the job, which kills this task. Do not
@@ -159,6 +167,41 @@ class NodeRunner:
             env["GLOO_SOCKET_IFNAME"] = iface
             record["env_ifname"]["GLOO_SOCKET_IFNAME"] = iface
         return master, None
+
+    def _watch(self, node: int, host: str, addr: str, port: int, paths: dict[str, str],
+               log: Any) -> heartbeat.Watch | heartbeat.Beacon | None:
+        """Start the heartbeats of this run (``launcher.targets.shared.heartbeat``): the watch on the
+        first node, a beacon on the others. Both end this node's torchrun on a stall when the spec's
+        ``stall.action`` is fail."""
+        c = self.common
+        timeout, action = float(c.stall_timeout_s), c.stall_action
+        if node == 0:
+            outputs = [paths["log"], os.path.join(self.element.output_dir, "metrics.jsonl")]
+            watch = heartbeat.Watch(port=port, nodes=c.nodes, host=host, outputs=outputs, state_path=paths["watch"],
+                                    timeout=timeout, action=action, on_stall=self._on_stall)
+            why = watch.start()
+            if why:
+                log.write(f"[ddpjob] {why}\n".encode())
+                return None
+            return watch
+        beacon = heartbeat.Beacon(addr=addr, port=port, node=node, host=host, outputs=[paths["log"]],
+                                  timeout=timeout, action=action, on_stall=self._on_stall)
+        beacon.start()
+        return beacon
+
+    def _on_stall(self, message: str) -> None:
+        """stall.action is fail: stop torchrun (SIGTERM, SIGKILL 20 s later if it hangs in a collective)."""
+        self._stalled = message
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        except ProcessLookupError:
+            pass
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """submitit's preemption hook (node 0): stop torchrun, then requeue a fresh runner."""

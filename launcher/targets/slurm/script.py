@@ -67,6 +67,8 @@ class SlurmCommon:
     signal_delay_s: int
     max_timeouts: int
     env: dict[str, str]
+    stall_timeout_s: int = 300  # spec stall.timeout: a node silent this long is reported (see shared.heartbeat)
+    stall_action: str = "report"  # spec stall.action: report | fail
 
 
 @dataclass
@@ -147,6 +149,7 @@ def node_paths(job_dir: str, index: int, node: str | int) -> dict[str, str]:
         "record": f"{base}/node-{node}.json",
         "error_file": f"{base}/node-{node}.error.json",
         "torchrun_log_dir": f"{base}/torchrun-node-{node}",
+        "watch": f"{base}/watch.json",  # the first node's view of every node's heartbeat and output
     }
 
 

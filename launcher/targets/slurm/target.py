@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.core.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.quantity import parse_memory, slurm_mem
-from launcher.core.states import JobState, summarize
-from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
-from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
+from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target
+from launcher.targets.shared.files import atomic_write, to_json, write_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.slurm.script import (
     PORT_SETUP,
@@ -41,7 +40,6 @@ from launcher.targets.slurm.script import (
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
-    from launcher.targets.slurm import query as slurm_query
     from launcher.targets.slurm.options import SlurmOptions
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"}  # HPC fabrics usually have InfiniBand
@@ -106,6 +104,7 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
             max_restarts=spec.max_restarts, master_port=spec.master_port, requeue=s.requeue,
             signal_delay_s=s.signal_delay_s, max_timeouts=s.max_timeouts,
             env=dist.process_env(spec, NCCL_DEFAULTS, cpus_per_node=cpus, procs_per_node=procs_per_node),
+            stall_timeout_s=spec.stall.timeout_s, stall_action=spec.stall.action,
         )
         elements = [SlurmElement(el.index, el.params, el.output_dir, el.env, worker_command(el.command, launch.python))
                     for el in runs]
@@ -152,10 +151,11 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
 
     def status_many(self, handles: dict[str, SlurmHandle]) -> dict[str, JobStatus]:
         from launcher.targets.slurm import query as slurm_query
+        from launcher.targets.slurm.status import job_status
 
         records = slurm_query.query([h.slurm_job_id for h in handles.values()],
                                     elements={h.slurm_job_id: h.runs for h in handles.values() if h.array})
-        return {job_id: _job_status(h, records) for job_id, h in handles.items()}
+        return {job_id: job_status(h, records) for job_id, h in handles.items()}
 
     # ------------------------------------------------------------------ logs
 
@@ -174,6 +174,7 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         5. A requeued run appends to the same files; a ``[ddpjob] ... start K`` line marks each start.
         """
         from launcher.targets.shared.logtail import LogSource, follow_files
+        from launcher.targets.slurm.status import node_records
 
         runs = handle.runs
         if flt.task is not None and not 0 <= flt.task < runs:
@@ -194,7 +195,7 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         def finished() -> bool:
             # Once every node's runner has recorded its end (cheap file reads), ask Slurm often:
             # the job is about to end, and following should not wait out a long polling interval.
-            if all(len(recs := _node_records(handle, i)) == handle.nodes and
+            if all(len(recs := node_records(handle, i)) == handle.nodes and
                    all(r.get("state") == "exited" for r in recs) for i in range(handle.runs)):
                 return quick()
             return polite()
@@ -320,68 +321,3 @@ def _polite(fn: Callable[[], bool], first: float = 1.0, factor: float = 1.5, mos
         return bool(state["value"])
 
     return wrapper
-
-
-def _job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord]) -> JobStatus:
-    from launcher.targets.slurm import query as slurm_query
-
-    jid = handle.slurm_job_id
-    tasks = []
-    for index in range(handle.runs):
-        nid = f"{jid}_{index}" if handle.array else jid
-        rec = records.get(nid)
-        params = handle.params[index] if index < len(handle.params) else {}
-        nodes = _node_records(handle, index)
-        if rec is None:
-            tasks.append(TaskStatus(index, JobState.UNKNOWN, f"Slurm has no record of job {nid} (no accounting and "
-                                    "purged from the controller?)", nodes, params, nid))
-            continue
-        state = slurm_query.map_state(rec.state)
-        message = _message(handle, index, rec, state, nodes)
-        tasks.append(TaskStatus(index, state, message, nodes, params, nid))
-    overall, message = summarize(tasks)
-    details = {"run_dir": handle.run_dir, "slurm_job_id": jid, "job_dir": handle.job_dir,
-               "source": ",".join(sorted({r.source for k, r in records.items() if k == jid or k.startswith(jid + "_")}))}
-    return JobStatus(overall, message, tasks, details)
-
-
-def _node_records(handle: SlurmHandle, index: int) -> list[dict[str, Any]]:
-    out = []
-    for node in range(handle.nodes):
-        rec = read_json(node_paths(handle.job_dir, index, node)["record"])
-        if not isinstance(rec, dict):
-            continue
-        out.append({k: rec[k] for k in ("node", "host", "address", "interface", "rendezvous", "state", "exit_code",
-                                        "restart", "ended", "error") if k in rec})
-    return out
-
-
-def _message(handle: SlurmHandle, index: int, rec: slurm_query.SlurmRecord, state: JobState,
-             nodes: list[dict[str, Any]]) -> str:
-    from launcher.targets.shared.rootcause import NodeFailure, first_failure
-
-    if state == JobState.PENDING:
-        return f"{rec.state.split(' ')[0].lower()}" + (f": {rec.reason}" if rec.reason and rec.reason != "None" else "")
-    if state == JobState.CANCELLED:
-        return rec.state.lower()
-    if state != JobState.FAILED:
-        return ""
-    bad = {n["node"]: n for n in nodes if n.get("exit_code") not in (0, None)}
-    stopped = sorted((n for n in bad.values() if n.get("error")), key=lambda n: (n.get("ended") or 0, n["node"]))
-    if stopped:  # the node runner stopped before torchrun (an interface or a name this node lacks)
-        others = sorted(set(bad) - {stopped[0]["node"]})
-        return str(stopped[0]["error"]) + (f" (node(s) {', '.join(map(str, others))} stopped too)" if others else "")
-    if bad:
-        failures = []
-        for node, n in bad.items():
-            paths = node_paths(handle.job_dir, index, node)
-            failures.append(NodeFailure(node, paths["log"], paths["error_file"], paths["torchrun_log_dir"],
-                                        n.get("ended")))
-        first, cause, after = first_failure(failures, handle.procs_per_node)
-        text = f"node {first.node} ({bad[first.node].get('host', '?')}): {cause}"
-        return text + (f" (then node(s) {', '.join(map(str, after))} failed after it)" if after else "")
-    sid = handle.slurm_job_id + (f"_{index}" if handle.array else "")
-    # No node reported a torchrun failure: Slurm itself (time limit, memory, node failure) or the
-    # node runner before torchrun (see submitit's log).
-    return (f"Slurm state {rec.state}" + (f", exit code {rec.exit_code}" if rec.exit_code else "")
-            + f"; see {handle.job_dir}/{sid}_0_log.err")

@@ -1,0 +1,203 @@
+"""Heartbeats between the nodes of a run, to notice a node that goes silent. Standard library only:
+it runs inside jobs (possibly in a container), beside each node's torchrun.
+
+Ranks blocked in a collective print nothing, on every node alike, so output alone cannot say which
+node was lost. The network can: every other node sends a small UDP datagram to the first node (the
+rendezvous host, at the rendezvous port number) every ``INTERVAL_S`` seconds, saying how much
+output it has written; the first node answers each one. Then:
+
+- the first node's ``Watch`` knows, per node, when it last heard from it and when its output last
+  grew (its own included, with the run's metrics file as progress). A node not heard from for the
+  stall timeout is *lost*; one heard from but with no new output and no progress for that long is
+  *quiet*. The watch writes what it knows to ``watch.json`` (beside the node logs) every interval,
+  for ``ddpjob status``, and with ``action == "fail"`` calls ``on_stall`` once, which ends the run;
+- each other node's ``Beacon`` knows when the first node last answered; with no answer for the
+  stall timeout, it calls ``on_stall`` (with ``action == "fail"``), so a node cut off from the
+  others ends its own processes rather than wait in a collective for ever.
+
+Nothing is sent anywhere but the first node's address, which the job already uses for its rendezvous.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+INTERVAL_S = 2.0
+
+
+def _size(paths: list[str]) -> int:
+    total = 0
+    for path in paths:
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            pass
+    return total
+
+
+def clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+class Watch:
+    """The first node's side: hears every other node, writes ``state_path``, judges stalls."""
+
+    def __init__(self, *, port: int, nodes: int, host: str, outputs: list[str], timeout: float, action: str,
+                 state_path: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S) -> None:
+        self.port, self.timeout, self.action, self.state_path = port, timeout, action, state_path
+        self.interval = interval
+        self.outputs, self.on_stall = outputs, on_stall
+        now = time.time()
+        self.started = now
+        self.nodes: dict[int, dict[str, Any]] = {
+            n: {"node": n, "host": host if n == 0 else None, "heard": now if n == 0 else None,
+                "output": now, "bytes": -1} for n in range(nodes)}
+        self.verdict: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+
+    def start(self) -> str | None:
+        """Start listening; returns why it cannot (the port is taken) or None."""
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("", self.port))
+        except OSError as exc:
+            return f"no stall watch: UDP port {self.port} ({exc})"
+        sock.settimeout(min(0.5, self.interval))
+        self._sock = sock
+        threading.Thread(target=self._run, name="ddpjob-watch", daemon=True).start()
+        return None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        assert self._sock is not None
+        next_tick = 0.0
+        while not self._stop.is_set():
+            try:
+                data, peer = self._sock.recvfrom(2048)
+                self._heard(data, peer)
+            except (OSError, ValueError):
+                pass
+            if time.time() >= next_tick:
+                next_tick = time.time() + self.interval
+                self._tick()
+        self._sock.close()
+
+    def _heard(self, data: bytes, peer: tuple[str, int]) -> None:
+        msg = json.loads(data)
+        node = int(msg["node"])
+        if node not in self.nodes or node == 0:
+            return
+        now = time.time()
+        rec = self.nodes[node]
+        rec.update(heard=now, host=str(msg.get("host"))[:255], address=peer[0])
+        if int(msg.get("bytes", 0)) != rec["bytes"]:
+            rec.update(bytes=int(msg.get("bytes", 0)), output=now)
+        assert self._sock is not None
+        self._sock.sendto(b"ok", peer)
+
+    def _tick(self) -> None:
+        now = time.time()
+        own = self.nodes[0]
+        size = _size(self.outputs)
+        own["heard"] = now
+        if size != own["bytes"]:
+            own.update(bytes=size, output=now)
+        if self.verdict is None or self.action == "report":  # reported stalls clear when the node is back
+            self.verdict = self._judge(now)
+            if self.verdict is not None and self.action == "fail":
+                self.on_stall(self.verdict["message"])
+        self._write(now)
+
+    def _judge(self, now: float) -> dict[str, Any] | None:
+        for rec in self.nodes.values():
+            last = rec["heard"] if rec["heard"] is not None else self.started
+            if now - last > self.timeout:
+                name = f"node {rec['node']}" + (f" ({rec['host']})" if rec["host"] else "")
+                said = f"no heartbeat since {clock(last)}" if rec["heard"] else "never heard from it"
+                return {"node": rec["node"], "host": rec["host"], "kind": "lost", "since": last, "message":
+                        f"{name} went silent: {said} ({int(now - last)} s; stall timeout {self.timeout:g} s)"}
+        quiet = [r for r in self.nodes.values() if now - r["output"] > self.timeout]
+        if quiet:
+            rec = min(quiet, key=lambda r: (r["output"], r["node"]))
+            every = len(quiet) == len(self.nodes)
+            name = ("no node has written output or made progress" if every else f"node {rec['node']}"
+                    + (f" ({rec['host']})" if rec["host"] else "") + " has written no output and made no progress")
+            return {"node": None if every else rec["node"], "host": None if every else rec["host"], "kind": "quiet",
+                    "since": rec["output"], "message": f"{name} since {clock(rec['output'])} "
+                    f"({int(now - rec['output'])} s; stall timeout {self.timeout:g} s)"}
+        return None
+
+    def _write(self, now: float) -> None:
+        state = {"updated": now, "timeout": self.timeout, "action": self.action, "interval": self.interval,
+                 "nodes": list(self.nodes.values()), "verdict": self.verdict}
+        tmp = f"{self.state_path}.tmp{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(state, f)
+            os.replace(tmp, self.state_path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+class Beacon:
+    """Another node's side: tells the first node it lives, and notices when the first node does not answer."""
+
+    def __init__(self, *, addr: str, port: int, node: int, host: str, outputs: list[str], timeout: float,
+                 action: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S) -> None:
+        self.addr, self.port, self.node, self.host = addr, port, node, host
+        self.interval = interval
+        self.outputs, self.timeout, self.action, self.on_stall = outputs, timeout, action, on_stall
+        self.answered = time.time()
+        self.lost: str | None = None
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="ddpjob-beacon", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(self.interval)
+            while not self._stop.is_set():
+                msg = json.dumps({"node": self.node, "host": self.host, "bytes": _size(self.outputs)}).encode()
+                try:
+                    sock.sendto(msg, (self.addr, self.port))
+                    sock.recvfrom(64)
+                    self.answered = time.time()
+                    self._stop.wait(self.interval)
+                except OSError:  # no answer within the interval, or the network is unreachable
+                    self._stop.wait(min(0.2, self.interval))
+                now = time.time()
+                if self.lost is None and now - self.answered > self.timeout:
+                    self.lost = (f"node {self.node} ({self.host}) lost the first node ({self.addr}): no answer to "
+                                 f"heartbeats since {clock(self.answered)} ({int(now - self.answered)} s; "
+                                 f"stall timeout {self.timeout:g} s)")
+                    if self.action == "fail":
+                        self.on_stall(self.lost)
+
+
+def report(state: dict[str, Any], now: float) -> str | None:
+    """What ``status`` says about a running run, from the first node's ``watch.json``; None when all is well."""
+    verdict = state.get("verdict")
+    if isinstance(verdict, dict) and verdict.get("message"):
+        ending = "; the job is being ended (stall.action: fail)" if state.get("action") == "fail" else ""
+        return f"stalled: {verdict['message']}{ending}"
+    updated = float(state.get("updated") or 0)
+    if updated and now - updated > float(state.get("timeout") or 300):
+        return (f"stalled: the first node's watch has said nothing since {clock(updated)} (node 0 lost, "
+                "or its node runner stopped)")
+    return None

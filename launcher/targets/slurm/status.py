@@ -1,0 +1,98 @@
+"""The Slurm target's status: Slurm's record of each run, the node runners' records, the root
+cause of a failure and the stall watch of a running run (``launcher.targets.shared.heartbeat``)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from launcher.core.states import JobState, summarize
+from launcher.targets.base import JobStatus, TaskStatus
+from launcher.targets.shared.files import read_json
+from launcher.targets.slurm.script import SlurmHandle, node_paths
+
+if TYPE_CHECKING:
+    from launcher.targets.slurm import query as slurm_query
+
+
+def job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord]) -> JobStatus:
+    from launcher.targets.slurm import query as slurm_query
+
+    jid = handle.slurm_job_id
+    tasks = []
+    for index in range(handle.runs):
+        nid = f"{jid}_{index}" if handle.array else jid
+        rec = records.get(nid)
+        params = handle.params[index] if index < len(handle.params) else {}
+        nodes = node_records(handle, index)
+        if rec is None:
+            tasks.append(TaskStatus(index, JobState.UNKNOWN, f"Slurm has no record of job {nid} (no accounting and "
+                                    "purged from the controller?)", nodes, params, nid))
+            continue
+        state = slurm_query.map_state(rec.state)
+        message = _message(handle, index, rec, state, nodes)
+        if state == JobState.RUNNING:
+            state, message = _stall(handle, index, nodes, state, message)
+        tasks.append(TaskStatus(index, state, message, nodes, params, nid))
+    overall, message = summarize(tasks)
+    details = {"run_dir": handle.run_dir, "slurm_job_id": jid, "job_dir": handle.job_dir,
+               "source": ",".join(sorted({r.source for k, r in records.items() if k == jid or k.startswith(jid + "_")}))}
+    return JobStatus(overall, message, tasks, details)
+
+
+def _stall(handle: SlurmHandle, index: int, nodes: list[dict[str, Any]], state: JobState,
+           message: str) -> tuple[JobState, str]:
+    """A running run's stall, from the first node's watch (``shared.heartbeat``). A run that the watch
+    ended (stall.action: fail) is FAILED with its reason even while Slurm still waits for a node it
+    cannot reach."""
+    from launcher.targets.shared.heartbeat import report
+
+    ended = [n for n in nodes if n.get("error") and n.get("state") == "exited"]
+    if ended:
+        first = min(ended, key=lambda n: (n.get("ended") or 0, n["node"]))
+        return JobState.FAILED, str(first["error"])
+    watch = read_json(node_paths(handle.job_dir, index, 0)["watch"])
+    note = report(watch, time.time()) if isinstance(watch, dict) else None
+    return state, note or message
+
+
+def node_records(handle: SlurmHandle, index: int) -> list[dict[str, Any]]:
+    out = []
+    for node in range(handle.nodes):
+        rec = read_json(node_paths(handle.job_dir, index, node)["record"])
+        if not isinstance(rec, dict):
+            continue
+        out.append({k: rec[k] for k in ("node", "host", "address", "interface", "rendezvous", "state", "exit_code",
+                                        "restart", "ended", "error") if k in rec})
+    return out
+
+
+def _message(handle: SlurmHandle, index: int, rec: slurm_query.SlurmRecord, state: JobState,
+             nodes: list[dict[str, Any]]) -> str:
+    from launcher.targets.shared.rootcause import NodeFailure, first_failure
+
+    if state == JobState.PENDING:
+        return f"{rec.state.split(' ')[0].lower()}" + (f": {rec.reason}" if rec.reason and rec.reason != "None" else "")
+    if state == JobState.CANCELLED:
+        return rec.state.lower()
+    if state != JobState.FAILED:
+        return ""
+    bad = {n["node"]: n for n in nodes if n.get("exit_code") not in (0, None)}
+    stopped = sorted((n for n in bad.values() if n.get("error")), key=lambda n: (n.get("ended") or 0, n["node"]))
+    if stopped:  # the node runner stopped before torchrun (an interface or a name this node lacks)
+        others = sorted(set(bad) - {stopped[0]["node"]})
+        return str(stopped[0]["error"]) + (f" (node(s) {', '.join(map(str, others))} stopped too)" if others else "")
+    if bad:
+        failures = []
+        for node, n in bad.items():
+            paths = node_paths(handle.job_dir, index, node)
+            failures.append(NodeFailure(node, paths["log"], paths["error_file"], paths["torchrun_log_dir"],
+                                        n.get("ended")))
+        first, cause, after = first_failure(failures, handle.procs_per_node)
+        text = f"node {first.node} ({bad[first.node].get('host', '?')}): {cause}"
+        return text + (f" (then node(s) {', '.join(map(str, after))} failed after it)" if after else "")
+    sid = handle.slurm_job_id + (f"_{index}" if handle.array else "")
+    # No node reported a torchrun failure: Slurm itself (time limit, memory, node failure) or the
+    # node runner before torchrun (see submitit's log).
+    return (f"Slurm state {rec.state}" + (f", exit code {rec.exit_code}" if rec.exit_code else "")
+            + f"; see {handle.job_dir}/{sid}_0_log.err")

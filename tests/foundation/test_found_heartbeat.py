@@ -1,0 +1,85 @@
+"""The stall watch (launcher.targets.shared.heartbeat) on this machine's loopback: real UDP between a
+Watch and a Beacon, with a 1-second timeout instead of the spec's minimum of 20 s."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+from testkit import wait_for
+
+from launcher.targets.shared import heartbeat
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_node_whose_heartbeats_stop_is_lost_and_fail_ends_once(tmp_path):
+    port, state = _free_udp_port(), tmp_path / "watch.json"
+    log = tmp_path / "node-1.log"
+    log.write_text("step 1\n")
+    ended: list[str] = []
+    watch = heartbeat.Watch(port=port, nodes=2, host="n1", outputs=[], timeout=1.0, action="fail",
+                            state_path=str(state), on_stall=ended.append, interval=0.2)
+    assert watch.start() is None
+    beacon = heartbeat.Beacon(addr="127.0.0.1", port=port, node=1, host="n2", outputs=[str(log)], timeout=1.0,
+                              action="fail", on_stall=ended.append, interval=0.2)
+    beacon.start()
+    try:
+        heard = wait_for(lambda: state.exists() and (s := json.loads(state.read_text()))["nodes"][1]["heard"] and s,
+                         "the watch to hear node 1", timeout=10)
+        assert heard["nodes"][1]["host"] == "n2" and heard["verdict"] is None
+        assert beacon.lost is None
+        beacon.stop()  # node 1 goes silent
+        verdict = wait_for(lambda: json.loads(state.read_text())["verdict"], "a verdict", timeout=15)
+        assert verdict["kind"] == "lost" and verdict["node"] == 1 and verdict["host"] == "n2"
+        assert ended == [verdict["message"]] and verdict["message"].startswith("node 1 (n2) went silent")
+        time.sleep(0.6)
+        assert len(ended) == 1  # ended once, not at every tick
+        report = heartbeat.report(json.loads(state.read_text()), time.time())
+        assert report is not None and report.startswith("stalled: node 1 (n2) went silent")
+        assert report.endswith("the job is being ended (stall.action: fail)")
+    finally:
+        beacon.stop()
+        watch.stop()
+
+
+def test_a_beacon_whose_first_node_never_answers_gives_up(tmp_path):
+    ended: list[str] = []
+    beacon = heartbeat.Beacon(addr="127.0.0.1", port=_free_udp_port(), node=1, host="n2", outputs=[], timeout=1.0,
+                              action="fail", on_stall=ended.append, interval=0.2)
+    beacon.start()
+    try:
+        wait_for(lambda: ended, "the beacon to give up", timeout=15)
+        assert ended[0].startswith("node 1 (n2) lost the first node (127.0.0.1): no answer to heartbeats since")
+    finally:
+        beacon.stop()
+
+
+def test_report_mode_clears_when_the_node_is_back_and_quiet_nodes_are_named(tmp_path):
+    port, state = _free_udp_port(), tmp_path / "watch.json"
+    out = tmp_path / "node-0.log"
+    out.write_text("x")
+    watch = heartbeat.Watch(port=port, nodes=1, host="n1", outputs=[str(out)], timeout=1.0, action="report",
+                            state_path=str(state), on_stall=lambda m: (_ for _ in ()).throw(AssertionError(m)),
+                            interval=0.2)
+    assert watch.start() is None
+    try:
+        verdict = wait_for(lambda: state.exists() and json.loads(state.read_text())["verdict"], "a quiet verdict",
+                           timeout=15)
+        assert verdict["kind"] == "quiet" and verdict["message"].startswith("no node has written output")
+        out.write_text("more output")  # progress again: the reported stall clears
+        wait_for(lambda: json.loads(state.read_text())["verdict"] is None, "the verdict to clear", timeout=10)
+    finally:
+        watch.stop()
+
+
+def test_report_says_nothing_when_well_and_notices_a_watch_gone_quiet():
+    now = time.time()
+    assert heartbeat.report({"updated": now, "timeout": 20, "verdict": None}, now) is None
+    stale = heartbeat.report({"updated": now - 100, "timeout": 20, "verdict": None}, now)
+    assert stale is not None and "the first node's watch has said nothing since" in stale
