@@ -9,6 +9,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from launcher.core.errors import TargetError
+from launcher.spec.secrets import shown_value
 from launcher.targets.local import container as ctr
 from launcher.targets.shared.files import from_json, read_json
 
@@ -66,8 +67,9 @@ def read_plan(run_dir: str) -> LocalPayload:
     return from_json(LocalPayload, data)
 
 
-def render_local(payload: LocalPayload) -> str:
-    """Shell-equivalent text of the plan: one block per run and node, env sorted, every word quoted."""
+def render_local(payload: LocalPayload, masked: frozenset[str] = frozenset()) -> str:
+    """Shell-equivalent text of the plan: one block per run and node, env sorted, every word quoted;
+    the values of the env names in ``masked`` shown as ``***``."""
     if payload.port is None:
         rendezvous = f"rendezvous 127.0.0.1:{PORT_AT_SUBMIT} (a free port chosen at submit; master_port: fixes it)"
     else:
@@ -85,7 +87,7 @@ def render_local(payload: LocalPayload) -> str:
         out.append(f"## task {el.index}" + (f" ({params})" if params else "") + f", output {el.output_dir}")
         for n in el.nodes:
             out.append(f"# node {n.node} -> {n.log}")
-            env = " \\\n    ".join(f"{k}={shlex.quote(v)}" for k, v in n.env.items())
+            env = " \\\n    ".join(f"{k}={shlex.quote(shown_value(k, v, masked))}" for k, v in n.env.items())
             cmd = ctr.shown(n.argv) if n.container else shlex.join(n.argv)
             out.append(f"(cd {shlex.quote(n.cwd)} && env \\\n    {env} \\\n  {cmd})")
     return "\n".join(out) + "\n"

@@ -135,8 +135,8 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         payload = LocalPayload(ctx.job_id, ctx.run_dir, spec.nodes, procs_per_node, port,
                                spec.local.stop_on_failure, elements, port_fixed=spec.master_port is not None,
                                container=engine, port_command=list(ctx.port_command))
-        return Plan("local", ctx.job_id, spec.name, ctx.run_dir, render_local(payload), payload,
-                    spec.nodes, procs_per_node, len(elements), port)
+        return Plan("local", ctx.job_id, spec.name, ctx.run_dir, payload, render_local, spec.nodes, procs_per_node,
+                    len(elements), port)
 
     def pick_port(self, busy: set[int]) -> int:
         """A port free on 127.0.0.1 now and not held by another live local job (``busy``)."""
