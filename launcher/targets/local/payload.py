@@ -1,6 +1,7 @@
 """The local target's request: what ``plan`` builds, ``submit`` writes to ``plan.json`` and the
-supervisor runs, and its text (``plan.txt``, ``render``). The supervisor's quick start reads
-``plan.json`` into namespaces; its typed paths (status, port moves) use these dataclasses."""
+supervisor runs, its text (``plan.txt``, ``render``), and the handle ``submit`` returns. The
+supervisor's quick start reads ``plan.json`` into namespaces; its typed paths (status, port moves)
+use these dataclasses."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 
 from launcher.core.errors import TargetError
 from launcher.spec.secrets import shown_value
+from launcher.targets.base import Handle
 from launcher.targets.local import container as ctr
 from launcher.targets.shared.files import from_json, read_json
 
@@ -57,6 +59,14 @@ class LocalPayload:
     container: str = "none"  # local.container: the engine that runs each node, or none
     # The service's command for a new port when another program took this one (PlanContext.port_command).
     port_command: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LocalHandle(Handle):
+    """The supervisor's pid and start time (a pid alone could be reused by another process)."""
+
+    pid: int = 0
+    start: int | None = None
 
 
 def read_plan(run_dir: str) -> LocalPayload:

@@ -17,7 +17,6 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,6 +29,7 @@ from launcher.targets.local.payload import (
     MARKER,
     PORT_AT_SUBMIT,
     LocalElement,
+    LocalHandle,
     LocalNode,
     LocalPayload,
     read_plan,
@@ -48,14 +48,6 @@ __all__ = ["MARKER", "LocalElement", "LocalHandle", "LocalNode", "LocalPayload",
            "render_local"]
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "WARN"}
-
-@dataclass
-class LocalHandle(Handle):
-    """The supervisor's pid and start time (a pid alone could be reused by another process)."""
-
-    pid: int = 0
-    start: int | None = None
-
 
 class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
     """Runs every node on this machine. Rendezvous: 127.0.0.1 and a port no live local job uses."""
