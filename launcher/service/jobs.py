@@ -146,7 +146,7 @@ class Jobs:
         issues = secretenv.host_env_issues(tgt, loaded, submitting=submitting)
         if issues:
             raise loaded.error(issues)
-        return secretenv.shown_plan(tgt, loaded, ctx, tgt.plan(loaded, ctx))
+        return secretenv.shown_plan(loaded, tgt.plan(loaded, ctx))
 
     def server_dry_run(self, plan: Plan[Any]) -> str:
         """Ask the scheduler to check ``plan`` without creating anything (Kubernetes: dryRun=All)."""

@@ -8,29 +8,22 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
-from launcher.spec.secrets import host_env_note, is_secret, mask_env
+from launcher.spec.secrets import host_env_note, secret_names
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
-    from launcher.targets.base import AnyTarget, Plan, PlanContext
+    from launcher.targets.base import AnyTarget, Plan
 
 
-def shown_plan(target: AnyTarget, loaded: LoadedSpec, ctx: PlanContext, plan: Plan[Any]) -> Plan[Any]:
-    """``plan`` with the text people see: secret values masked, ``env_from_host`` names listed.
+def shown_plan(loaded: LoadedSpec, plan: Plan[Any]) -> Plan[Any]:
+    """``plan`` as people see it: the values of secret env names masked, ``env_from_host`` names listed.
 
-    The payload (what is submitted) keeps the real values. The text is the target's own render of
-    the same spec and context with the values masked, so it keeps the real layout and quoting.
+    Nothing is planned again: ``Plan.render`` renders the same payload (which keeps the real values,
+    as submitted) with those names masked, so the text keeps the real layout and quoting.
     """
     spec = loaded.spec
-    if not any(is_secret(k) for k in spec.env) and not spec.env_from_host:
-        return plan
-    text = plan.text
-    if any(is_secret(k) for k in spec.env):
-        masked = dataclasses.replace(loaded, spec=spec.model_copy(update={"env": mask_env(spec.env)}))
-        text = target.plan(masked, ctx).text
-    if spec.env_from_host:
-        text += host_env_note(list(spec.env_from_host))
-    return dataclasses.replace(plan, text=text)
+    notes = host_env_note(list(spec.env_from_host)) if spec.env_from_host else ""
+    return dataclasses.replace(plan, masked=secret_names(spec.env), notes=notes)
 
 
 def host_env_issues(target: AnyTarget, loaded: LoadedSpec, *, submitting: bool) -> list[Any]:

@@ -7,7 +7,8 @@ itself still receives the value. To keep a value out of ddpjob's files altogethe
 ``env_from_host:`` instead: the job then takes it from the submitting shell's environment.
 
 A plan shown to people (``render``, ``submit --dry-run``, the run directory's ``plan.txt``) is
-the same plan made from the spec with those values masked, so its layout is exactly the real one.
+the target's render of the very payload it submits, with the values of ``secret_names`` masked,
+so its layout is exactly the real one.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ def is_secret(name: str) -> bool:
     """Whether the value of variable ``name`` is masked when shown."""
     upper = str(name).upper()
     return any(fnmatch.fnmatchcase(upper, p) for p in patterns())
+
+
+def secret_names(env: dict[str, Any]) -> frozenset[str]:
+    """The names in ``env`` whose values are masked when shown."""
+    return frozenset(k for k in env if is_secret(k))
+
+
+def shown_value(name: str, value: str, masked: frozenset[str]) -> str:
+    """``value`` as a plan's text shows it: ``***`` when ``name`` is in ``masked``."""
+    return MASK if name in masked else value
 
 
 def mask_env(env: dict[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,15 @@
 """The target interface: what every target (local, slurm, k8s) implements.
 
 ``plan(spec, ctx) -> Plan`` is pure: no I/O, no cluster calls, deterministic given the context.
-What ``Plan.render()`` prints (``ddpjob render``, ``submit --dry-run``) is exactly what
-``submit(plan)`` hands to the scheduler. ``submit`` returns the target's ``Handle`` (a dataclass
+What ``Plan.render()`` prints (``ddpjob render``, ``submit --dry-run``) is rendered from the very
+payload that ``submit(plan)`` hands to the scheduler (secret values shown masked). ``submit`` returns the target's ``Handle`` (a dataclass
 stored as JSON in the registry); ``status``, ``logs``, ``cancel`` and ``cancel_task`` take it back.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
@@ -80,23 +80,32 @@ OptionsT = TypeVar("OptionsT")
 
 @dataclass
 class Plan(Generic[PayloadT]):
-    """A printable, submittable request. ``payload`` is the target's own typed request; ``checks``
-    says what the plan was checked against beyond the spec's own rules (``ddpjob validate`` prints it)."""
+    """A printable, submittable request, planned once. ``payload`` is the target's own typed request
+    and ``renderer`` the target's text of a payload; ``checks`` says what the plan was checked against
+    beyond the spec's own rules (``ddpjob validate`` prints it).
+
+    What people see (``render``, ``submit --dry-run``, ``plan.txt``) is ``render()``: the payload's
+    text with the values of the env variables named in ``masked`` shown as ``***``, then ``notes``.
+    Both are the service's (``launcher.service.shown``): a target builds its plan with neither.
+    """
 
     target: str
     job_id: str
     name: str
     run_dir: str
-    text: str
     payload: PayloadT
+    renderer: Callable[[PayloadT, frozenset[str]], str]
     nodes: int
     procs_per_node: int
     runs: int = 1
     port: int | None = None
     checks: str = ""
+    masked: frozenset[str] = frozenset()
+    notes: str = ""
 
-    def render(self) -> str:
-        return self.text
+    def render(self, *, masked: bool = True) -> str:
+        """The text of ``payload`` for people; ``masked=False`` shows every value as submitted."""
+        return self.renderer(self.payload, self.masked if masked else frozenset()) + self.notes
 
     def shape(self) -> str:
         """``2 node(s) x 1 process(es), 4 runs (sweep), rendezvous port 23456``."""

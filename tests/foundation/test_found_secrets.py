@@ -121,3 +121,54 @@ def test_error_messages_and_older_records_never_show_a_secret(cli, ddpjob_home):
     for args in (["status", job_id], ["list", "-o", "json"], ["list"]):
         out = cli(*args)
         assert out.returncode == 0 and "plain-old-secret" not in out.stdout
+
+
+def _count_plans(monkeypatch, target: str) -> list[str]:
+    """The job ids the target's real ``plan`` is called with, from now on."""
+    from launcher.targets import get_target
+
+    cls = type(get_target(target))
+    real, calls = cls.plan, []
+
+    def plan(self, loaded, ctx):
+        calls.append(ctx.job_id)
+        return real(self, loaded, ctx)
+
+    monkeypatch.setattr(cls, "plan", plan)
+    return calls
+
+
+SECRET_SPEC = "name: s\nimage: img:1\ncommand: [python, x.py]\nenv: {API_TOKEN: tok-123, PLAIN: visible}\n"
+
+
+@pytest.mark.parametrize("target", ["local", "slurm", "k8s"])
+def test_a_plan_is_built_once_and_its_text_masks_the_payloads_secrets(monkeypatch, tmp_path, target):
+    from launcher.service.jobs import Jobs
+    from launcher.spec.load import load_spec
+    from launcher.targets.shared.files import to_json
+
+    (tmp_path / "s.yaml").write_text(SECRET_SPEC)
+    calls = _count_plans(monkeypatch, target)
+    plan = Jobs(Registry(tmp_path / "home")).plan(load_spec(str(tmp_path / "s.yaml")), target)
+    assert calls == ["s-xxxxx"]  # render and --dry-run: one plan, its text rendered from it
+    shown = plan.render()
+    assert "tok-123" not in shown and "***" in shown and "visible" in shown
+    assert "tok-123" in json.dumps(to_json(plan.payload))  # what is submitted keeps the value
+    assert plan.render(masked=False) == shown.replace("'***'", "tok-123")  # the same text, unmasked
+
+
+def test_submit_plans_once_hands_over_the_real_value_and_records_the_masked_text(monkeypatch, tmp_path):
+    from launcher.service.jobs import Jobs
+    from launcher.spec.load import load_spec
+    from launcher.targets.slurm.script import SlurmHandle
+    from launcher.targets.slurm.target import SlurmTarget
+
+    (tmp_path / "s.yaml").write_text(SECRET_SPEC)
+    calls = _count_plans(monkeypatch, "slurm")
+    handed = []
+    # The one fake: no Slurm here; what submit receives is what it would hand to submitit.
+    monkeypatch.setattr(SlurmTarget, "submit", lambda self, plan: handed.append(plan) or SlurmHandle(plan.job_id, plan.run_dir))
+    done = Jobs(Registry(tmp_path / "home")).submit(load_spec(str(tmp_path / "s.yaml")), "slurm", preflight=False)
+    assert calls == [done.job_id] and handed == [done.plan]
+    assert {el.env.get("API_TOKEN") for el in done.plan.payload.elements} | {done.plan.payload.common.env.get("API_TOKEN")} >= {"tok-123"}
+    assert "tok-123" not in done.plan.render() and "API_TOKEN='***'" in done.plan.render()

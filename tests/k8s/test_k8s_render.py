@@ -21,15 +21,16 @@ from launcher.core.errors import SpecError
 from launcher.core.states import JobState
 from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
-from launcher.targets.k8s.render import kubelet_escape, spec_field
-from launcher.targets.k8s.schema import validate_pytorchjob
-from launcher.targets.k8s.target import (
+from launcher.targets.k8s.pytorchjob import (
     NOT_RECONCILED,
     PYTORCHJOB_CONDITIONS,
-    KubernetesTarget,
     condition_state,
     replica_summary,
+    spec_field,
 )
+from launcher.targets.k8s.render import kubelet_escape
+from launcher.targets.k8s.schema import validate_pytorchjob
+from launcher.targets.k8s.target import KubernetesTarget
 from launcher.targets.shared.launch import torchrun_escape
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -383,7 +384,7 @@ def test_render_and_help_do_not_import_kubernetes(tmp_path):
 def test_the_plan_text_reads_back_as_the_objects_sent(value):
     """What render prints is the object submit sends, even for values YAML finds awkward (the pure-Python
     emitter turned NEL, U+0085, into a line break)."""
-    from launcher.targets.k8s.render import to_yaml
+    from launcher.targets.k8s.payload import to_yaml
 
     obj = {"metadata": {"name": "x", "annotations": {"note": value}}, "spec": {"args": [value, {"k": value}]}}
     assert yaml.safe_load(to_yaml(obj)) == obj

@@ -31,19 +31,12 @@ from launcher.core.errors import SchedulerComponentMissing, TargetUnavailable
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.k8s.schema import strict_schema, version_schema
 
-CRD_ENV = "DDPJOB_PYTORCHJOB_CRD"
-CRD_NAME = "pytorchjobs.kubeflow.org"
-CRD_VERSION = "v1"
-CRD_FILE = "kubeflow.org_pytorchjobs.yaml"
 CACHE_FORMAT = 1
-HOW_TO_ENABLE = (
-    "to enable it, connect once to your cluster (`ddpjob submit SPEC -t k8s --dry-run=server` caches its CRD) "
-    f"or set {CRD_ENV} to a copy of {CRD_FILE}"
-)
 
 
 def how_to_enable(api: KubeflowApi) -> str:
-    return HOW_TO_ENABLE.replace(CRD_ENV, api.crd_env).replace(CRD_FILE, api.crd_file)
+    return ("to enable it, connect once to your cluster (`ddpjob submit SPEC -t k8s --dry-run=server` caches its CRD) "
+            f"or set {api.crd_env} to a copy of {api.crd_file}")
 # Strict schemas by content hash: one process (a test run, a sweep of validations) derives each once.
 _STRICT: dict[str, dict[str, Any]] = {}
 _NAMES: dict[str, str] = {}  # content hash -> the CRD's name (a file given for the wrong API is refused)
@@ -227,7 +220,7 @@ def _read_entry(path: Path, sha: str | None, api: KubeflowApi = PYTORCHJOB) -> d
     entry = read_json(path)
     ok = (isinstance(entry, dict) and entry.get("format") == CACHE_FORMAT and isinstance(entry.get("schema"), dict)
           and isinstance(entry.get("sha256"), str) and (sha is None or entry["sha256"] == sha)
-          and entry.get("name", CRD_NAME) == api.crd_name)
+          and entry.get("name", PYTORCHJOB.crd_name) == api.crd_name)
     return entry if ok else None
 
 

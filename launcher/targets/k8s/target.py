@@ -1,16 +1,18 @@
 """Kubernetes target: one Kubeflow ``PyTorchJob`` (kubeflow.org/v1) per run of the job, or with
 ``k8s.api: trainjob`` one Trainer v2 ``TrainJob`` (``trainjob``); the handle's ``api`` says which.
 
-``inputs`` reads the PyTorchJob CRD before planning (``crd``: the cluster's own on submit, a local
-copy offline); ``plan`` renders plain dicts (``render``) and checks them (``check``: the operator's
-rules always, the CRD's schema strictly when there is one); nothing here imports the kubernetes
-client until a method talks to a cluster (``client``). ``submit`` has the API server check every
+``inputs`` reads the API's CRD before planning (``crd``: the cluster's own on submit, a local
+copy offline); ``plan`` renders plain dicts (the one loop in ``render``, with the API's flavour
+from ``flavours``) and checks them (the controller's rules always, the CRD's schema strictly when
+there is one); nothing here imports the kubernetes client until a method talks to a cluster
+(``client``). ``submit`` has the API server check every
 object (``dryRun=All``, ``fieldValidation=Strict``) before creating any. What ``render`` prints is
 what ``submit`` sends, apart from ``metadata.namespace``, which is filled from the kubeconfig
 context when the spec has none.
 
-The handle (``K8sHandle``, stored in the registry) holds the kubeconfig context and namespace used
-at submit, the shape of the job and the name and parameters of each run's PyTorchJob.
+The payload and the handle (``payload``: ``K8sHandle``, stored in the registry) hold the
+kubeconfig context and namespace used at submit, the shape of the job and the name and parameters
+of each run's object.
 
 Run directory: ``plan.txt`` (the manifests sent), ``plan.json``, ``k8s-status.json`` (the last
 state seen per PyTorchJob, used once a job has been deleted) and ``pods/`` (every log line read;
@@ -22,7 +24,6 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,10 +31,12 @@ from launcher.core.errors import DdpjobError, TargetError
 from launcher.core.states import JobState, summarize
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi, api_of
-from launcher.targets.k8s.check import check_manifests, located, spec_issues, spec_where
+from launcher.targets.k8s.check import located, spec_where
 from launcher.targets.k8s.crd import CrdInput, absent
+from launcher.targets.k8s.flavours import flavour_of
+from launcher.targets.k8s.payload import K8sHandle, K8sPayload, K8sRun, render_text
 from launcher.targets.k8s.pods import object_warnings, pod_nodes
-from launcher.targets.k8s.render import LABEL_JOB_ID, K8sElement, render, render_text
+from launcher.targets.k8s.render import LABEL_JOB_ID
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 
 if TYPE_CHECKING:
@@ -41,99 +44,9 @@ if TYPE_CHECKING:
     from launcher.spec.model import JobSpec
     from launcher.targets.k8s.options import K8sOptions
 
-# PyTorchJob condition type -> ddpjob state. Anything else (a newer operator's condition) -> UNKNOWN.
-PYTORCHJOB_CONDITIONS: dict[str, JobState] = {
-    "Created": JobState.PENDING,
-    "Running": JobState.RUNNING,
-    "Restarting": JobState.RUNNING,
-    "Succeeded": JobState.SUCCEEDED,
-    "Failed": JobState.FAILED,
-    "Suspended": JobState.PENDING,  # e.g. held by Kueue until admitted
-}
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}
 NCCL_DEFAULTS_RDMA = {**NCCL_DEFAULTS, "NCCL_IB_DISABLE": "0"}  # k8s.rdma: the pods have InfiniBand
-NOT_RECONCILED = ("submitted, but not reconciled yet: is the training operator installed and running? "
-                  "(kubectl get pods -A -l control-plane=kubeflow-training-operator)")
 STATUS_FILE = "k8s-status.json"
-
-
-@dataclass
-class K8sPayload:
-    """The manifests ``submit`` creates, in order, and what the handle needs about them.
-
-    ``checks`` says what the plan was checked against (``ddpjob validate`` prints it); ``where``
-    maps spec fields to where they were written, and ``k8s_cpu`` whether the CPU request is
-    ``k8s.cpu``, so that a 422 from the API server points at the spec (``check.located``).
-    """
-
-    job_id: str
-    run_dir: str
-    nodes: int
-    procs_per_node: int
-    namespace: str | None
-    context: str | None
-    elements: list[K8sElement]
-    manifests: list[dict[str, Any]]
-    checks: str = ""
-    where: dict[str, str] = field(default_factory=dict)
-    k8s_cpu: bool = False
-    api: str = "pytorchjob"
-
-
-@dataclass
-class K8sRun:
-    """One run's PyTorchJob."""
-
-    index: int
-    name: str
-    params: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class K8sHandle(Handle):
-    """Where the PyTorchJobs are (the context and namespace used at submit) and their names."""
-
-    context: str | None = None
-    namespace: str = "default"
-    nodes: int = 1
-    procs_per_node: int = 1
-    elastic: bool = False
-    jobs: list[K8sRun] = field(default_factory=list)
-    api: str = "pytorchjob"  # k8s.api at submit: which custom resource the jobs are
-
-    def native_ids(self) -> list[str]:
-        return [run.name for run in self.jobs]
-
-
-def condition_state(status: dict[str, Any] | None) -> tuple[JobState, str]:
-    """The state of one PyTorchJob from ``status.conditions``.
-
-    Failed, Succeeded, then Suspended win when True; otherwise the latest True condition among
-    Restarting/Running/Created (they are appended in order). No conditions: not reconciled yet.
-    """
-    conds = [c for c in (status or {}).get("conditions") or [] if isinstance(c, dict)]
-    if not conds:
-        return JobState.PENDING, NOT_RECONCILED
-    true = [c for c in conds if c.get("status") == "True"]
-    for ctype in ("Failed", "Succeeded", "Suspended"):
-        for c in true:
-            if c.get("type") == ctype:
-                return PYTORCHJOB_CONDITIONS[ctype], _cond_message(c)
-    latest = true[-1] if true else conds[-1]
-    return PYTORCHJOB_CONDITIONS.get(str(latest.get("type")), JobState.UNKNOWN), _cond_message(latest)
-
-
-def _cond_message(c: dict[str, Any]) -> str:
-    return str(c.get("message") or c.get("reason") or c.get("type") or "")
-
-
-def replica_summary(status: dict[str, Any] | None) -> str:
-    """``Master: 1 active; Worker: 1 active, 2 succeeded`` from ``status.replicaStatuses``."""
-    parts = []
-    for rtype, counts in sorted(((status or {}).get("replicaStatuses") or {}).items()):
-        nums = [f"{counts.get(k)} {k}" for k in ("active", "succeeded", "failed") if counts.get(k)]
-        parts.append(f"{rtype}: {', '.join(nums) or '0 active'}")
-    return "; ".join(parts)
 
 
 class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
@@ -158,34 +71,22 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[K8sPayload]:
         spec = loaded.spec
+        flavour = flavour_of(spec.k8s.api)
         nccl = NCCL_DEFAULTS_RDMA if spec.k8s.rdma else NCCL_DEFAULTS
-        crd = ctx.inputs if isinstance(ctx.inputs, CrdInput) else absent("no CRD was given to the plan", api_of(spec.k8s.api))
-        if spec.k8s.api == "trainjob":
-            from launcher.targets.k8s import trainjob
-            from launcher.targets.k8s.trainjob_rules import check_trainjobs
-
-            issues = trainjob.spec_issues(spec, ctx.job_id)
-            if issues:
-                raise loaded.error(issues)
-            rendered = trainjob.render(spec, ctx.job_id, nccl)
-            check_trainjobs(loaded, rendered.objects, crd)
-            where, to_text = spec_where(loaded, trainjob.FIELD_TARGETS), trainjob.render_text
-        else:
-            issues = spec_issues(spec, ctx.job_id)
-            if issues:
-                raise loaded.error(issues)
-            rendered = render(spec, ctx.job_id, nccl)
-            check_manifests(loaded, rendered.objects, crd)
-            where, to_text = spec_where(loaded), render_text
+        crd = ctx.inputs if isinstance(ctx.inputs, CrdInput) else absent("no CRD was given to the plan", flavour.api)
+        issues = flavour.spec_issues(spec, ctx.job_id)
+        if issues:
+            raise loaded.error(issues)
+        rendered = flavour.render(spec, ctx.job_id, nccl)
+        flavour.check(loaded, rendered.objects, crd)
         notes = [crd.note()]
         if spec.workdir is not None and spec.k8s.workdir is None:
             notes.append("workdir: is a path on this machine and is not used in the pods; set k8s.workdir "
                          "(default: the image's WORKDIR)")
         payload = K8sPayload(ctx.job_id, ctx.run_dir, spec.nodes, rendered.procs_per_node, spec.k8s.namespace,
-                             spec.k8s.context, rendered.elements, rendered.objects, crd.summary(), where,
-                             spec.k8s.cpu is not None, spec.k8s.api)
-        text = to_text(rendered, ctx.job_id, spec.k8s.namespace, notes)
-        return Plan("k8s", ctx.job_id, spec.name, ctx.run_dir, text, payload, spec.nodes, rendered.procs_per_node,
+                             spec.k8s.context, rendered.elements, rendered.objects, crd.summary(),
+                             spec_where(loaded, flavour.field_targets), spec.k8s.cpu is not None, spec.k8s.api, notes)
+        return Plan("k8s", ctx.job_id, spec.name, ctx.run_dir, payload, render_text, spec.nodes, rendered.procs_per_node,
                     len(rendered.elements), checks=payload.checks)
 
     # ------------------------------------------------------------------ submit
@@ -247,8 +148,8 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
         return out
 
     def _status(self, kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
-        api = api_of(handle.api)
-        states, summaries = _readers(api)
+        flavour = flavour_of(handle.api)
+        api = flavour.api
         objs = {o["metadata"]["name"]: o for o in kube.list_jobs(f"{LABEL_JOB_ID}={handle.job_id}")}
         seen = _read_seen(handle.run_dir)
         tasks = []
@@ -264,8 +165,8 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
                                                       "ddpjob cancel, or by its TTL) and its final state was not seen")
                 tasks.append(TaskStatus(el.index, state, msg, params=el.params, native_id=el.name))
                 continue
-            state, msg = states(obj.get("status"))
-            summary = summaries(obj.get("status"))
+            state, msg = flavour.state(obj.get("status"))
+            summary = flavour.summary(obj.get("status"))
             if summary:
                 replicas.append(summary if len(handle.jobs) == 1 else f"{el.name}: {summary}")
             nodes: list[dict[str, Any]] = []
@@ -325,27 +226,15 @@ def _kube(context: str | None, namespace: str | None, api: KubeflowApi = PYTORCH
     return Kube(context, namespace, api)
 
 
-def _readers(api: KubeflowApi) -> tuple[Any, Any]:
-    """The state and replica-summary functions of ``api``'s status."""
-    if api is PYTORCHJOB:
-        return condition_state, replica_summary
-    from launcher.targets.k8s import trainjob
-
-    return trainjob.condition_state, trainjob.jobs_summary
-
-
 def _create(kube: Any, payload: K8sPayload, body: dict[str, Any], *, dry_run: bool) -> None:
-    """Create (or with ``dry_run``, have the server check) one PyTorchJob; a 422 names the spec's lines."""
+    """Create (or with ``dry_run``, have the server check) one object; a 422 names the spec's lines."""
     from launcher.targets.k8s.client import InvalidObject
 
     try:
         kube.create_job(body, dry_run=dry_run)
     except InvalidObject as e:
-        if payload.api == "trainjob":
-            from launcher.targets.k8s.trainjob import spec_field
-
-            raise located(e, payload.where, payload.k8s_cpu, dry_run=dry_run, kind=kube.api.kind, field_of=spec_field) from e
-        raise located(e, payload.where, payload.k8s_cpu, dry_run=dry_run) from e
+        raise located(e, payload.where, payload.k8s_cpu, dry_run=dry_run, kind=kube.api.kind,
+                      field_of=flavour_of(payload.api).spec_field) from e
 
 
 def _bodies(payload: K8sPayload, namespace: str) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
-"""Render a job spec as Kubeflow Trainer v2 ``TrainJob``s (``k8s.api: trainjob``): plain dicts, pure.
-
-The rules come from Trainer v2.3.0 (k8s/README.md, "TrainJob"):
+"""The TrainJob flavour (``k8s.api: trainjob``, Kubeflow Trainer v2's ``trainer.kubeflow.org/v1alpha1``)
+of the one render loop in ``render``: its object, what it refuses in a spec, its paths back to the
+spec, its status. The rules come from Trainer v2.3.0 (k8s/README.md, "TrainJob"):
 
 - ``spec.runtimeRef`` names the training runtime (ClusterTrainingRuntime ``torch-distributed`` by
   default); ``spec.trainer`` carries the image, the command, ``numNodes``, ``numProcPerNode``
@@ -22,33 +22,29 @@ from typing import Any
 
 from launcher.core.errors import Issue
 from launcher.core.states import JobState
-from launcher.spec.model import JobSpec, expand
+from launcher.spec.model import JobSpec
 from launcher.targets.k8s.apis import TRAINJOB
 from launcher.targets.k8s.render import (
-    ISTIO_ANNOTATION,
-    LABEL_JOB_ID,
-    LABEL_QUEUE,
-    LABEL_SWEEP_ID,
-    LABEL_SWEEP_INDEX,
-    OUTPUT_ROOT,
-    K8sElement,
-    Rendered,
-    _container,
-    _resources,
-    _toleration,
-    _volume,
-    job_name,
-    to_yaml,
+    FieldMap,
+    Run,
+    SpecPath,
+    container_env,
+    duplicate_env_refs,
+    field_targets,
+    kubelet_escape,
+    last_name,
+    lookup,
+    pod_metadata,
+    pod_spec,
+    resources,
+    volume_mounts,
+    volumes,
 )
-from launcher.targets.shared import dist
-from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 
 RUNTIME_GROUP = "trainer.kubeflow.org"
 # runtimePatches entries are keyed by a domain-prefixed manager (the webhook insists on the form).
 PATCH_MANAGER = "ddpjob.dev/launcher"
 REPLICATED_JOB = "node"  # the torch-distributed runtime's one replicatedJob, and its container
-# What the torch plugin injects into `node` (its webhook refuses them in trainer.env).
-CONTROLLER_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 # Label and annotation prefixes JobSet, the Job controller and Trainer set on the pods (pods are found by
 # jobset.sigs.k8s.io/jobset-name, node ranks read from batch.kubernetes.io/job-completion-index).
 JOBSET_PREFIXES = ("jobset.sigs.k8s.io/", "batch.kubernetes.io/", "trainer.kubeflow.org/")
@@ -80,11 +76,7 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
     for name in spec.env:
         if name.startswith("PET_"):
             issues.append(Issue(("env", name), f"{name} is set by Trainer v2's torch plugin (its webhook refuses it)"))
-    plain = set(spec.env) | {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR", "PYTHONUNBUFFERED"}
-    for name in k.env_refs:
-        if name in plain:
-            issues.append(Issue(("k8s", "env_refs", name), f"{name} is also set in env: (a duplicate env name is rejected by the API server)",
-                                hint="keep one of them"))
+    issues += duplicate_env_refs(spec, {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR", "PYTHONUNBUFFERED"})
     for field in ("labels", "annotations"):
         for key in getattr(k, field):
             if key.startswith(JOBSET_PREFIXES):
@@ -111,110 +103,45 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
          f"{why}: the torch plugin fixes the rendezvous port (PET_MASTER_PORT=29500)"),
     ]
     issues += [Issue(path, message, hint="remove it for k8s.api trainjob") for path, bad, message in no_field if bad]
-    runs = 1
-    for values in spec.sweep.values():
-        runs *= len(values)
-    longest = longest_pod_name(job_name(job_id, runs - 1, bool(spec.sweep)), spec.nodes)
+    longest = longest_pod_name(last_name(spec, job_id), spec.nodes)
     if len(longest) > POD_NAME_MAX:
         issues.append(Issue(("name",), f"too long for Trainer v2: JobSet names the pods like {longest!r} ({len(longest)} "
                             f"characters, at most {POD_NAME_MAX}) and would refuse them", hint="use a shorter name"))
     return issues
 
 
-def render(spec: JobSpec, job_id: str, nccl_defaults: dict[str, str]) -> Rendered:
-    """The TrainJob of every run of ``spec`` (deterministic: sorted env, fixed key order)."""
+def build(spec: JobSpec, run: Run) -> dict[str, Any]:
+    """One run's TrainJob."""
     k = spec.k8s
-    procs = dist.resolve_procs_per_node(spec, spec.resources.gpus)
-    cpus_whole = k.cpu if isinstance(k.cpu, int) else (spec.resources.cpus if k.cpu is None else None)
-    base_env = dist.process_env(spec, nccl_defaults, cpus_per_node=cpus_whole, procs_per_node=procs)
-    output_root = spec.output_dir or f"{OUTPUT_ROOT}/{job_id}"
-    sweep = bool(spec.sweep)
-    objects: list[dict[str, Any]] = []
-    elements: list[K8sElement] = []
-    for el in expand(spec, job_id=job_id, output_root=output_root):
-        name = job_name(job_id, el.index, sweep)
-        env = run_env(base_env, el.env, job_id=job_id, sweep_index=el.index, output_dir=el.output_dir)
-        labels = {LABEL_JOB_ID: job_id}
-        if sweep:
-            labels[LABEL_SWEEP_ID] = job_id
-            labels[LABEL_SWEEP_INDEX] = str(el.index)
-        # No rendezvous flags: the torch plugin's PET_* variables give torchrun nodes, rank and master.
-        command = torchrun_argv(worker_command(el.command, "python"), launcher=["torchrun"],
-                                max_restarts=spec.max_restarts)
-        objects.append(_trainjob(spec, name, labels, command, env, procs))
-        elements.append(K8sElement(el.index, name, el.params, el.output_dir))
-    return Rendered(objects, elements, procs)
-
-
-def _trainjob(spec: JobSpec, name: str, labels: dict[str, str], command: list[str], env: dict[str, str],
-              procs: int) -> dict[str, Any]:
-    k = spec.k8s
-    job_labels = {**k.labels, **labels}
-    if k.queue:
-        job_labels[LABEL_QUEUE] = k.queue  # Kueue's TrainJob integration reads the TrainJob's label
-    metadata: dict[str, Any] = {"name": name}
-    if k.namespace:
-        metadata["namespace"] = k.namespace
-    metadata["labels"] = dict(sorted(job_labels.items()))
-    if k.annotations:
-        metadata["annotations"] = dict(sorted(k.annotations.items()))
-    # The PyTorchJob's container, reused for its command, env (valueFrom included) and resources.
-    c = _container(spec, command, env)
-    trainer: dict[str, Any] = {"image": c["image"], "command": c["command"], "env": c["env"],
-                               "numNodes": spec.nodes, "numProcPerNode": procs}
-    resources = _resources(spec)
-    if resources:
-        trainer["resourcesPerNode"] = resources
+    trainer: dict[str, Any] = {"image": spec.image or "", "command": [kubelet_escape(a) for a in run.command],
+                               "env": container_env(spec, run.env), "numNodes": spec.nodes,
+                               "numProcPerNode": run.procs_per_node}
+    per_node = resources(spec)
+    if per_node:
+        trainer["resourcesPerNode"] = per_node
     return {
-        "apiVersion": TRAINJOB.api_version, "kind": TRAINJOB.kind, "metadata": metadata,
+        "apiVersion": TRAINJOB.api_version, "kind": TRAINJOB.kind, "metadata": run.metadata,
         "spec": {
             "runtimeRef": {"apiGroup": RUNTIME_GROUP, "kind": k.runtime.kind, "name": k.runtime.name},
             "trainer": trainer,
             "runtimePatches": [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
-                "replicatedJobs": [{"name": REPLICATED_JOB, "template": {"spec": {"template": _pod(spec, labels)}}}],
+                "replicatedJobs": [{"name": REPLICATED_JOB, "template": {"spec": {"template": _pod(spec, run)}}}],
             }}}}],
         },
     }
 
 
-def _pod(spec: JobSpec, labels: dict[str, str]) -> dict[str, Any]:
-    k = spec.k8s
-    annotations = {**k.annotations}
-    if not k.istio_inject:
-        # An Istio sidecar keeps the pod Running after training exits and intercepts the rendezvous.
-        annotations[ISTIO_ANNOTATION] = "false"
-    meta: dict[str, Any] = {"labels": dict(sorted({**k.labels, **labels}.items()))}
-    if annotations:
-        meta["annotations"] = dict(sorted(annotations.items()))
-    pod: dict[str, Any] = {}
-    if k.service_account:
-        pod["serviceAccountName"] = k.service_account
-    if k.node_selector:
-        pod["nodeSelector"] = dict(sorted(k.node_selector.items()))
-    if k.tolerations:
-        pod["tolerations"] = [_toleration(t) for t in k.tolerations]
-    if k.image_pull_secrets:
-        pod["imagePullSecrets"] = [{"name": s} for s in k.image_pull_secrets]
-    pod["volumes"] = [
-        # Containers get 64 MB of /dev/shm; DataLoader workers and NCCL need more (Bus error otherwise).
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm}},
-        *(_volume(v) for v in k.volumes),
-    ]
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    for v in k.volumes:
-        m: dict[str, Any] = {"name": v.name, "mountPath": v.mount_path}
-        if v.read_only:
-            m["readOnly"] = True
-        if v.sub_path:
-            m["subPath"] = v.sub_path
-        mounts.append(m)
-    pod["containers"] = [{"name": REPLICATED_JOB, "volumeMounts": mounts}]
-    return {"metadata": meta, "spec": pod}
+def _pod(spec: JobSpec, run: Run) -> dict[str, Any]:
+    pod = pod_spec(spec)
+    pod["volumes"] = volumes(spec)
+    pod["containers"] = [{"name": REPLICATED_JOB, "volumeMounts": volume_mounts(spec)}]
+    return {"metadata": pod_metadata(spec, run.labels), "spec": pod}
 
 
 # --------------------------------------------------------------------------- manifest path -> spec field
 
-_FIELD_MAP: list[tuple[tuple[str | int, ...], tuple[str | int, ...]]] = [
+# Paths below the runtime patch's pod template (PATCH_POD) are relative to it, as ("pod", ...).
+FIELD_MAP: FieldMap = [
     (("metadata", "name"), ("name",)),
     (("metadata", "namespace"), ("k8s", "namespace")),
     (("metadata", "labels"), ("k8s", "labels")),
@@ -234,25 +161,15 @@ _FIELD_MAP: list[tuple[tuple[str | int, ...], tuple[str | int, ...]]] = [
     (("pod", "spec", "volumes"), ("k8s", "volumes")),
     (("pod", "spec", "containers"), ("k8s", "volumes")),
 ]
-FIELD_TARGETS: list[tuple[str | int, ...]] = sorted({t for _, t in _FIELD_MAP} | {("k8s",), ("k8s", "cpu")}, key=str)
+FIELD_TARGETS = field_targets(FIELD_MAP)
 
 
-def spec_field(path: tuple[str | int, ...], spec: JobSpec | None = None, *,
-               k8s_cpu: bool | None = None) -> tuple[str | int, ...]:
+def spec_field(path: SpecPath, spec: JobSpec | None = None, *, k8s_cpu: bool | None = None) -> SpecPath:
     """The spec field behind a path of the rendered TrainJob (else the ``k8s`` section)."""
-    rel = path
-    if tuple(path[: len(PATCH_POD)]) == PATCH_POD:
-        rel = ("pod", *path[len(PATCH_POD):])
-    best: tuple[str | int, ...] = ("k8s",)
-    best_len = 0
-    for prefix, target in _FIELD_MAP:
-        if tuple(rel[: len(prefix)]) == prefix and len(prefix) > best_len:
-            best, best_len = target, len(prefix)
+    rel = ("pod", *path[len(PATCH_POD):]) if tuple(path[: len(PATCH_POD)]) == PATCH_POD else path
     if spec is not None:
         k8s_cpu = spec.k8s.cpu is not None
-    if best == ("resources",) and k8s_cpu and len(rel) > 4 and rel[4] == "cpu":
-        best = ("k8s", "cpu")
-    return best
+    return lookup(rel, FIELD_MAP, cpu_at=4, k8s_cpu=k8s_cpu)
 
 
 # --------------------------------------------------------------------------- status
@@ -290,16 +207,3 @@ def jobs_summary(status: dict[str, Any] | None) -> str:
         nums = [f"{j.get(k)} {k}" for k in ("ready", "active", "succeeded", "failed", "suspended") if j.get(k)]
         parts.append(f"{j.get('name', '?')}: {', '.join(nums) or '0 active'} (jobs)")
     return "; ".join(parts)
-
-
-def render_text(rendered: Rendered, job_id: str, namespace: str | None, notes: list[str]) -> str:
-    """The multi-document YAML that ``submit`` sends, with a comment header for the reader."""
-    head = [f"# ddpjob k8s plan: job {job_id}, {len(rendered.objects)} TrainJob(s) ({TRAINJOB.api_version})"]
-    if namespace is None:
-        head.append("# namespace: the kubeconfig context's (set k8s.namespace to choose)")
-    head.extend(f"# {n}" for n in notes)
-    return "\n".join(head) + "\n---\n" + "---\n".join(to_yaml(o) for o in rendered.objects)
-
-
-__all__ = ["CONTROLLER_ENV", "TRAINJOB_CONDITIONS", "condition_state", "jobs_summary", "render",
-           "render_text", "spec_field", "spec_issues"]

@@ -35,7 +35,6 @@ from launcher.core.errors import Issue, TargetError
 if TYPE_CHECKING:
     import subprocess
 
-ENGINES = ("podman", "docker")
 # An image reference as engines take it (name[:tag][@digest]); never an option (no leading '-').
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 # Paths that would hide the image's own system or Python if mounted over them.

@@ -1,6 +1,7 @@
 """The local target's request: what ``plan`` builds, ``submit`` writes to ``plan.json`` and the
-supervisor runs, and its text (``plan.txt``, ``render``). The supervisor's quick start reads
-``plan.json`` into namespaces; its typed paths (status, port moves) use these dataclasses."""
+supervisor runs, its text (``plan.txt``, ``render``), and the handle ``submit`` returns. The
+supervisor's quick start reads ``plan.json`` into namespaces; its typed paths (status, port moves)
+use these dataclasses."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import shlex
 from dataclasses import dataclass, field
 
 from launcher.core.errors import TargetError
+from launcher.spec.secrets import shown_value
+from launcher.targets.base import Handle
 from launcher.targets.local import container as ctr
 from launcher.targets.shared.files import from_json, read_json
 
@@ -58,6 +61,14 @@ class LocalPayload:
     port_command: list[str] = field(default_factory=list)
 
 
+@dataclass
+class LocalHandle(Handle):
+    """The supervisor's pid and start time (a pid alone could be reused by another process)."""
+
+    pid: int = 0
+    start: int | None = None
+
+
 def read_plan(run_dir: str) -> LocalPayload:
     """The payload ``submit`` wrote to ``plan.json``."""
     data = read_json(os.path.join(run_dir, "plan.json"))
@@ -66,8 +77,9 @@ def read_plan(run_dir: str) -> LocalPayload:
     return from_json(LocalPayload, data)
 
 
-def render_local(payload: LocalPayload) -> str:
-    """Shell-equivalent text of the plan: one block per run and node, env sorted, every word quoted."""
+def render_local(payload: LocalPayload, masked: frozenset[str] = frozenset()) -> str:
+    """Shell-equivalent text of the plan: one block per run and node, env sorted, every word quoted;
+    the values of the env names in ``masked`` shown as ``***``."""
     if payload.port is None:
         rendezvous = f"rendezvous 127.0.0.1:{PORT_AT_SUBMIT} (a free port chosen at submit; master_port: fixes it)"
     else:
@@ -85,7 +97,7 @@ def render_local(payload: LocalPayload) -> str:
         out.append(f"## task {el.index}" + (f" ({params})" if params else "") + f", output {el.output_dir}")
         for n in el.nodes:
             out.append(f"# node {n.node} -> {n.log}")
-            env = " \\\n    ".join(f"{k}={shlex.quote(v)}" for k, v in n.env.items())
+            env = " \\\n    ".join(f"{k}={shlex.quote(shown_value(k, v, masked))}" for k, v in n.env.items())
             cmd = ctr.shown(n.argv) if n.container else shlex.join(n.argv)
             out.append(f"(cd {shlex.quote(n.cwd)} && env \\\n    {env} \\\n  {cmd})")
     return "\n".join(out) + "\n"

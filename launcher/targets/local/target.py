@@ -17,7 +17,6 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,6 +29,7 @@ from launcher.targets.local.payload import (
     MARKER,
     PORT_AT_SUBMIT,
     LocalElement,
+    LocalHandle,
     LocalNode,
     LocalPayload,
     read_plan,
@@ -48,14 +48,6 @@ __all__ = ["MARKER", "LocalElement", "LocalHandle", "LocalNode", "LocalPayload",
            "render_local"]
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "WARN"}
-
-@dataclass
-class LocalHandle(Handle):
-    """The supervisor's pid and start time (a pid alone could be reused by another process)."""
-
-    pid: int = 0
-    start: int | None = None
-
 
 class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
     """Runs every node on this machine. Rendezvous: 127.0.0.1 and a port no live local job uses."""
@@ -135,8 +127,8 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         payload = LocalPayload(ctx.job_id, ctx.run_dir, spec.nodes, procs_per_node, port,
                                spec.local.stop_on_failure, elements, port_fixed=spec.master_port is not None,
                                container=engine, port_command=list(ctx.port_command))
-        return Plan("local", ctx.job_id, spec.name, ctx.run_dir, render_local(payload), payload,
-                    spec.nodes, procs_per_node, len(elements), port)
+        return Plan("local", ctx.job_id, spec.name, ctx.run_dir, payload, render_local, spec.nodes, procs_per_node,
+                    len(elements), port)
 
     def pick_port(self, busy: set[int]) -> int:
         """A port free on 127.0.0.1 now and not held by another live local job (``busy``)."""

@@ -24,6 +24,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.spec.secrets import shown_value
 from launcher.targets.base import Handle
 from launcher.targets.shared.launch import run_env, torchrun_argv
 
@@ -185,11 +186,12 @@ def shell_word(word: str) -> str:
     return "".join(out)
 
 
-def render_plan(common: SlurmCommon, elements: list[SlurmElement], *, script: str, submission_file: str,
-                array: bool) -> str:
+def render_plan(payload: SlurmPayload, masked: frozenset[str] = frozenset()) -> str:
     """What ``ddpjob render --target slurm`` prints: the sbatch script verbatim, then each run's
-    per-node command as an equivalent shell line (every word quoted; it never goes through a shell)."""
-    c = common
+    per-node command as an equivalent shell line (every word quoted; it never goes through a shell),
+    the values of the env names in ``masked`` shown as ``***``."""
+    c, elements, script, submission_file = payload.common, payload.elements, payload.script, payload.submission_file
+    array = payload.map_count is not None
     runs = len(elements)
     port = str(c.master_port) if c.master_port else "a free port found by the sbatch script (see # setup)"
     out = [
@@ -217,7 +219,7 @@ def render_plan(common: SlurmCommon, elements: list[SlurmElement], *, script: st
         out.append(f"# log: {shell_word(node_paths(c.job_dir, el.index, node)['log'])}")
         env = node_env(c, el, node=node)
         argv = node_argv(c, el, node=node, addr=RUNTIME["addr"], port=RUNTIME["port"])
-        env_text = " \\\n    ".join(f"{k}={shell_word(v)}" for k, v in env.items())
+        env_text = " \\\n    ".join(f"{k}={shell_word(shown_value(k, v, masked))}" for k, v in env.items())
         out.append(f"(cd {shlex.quote(c.workdir)} && env \\\n    {env_text} \\\n  {' '.join(shell_word(a) for a in argv)})")
     return "\n".join(out) + "\n"
 

@@ -110,8 +110,7 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
                     for el in runs]
         submission_file = f"{job_dir}/" + ("<SLURM_ARRAY_JOB_ID>" if array else "<SLURM_JOB_ID>") + "_submission.sh"
         payload = SlurmPayload(common, elements, params, map_count, script, ctx.run_dir, submission_file)
-        text = render_plan(common, elements, script=script, submission_file=submission_file, array=array)
-        return Plan("slurm", ctx.job_id, spec.name, ctx.run_dir, text, payload, spec.nodes, procs_per_node,
+        return Plan("slurm", ctx.job_id, spec.name, ctx.run_dir, payload, render_plan, spec.nodes, procs_per_node,
                     len(elements), spec.master_port)
 
     # ------------------------------------------------------------------ submit
