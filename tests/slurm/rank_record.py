@@ -16,6 +16,12 @@ import sys
 import time
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0"))
     record = {
@@ -24,6 +30,8 @@ def main(argv: list[str]) -> int:
         "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}",
         "args": argv, "sweep_index": os.environ.get("DDPJOB_SWEEP_INDEX"),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "array_task": os.environ.get("SLURM_ARRAY_TASK_ID"),
+        # In a container: its own mount namespace, and the image's files (/opt/venv) at /.
+        "mnt_ns": os.readlink("/proc/self/ns/mnt"), "python": sys.executable, "umask": _umask(),
     }
     if "--allreduce" in argv:
         import torch

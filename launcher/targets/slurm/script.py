@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ RUNTIME = {
     "node": "\x00SLURM_NODEID",
     "addr": "\x00DDPJOB_MASTER_ADDR",
     "port": "\x00DDPJOB_MASTER_PORT",
+    "task": "\x00SLURM_ARRAY_TASK_ID",
 }
 PREEMPT_SIGNAL = "USR2"  # submitit's default; NCCL takes USR1 for itself
 
@@ -183,7 +185,7 @@ def shell_word(word: str) -> str:
 
 
 def render_plan(common: SlurmCommon, elements: list[SlurmElement], *, script: str, submission_file: str,
-                array: bool) -> str:
+                array: bool, container: Sequence[str] = ()) -> str:
     """What ``ddpjob render --target slurm`` prints: the sbatch script verbatim, then each run's
     per-node command as an equivalent shell line (every word quoted; it never goes through a shell)."""
     c = common
@@ -200,6 +202,7 @@ def render_plan(common: SlurmCommon, elements: list[SlurmElement], *, script: st
         script.rstrip("\n"),
         "#### end of sbatch script",
         "",
+        *container,
         f"#### per-node command: each of the {c.nodes} Slurm task(s) (one per node) runs "
         "launcher.targets.slurm.node, which starts torchrun without a shell; set at run time:",
         "#   SLURM_NODEID        this node's index in the allocation",
@@ -239,6 +242,8 @@ class SlurmPayload:
     script: str
     run_dir: str
     submission_file: str
+    files: dict[str, str] = field(default_factory=dict)  # written before sbatch (podman's task epilog)
+    oci: Any = None  # container.OciBundle: the OCI bundle submit makes first (runtime oci)
 
 
 @dataclass
@@ -253,6 +258,7 @@ class SlurmHandle(Handle):
     job_dir: str = ""
     submission_file: str = ""
     params: list[dict[str, str]] = field(default_factory=list)
+    container: str = ""  # e.g. "oci bundle /shared/.../oci/<id>-<digest>" or "podman image ..."
 
     def native_ids(self) -> list[str]:
         return [self.slurm_job_id] if self.slurm_job_id else []
