@@ -14,6 +14,8 @@
 # 127.0.77.1/127.0.77.2, each in its own UTS namespace so jobs see distinct hostnames; the names
 # go into /etc/hosts inside a marked block that `down` removes. Needs root (apt, /etc/hosts).
 #
+# `srun --container=BUNDLE` runs OCI bundles with runc (oci.conf in $ROOT/etc).
+#
 # --apart: nodes that are really apart. Each slurmd (and every process of its jobs) lives in its own
 # network namespace (ddpjob-$PORT-n1, -n2) with one interface, eth0, on a private bridge this script
 # creates (ddpbr$PORT, 10.X.77.0/24 with X from the port, or $DDPJOB_SLURM_SUBNET as A.B.C): n1 is
@@ -103,8 +105,9 @@ wait_for() {  # wait_for SECONDS DESCRIPTION LOGFILE COMMAND...
 
 # ------------------------------------------------------------------------------------------ packages
 
-need_cmds="slurmctld slurmd sbatch srun sinfo scontrol sacct sacctmgr munged munge unmunge slurmdbd mariadbd mariadb mariadb-install-db unshare runuser"
-PKGS=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server)
+need_cmds="slurmctld slurmd sbatch srun sinfo scontrol sacct sacctmgr munged munge unmunge slurmdbd mariadbd mariadb mariadb-install-db unshare runuser runc"
+# runc: the OCI runtime of `srun --container` (oci_conf below)
+PKGS=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server runc)
 MADE_POLICY=0
 
 missing_cmds() {
@@ -235,6 +238,22 @@ StoragePort=$DB_PORT
 StorageUser=slurm
 StoragePass=$DB_PASS
 StorageLoc=slurm_acct_db
+EOF
+}
+
+# oci.conf: Slurm's own containers (`srun --container=BUNDLE`) run through runc, whose state lives
+# under $ROOT/runc (a private root: containers of this cluster only). The ids are unique per node,
+# job, step and task; Slurm needs Query, Kill and Delete besides Run. `runc kill -a` signals every
+# process of a container; `delete --force` removes one that is left. slurmstepd reads the file at
+# each step: no daemon restart.
+oci_conf() {
+  local runc="runc --root=$ROOT/runc" id="%n.%u.%j.%s.%t"
+  cat <<EOF
+# Written by slurm/cluster.sh; private to $ROOT. Regenerated on every 'up'.
+RunTimeQuery="$runc state $id"
+RunTimeRun="$runc run $id -b %b"
+RunTimeKill="$runc kill -a $id SIGTERM"
+RunTimeDelete="$runc delete --force $id"
 EOF
 }
 
@@ -536,6 +555,9 @@ cmd_up() {
     stop_slurm_daemons
   fi
   echo "$accounting" > "$ROOT/etc/accounting"
+  mkdir -p "$ROOT/runc"
+  oci_conf > "$ROOT/etc/oci.conf.tmp"
+  install_file "$ROOT/etc/oci.conf.tmp" "$ROOT/etc/oci.conf" 0644 || true
   echo "$MODE" > "$ROOT/etc/mode"
   if [ "$MODE" = apart ]; then
     net_up
@@ -639,6 +661,6 @@ case "${1:-}" in
   status) shift; [ $# = 0 ] || { log "error: status takes no options"; exit 2; }; cmd_status ;;
   env) printf 'export SLURM_CONF=%q\n' "$CONF" ;;
   link) shift; [ "$(id -u)" = 0 ] || { log "error: link needs root"; exit 4; }; cmd_link "$@" ;;
-  -h|--help|help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' ;;
+  -h|--help|help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) echo "usage: $0 up [--no-accounting] [--apart|--together] | down [--purge] | status | link NODE down|up | env" >&2; exit 2 ;;
 esac

@@ -16,6 +16,12 @@ import sys
 import time
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0"))
     record = {
@@ -25,6 +31,8 @@ def main(argv: list[str]) -> int:
         "args": argv, "sweep_index": os.environ.get("DDPJOB_SWEEP_INDEX"),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "array_task": os.environ.get("SLURM_ARRAY_TASK_ID"),
         "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
+        # In a container: its own mount namespace, and the image's files (/opt/venv) at /.
+        "mnt_ns": os.readlink("/proc/self/ns/mnt"), "python": sys.executable, "umask": _umask(),
     }
     # This rank's own address toward the rendezvous host (a UDP connect sends nothing).
     master = os.environ.get("MASTER_ADDR")

@@ -67,17 +67,27 @@ class ContainerOptions(BaseModel):
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
 
-    runtime: Literal["none", "pyxis", "apptainer"] = Field(
+    runtime: Literal["none", "pyxis", "apptainer", "oci", "podman"] = Field(
         "none",
         description="none: run on the node's own Python; pyxis: `srun --container-image=<image>` (NVIDIA "
-        "enroot/pyxis); apptainer: `apptainer exec --nv <image> python3 ...`. The image must contain ddpjob "
-        "with the `slurm` extra at the same submitit version as the submitting machine, because submitit "
+        "enroot/pyxis); apptainer: `apptainer exec --nv <image> python3 ...`; oci: Slurm's own containers, "
+        "`srun --container=<OCI bundle>` (oci.conf with runc), the bundle made from the image under "
+        "<folder>/oci/ or `bundle`; podman: `podman run` of the image on each node (host network and IPC, the "
+        "Slurm folder and working directory mounted, your uid, variables passed by name). The image must contain "
+        "ddpjob with the `slurm` extra at the same submitit version as the submitting machine, because submitit "
         "unpickles its launcher inside it.",
     )
     image: str | None = Field(
         None,
         description="Image to run (pyxis: e.g. 'nvcr.io#nvidia/pytorch:24.01-py3'; apptainer: a .sif path or "
-        "'docker://...'). Default: the spec's top-level image.",
+        "'docker://...'; oci, podman: an image podman has on the submitting machine, e.g. one docker/build.sh built). "
+        "Default: the spec's top-level image.",
+    )
+    bundle: str | None = Field(
+        None,
+        description="oci only: an OCI bundle to run as it is (a folder holding config.json and rootfs/, readable on "
+        "every node) instead of one ddpjob makes from the image. Its config.json must mount the Slurm folder and "
+        "the working directory at the same paths.",
     )
     mounts: list[str] = Field(
         default=[],
@@ -93,6 +103,13 @@ class ContainerOptions(BaseModel):
     def _image(cls, v: str | None) -> str | None:
         if v is not None and not _IMAGE_RE.match(v):
             raise ValueError("must be an image reference or path (letters, digits and _ . / : @ # + = -)")
+        return v
+
+    @field_validator("bundle")
+    @classmethod
+    def _bundle(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or not _PATH_RE.match(v)):
+            raise ValueError("must be an absolute path of letters, digits and _ . / + @ = , - (no blanks or quotes)")
         return v
 
     @field_validator("mounts")

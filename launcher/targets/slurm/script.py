@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ RUNTIME = {
     "node": "\x00SLURM_NODEID",
     "addr": "\x00DDPJOB_MASTER_ADDR",
     "port": "\x00DDPJOB_MASTER_PORT",
+    "task": "\x00SLURM_ARRAY_TASK_ID",
 }
 PREEMPT_SIGNAL = "USR2"  # submitit's default; NCCL takes USR1 for itself
 
@@ -205,6 +207,7 @@ def render_plan(payload: SlurmPayload, masked: frozenset[str] = frozenset()) -> 
         script.rstrip("\n"),
         "#### end of sbatch script",
         "",
+        *payload.container_text,
         f"#### per-node command: each of the {c.nodes} Slurm task(s) (one per node) runs "
         "launcher.targets.slurm.node, which starts torchrun without a shell; set at run time:",
         "#   SLURM_NODEID        this node's index in the allocation",
@@ -244,6 +247,9 @@ class SlurmPayload:
     script: str
     run_dir: str
     submission_file: str
+    files: dict[str, str] = field(default_factory=dict)  # written before sbatch (podman's task epilog)
+    oci: Any = None  # container.OciBundle: the OCI bundle submit makes first (runtime oci)
+    container_text: list[str] = field(default_factory=list)  # what render says about the container runtime
 
 
 @dataclass
@@ -258,6 +264,7 @@ class SlurmHandle(Handle):
     job_dir: str = ""
     submission_file: str = ""
     params: list[dict[str, str]] = field(default_factory=list)
+    container: str = ""  # e.g. "oci bundle /shared/.../oci/<id>-<digest>" or "podman image ..."
 
     def native_ids(self) -> list[str]:
         return [self.slurm_job_id] if self.slurm_job_id else []

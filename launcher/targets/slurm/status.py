@@ -36,6 +36,7 @@ def job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord])
         tasks.append(TaskStatus(index, state, message, nodes, params, nid))
     overall, message = summarize(tasks)
     details = {"run_dir": handle.run_dir, "slurm_job_id": jid, "job_dir": handle.job_dir,
+               **({"container": handle.container} if handle.container else {}),
                "source": ",".join(sorted({r.source for k, r in records.items() if k == jid or k.startswith(jid + "_")}))}
     return JobStatus(overall, message, tasks, details)
 

@@ -14,13 +14,11 @@ Native ids: ``123`` for a single job, ``123_<i>`` for run ``i`` of an array.
 from __future__ import annotations
 
 import os
-import shlex
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher.core.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
+from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.quantity import parse_memory, slurm_mem
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target
 from launcher.targets.shared.files import atomic_write, to_json, write_json
@@ -45,15 +43,6 @@ if TYPE_CHECKING:
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"}  # HPC fabrics usually have InfiniBand
 
 
-@dataclass(frozen=True)
-class _Launch:
-    """How each node starts: the interpreter on the node, what sbatch runs, srun's extra options."""
-
-    python: str
-    submit_python: str
-    srun_args: list[str]
-
-
 class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
     """Runs jobs on a Slurm cluster through submitit (``pip install 'ddpjob[slurm]'``)."""
 
@@ -75,10 +64,17 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
     def options(self, spec: JobSpec) -> SlurmOptions:
         return spec.slurm
 
+    def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
+        """oci and podman: the submitting user's ids; oci: the image's id and environment too."""
+        from launcher.targets.slurm.container import read_inputs
+
+        return read_inputs(loaded, online=online)
+
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[SlurmPayload]:
         # Imported here: status, logs and cancel never load the spec's models.
         from launcher.spec.model import expand
         from launcher.targets.shared import dist
+        from launcher.targets.slurm.container import launch as container_launch
 
         spec = loaded.spec
         s = spec.slurm
@@ -88,12 +84,13 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         folder = resolve_folder(s.folder, ctx.home, ctx.cwd)
         job_dir = f"{folder}/{ctx.job_id}"
         workdir = spec.workdir or ctx.cwd
-        launch = _launch(loaded, ctx, folder, workdir)
         output_root = spec.output_dir or f"{job_dir}/output"
         if not os.path.isabs(output_root):
             output_root = os.path.normpath(os.path.join(workdir, output_root))
         runs = expand(spec, job_id=ctx.job_id, output_root=output_root)
         array = bool(spec.sweep)
+        launch = container_launch(loaded, ctx, folder=folder, job_dir=job_dir, workdir=workdir,
+                                  output_dirs=[output_root], gpus=gpus, array=array)
         params = _executor_params(spec, ctx.job_id, gpus=gpus, cpus=cpus, runs=len(runs) if array else None,
                                   srun_args=launch.srun_args)
         map_count = len(runs) if array else None
@@ -109,7 +106,8 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         elements = [SlurmElement(el.index, el.params, el.output_dir, el.env, worker_command(el.command, launch.python))
                     for el in runs]
         submission_file = f"{job_dir}/" + ("<SLURM_ARRAY_JOB_ID>" if array else "<SLURM_JOB_ID>") + "_submission.sh"
-        payload = SlurmPayload(common, elements, params, map_count, script, ctx.run_dir, submission_file)
+        payload = SlurmPayload(common, elements, params, map_count, script, ctx.run_dir, submission_file,
+                               launch.files, launch.oci, _container_text(launch))
         return Plan("slurm", ctx.job_id, spec.name, ctx.run_dir, payload, render_plan, spec.nodes, procs_per_node,
                     len(elements), spec.master_port)
 
@@ -126,6 +124,7 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         os.makedirs(plan.run_dir, exist_ok=True)
         atomic_write(f"{plan.run_dir}/plan.txt", plan.render())
         write_json(f"{plan.run_dir}/plan.json", to_json(p))
+        _prepare_container(p)
         try:
             slurm_id, script_path = slurm_submit.submit(p)
         except slurm_submit.RenderMismatch as e:
@@ -141,6 +140,7 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
             job_id=plan.job_id, run_dir=plan.run_dir, slurm_job_id=slurm_id, array=p.map_count is not None,
             runs=len(p.elements), nodes=c.nodes, procs_per_node=c.procs_per_node, job_dir=c.job_dir,
             submission_file=script_path, params=[el.params for el in p.elements],
+            container=f"oci bundle {p.oci.path}" if p.oci else "",
         )
 
     # ------------------------------------------------------------------ status
@@ -234,33 +234,40 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
             delay = min(delay * 1.5, 3.0)
 
 
-def _launch(loaded: LoadedSpec, ctx: PlanContext, folder: str, workdir: str) -> _Launch:
-    """The interpreter each node runs and how: on the node itself, or inside a pyxis/apptainer image."""
-    from launcher.targets.slurm.options import _IMAGE_RE
+def _container_text(launch: Any) -> list[str]:
+    """What render adds for the oci and podman runtimes: the bundle and its config.json, or the task epilog."""
+    from launcher.targets.slurm.container import UNKNOWN_ID
 
-    spec = loaded.spec
-    c = spec.slurm.container
-    image = c.image or spec.image
-    # --kill-on-bad-exit: when torchrun on one node fails, the run has failed; without it the
-    # other nodes' agents wait out torchrun's exit barrier (5 minutes) before the job ends.
-    srun_args = ["--kill-on-bad-exit=1"]
-    if c.runtime == "none":
-        return _Launch(ctx.python, shlex.quote(ctx.python), srun_args)
-    if image is None:
-        raise loaded.error([Issue(("slurm", "container", "image"), f"container runtime {c.runtime} needs an image",
-                                  hint="set image: (top level) or slurm.container.image")])
-    if not _IMAGE_RE.match(image):
-        raise loaded.error([Issue(("image",), "must be an image reference or path without blanks or quotes")])
-    mounts = _mounts([folder, workdir], c.mounts)
-    if c.runtime == "pyxis":
-        srun_args += [f"--container-image={image}", f"--container-mounts={','.join(mounts)}",
-                      f"--container-workdir={workdir}"]
-        return _Launch(c.python, shlex.quote(c.python), srun_args)
-    binds: list[str] = []
-    for m in mounts:
-        binds += ["--bind", m]
-    return _Launch(c.python, shlex.join(["apptainer", "exec", "--nv", *binds, "--pwd", workdir, image, c.python]),
-                   srun_args)
+    b = launch.oci
+    if b is not None and b.image is None:
+        return [f"#### OCI bundle: {b.path} (named by slurm.container.bundle, used as it is)", ""]
+    if b is not None:
+        unknown = " (the image could not be inspected here: id and PATH are placeholders)" if UNKNOWN_ID in b.path else ""
+        return [f"#### OCI bundle: {b.path}{unknown}",
+                f"# made at submit from image {b.image} (id {b.image_id}): its files once under {b.base}/rootfs,",
+                "# hard-linked into the bundle's rootfs/ beside this config.json (Slurm adds the task's command and",
+                "# environment); reused by every job with the same image and config.json",
+                *b.config.rstrip("\n").splitlines(), "#### end of config.json", ""]
+    out = []
+    for path, text in launch.files.items():
+        out += [f"#### file written before sbatch: {path}", *text.rstrip("\n").splitlines(), "#### end of file", ""]
+    return out
+
+
+def _prepare_container(p: SlurmPayload) -> None:
+    """Before sbatch: files the job needs (podman's task epilog) and the OCI bundle (made once)."""
+    from launcher.targets.slurm.container import prepare_bundle
+
+    for path, text in p.files.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write(path, text)
+        os.chmod(path, 0o700)
+    if p.oci is not None:
+        try:
+            prepare_bundle(p.oci)
+        except (OSError, RuntimeError) as e:
+            raise TargetUnavailable(f"nothing was submitted: could not make the OCI bundle {p.oci.path} from "
+                                    f"image {p.oci.image}: {e}") from e
 
 
 def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, runs: int | None,
@@ -295,15 +302,6 @@ def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, run
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params
-
-
-def _mounts(paths: list[str], extra: list[str]) -> list[str]:
-    out: list[str] = []
-    for p in paths:
-        if p not in out:
-            out.append(p)
-    out += [m for m in extra if m not in out]
-    return out
 
 
 def _polite(fn: Callable[[], bool], first: float = 1.0, factor: float = 1.5, most: float = 10.0) -> Callable[[], bool]:
