@@ -4,6 +4,8 @@ inside the spec's image, one container per node, started by the supervisor as ``
 What the command line gives each container, and why:
 - ``--network=host --ipc=host``: the rendezvous on 127.0.0.1 and the loopback NCCL/Gloo defaults
   work unchanged across containers; shared memory (``/dev/shm``) is the host's, as NCCL expects.
+  With ``local.network: bridge``, ``--network ddpjob-<job id> --ip ADDRESS`` instead: the job's own
+  internal network, each node at its own address, node 0's the rendezvous (``network.py``).
 - ``--init``: a small init as PID 1 passes SIGTERM on to torchrun (a bare PID 1 ignores signals it
   has no handler for) and reaps the workers.
 - the working directory, the run directory and the output directory bind-mounted at the same
@@ -50,6 +52,7 @@ class LocalInputs:
 
     uid: int
     gid: int
+    used_subnets: tuple[str, ...] = ()  # local.network: bridge: what its subnet must not overlap (network.py)
 
 
 def read_inputs() -> LocalInputs:
@@ -121,9 +124,11 @@ def gpu_args(engine: str, gpus: int) -> list[str]:
 
 
 def run_argv(engine: str, *, name: str, image: str, workdir: str, volumes: list[str], env_names: list[str],
-             user: list[str], gpus: list[str], command: list[str]) -> list[str]:
-    """``ENGINE run ...`` for one node: the container runs ``command`` (torchrun) and is removed at its end."""
-    argv = [engine, "run", "--rm", "--init", "--name", name, "--network=host", "--ipc=host", *user, *gpus]
+             user: list[str], gpus: list[str], command: list[str], network: list[str] | None = None) -> list[str]:
+    """``ENGINE run ...`` for one node: the container runs ``command`` (torchrun) and is removed at its end.
+    ``network``: its network options (default ``--network=host``; bridge: ``network.run_args``)."""
+    argv = [engine, "run", "--rm", "--init", "--name", name, *(network or ["--network=host"]), "--ipc=host", *user,
+            *gpus]
     for v in volumes:
         argv += ["--volume", f"{v}:{v}"]
     argv += ["--workdir", workdir]
@@ -136,7 +141,7 @@ def run_argv(engine: str, *, name: str, image: str, workdir: str, volumes: list[
 def shown(argv: list[str]) -> str:
     """``argv`` of ``run_argv`` as shell text, one line each for the options, mounts, env, image and
     command (joined by backslash-newlines: the same words as one line)."""
-    valued = {"--name", "--user", "--volume", "--workdir", "--env", "--gpus", "--device"}
+    valued = {"--name", "--network", "--ip", "--user", "--volume", "--workdir", "--env", "--gpus", "--device"}
     groups = {"--volume": "mounts", "--workdir": "mounts", "--env": "env"}
     lines: list[list[str]] = [argv[:2]]
     group, i = "options", 2
