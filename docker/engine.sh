@@ -9,7 +9,8 @@
 #   docker/engine.sh purge                                     remove the images, cache and config it made
 #
 # up, step by step (each step is skipped when its result is already there):
-# 1. Debian's podman, runc, catatonit (for --init) and debootstrap, installed with apt-get if missing.
+# 1. Debian's podman, runc, catatonit (for --init) and debootstrap, installed with apt-get if missing;
+#    with them the CNI plugins and iptables of podman's bridge networks (local.network: bridge).
 # 2. A Debian base image, localhost/ddpjob-base:<codename>: --base IMAGE if given; else
 #    debian:<codename>-slim if a registry answers; else built with debootstrap from the first Debian
 #    mirror this machine's apt sources name (about 90 s), cached as a tarball.
@@ -36,7 +37,7 @@ IMAGE=${DDPJOB_TEST_IMAGE:-localhost/ddpjob-train:cpu}
 CODENAME=bookworm  # the Python of the base (3.11) must match the torch wheel the image takes
 BASE=localhost/ddpjob-base:$CODENAME
 CONF_DROPIN=/etc/containers/containers.conf.d/50-ddpjob.conf
-PKGS=(podman runc catatonit debootstrap)
+PKGS=(podman runc catatonit debootstrap containernetworking-plugins iptables)
 
 log() { printf 'docker/engine.sh: %s\n' "$*" >&2; }
 fail() { local code=$1; shift; log "error: $*"; exit "$code"; }
@@ -48,6 +49,10 @@ missing_cmds() {
     PATH=$PATH:/usr/sbin:/sbin command -v "$c" >/dev/null 2>&1 || out="$out $c"
   done
   [ -x /usr/bin/catatonit ] || [ -x /usr/libexec/podman/catatonit ] || out="$out catatonit"
+  # Bridge networks: podman 4 on Debian 12 uses the CNI plugins (netavark where it is installed);
+  # their firewall plugin runs iptables.
+  [ -x /usr/lib/cni/bridge ] || [ -x /usr/lib/podman/netavark ] || out="$out containernetworking-plugins"
+  PATH=$PATH:/usr/sbin:/sbin command -v iptables >/dev/null 2>&1 || out="$out iptables"
   printf '%s' "$out"
 }
 

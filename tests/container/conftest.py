@@ -11,9 +11,13 @@ result of its own ``up`` as ``DDPJOB_ENGINE_UP_RC``, so the tests do not run it 
 first three fail instead, so CI cannot skip them silently. Any other failure of ``up`` (no base
 image, a failed build) is an error.
 
-Every test gets its containers removed afterwards: those named after the jobs of its own
-``DDPJOB_HOME`` (``ddpjob-<job id>-<task>-<node>``), so a failed test leaves none behind and other
-sessions' containers are never touched.
+``bridge_image`` adds what ``local.network: bridge`` needs: podman makes an internal network on a
+free private subnet and two containers on it reach each other at their own addresses. Where it
+cannot, the tests that need it skip with podman's reason (fail under CI=true).
+
+Every test gets its containers and networks removed afterwards: those named after the jobs of its
+own ``DDPJOB_HOME`` (``ddpjob-<job id>-<task>-<node>``, ``ddpjob-<job id>``), so a failed test
+leaves none behind and other sessions' are never touched.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from enginekit import SKIP_CODES, engine_sh, job_containers, podman
+from enginekit import SKIP_CODES, engine_sh, job_containers, job_networks, podman
+
+from launcher.targets.local import network
 
 
 def _skip_or_fail(reason: str) -> None:
@@ -53,13 +59,45 @@ def engine_image() -> str:
     return first.split("=", 1)[1]
 
 
+@pytest.fixture(scope="session")
+def bridge_image(engine_image: str) -> str:
+    """The image, where podman's bridge networking works here (local.network: bridge)."""
+    probe = f"probe{os.getpid()}"
+    name = network.network_name(probe)
+    subnet = network.pick_subnet(probe, network.used_subnets("podman"))
+    if subnet is None:
+        _skip_or_fail(f"no free /{network.PREFIX} of {network.POOL} on this machine for a bridge network")
+    why = network.create(network.create_argv("podman", name, str(subnet), probe))
+    if why is not None:
+        _skip_or_fail(f"podman cannot make a bridge network here: {why}")
+    try:
+        server, client = network.node_address(str(subnet), 0), network.node_address(str(subnet), 1)
+        listen = ("import socket; s = socket.socket(); s.bind(('', 5000)); s.listen(); c, a = s.accept(); "
+                  "c.sendall(a[0].encode())")
+        talk = (f"import socket, time\nfor _ in range(100):\n  try: s = socket.create_connection(('{server}', 5000), 2)"
+                "\n  except OSError: time.sleep(0.1)\n  else: break\nprint(s.recv(64).decode())")
+        podman("run", "-d", "--rm", "--name", f"{name}-0-0", "--network", name, "--ip", server, engine_image,
+               "python", "-c", listen, check=False)
+        proc = podman("run", "--rm", "--name", f"{name}-0-1", "--network", name, "--ip", client, engine_image,
+                      "python", "-c", talk, check=False)
+        if proc.returncode != 0 or proc.stdout.strip() != client:
+            _skip_or_fail(f"two containers on a podman bridge network cannot talk here: {proc.stderr.strip()}")
+    finally:
+        podman("rm", "-f", "-t", "0", f"{name}-0-0", f"{name}-0-1", check=False)
+        network.remove("podman", name)
+    return engine_image
+
+
 @pytest.fixture(autouse=True)
 def remove_job_containers(ddpjob_home: Path) -> Iterator[None]:
     yield
     try:
-        left = job_containers(ddpjob_home)
+        left, nets = job_containers(ddpjob_home), job_networks(ddpjob_home)
     except (OSError, AssertionError):
         return  # no podman here: nothing to remove
     if left:
         podman("rm", "-f", "-t", "0", *left, check=False)
         warnings.warn(f"removed containers {left} this test left behind", stacklevel=1)
+    if nets:
+        podman("network", "rm", *nets, check=False)
+        warnings.warn(f"removed networks {nets} this test left behind", stacklevel=1)

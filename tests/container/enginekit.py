@@ -23,10 +23,23 @@ def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.C
     return proc
 
 
+def job_ids(home: Path) -> list[str]:
+    runs = home / "runs"
+    return [p.name for p in runs.iterdir()] if runs.is_dir() else []
+
+
+def job_networks(home: Path) -> list[str]:
+    """Networks (local.network: bridge) named after a job of registry ``home``."""
+    ids = job_ids(home)
+    if not ids:
+        return []
+    names = podman("network", "ls", "--format", "{{.Name}}").stdout.split()
+    return [n for n in names if n in {f"ddpjob-{i}" for i in ids}]
+
+
 def job_containers(home: Path) -> list[str]:
     """Containers (any state) named after a job of registry ``home``."""
-    runs = home / "runs"
-    ids = [p.name for p in runs.iterdir()] if runs.is_dir() else []
+    ids = job_ids(home)
     if not ids:
         return []
     names = podman("ps", "-a", "--format", "{{.Names}}").stdout.split()

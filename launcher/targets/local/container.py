@@ -4,6 +4,8 @@ inside the spec's image, one container per node, started by the supervisor as ``
 What the command line gives each container, and why:
 - ``--network=host --ipc=host``: the rendezvous on 127.0.0.1 and the loopback NCCL/Gloo defaults
   work unchanged across containers; shared memory (``/dev/shm``) is the host's, as NCCL expects.
+  With ``local.network: bridge``, ``--network ddpjob-<job id> --ip ADDRESS`` instead: the job's own
+  internal network, each node at its own address, node 0's the rendezvous (``network.py``).
 - ``--init``: a small init as PID 1 passes SIGTERM on to torchrun (a bare PID 1 ignores signals it
   has no handler for) and reaps the workers.
 - the working directory, the run directory and the output directory bind-mounted at the same

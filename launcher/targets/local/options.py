@@ -24,3 +24,9 @@ class LocalOptions(BaseModel):
         "host network and IPC, the working, run and output directories mounted at the same paths, the same "
         "environment, your uid:gid, all GPUs when there are any. none: this machine's Python runs it.",
     )
+    network: Literal["host", "bridge"] = Field(
+        "host",
+        description="With local.container: host: the containers share this machine's network (rendezvous on "
+        "127.0.0.1). bridge: a network of the job's own (internal: nothing leaves this machine) gives each "
+        "node's container its own address, node 0's being the rendezvous address; NCCL/Gloo use eth0.",
+    )

@@ -13,6 +13,7 @@ from launcher.core.errors import TargetError
 from launcher.spec.secrets import shown_value
 from launcher.targets.base import Handle
 from launcher.targets.local import container as ctr
+from launcher.targets.local import network as net
 from launcher.targets.shared.files import from_json, read_json
 
 MARKER = "DDPJOB_JOB_ID"  # every process of a job carries it in its environment (see procs)
@@ -59,6 +60,10 @@ class LocalPayload:
     container: str = "none"  # local.container: the engine that runs each node, or none
     # The service's command for a new port when another program took this one (PlanContext.port_command).
     port_command: list[str] = field(default_factory=list)
+    master_addr: str = "127.0.0.1"  # the rendezvous address: node 0's (local.network: bridge: its container's)
+    # local.network: bridge: the job's own network, made at submit by ``network_create`` (see network.py).
+    network_name: str | None = None
+    network_create: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -81,9 +86,10 @@ def render_local(payload: LocalPayload, masked: frozenset[str] = frozenset()) ->
     """Shell-equivalent text of the plan: one block per run and node, env sorted, every word quoted;
     the values of the env names in ``masked`` shown as ``***``."""
     if payload.port is None:
-        rendezvous = f"rendezvous 127.0.0.1:{PORT_AT_SUBMIT} (a free port chosen at submit; master_port: fixes it)"
+        rendezvous = (f"rendezvous {payload.master_addr}:{PORT_AT_SUBMIT} (a free port chosen at submit; "
+                      "master_port: fixes it)")
     else:
-        rendezvous = f"rendezvous 127.0.0.1:{payload.port}"
+        rendezvous = f"rendezvous {payload.master_addr}:{payload.port}"
     out = [
         f"# ddpjob local plan: job {payload.job_id}",
         f"# {payload.nodes} node(s) x {payload.procs_per_node} process(es), {rendezvous}, run dir {payload.run_dir}",
@@ -91,6 +97,11 @@ def render_local(payload: LocalPayload, masked: frozenset[str] = frozenset()) ->
     if payload.container != "none":
         out.append(f"# each node runs in its own {payload.container} container, named below and removed at its end "
                    "and by cancel; the engine passes each variable named by --env from the env below")
+    if payload.network_create:
+        out.append("# each container has its own address (--ip) on the job's own internal network (nothing leaves "
+                   f"this machine; a free /{net.PREFIX} of {net.POOL} chosen for the job's id), made at submit and "
+                   "removed at the job's end and by cancel:")
+        out.append(shlex.join(payload.network_create))
     for el in payload.elements:
         params = " ".join(f"{k}={v}" for k, v in el.params.items())
         out.append("")

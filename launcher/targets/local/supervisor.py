@@ -110,7 +110,8 @@ def start_nodes(nodes: list[Any], output_dir: str) -> tuple[list[tuple[Any, node
 # What plan.json holds (launcher.targets.local.payload.LocalPayload, LocalElement, LocalNode) and
 # the defaults of the fields an older ddpjob did not write.
 _PLAN_FIELDS = {"job_id", "run_dir", "nodes", "procs_per_node", "port", "stop_on_failure", "elements"}
-_PLAN_DEFAULTS = {"port_fixed": False, "container": "none", "port_command": []}
+_PLAN_DEFAULTS = {"port_fixed": False, "container": "none", "port_command": [], "master_addr": "127.0.0.1",
+                  "network_name": None, "network_create": []}
 _ELEMENT_FIELDS = {"index", "params", "output_dir", "nodes"}
 _NODE_FIELDS = {"node", "argv", "env", "cwd", "log", "error_file", "torchrun_log_dir"}
 _NODE_DEFAULTS = {"container": None}
@@ -217,6 +218,7 @@ class Supervisor:
         final, message = summarize(tasks)
         if self.cancelled():
             final, message = JobState.CANCELLED, "cancelled by user"
+        self._remove_network()  # before the final state: a finished job has left nothing behind
         self.state["state"] = final.value
         self.state["message"] = message
         self.state["ended"] = time.time()
@@ -274,7 +276,8 @@ class Supervisor:
     def _port_was_taken(self, el: LocalElement, marks: dict[int, int]) -> bool:
         """The run failed because another program took the rendezvous port between the choice and
         torchrun's bind, before any worker started: worth another port (not the spec's own)."""
-        if self.plan.port_fixed or self.cancelled():
+        # A bridge network gives each container its own network namespace: no other program holds its ports.
+        if self.plan.port_fixed or self.cancelled() or self.plan.network_name:
             return False
         master = el.nodes[0]
         try:
@@ -331,6 +334,20 @@ class Supervisor:
                     pass
         self.save()
         return True
+
+    def _remove_network(self) -> None:
+        """The job's own network (local.network: bridge), once its containers are gone."""
+        if not self.plan.network_name:
+            return
+        from launcher.targets.local import container, network
+
+        # The engine refuses to remove a network a container still uses: any the engine has not yet
+        # removed (--rm) goes first.
+        container.remove(self.plan.container, [n.container for el in self.plan.elements for n in el.nodes
+                                               if n.container])
+        if not network.remove(self.plan.container, self.plan.network_name):
+            print(f"[ddpjob] could not remove the network {self.plan.network_name}: "
+                  f"ddpjob cancel {self.plan.job_id} tries again", file=sys.stderr, flush=True)
 
     def _stop(self, running: list[tuple[LocalNode, node_wrapper.Proc]], st: dict[str, Any]) -> None:
         """Stop this run's agents and their workers; record how each node ended."""

@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher.core.errors import TargetError, TargetUnavailable
+from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.states import JobState, summarize
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
 from launcher.targets.local import container as ctr
+from launcher.targets.local import network as net
 from launcher.targets.local import ports
 from launcher.targets.local.payload import (
     MARKER,
@@ -65,7 +66,13 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         return missing_program(spec.command, spec.workdir or ctx.cwd, check_modules=spec.local.container == "none")
 
     def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
-        return ctr.read_inputs() if loaded.spec.local.container != "none" else None
+        local = loaded.spec.local
+        if local.container == "none":
+            return None
+        inputs = ctr.read_inputs()
+        if local.network == "bridge":  # what the job's subnet must not overlap (render too: no engine, none)
+            inputs.used_subnets = tuple(net.used_subnets(local.container))
+        return inputs
 
     def options(self, spec: JobSpec) -> LocalOptions:
         return spec.local
@@ -81,10 +88,6 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         procs_per_node = dist.resolve_procs_per_node(spec, ctx.gpu_count // max(1, spec.nodes))
         # Simulated nodes share this machine's cores.
         cpus_per_node = spec.resources.cpus or max(1, ctx.cpu_count // spec.nodes)
-        env_base = dist.process_env(
-            spec, NCCL_DEFAULTS, cpus_per_node=cpus_per_node, procs_per_node=procs_per_node,
-            omp_override=spec.local.omp_num_threads,
-        )
         workdir = spec.workdir or ctx.cwd
         output_root = spec.output_dir or f"{ctx.run_dir}/output"
         if not os.path.isabs(output_root):
@@ -93,8 +96,15 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         python = ctr.IMAGE_PYTHON if engine != "none" else ctx.python
         runs = expand(spec, job_id=ctx.job_id, output_root=output_root)
         issues = ctr.plan_issues(spec, workdir, ctx.run_dir, [el.output_dir for el in runs]) if engine != "none" else []
+        issues += net.plan_issues(spec.local.network, engine, spec.nodes)
         if issues:
             raise loaded.error(issues)
+        subnet = _bridge_subnet(spec, ctx) if spec.local.network == "bridge" else None
+        addresses = [net.node_address(subnet, n) if subnet else "127.0.0.1" for n in range(spec.nodes)]
+        env_base = dist.process_env(
+            spec, {**NCCL_DEFAULTS, **net.NCCL_IFACE} if subnet else NCCL_DEFAULTS, cpus_per_node=cpus_per_node,
+            procs_per_node=procs_per_node, omp_override=spec.local.omp_num_threads,
+        )
         elements = []
         for el in runs:
             task_dir = f"{ctx.run_dir}/task-{el.index}"
@@ -112,7 +122,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                 argv = torchrun_argv(
                     worker_command(el.command, python), launcher=[python, "-m", "torch.distributed.run"],
                     max_restarts=spec.max_restarts, nodes=spec.nodes, node_rank=str(node),
-                    procs_per_node=procs_per_node, addr="127.0.0.1", port=port_text, log_dir=log_dir,
+                    procs_per_node=procs_per_node, addr=addresses[0], port=port_text, log_dir=log_dir,
                 )
                 name = ctr.container_name(ctx.job_id, el.index, node) if engine != "none" else None
                 if name is not None:
@@ -120,13 +130,17 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                         engine, name=name, image=str(spec.image), workdir=workdir,
                         volumes=ctr.mounts(workdir, ctx.run_dir, el.output_dir),
                         env_names=[*env, *spec.env_from_host], user=ctr.user_args(engine, ctx.inputs),
-                        gpus=ctr.gpu_args(engine, ctx.gpu_count), command=argv)
+                        gpus=ctr.gpu_args(engine, ctx.gpu_count), command=argv,
+                        network=net.run_args(net.network_name(ctx.job_id), addresses[node]) if subnet else None)
                 nodes.append(LocalNode(node, argv, env, workdir, f"{task_dir}/node-{node}.log", error_file, log_dir,
                                        name))
             elements.append(LocalElement(el.index, el.params, el.output_dir, nodes))
         payload = LocalPayload(ctx.job_id, ctx.run_dir, spec.nodes, procs_per_node, port,
                                spec.local.stop_on_failure, elements, port_fixed=spec.master_port is not None,
-                               container=engine, port_command=list(ctx.port_command))
+                               container=engine, port_command=list(ctx.port_command), master_addr=addresses[0])
+        if subnet:
+            payload.network_name = net.network_name(ctx.job_id)
+            payload.network_create = net.create_argv(engine, payload.network_name, subnet, ctx.job_id)
         return Plan("local", ctx.job_id, spec.name, ctx.run_dir, payload, render_local, spec.nodes, procs_per_node,
                     len(elements), port)
 
@@ -161,12 +175,18 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         atomic_write(run_dir / "plan.txt", plan.render())
         env = dict(os.environ)
         env[MARKER] = plan.job_id
-        with open(run_dir / "supervisor.log", "ab") as log:
-            proc = subprocess.Popen(
-                supervisor.command(str(run_dir)),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, env=env, cwd=str(run_dir), close_fds=True,
-            )
+        _create_network(payload)
+        try:
+            with open(run_dir / "supervisor.log", "ab") as log:
+                proc = subprocess.Popen(
+                    supervisor.command(str(run_dir)),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, env=env, cwd=str(run_dir), close_fds=True,
+                )
+        except BaseException:
+            if payload.network_name:  # no supervisor will remove it
+                net.remove(payload.container, payload.network_name)
+            raise
         return LocalHandle(plan.job_id, str(run_dir), proc.pid, procs.start_time(proc.pid))
 
     def status(self, handle: LocalHandle) -> JobStatus:
@@ -254,13 +274,39 @@ def read_state(run_dir: str) -> dict[str, Any] | None:
 
 
 def _remove_containers(handle: LocalHandle) -> None:
-    """Stop and remove the job's containers by name (local.container), whatever their state."""
+    """Stop and remove the job's containers by name (local.container), whatever their state, then
+    its network (local.network: bridge)."""
     try:
         plan = read_plan(handle.run_dir)
     except TargetError:
         return
     ctr.remove_job_containers(plan.container, [n.container for el in plan.elements for n in el.nodes if n.container],
                               handle.job_id)
+    if plan.network_name and not net.remove(plan.container, plan.network_name):
+        raise TargetError(f"could not remove the network {plan.network_name} of job {handle.job_id}: "
+                          f"try {plan.container} network rm {plan.network_name}")
+
+
+def _create_network(payload: LocalPayload) -> None:
+    """Make the job's network (local.network: bridge) before any container needs it."""
+    if not payload.network_create:
+        return
+    why = net.create(payload.network_create)
+    if why is not None:
+        raise SubmitRejected(f"{payload.container} could not create the job's network {payload.network_name} "
+                             f"({' '.join(payload.network_create)}): {why}; submit again (another subnet is "
+                             "chosen for a new job), or use local.network: host")
+
+
+def _bridge_subnet(spec: JobSpec, ctx: PlanContext) -> str:
+    """The job's subnet (local.network: bridge): free of this machine's routes and engine networks."""
+    used = list(ctx.inputs.used_subnets) if isinstance(ctx.inputs, ctr.LocalInputs) else []
+    subnet = net.pick_subnet(ctx.job_id, used)
+    if subnet is None:
+        raise TargetUnavailable(f"every /{net.PREFIX} of {net.POOL} overlaps a route or an engine network of this "
+                                f"machine: local.network: bridge has no free subnet (remove unused networks: "
+                                f"{spec.local.container} network prune)")
+    return subnet
 
 
 def _supervisor_died(handle: LocalHandle) -> str:

@@ -30,6 +30,7 @@ class LocalInputs:
 
     uid: int
     gid: int
+    used_subnets: tuple[str, ...] = ()  # local.network: bridge: what its subnet must not overlap (local/network.py)
 
 
 def read_inputs() -> LocalInputs:
@@ -74,9 +75,11 @@ def gpu_args(engine: str, gpus: int) -> list[str]:
 
 
 def run_argv(engine: str, *, name: str, image: str, workdir: str, volumes: list[str], env_names: list[str],
-             user: list[str], gpus: list[str], command: list[str]) -> list[str]:
-    """``ENGINE run ...`` for one node: the container runs ``command`` (torchrun) and is removed at its end."""
-    argv = [engine, "run", "--rm", "--init", "--name", name, "--network=host", "--ipc=host", *user, *gpus]
+             user: list[str], gpus: list[str], command: list[str], network: list[str] | None = None) -> list[str]:
+    """``ENGINE run ...`` for one node: the container runs ``command`` (torchrun) and is removed at its end.
+    ``network``: its network options (default ``--network=host``; local bridge: ``local/network.run_args``)."""
+    argv = [engine, "run", "--rm", "--init", "--name", name, *(network or ["--network=host"]), "--ipc=host", *user,
+            *gpus]
     for v in volumes:
         argv += ["--volume", f"{v}:{v}"]
     argv += ["--workdir", workdir]
@@ -89,7 +92,7 @@ def run_argv(engine: str, *, name: str, image: str, workdir: str, volumes: list[
 def shown(argv: list[str]) -> str:
     """``argv`` of ``run_argv`` as shell text, one line each for the options, mounts, env, image and
     command (joined by backslash-newlines: the same words as one line)."""
-    valued = {"--name", "--user", "--volume", "--workdir", "--env", "--gpus", "--device"}
+    valued = {"--name", "--network", "--ip", "--user", "--volume", "--workdir", "--env", "--gpus", "--device"}
     groups = {"--volume": "mounts", "--workdir": "mounts", "--env": "env"}
     lines: list[list[str]] = [argv[:2]]
     group, i = "options", 2

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
