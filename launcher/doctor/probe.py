@@ -1,7 +1,8 @@
 """The program ``ddpjob doctor`` runs on every rank: what each rank sees, and all-reduce speed.
 
 ``python -m launcher.doctor.probe [--max-mib 256] [--iters 3]`` under torchrun (any target). Every
-rank reports its backend, its NCCL/Gloo/rendezvous variables, network interfaces, GPUs and torch,
+rank reports its backend, its NCCL/Gloo/rendezvous variables, network interfaces with their
+addresses and its own address toward the rendezvous host, GPUs and torch,
 CUDA and NCCL versions; rank 0 gathers them, times ``all_reduce`` on float32 tensors from 1 MiB up
 to ``--max-mib`` (x4 each step) and prints one line ``[ddpjob-doctor] {json}`` that the launcher
 reads back from the logs. Bandwidths as nccl-tests report them: algbw = bytes / time, busbw =
@@ -17,6 +18,8 @@ import platform
 import socket
 import time
 from typing import Any
+
+from launcher.targets.shared import netif
 
 MARKER = "[ddpjob-doctor]"
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "MASTER_", "OMP_NUM_THREADS",
@@ -40,8 +43,20 @@ def rank_info(backend: str) -> dict[str, Any]:
         "host": socket.gethostname(), "backend": backend, "python": platform.python_version(),
         "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "gpus": gpus,
         "interfaces": sorted(name for _, name in socket.if_nameindex()),
+        **_network(),
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)},
     }
+
+
+def _network() -> dict[str, Any]:
+    """This rank's IPv4 addresses per interface, and its own address (and interface) toward MASTER_ADDR."""
+    out: dict[str, Any] = {"addresses": {n: a for n, a in sorted(netif.interfaces().items()) if a}}
+    try:
+        master, own, iface = netif.route_to(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT") or 9))
+        out.update(master_ip=master, address=own, interface=iface)
+    except (KeyError, OSError, ValueError):
+        pass
+    return out
 
 
 def bench(max_mib: int, iters: int, device: Any) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from typing import Any
 from launcher.core.errors import TargetError
 from launcher.doctor.probe import MARKER
 from launcher.targets.base import LogFilter
+from launcher.targets.shared import netif
 
 # Settings every rank must share: a difference means ranks will not talk the same way.
 _MUST_AGREE = ("backend", "torch", "cuda", "nccl")
@@ -48,6 +49,7 @@ def verdict(report: dict[str, Any]) -> list[str]:
         values = {r.get("env", {}).get(key, "<unset>") for r in ranks}
         if len(values) > 1:
             out.append(f"ranks disagree on {key}: {', '.join(sorted(values))}")
+    out += _network_warnings(ranks)
     speed = _link_gbps(ranks[0].get("env", {}) if ranks else {})
     results = report.get("results", [])
     if speed and results:
@@ -73,6 +75,37 @@ def _link_gbps(env: dict[str, str]) -> float | None:
     return mbits / 8 / 1000 if mbits > 0 else None
 
 
+def node_lines(ranks: list[dict[str, Any]]) -> list[str]:
+    """One line per node (host): the rendezvous address it reaches, the address and interface it
+    uses toward it, and every interface it has with its address."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for r in ranks:
+        host = str(r.get("host"))
+        if host in seen:
+            continue
+        seen.add(host)
+        addrs = r.get("addresses") or dict.fromkeys(r.get("interfaces", []), "")
+        have = ", ".join(f"{n} {a}".rstrip() for n, a in addrs.items())
+        toward = (f"to the rendezvous {r.get('master_ip')} from {r.get('address')} via {r.get('interface') or '?'}; "
+                  if r.get("address") else "")
+        out.append(f"  node {host}: {toward}interfaces {have}")
+    return out
+
+
+def _network_warnings(ranks: list[dict[str, Any]]) -> list[str]:
+    hosts = {str(r.get("host")) for r in ranks}
+    if len(hosts) < 2:
+        return []
+    out = []
+    for r in ranks:
+        own = str(r.get("address") or "")
+        if own and netif.is_loopback(own):
+            out.append(f"rank {r.get('rank')} on {r.get('host')} reaches the rendezvous over loopback ({own}) although "
+                       "the job spans several hosts: the first node's name resolves to a loopback address there")
+    return out
+
+
 def render(report: dict[str, Any], warnings: list[str]) -> list[str]:
     """The text report: who the ranks are, the bandwidth table, the verdict."""
     ranks = report.get("ranks", [])
@@ -81,8 +114,9 @@ def render(report: dict[str, Any], warnings: list[str]) -> list[str]:
            + (f", CUDA {first['cuda']}" if first.get("cuda") else "") + (f", NCCL {first['nccl']}" if first.get("nccl") else "")]
     for r in ranks:
         gpus = f", GPUs: {', '.join(r['gpus'])}" if r.get("gpus") else ""
-        out.append(f"  rank {r.get('rank')} on {r.get('host')} (local rank {r.get('local_rank')}), "
-                   f"interfaces {', '.join(r.get('interfaces', []))}{gpus}")
+        via = f", address {r['address']} ({r.get('interface') or '?'})" if r.get("address") else ""
+        out.append(f"  rank {r.get('rank')} on {r.get('host')} (local rank {r.get('local_rank')}){via}{gpus}")
+    out += node_lines(ranks)
     out.append("")
     out.append(f"{'size':>10}  {'time (us)':>12}  {'algbw (GB/s)':>13}  {'busbw (GB/s)':>13}")
     for r in report.get("results", []):

@@ -38,7 +38,7 @@ def test_a_missing_interface_names_node_request_and_what_it_has():
     assert updates == {}
     assert problem is not None
     assert problem.startswith("node 1 (n2): NCCL_SOCKET_IFNAME=nosuch0 matches no interface")
-    assert "docker0 172.17.0.1, eth0 10.1.2.3, eth1 (no IPv4 address), lo 127.0.0.1" in problem
+    assert "it has: docker0 172.17.0.1, eth0 10.1.2.3, lo 127.0.0.1; without an IPv4 address: eth1." in problem
 
 
 def test_nccl_form_is_rewritten_for_gloo_and_exact_names_are_kept():
@@ -54,3 +54,23 @@ def test_this_machine_has_loopback_and_a_route_to_itself():
     master, own, iface = netif.route_to("127.0.0.1", 9)
     assert (master, own, iface) == ("127.0.0.1", "127.0.0.1", "lo")
     assert netif.is_loopback(own) and not netif.is_loopback("10.1.2.3") and not netif.is_loopback("n1")
+
+
+def test_local_refuses_an_interface_this_machine_lacks_before_anything_starts(cli, tmp_path):
+    """The local nodes are this machine: a socket_ifname it lacks is a spec error at submit (exit 2,
+    file:line, its interfaces), not Gloo's "Unable to find address" from every rank."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: ifcheck\ncommand: [python, -c, 'print(1)']\nnodes: 2\nnccl: {socket_ifname: nosuch0}\n")
+    proc = cli("submit", str(spec), "--target", "local", cwd=tmp_path, env={"DDPJOB_HOME": str(tmp_path / "home")})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{spec}:4:8: nccl.socket_ifname: this machine: NCCL_SOCKET_IFNAME=nosuch0 matches no interface" in proc.stderr
+    assert "lo 127.0.0.1" in proc.stderr and "nothing was submitted" in proc.stderr
+    assert cli("list", "-o", "json", env={"DDPJOB_HOME": str(tmp_path / "home")}).stdout.strip() == "[]"
+
+
+def test_local_hands_gloo_the_exact_names_an_nccl_form_selects_here(cli, tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: ifform\ncommand: [python, -c, 'print(1)']\nnodes: 2\nnccl: {socket_ifname: '=lo'}\n")
+    proc = cli("render", str(spec), "--target", "local", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "NCCL_SOCKET_IFNAME==lo " in proc.stdout and "GLOO_SOCKET_IFNAME=lo " in proc.stdout, proc.stdout

@@ -161,3 +161,24 @@ def test_a_silent_node_is_reported_and_the_job_runs_on_by_default(apart_cluster,
     assert cli("cancel", job_id, timeout=120).returncode == 0
     apart_cluster.script("link", "n2", "up")
     wait_for_no_job_processes(ddpjob_home, "ddpjob cancel", timeout=120)
+
+
+def test_doctor_reports_each_nodes_address_and_interfaces(apart_cluster, cli, tmp_path):
+    """ddpjob doctor across the apart nodes: every rank's own address toward the rendezvous is its
+    node's bridge address, on eth0, and the text has one line per node with its interfaces."""
+    spec = write_spec(tmp_path, "doc", ["python"])
+    proc = cli("doctor", str(spec), "--target", "slurm", "--max-mib", "4", "--iters", "1", "-o", "json",
+               cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    addresses = apart_cluster.addresses
+    assert sorted((r["host"], r["address"], r["interface"]) for r in report["ranks"]) == [
+        ("n1", addresses["n1"], "eth0"), ("n2", addresses["n2"], "eth0")]
+    assert {r["master_ip"] for r in report["ranks"]} == {addresses["n1"]}
+    assert all(r["addresses"] == {"eth0": addresses[r["host"]], "lo": "127.0.0.1"} for r in report["ranks"])
+    from launcher.doctor.run import render
+
+    text = "\n".join(render(report, report["verdict"]))
+    for node in ("n1", "n2"):
+        assert (f"node {node}: to the rendezvous {addresses['n1']} from {addresses[node]} via eth0; "
+                f"interfaces eth0 {addresses[node]}, lo 127.0.0.1") in text, text

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
+from launcher.core.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.states import JobState, summarize
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
 from launcher.targets.local import container as ctr
@@ -36,7 +36,7 @@ from launcher.targets.local.payload import (
     read_plan,
     render_local,
 )
-from launcher.targets.shared import procs
+from launcher.targets.shared import netif, procs
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 
@@ -63,7 +63,14 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
 
         spec = loaded.spec
         # In a container, a module may live in the image only: check scripts (in the mounted workdir) alone.
-        return missing_program(spec.command, spec.workdir or ctx.cwd, check_modules=spec.local.container == "none")
+        issues = missing_program(spec.command, spec.workdir or ctx.cwd, check_modules=spec.local.container == "none")
+        if spec.local.container == "none" and spec.nccl.socket_ifname:  # the nodes are this machine
+            value = spec.nccl.socket_ifname
+            _, problem = netif.check({"NCCL_SOCKET_IFNAME": value, "GLOO_SOCKET_IFNAME": value}, "this machine")
+            if problem:
+                issues.append(Issue(("nccl", "socket_ifname"), problem.split(". Set ")[0],
+                                    hint="name one of this machine's interfaces, e.g. lo, or leave it unset"))
+        return issues
 
     def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
         local = loaded.spec.local
@@ -105,6 +112,9 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
             spec, {**NCCL_DEFAULTS, **net.NCCL_IFACE} if subnet else NCCL_DEFAULTS, cpus_per_node=cpus_per_node,
             procs_per_node=procs_per_node, omp_override=spec.local.omp_num_threads,
         )
+        if engine == "none" and env_base.get("GLOO_SOCKET_IFNAME"):  # the nodes are this machine: Gloo's exact names
+            names = netif.gloo_names(env_base["GLOO_SOCKET_IFNAME"], netif.interfaces())
+            env_base["GLOO_SOCKET_IFNAME"] = ",".join(names) or env_base["GLOO_SOCKET_IFNAME"]
         elements = []
         for el in runs:
             task_dir = f"{ctx.run_dir}/task-{el.index}"

@@ -40,8 +40,10 @@ def interfaces() -> dict[str, str]:
 
 
 def describe(ifaces: dict[str, str]) -> str:
-    """``lo 127.0.0.1, eth0 10.1.2.3`` (``no IPv4 address`` for the bare ones)."""
-    return ", ".join(f"{n} {a or '(no IPv4 address)'}" for n, a in sorted(ifaces.items())) or "none"
+    """``eth0 10.1.2.3, lo 127.0.0.1`` then, if any, ``; without an IPv4 address: eth1``."""
+    have = ", ".join(f"{n} {a}" for n, a in sorted(ifaces.items()) if a) or "no interface with an IPv4 address"
+    bare = sorted(n for n, a in ifaces.items() if not a)
+    return have + (f"; without an IPv4 address: {', '.join(bare)}" if bare else "")
 
 
 def select(value: str, names: list[str]) -> list[str]:
