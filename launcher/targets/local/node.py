@@ -126,7 +126,7 @@ def run(exit_file: str, argv: list[str]) -> int:
         # ones are reset by exec), without importing subprocess.
         child.append(os.posix_spawnp(argv[0], argv, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)))
     except OSError as e:
-        print(f"[ddpjob] cannot start {argv[0]}: {e}", file=sys.stderr, flush=True)
+        _say(f"[ddpjob] cannot start {argv[0]}: {e}")
         _record(exit_file, {"exit_code": 127, "signal": None, "ended": time.time(), "error": str(e)}, create=True)
         return 127
     for signum in pending:
@@ -145,9 +145,17 @@ def _record(exit_file: str, record: dict[str, object], *, create: bool) -> bool:
     try:
         write_record(exit_file, record, create=create)
     except OSError as e:
-        print(f"[ddpjob] could not write {exit_file}: {e}", file=sys.stderr, flush=True)
+        _say(f"[ddpjob] could not write {exit_file}: {e}")
         return False
     return True
+
+
+def _say(text: str) -> None:
+    """A line in the node's log (its stderr); dropped when a full disk cannot take it."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def main(args: list[str]) -> int:

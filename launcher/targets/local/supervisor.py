@@ -93,11 +93,14 @@ def _on_term(signum: int, frame: Any) -> None:
 def start_nodes(nodes: list[Any], output_dir: str) -> tuple[list[tuple[Any, node_wrapper.Proc]], str | None]:
     """Start one run's nodes, each through the node wrapper; the ones started, and why the next
     one could not be (None when all were). ``nodes`` are the plan's nodes, typed or raw."""
-    os.makedirs(output_dir, exist_ok=True)
     running: list[tuple[Any, node_wrapper.Proc]] = []
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as e:  # a full disk, a file in the way: the run fails, the supervisor goes on
+        return running, f"cannot make the output directory {output_dir}: {e.strerror or e}"
     for node in nodes:
-        os.makedirs(os.path.dirname(node.log), exist_ok=True)
         try:
+            os.makedirs(os.path.dirname(node.log), exist_ok=True)
             # Through the node wrapper: it records how the agent ended even if we are killed.
             p = node_wrapper.start(sys.executable, node_wrapper.exit_file(node.log), node.argv,
                                    env={**os.environ, **node.env}, cwd=node.cwd, log=node.log)
@@ -175,14 +178,10 @@ class Supervisor:
         }
 
     def save(self) -> None:
-        from launcher.targets.shared.files import write_json
-
-        try:
-            write_json(os.path.join(self.run_dir, "state.json"), self.state)
-        except OSError as e:
-            # A full disk must not end the run: the nodes' exit records (written in place by
-            # launcher.targets.local.node) still tell status how it ended.
-            print(f"[ddpjob] could not write state.json: {e}", file=sys.stderr, flush=True)
+        # A full disk must not end the run: the state stays in memory and is written again when it
+        # can be (launcher.targets.local.statefile); the nodes' exit records, written in place by
+        # launcher.targets.local.node, tell status how the runs ended meanwhile.
+        self.files.save(self.state)
 
     def cancelled(self) -> bool:
         return _stop_requested or os.path.exists(os.path.join(self.run_dir, "cancel-requested"))
@@ -191,7 +190,9 @@ class Supervisor:
         """Run every element in turn; ``early``: the first one's nodes, already started
         (start_first_run)."""
         from launcher.core.states import JobState, summarize
+        from launcher.targets.local.statefile import StateFile
 
+        self.files = StateFile(self.run_dir)  # after the first run's nodes started: nothing delays them
         if early is None:
             self.save()
         for el, st in zip(self.plan.elements, self.state["elements"]):
@@ -255,6 +256,7 @@ class Supervisor:
                 failed_node = bad[0][0]
             if all(c is not None for c in codes) or failed_node is not None or self.cancelled():
                 break
+            self.files.retry(self.state)  # a state a full disk refused is written once it can be
             # a node's end wakes us at once; a cancel (signal or file) within 0.25 s
             wait_for_exit([p.pid for (_, p), c in zip(running, codes) if c is None], 0.25)
         if self.cancelled():
@@ -274,64 +276,17 @@ class Supervisor:
         st["ended"] = time.time()
 
     def _port_was_taken(self, el: LocalElement, marks: dict[int, int]) -> bool:
-        """The run failed because another program took the rendezvous port between the choice and
-        torchrun's bind, before any worker started: worth another port (not the spec's own)."""
-        # A bridge network gives each container its own network namespace: no other program holds its ports.
-        if self.plan.port_fixed or self.cancelled() or self.plan.network_name:
-            return False
-        master = el.nodes[0]
-        try:
-            with open(master.log, "rb") as f:
-                f.seek(marks.get(master.node, 0))
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
-            return False
-        if "EADDRINUSE" not in text and "Address already in use" not in text:
-            return False
-        from pathlib import Path
+        from launcher.targets.local.portmove import port_was_taken
 
-        return not any(next(Path(n.torchrun_log_dir).glob("*/attempt_*/*"), None) for n in el.nodes)
+        return not self.cancelled() and port_was_taken(self.plan, el, marks)
 
     def _move_port(self, attempt: int) -> bool:
-        """A new free port for this and every later run, from the service's port command (which
-        records it for the job); the plan files then show the port actually used. False when no
-        port could be had (the run's failure stands)."""
-        import subprocess
+        from launcher.targets.local.portmove import move_port
 
-        from launcher.core.errors import TargetError
-        from launcher.targets.local.payload import move_port, moved_port_text
-        from launcher.targets.shared.files import atomic_write, to_json, write_json
-
-        old = self.plan.port
-        if not self.plan.port_command or old is None:
+        new = move_port(self.plan, self.run_dir, attempt, PORT_ATTEMPTS)
+        if new is None:
             return False
-        proc = subprocess.run(self.plan.port_command, capture_output=True, text=True, check=False)
-        if proc.returncode != 0 or not proc.stdout.strip().isdigit():
-            print(f"[ddpjob] rendezvous port {old} was taken and no other could be had: "
-                  f"{proc.stderr.strip() or proc.stdout.strip()}", file=sys.stderr, flush=True)
-            return False
-        new = int(proc.stdout.strip())
-        move_port(self.plan, new)  # plain namespaces of the payload's shape (read_plan)
         self.state["port"] = new
-        try:
-            typed = _typed_plan(self.run_dir)
-            move_port(typed, new)
-            write_json(os.path.join(self.run_dir, "plan.json"), to_json(typed))
-            with open(os.path.join(self.run_dir, "plan.txt"), encoding="utf-8") as f:
-                text = f.read()
-            atomic_write(os.path.join(self.run_dir, "plan.txt"), moved_port_text(text, old, new))
-        except (OSError, ValueError, TargetError) as e:
-            print(f"[ddpjob] could not record port {new} in the plan files: {e}", file=sys.stderr, flush=True)
-        note = (f"[ddpjob] rendezvous port {old} was taken by another program before torchrun could bind it; "
-                f"starting the nodes again on port {new} (attempt {attempt + 1} of {PORT_ATTEMPTS})\n")
-        print(note, end="", flush=True)
-        for el in self.plan.elements:
-            for n in el.nodes:
-                try:
-                    with open(n.log, "a", encoding="utf-8") as log:
-                        log.write(note)
-                except OSError:
-                    pass
         self.save()
         return True
 
@@ -340,14 +295,15 @@ class Supervisor:
         if not self.plan.network_name:
             return
         from launcher.targets.local import container, network
+        from launcher.targets.local.statefile import say
 
         # The engine refuses to remove a network a container still uses: any the engine has not yet
         # removed (--rm) goes first.
         container.remove(self.plan.container, [n.container for el in self.plan.elements for n in el.nodes
                                                if n.container])
         if not network.remove(self.plan.container, self.plan.network_name):
-            print(f"[ddpjob] could not remove the network {self.plan.network_name}: "
-                  f"ddpjob cancel {self.plan.job_id} tries again", file=sys.stderr, flush=True)
+            say(f"[ddpjob] could not remove the network {self.plan.network_name}: "
+                f"ddpjob cancel {self.plan.job_id} tries again")
 
     def _stop(self, running: list[tuple[LocalNode, node_wrapper.Proc]], st: dict[str, Any]) -> None:
         """Stop this run's agents and their workers; record how each node ended."""
@@ -369,10 +325,11 @@ class Supervisor:
         # A container whose engine client was killed may outlive it: remove the run's containers by name.
         names = [n.container for n, _ in running if n.container]
         from launcher.targets.local import container
+        from launcher.targets.local.statefile import say
 
         left = container.remove(self.plan.container, names) if names else []
         if left:
-            print(f"[ddpjob] could not remove containers {left}", file=sys.stderr, flush=True)
+            say(f"[ddpjob] could not remove containers {left}")
         for rec, (_, p) in zip(st["nodes"], running):
             rec["exit_code"] = p.returncode
 

@@ -36,6 +36,7 @@ from launcher.targets.local.payload import (
     read_plan,
     render_local,
 )
+from launcher.targets.local.statefile import read_note
 from launcher.targets.shared import procs
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
@@ -198,9 +199,16 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         if state is not None and JobState.parse(state["state"]).terminal:
             return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
         if procs.alive(handle.pid, handle.start):
+            stale = read_note(handle.run_dir)  # the supervisor could not write state.json (a full disk)
+            if stale is not None:
+                details["state_file"] = stale
             if state is None:
-                return JobStatus(JobState.PENDING, "starting", details=details)
-            return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
+                return JobStatus(JobState.PENDING, "starting" + (f"; {stale}" if stale else ""), details=details)
+            message = state.get("message", "")
+            if stale is not None:
+                message = (message + "; " if message else "") + (
+                    f"this state may be out of date: the supervisor {stale}, keeps supervising and writes it when it can")
+            return JobStatus(JobState.parse(state["state"]), message, _tasks(state), details)
         # The supervisor is gone. Re-read first: it may have written its final state as it exited.
         state = read_state(handle.run_dir)
         if state is not None and JobState.parse(state["state"]).terminal:

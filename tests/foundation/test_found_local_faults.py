@@ -1,0 +1,100 @@
+"""The local target under faults of its own processes and its disk: a full disk under the supervisor,
+an agent or a node wrapper killed from outside, a worker's child that escapes the job's session and
+environment, a stopped supervisor. Real processes throughout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from testkit import stop_leftovers, wait_for
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _cannot(reason: str) -> None:
+    """Skip with ``reason`` where the machine cannot do what the test needs; under CI, fail."""
+    if IN_CI:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def small_runs(ddpjob_home: Path) -> Iterator[Path]:
+    """The run directories of $DDPJOB_HOME (``runs/``, all the supervisor writes) on a real 2 MiB
+    filesystem (tmpfs), unmounted after the test's processes stop. The registry stays beside it:
+    SQLite cannot open a database on a full disk at all (status says so, exit 3)."""
+    runs = ddpjob_home / "runs"
+    runs.mkdir(mode=0o700)
+    if os.geteuid() != 0:
+        _cannot("mounting a small tmpfs for $DDPJOB_HOME/runs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(runs)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        _cannot(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield runs
+    finally:
+        stop_leftovers(ddpjob_home)
+        subprocess.run(["umount", str(runs)], check=False)
+        if os.path.ismount(runs):  # a process that outlived the stop still holds a file there
+            subprocess.run(["umount", "-l", str(runs)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Fill the filesystem holding ``path`` to its last byte."""
+    with open(path, "wb", buffering=0) as f:
+        for size in (1 << 16, 1 << 12, 1 << 9, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                pass
+
+
+STAGE = """
+import os, sys, time
+marks = os.environ["MARKS"]
+open(os.path.join(marks, "started-" + sys.argv[1]), "w").close()
+while not os.path.exists(os.path.join(marks, "go-" + sys.argv[1])):
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.real
+def test_a_full_disk_does_not_stop_the_supervisor(cli, tmp_path, small_runs):
+    """The disk of the run directories fills up during the first run of a sweep: the supervisor keeps the state in
+    memory, says why in status, starts the second run, leaves no temporary file, and writes the
+    final state once there is room again."""
+    marks = tmp_path / "marks"  # outside the small filesystem
+    marks.mkdir()
+    (tmp_path / "stage.py").write_text(STAGE)
+    (tmp_path / "job.yaml").write_text(
+        f"name: full\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
+    job_id = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True).stdout.strip()
+    run_dir = small_runs / job_id
+    wait_for((marks / "started-0").exists, "the first run to start")
+    filler = small_runs / "filler"
+    fill(filler)
+    (marks / "go-0").touch()  # the first run ends: its state cannot be written
+    wait_for((marks / "started-1").exists, "the second run to start on the full disk")
+
+    def says_why() -> dict | None:
+        st = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+        return st if "could not write state.json" in (st["message"] or "") else None
+
+    status = wait_for(says_why, "status to say why the state is stale")
+    assert "No space left on device" in status["message"], status
+    assert not list(run_dir.glob("*.tmp*")), list(run_dir.iterdir())
+    filler.unlink()
+    (marks / "go-1").touch()
+    done = cli("wait", job_id, "--timeout", "120")
+    assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
+    state = json.loads((run_dir / "state.json").read_text())  # written again, by the supervisor
+    assert [e["state"] for e in state["elements"]] == ["SUCCEEDED", "SUCCEEDED"], state
+    assert "could not write state.json" in (run_dir / "supervisor.log").read_text()
+    assert not list(run_dir.glob("**/*.tmp*"))
