@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,3 +99,35 @@ def test_a_full_disk_does_not_stop_the_supervisor(cli, tmp_path, small_runs):
     assert [e["state"] for e in state["elements"]] == ["SUCCEEDED", "SUCCEEDED"], state
     assert "could not write state.json" in (run_dir / "supervisor.log").read_text()
     assert not list(run_dir.glob("**/*.tmp*"))
+
+
+WAITER = """
+import os, time
+print("waiting", os.environ["RANK"], flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def _start_waiting_job(cli, tmp_path: Path, nodes: int = 2) -> tuple[str, dict]:
+    (tmp_path / "waiter.py").write_text(WAITER)
+    job_id = cli("submit", "-q", "--nodes", str(nodes), "--", "python", "waiter.py", cwd=tmp_path,
+                 check=True).stdout.strip()
+    wait_for(lambda: cli("logs", job_id).stdout.count("waiting") == nodes, "the workers to start")
+    return job_id, json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+
+
+@pytest.mark.real
+def test_cancel_resumes_a_stopped_supervisor_to_stop_its_job(cli, tmp_path):
+    """A supervisor stopped with SIGSTOP (Ctrl-Z) is resumed by cancel, stops its own nodes and
+    records the cancel itself, rather than cancel waiting it out and killing it."""
+    from launcher.targets.shared import procs
+
+    job_id, data = _start_waiting_job(cli, tmp_path)
+    os.kill(data["handle"]["pid"], signal.SIGSTOP)
+    proc = cli("cancel", job_id)
+    assert proc.returncode == 0 and "CANCELLED" in proc.stdout, proc.stdout + proc.stderr
+    assert procs.marked_pids("DDPJOB_JOB_ID", job_id) == []
+    state = json.loads((Path(data["run_dir"]) / "state.json").read_text())
+    assert [e["state"] for e in state["elements"]] == ["CANCELLED"], state  # written by the supervisor
+    assert all(n["exit_code"] is not None for n in state["elements"][0]["nodes"]), state

@@ -257,6 +257,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         if procs.alive(handle.pid, handle.start):
             try:
                 os.kill(handle.pid, 15)
+                os.kill(handle.pid, 18)  # SIGCONT: a stopped supervisor (SIGSTOP, Ctrl-Z) handles it at once
             except ProcessLookupError:
                 pass
             deadline = time.monotonic() + 20
