@@ -131,3 +131,27 @@ def test_cancel_resumes_a_stopped_supervisor_to_stop_its_job(cli, tmp_path):
     state = json.loads((Path(data["run_dir"]) / "state.json").read_text())
     assert [e["state"] for e in state["elements"]] == ["CANCELLED"], state  # written by the supervisor
     assert all(n["exit_code"] is not None for n in state["elements"][0]["nodes"]), state
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("victim", ["agent", "wrapper"])
+def test_a_node_process_killed_from_outside_is_named_as_the_cause(cli, tmp_path, victim):
+    """SIGKILL to node 1's torchrun agent, or to the ddpjob node wrapper above it: the job fails
+    naming that process and the signal, not a worker's ordinary last line (all a killed agent leaves)
+    nor the SIGTERM ddpjob sent afterwards to stop the rest."""
+    job_id, data = _start_waiting_job(cli, tmp_path)
+    state = json.loads((Path(data["run_dir"]) / "state.json").read_text())
+    wrapper = state["elements"][0]["nodes"][1]["pid"]
+    pid = _children(wrapper)[0] if victim == "agent" else wrapper
+    os.kill(pid, signal.SIGKILL)
+    done = cli("wait", job_id, "--timeout", "120")
+    assert done.returncode == 1 and "FAILED" in done.stdout, done.stdout + done.stderr
+    message = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)["message"]
+    process = "torchrun agent" if victim == "agent" else "ddpjob node wrapper"
+    assert f"node 1: its {process} (pid {pid}) was killed by SIGKILL" in message, message
+    assert "waiting" not in message and "SIGTERM" not in message, message

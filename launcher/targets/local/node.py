@@ -131,12 +131,14 @@ def run(exit_file: str, argv: list[str]) -> int:
         return 127
     for signum in pending:
         forward(signum, None)
-    created = _record(exit_file, {"exit_code": None, "started": started}, create=True)
-    _, status = os.waitpid(child[0], 0)
+    agent = child[0]
+    created = _record(exit_file, {"exit_code": None, "started": started, "pid": agent}, create=True)
+    _, status = os.waitpid(agent, 0)
     child[0] = 0
     code = os.waitstatus_to_exitcode(status)
     sig_name = signal.Signals(-code).name if code < 0 else None
-    _record(exit_file, {"exit_code": code, "signal": sig_name, "ended": time.time()}, create=not created)
+    _record(exit_file, {"exit_code": code, "signal": sig_name, "ended": time.time(), "pid": agent},
+            create=not created)
     return 128 - code if code < 0 else code
 
 

@@ -247,13 +247,14 @@ class Supervisor:
             return
         self.save()
         failed_node: LocalNode | None = None
+        failed: tuple[int, int] = (0, 0)  # the failed node wrapper's pid and exit code, before any stop
         while True:
             codes = [p.poll() for _, p in running]
             for rec, code in zip(st["nodes"], codes):
                 rec["exit_code"] = code
-            bad = [(n, c) for (n, _), c in zip(running, codes) if c not in (None, 0)]
+            bad = [(n, p, c) for (n, p), c in zip(running, codes) if c not in (None, 0)]
             if bad and failed_node is None:
-                failed_node = bad[0][0]
+                failed_node, failed = bad[0][0], (bad[0][1].pid, bad[0][2] or 0)
             if all(c is not None for c in codes) or failed_node is not None or self.cancelled():
                 break
             self.files.retry(self.state)  # a state a full disk refused is written once it can be
@@ -266,9 +267,11 @@ class Supervisor:
         elif failed_node is not None:
             self._stop(running, st)
             st["state"] = JobState.FAILED.value
-            from launcher.targets.shared.rootcause import node_failure
+            from launcher.targets.shared.rootcause import killed_node, node_failure
 
-            st["message"] = node_failure(
+            record = node_wrapper.read_record(node_wrapper.exit_file(failed_node.log))
+            st["message"] = killed_node(node=failed_node.node, nodes=len(el.nodes), wrapper_pid=failed[0],
+                                        wrapper_code=failed[1], record=record) or node_failure(
                 node=failed_node.node, procs_per_node=self.plan.procs_per_node, log=failed_node.log,
                 error_file=failed_node.error_file, torchrun_log_dir=failed_node.torchrun_log_dir)
         else:

@@ -354,10 +354,11 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
         if r is None:
             cause = f"node {n.node} left no exit record (killed with the supervisor?)"
         else:
-            from launcher.targets.shared.rootcause import node_failure
+            from launcher.targets.shared.rootcause import killed_node, node_failure
 
-            cause = node_failure(node=n.node, procs_per_node=plan.procs_per_node, log=n.log,
-                                 error_file=n.error_file, torchrun_log_dir=n.torchrun_log_dir)
+            cause = killed_node(node=n.node, nodes=len(el.nodes), wrapper_pid=None, wrapper_code=None,
+                                record=r) or node_failure(node=n.node, procs_per_node=plan.procs_per_node, log=n.log,
+                                                          error_file=n.error_file, torchrun_log_dir=n.torchrun_log_dir)
         tasks.append(TaskStatus(el.index, JobState.FAILED, cause, nodes, el.params))
     state, message = summarize(tasks)
     if state.terminal:
