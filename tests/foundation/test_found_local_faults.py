@@ -155,3 +155,45 @@ def test_a_node_process_killed_from_outside_is_named_as_the_cause(cli, tmp_path,
     process = "torchrun agent" if victim == "agent" else "ddpjob node wrapper"
     assert f"node 1: its {process} (pid {pid}) was killed by SIGKILL" in message, message
     assert "waiting" not in message and "SIGTERM" not in message, message
+
+
+ESCAPER = """
+import os, subprocess, sys, time
+# A child in its own session with an empty environment: no process group, no DDPJOB_JOB_ID.
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True, env={},
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+with open(os.environ["ESCAPED"] + ".tmp", "w") as f:
+    f.write(str(child.pid))
+os.rename(os.environ["ESCAPED"] + ".tmp", os.environ["ESCAPED"])
+print("escaped", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.mark.real
+def test_cancel_stops_a_process_that_left_the_job_session_and_environment(cli, tmp_path):
+    """Each node runs in a cgroup of its own: cancel stops a worker's child that started its own
+    session with an empty environment, which neither the process group nor the job's marker finds."""
+    from launcher.targets.local import cgroups
+    from launcher.targets.shared import procs
+
+    if cgroups.make_job("probe-00000")[0] is None:
+        _cannot(f"no writable cgroup v2 here: {cgroups.make_job('probe-00000')[1]}")
+    cgroups.remove(cgroups.make_job("probe-00000")[0] or "")
+    (tmp_path / "escaper.py").write_text(ESCAPER)
+    escaped = tmp_path / "escaped"
+    job_id = cli("submit", "-q", "--set", f"env.ESCAPED={escaped}", "--", "python", "escaper.py", cwd=tmp_path,
+                 check=True).stdout.strip()
+    pid = int(wait_for(lambda: escaped.exists() and escaped.read_text(), "the worker's child to escape"))
+    started = procs.start_time(pid)
+    try:
+        assert pid not in procs.marked_pids("DDPJOB_JOB_ID", job_id)  # the marker cannot see it
+        proc = cli("cancel", job_id)
+        assert proc.returncode == 0 and "CANCELLED" in proc.stdout, proc.stdout + proc.stderr
+        assert not procs.alive(pid, started), f"process {pid} escaped the cancel"
+        state = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+        assert not os.path.exists(json.loads((Path(state["run_dir"]) / "state.json").read_text())["cgroup"])
+    finally:
+        if procs.alive(pid, started):
+            os.kill(pid, signal.SIGKILL)

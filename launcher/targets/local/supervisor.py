@@ -50,6 +50,8 @@ def command(run_dir: str) -> list[str]:
 
 
 _stop_requested = False
+# The job's cgroup (launcher.targets.local.cgroups), or why there is none: made before the first node starts.
+_cgroup: tuple[str | None, str] = (None, "")
 # Starts of a run whose rendezvous port another program took before torchrun bound it.
 PORT_ATTEMPTS = 3
 
@@ -90,9 +92,12 @@ def _on_term(signum: int, frame: Any) -> None:
     _stop_requested = True
 
 
-def start_nodes(nodes: list[Any], output_dir: str) -> tuple[list[tuple[Any, node_wrapper.Proc]], str | None]:
-    """Start one run's nodes, each through the node wrapper; the ones started, and why the next
-    one could not be (None when all were). ``nodes`` are the plan's nodes, typed or raw."""
+def start_nodes(nodes: list[Any], output_dir: str, index: int) -> tuple[list[tuple[Any, node_wrapper.Proc]], str | None]:
+    """Start run ``index``'s nodes, each through the node wrapper (in a cgroup of its own where the
+    job has one); the ones started, and why the next one could not be (None when all were).
+    ``nodes`` are the plan's nodes, typed or raw."""
+    from launcher.targets.local import cgroups
+
     running: list[tuple[Any, node_wrapper.Proc]] = []
     try:
         os.makedirs(output_dir, exist_ok=True)
@@ -103,7 +108,8 @@ def start_nodes(nodes: list[Any], output_dir: str) -> tuple[list[tuple[Any, node
             os.makedirs(os.path.dirname(node.log), exist_ok=True)
             # Through the node wrapper: it records how the agent ended even if we are killed.
             p = node_wrapper.start(sys.executable, node_wrapper.exit_file(node.log), node.argv,
-                                   env={**os.environ, **node.env}, cwd=node.cwd, log=node.log)
+                                   env={**os.environ, **node.env}, cwd=node.cwd, log=node.log,
+                                   cgroup=cgroups.node_dir(_cgroup[0], index, node.node) if _cgroup[0] else None)
         except OSError as e:
             return running, f"node {node.node}: cannot start {node.argv[0]}: {e}"
         running.append((node, p))
@@ -157,7 +163,7 @@ def start_first_run(run_dir: str, plan: LocalPayload) -> Started | None:
     first = plan.elements[0]
     marks = {n.node: _size(n.log) for n in first.nodes}
     started = time.time()
-    running, error = start_nodes(first.nodes, first.output_dir)
+    running, error = start_nodes(first.nodes, first.output_dir, first.index)
     return Started(running=running, error=error, started=started, marks=marks)
 
 
@@ -170,6 +176,7 @@ class Supervisor:
         self.state: dict[str, Any] = {
             "state": JobState.PENDING.value, "message": "", "port": self.plan.port,
             "supervisor_pid": os.getpid(), "started": time.time(), "ended": None,
+            "cgroup": _cgroup[0], "cgroup_unavailable": _cgroup[1] or None,
             "elements": [
                 {"index": el.index, "params": el.params, "state": JobState.PENDING.value, "message": "",
                  "output_dir": el.output_dir, "nodes": []}
@@ -220,6 +227,10 @@ class Supervisor:
         if self.cancelled():
             final, message = JobState.CANCELLED, "cancelled by user"
         self._remove_network()  # before the final state: a finished job has left nothing behind
+        if _cgroup[0]:
+            from launcher.targets.local import cgroups
+
+            cgroups.remove(_cgroup[0])  # the empty ones: a process left running is cancel's to stop
         self.state["state"] = final.value
         self.state["message"] = message
         self.state["ended"] = time.time()
@@ -236,7 +247,7 @@ class Supervisor:
             running = [(node, p) for node, (_, p) in zip(el.nodes, started.running)]
         else:
             st["started"] = time.time()
-            running, error = start_nodes(el.nodes, el.output_dir)
+            running, error = start_nodes(el.nodes, el.output_dir, el.index)
         st["state"] = JobState.RUNNING.value
         st["message"] = ""
         st["nodes"] = [{"node": n.node, "pid": p.pid, "exit_code": None, "log": n.log} for n, p in running]
@@ -325,6 +336,11 @@ class Supervisor:
             if p.poll() is None:
                 p.kill()
             p.wait()
+        if _cgroup[0]:  # what the marker cannot find: a process with its own session and environment
+            from launcher.targets.local import cgroups
+
+            for n, _ in running:
+                cgroups.stop(os.path.join(_cgroup[0], f"task-{st['index']}-node-{n.node}"))
         # A container whose engine client was killed may outlive it: remove the run's containers by name.
         names = [n.container for n, _ in running if n.container]
         from launcher.targets.local import container
@@ -345,6 +361,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m launcher.targets.local.supervisor RUN_DIR", file=sys.stderr)
         return 2
     plan = read_plan(argv[0])  # a plan that cannot be read stops here, with why, before any node starts
+    global _cgroup
+    from launcher.targets.local import cgroups
+
+    _cgroup = cgroups.make_job(plan.job_id)
     return Supervisor(argv[0], plan).run(start_first_run(argv[0], plan))
 
 

@@ -247,6 +247,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         state = read_state(str(run_dir))
         if state is not None and JobState.parse(state["state"]).terminal:
             procs.kill_marked(MARKER, handle.job_id, grace=2.0)  # leftovers of a finished run, if any
+            _stop_cgroup(handle, state)
             _remove_containers(handle)
             return
         try:
@@ -264,7 +265,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
             while time.monotonic() < deadline and procs.alive(handle.pid, handle.start):
                 time.sleep(0.1)
         # Whatever is left (a stuck supervisor, a worker that ignored SIGTERM) goes now.
-        survivors = procs.kill_marked(MARKER, handle.job_id, grace=2.0)
+        survivors = procs.kill_marked(MARKER, handle.job_id, grace=2.0) + _stop_cgroup(handle, state)
         if survivors:
             raise TargetError(f"could not stop processes {survivors} of job {handle.job_id}")
         _remove_containers(handle)
@@ -280,6 +281,15 @@ def read_state(run_dir: str) -> dict[str, Any] | None:
     """``state.json`` as the supervisor last wrote it, or None before its first write."""
     state = read_json(os.path.join(run_dir, "state.json"))
     return state if isinstance(state, dict) else None
+
+
+def _stop_cgroup(handle: LocalHandle, state: dict[str, Any] | None) -> list[int]:
+    """Kill what is left in the job's cgroup (launcher.targets.local.cgroups): processes that left
+    the job's session and environment. Returns those that survived."""
+    from launcher.targets.local import cgroups
+
+    path = (state or {}).get("cgroup") or (read_state(handle.run_dir) or {}).get("cgroup")
+    return cgroups.stop(path) if isinstance(path, str) and path.endswith(f"/ddpjob-{handle.job_id}") else []
 
 
 def _remove_containers(handle: LocalHandle) -> None:
