@@ -212,7 +212,7 @@ class Supervisor:
                 marks = started.marks if started is not None else {n.node: _size(n.log) for n in el.nodes}
                 self.run_element(el, st, started)
                 started = None  # a new attempt starts its nodes again
-                if attempt == PORT_ATTEMPTS or not self._port_was_taken(el, marks) or not self._move_port(attempt):
+                if attempt == PORT_ATTEMPTS or not self._port_was_taken(el, st, marks) or not self._move_port(attempt):
                     break
                 st["nodes"] = []
             self.save()
@@ -289,10 +289,12 @@ class Supervisor:
             st["state"] = JobState.SUCCEEDED.value
         st["ended"] = time.time()
 
-    def _port_was_taken(self, el: LocalElement, marks: dict[int, int]) -> bool:
+    def _port_was_taken(self, el: LocalElement, st: dict[str, Any], marks: dict[int, int]) -> bool:
+        if st["state"] != "FAILED" or self.cancelled():  # a run that succeeded had its port
+            return False
         from launcher.targets.local.portmove import port_was_taken
 
-        return not self.cancelled() and port_was_taken(self.plan, el, marks)
+        return port_was_taken(self.plan, el, marks)
 
     def _move_port(self, attempt: int) -> bool:
         from launcher.targets.local.portmove import move_port
