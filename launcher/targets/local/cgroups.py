@@ -96,7 +96,8 @@ def stop(path: str, timeout: float = 5.0) -> list[int]:
     deadline = time.monotonic() + timeout
     while True:
         left = pids(path)
-        if not left or time.monotonic() > deadline:
+        # An ended process counts until it is reaped (by init, for an orphan): wait for "populated 0".
+        if (not left and not _populated(path)) or time.monotonic() > deadline:
             break
         try:
             with open(os.path.join(path, "cgroup.kill"), "w", encoding="ascii") as f:
@@ -110,6 +111,14 @@ def stop(path: str, timeout: float = 5.0) -> list[int]:
         time.sleep(0.05)
     remove(path)
     return left
+
+
+def _populated(path: str) -> bool:
+    try:
+        with open(os.path.join(path, "cgroup.events"), encoding="ascii") as f:
+            return "populated 1" in f.read()
+    except OSError:
+        return False
 
 
 def remove(path: str) -> bool:
