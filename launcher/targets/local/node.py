@@ -23,9 +23,11 @@ import time
 RECORD_SIZE = 256  # bytes allocated up front; a record is far smaller
 
 
-def command(python: str, exit_file: str, argv: list[str]) -> list[str]:
-    """The command line that runs ``argv`` as one node, recording how it ends in ``exit_file``."""
-    return [python, "-I", "-S", os.path.abspath(__file__), exit_file, "--", *argv]
+def command(python: str, exit_file: str, argv: list[str], cgroup: str | None = None) -> list[str]:
+    """The command line that runs ``argv`` as one node, recording how it ends in ``exit_file``;
+    with ``cgroup``, the node's processes run in that cgroup (launcher.targets.local.cgroups)."""
+    where = ["--cgroup", cgroup] if cgroup else []
+    return [python, "-I", "-S", os.path.abspath(__file__), exit_file, *where, "--", *argv]
 
 
 def exit_file(log: str) -> str:
@@ -61,7 +63,8 @@ class Proc:
         self.send_signal(signal.SIGKILL)
 
 
-def start(python: str, exit_file: str, argv: list[str], *, env: dict[str, str], cwd: str, log: str) -> Proc:
+def start(python: str, exit_file: str, argv: list[str], *, env: dict[str, str], cwd: str, log: str,
+          cgroup: str | None = None) -> Proc:
     """Start ``argv`` as one node through this wrapper, in ``cwd``, its output appended to ``log``
     and nothing on its stdin; as ``subprocess.Popen`` would, without importing subprocess on the way
     to the first torchrun. Raises OSError when the wrapper cannot start (``cwd`` or ``log`` included)."""
@@ -71,7 +74,7 @@ def start(python: str, exit_file: str, argv: list[str], *, env: dict[str, str], 
         home = "/"
     os.chdir(cwd)  # posix_spawn starts the child in this process's directory
     try:
-        pid = os.posix_spawn(python, command(python, exit_file, argv), env, file_actions=[
+        pid = os.posix_spawn(python, command(python, exit_file, argv, cgroup), env, file_actions=[
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
             (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666),
             (os.POSIX_SPAWN_DUP2, 1, 2),
@@ -104,8 +107,14 @@ def read_record(path: str) -> dict[str, object] | None:
     return data if isinstance(data, dict) and data.get("exit_code") is not None else None
 
 
-def run(exit_file: str, argv: list[str]) -> int:
+def run(exit_file: str, argv: list[str], cgroup: str | None = None) -> int:
     started = time.time()
+    if cgroup:
+        try:  # before the agent starts: it and everything it starts are inside, whatever session or environment
+            with open(os.path.join(cgroup, "cgroup.procs"), "w", encoding="ascii") as f:
+                f.write(str(os.getpid()))
+        except OSError as e:
+            _say(f"[ddpjob] cannot enter the node's cgroup {cgroup}: {e}; cancel finds its processes by the job's marker")
     child: list[int] = []  # the agent's pid, once it runs
     pending: list[int] = []  # signals that came before it did
 
@@ -126,17 +135,19 @@ def run(exit_file: str, argv: list[str]) -> int:
         # ones are reset by exec), without importing subprocess.
         child.append(os.posix_spawnp(argv[0], argv, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)))
     except OSError as e:
-        print(f"[ddpjob] cannot start {argv[0]}: {e}", file=sys.stderr, flush=True)
+        _say(f"[ddpjob] cannot start {argv[0]}: {e}")
         _record(exit_file, {"exit_code": 127, "signal": None, "ended": time.time(), "error": str(e)}, create=True)
         return 127
     for signum in pending:
         forward(signum, None)
-    created = _record(exit_file, {"exit_code": None, "started": started}, create=True)
-    _, status = os.waitpid(child[0], 0)
+    agent = child[0]
+    created = _record(exit_file, {"exit_code": None, "started": started, "pid": agent}, create=True)
+    _, status = os.waitpid(agent, 0)
     child[0] = 0
     code = os.waitstatus_to_exitcode(status)
     sig_name = signal.Signals(-code).name if code < 0 else None
-    _record(exit_file, {"exit_code": code, "signal": sig_name, "ended": time.time()}, create=not created)
+    _record(exit_file, {"exit_code": code, "signal": sig_name, "ended": time.time(), "pid": agent},
+            create=not created)
     return 128 - code if code < 0 else code
 
 
@@ -145,16 +156,27 @@ def _record(exit_file: str, record: dict[str, object], *, create: bool) -> bool:
     try:
         write_record(exit_file, record, create=create)
     except OSError as e:
-        print(f"[ddpjob] could not write {exit_file}: {e}", file=sys.stderr, flush=True)
+        _say(f"[ddpjob] could not write {exit_file}: {e}")
         return False
     return True
 
 
+def _say(text: str) -> None:
+    """A line in the node's log (its stderr); dropped when a full disk cannot take it."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def main(args: list[str]) -> int:
+    cgroup = args[2] if len(args) > 3 and args[1] == "--cgroup" else None
+    if cgroup:
+        args = [args[0], *args[3:]]
     if len(args) < 3 or args[1] != "--":
-        print("usage: python -I -S node.py EXIT_FILE -- ARGV...", file=sys.stderr)
+        print("usage: python -I -S node.py EXIT_FILE [--cgroup DIR] -- ARGV...", file=sys.stderr)
         return 2
-    return run(args[0], args[2:])
+    return run(args[0], args[2:], cgroup)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ def command(run_dir: str) -> list[str]:
 
 
 _stop_requested = False
+# The job's cgroup (launcher.targets.local.cgroups), or why there is none: made before the first node starts.
+_cgroup: tuple[str | None, str] = (None, "")
 # Starts of a run whose rendezvous port another program took before torchrun bound it.
 PORT_ATTEMPTS = 3
 
@@ -90,17 +92,24 @@ def _on_term(signum: int, frame: Any) -> None:
     _stop_requested = True
 
 
-def start_nodes(nodes: list[Any], output_dir: str) -> tuple[list[tuple[Any, node_wrapper.Proc]], str | None]:
-    """Start one run's nodes, each through the node wrapper; the ones started, and why the next
-    one could not be (None when all were). ``nodes`` are the plan's nodes, typed or raw."""
-    os.makedirs(output_dir, exist_ok=True)
+def start_nodes(nodes: list[Any], output_dir: str, index: int) -> tuple[list[tuple[Any, node_wrapper.Proc]], str | None]:
+    """Start run ``index``'s nodes, each through the node wrapper (in a cgroup of its own where the
+    job has one); the ones started, and why the next one could not be (None when all were).
+    ``nodes`` are the plan's nodes, typed or raw."""
+    from launcher.targets.local import cgroups
+
     running: list[tuple[Any, node_wrapper.Proc]] = []
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as e:  # a full disk, a file in the way: the run fails, the supervisor goes on
+        return running, f"cannot make the output directory {output_dir}: {e.strerror or e}"
     for node in nodes:
-        os.makedirs(os.path.dirname(node.log), exist_ok=True)
         try:
+            os.makedirs(os.path.dirname(node.log), exist_ok=True)
             # Through the node wrapper: it records how the agent ended even if we are killed.
             p = node_wrapper.start(sys.executable, node_wrapper.exit_file(node.log), node.argv,
-                                   env={**os.environ, **node.env}, cwd=node.cwd, log=node.log)
+                                   env={**os.environ, **node.env}, cwd=node.cwd, log=node.log,
+                                   cgroup=cgroups.node_dir(_cgroup[0], index, node.node) if _cgroup[0] else None)
         except OSError as e:
             return running, f"node {node.node}: cannot start {node.argv[0]}: {e}"
         running.append((node, p))
@@ -154,7 +163,7 @@ def start_first_run(run_dir: str, plan: LocalPayload) -> Started | None:
     first = plan.elements[0]
     marks = {n.node: _size(n.log) for n in first.nodes}
     started = time.time()
-    running, error = start_nodes(first.nodes, first.output_dir)
+    running, error = start_nodes(first.nodes, first.output_dir, first.index)
     return Started(running=running, error=error, started=started, marks=marks)
 
 
@@ -167,6 +176,7 @@ class Supervisor:
         self.state: dict[str, Any] = {
             "state": JobState.PENDING.value, "message": "", "port": self.plan.port,
             "supervisor_pid": os.getpid(), "started": time.time(), "ended": None,
+            "cgroup": _cgroup[0], "cgroup_unavailable": _cgroup[1] or None,
             "elements": [
                 {"index": el.index, "params": el.params, "state": JobState.PENDING.value, "message": "",
                  "output_dir": el.output_dir, "nodes": []}
@@ -175,14 +185,10 @@ class Supervisor:
         }
 
     def save(self) -> None:
-        from launcher.targets.shared.files import write_json
-
-        try:
-            write_json(os.path.join(self.run_dir, "state.json"), self.state)
-        except OSError as e:
-            # A full disk must not end the run: the nodes' exit records (written in place by
-            # launcher.targets.local.node) still tell status how it ended.
-            print(f"[ddpjob] could not write state.json: {e}", file=sys.stderr, flush=True)
+        # A full disk must not end the run: the state stays in memory and is written again when it
+        # can be (launcher.targets.local.statefile); the nodes' exit records, written in place by
+        # launcher.targets.local.node, tell status how the runs ended meanwhile.
+        self.files.save(self.state)
 
     def cancelled(self) -> bool:
         return _stop_requested or os.path.exists(os.path.join(self.run_dir, "cancel-requested"))
@@ -191,7 +197,9 @@ class Supervisor:
         """Run every element in turn; ``early``: the first one's nodes, already started
         (start_first_run)."""
         from launcher.core.states import JobState, summarize
+        from launcher.targets.local.statefile import StateFile
 
+        self.files = StateFile(self.run_dir)  # after the first run's nodes started: nothing delays them
         if early is None:
             self.save()
         for el, st in zip(self.plan.elements, self.state["elements"]):
@@ -204,7 +212,7 @@ class Supervisor:
                 marks = started.marks if started is not None else {n.node: _size(n.log) for n in el.nodes}
                 self.run_element(el, st, started)
                 started = None  # a new attempt starts its nodes again
-                if attempt == PORT_ATTEMPTS or not self._port_was_taken(el, marks) or not self._move_port(attempt):
+                if attempt == PORT_ATTEMPTS or not self._port_was_taken(el, st, marks) or not self._move_port(attempt):
                     break
                 st["nodes"] = []
             self.save()
@@ -219,6 +227,10 @@ class Supervisor:
         if self.cancelled():
             final, message = JobState.CANCELLED, "cancelled by user"
         self._remove_network()  # before the final state: a finished job has left nothing behind
+        if _cgroup[0]:
+            from launcher.targets.local import cgroups
+
+            cgroups.remove(_cgroup[0])  # the empty ones: a process left running is cancel's to stop
         self.state["state"] = final.value
         self.state["message"] = message
         self.state["ended"] = time.time()
@@ -235,7 +247,7 @@ class Supervisor:
             running = [(node, p) for node, (_, p) in zip(el.nodes, started.running)]
         else:
             st["started"] = time.time()
-            running, error = start_nodes(el.nodes, el.output_dir)
+            running, error = start_nodes(el.nodes, el.output_dir, el.index)
         st["state"] = JobState.RUNNING.value
         st["message"] = ""
         st["nodes"] = [{"node": n.node, "pid": p.pid, "exit_code": None, "log": n.log} for n, p in running]
@@ -246,15 +258,17 @@ class Supervisor:
             return
         self.save()
         failed_node: LocalNode | None = None
+        failed: tuple[int, int] = (0, 0)  # the failed node wrapper's pid and exit code, before any stop
         while True:
             codes = [p.poll() for _, p in running]
             for rec, code in zip(st["nodes"], codes):
                 rec["exit_code"] = code
-            bad = [(n, c) for (n, _), c in zip(running, codes) if c not in (None, 0)]
+            bad = [(n, p, c) for (n, p), c in zip(running, codes) if c not in (None, 0)]
             if bad and failed_node is None:
-                failed_node = bad[0][0]
+                failed_node, failed = bad[0][0], (bad[0][1].pid, bad[0][2] or 0)
             if all(c is not None for c in codes) or failed_node is not None or self.cancelled():
                 break
+            self.files.retry(self.state)  # a state a full disk refused is written once it can be
             # a node's end wakes us at once; a cancel (signal or file) within 0.25 s
             wait_for_exit([p.pid for (_, p), c in zip(running, codes) if c is None], 0.25)
         if self.cancelled():
@@ -264,74 +278,31 @@ class Supervisor:
         elif failed_node is not None:
             self._stop(running, st)
             st["state"] = JobState.FAILED.value
-            from launcher.targets.shared.rootcause import node_failure
+            from launcher.targets.shared.rootcause import killed_node, node_failure
 
-            st["message"] = node_failure(
+            record = node_wrapper.read_record(node_wrapper.exit_file(failed_node.log))
+            st["message"] = killed_node(node=failed_node.node, nodes=len(el.nodes), wrapper_pid=failed[0],
+                                        wrapper_code=failed[1], record=record) or node_failure(
                 node=failed_node.node, procs_per_node=self.plan.procs_per_node, log=failed_node.log,
                 error_file=failed_node.error_file, torchrun_log_dir=failed_node.torchrun_log_dir)
         else:
             st["state"] = JobState.SUCCEEDED.value
         st["ended"] = time.time()
 
-    def _port_was_taken(self, el: LocalElement, marks: dict[int, int]) -> bool:
-        """The run failed because another program took the rendezvous port between the choice and
-        torchrun's bind, before any worker started: worth another port (not the spec's own)."""
-        # A bridge network gives each container its own network namespace: no other program holds its ports.
-        if self.plan.port_fixed or self.cancelled() or self.plan.network_name:
+    def _port_was_taken(self, el: LocalElement, st: dict[str, Any], marks: dict[int, int]) -> bool:
+        if st["state"] != "FAILED" or self.cancelled():  # a run that succeeded had its port
             return False
-        master = el.nodes[0]
-        try:
-            with open(master.log, "rb") as f:
-                f.seek(marks.get(master.node, 0))
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
-            return False
-        if "EADDRINUSE" not in text and "Address already in use" not in text:
-            return False
-        from pathlib import Path
+        from launcher.targets.local.portmove import port_was_taken
 
-        return not any(next(Path(n.torchrun_log_dir).glob("*/attempt_*/*"), None) for n in el.nodes)
+        return port_was_taken(self.plan, el, marks)
 
     def _move_port(self, attempt: int) -> bool:
-        """A new free port for this and every later run, from the service's port command (which
-        records it for the job); the plan files then show the port actually used. False when no
-        port could be had (the run's failure stands)."""
-        import subprocess
+        from launcher.targets.local.portmove import move_port
 
-        from launcher.core.errors import TargetError
-        from launcher.targets.local.payload import move_port, moved_port_text
-        from launcher.targets.shared.files import atomic_write, to_json, write_json
-
-        old = self.plan.port
-        if not self.plan.port_command or old is None:
+        new = move_port(self.plan, self.run_dir, attempt, PORT_ATTEMPTS)
+        if new is None:
             return False
-        proc = subprocess.run(self.plan.port_command, capture_output=True, text=True, check=False)
-        if proc.returncode != 0 or not proc.stdout.strip().isdigit():
-            print(f"[ddpjob] rendezvous port {old} was taken and no other could be had: "
-                  f"{proc.stderr.strip() or proc.stdout.strip()}", file=sys.stderr, flush=True)
-            return False
-        new = int(proc.stdout.strip())
-        move_port(self.plan, new)  # plain namespaces of the payload's shape (read_plan)
         self.state["port"] = new
-        try:
-            typed = _typed_plan(self.run_dir)
-            move_port(typed, new)
-            write_json(os.path.join(self.run_dir, "plan.json"), to_json(typed))
-            with open(os.path.join(self.run_dir, "plan.txt"), encoding="utf-8") as f:
-                text = f.read()
-            atomic_write(os.path.join(self.run_dir, "plan.txt"), moved_port_text(text, old, new))
-        except (OSError, ValueError, TargetError) as e:
-            print(f"[ddpjob] could not record port {new} in the plan files: {e}", file=sys.stderr, flush=True)
-        note = (f"[ddpjob] rendezvous port {old} was taken by another program before torchrun could bind it; "
-                f"starting the nodes again on port {new} (attempt {attempt + 1} of {PORT_ATTEMPTS})\n")
-        print(note, end="", flush=True)
-        for el in self.plan.elements:
-            for n in el.nodes:
-                try:
-                    with open(n.log, "a", encoding="utf-8") as log:
-                        log.write(note)
-                except OSError:
-                    pass
         self.save()
         return True
 
@@ -340,14 +311,15 @@ class Supervisor:
         if not self.plan.network_name:
             return
         from launcher.targets.local import container, network
+        from launcher.targets.local.statefile import say
 
         # The engine refuses to remove a network a container still uses: any the engine has not yet
         # removed (--rm) goes first.
         container.remove(self.plan.container, [n.container for el in self.plan.elements for n in el.nodes
                                                if n.container])
         if not network.remove(self.plan.container, self.plan.network_name):
-            print(f"[ddpjob] could not remove the network {self.plan.network_name}: "
-                  f"ddpjob cancel {self.plan.job_id} tries again", file=sys.stderr, flush=True)
+            say(f"[ddpjob] could not remove the network {self.plan.network_name}: "
+                f"ddpjob cancel {self.plan.job_id} tries again")
 
     def _stop(self, running: list[tuple[LocalNode, node_wrapper.Proc]], st: dict[str, Any]) -> None:
         """Stop this run's agents and their workers; record how each node ended."""
@@ -366,13 +338,19 @@ class Supervisor:
             if p.poll() is None:
                 p.kill()
             p.wait()
+        if _cgroup[0]:  # what the marker cannot find: a process with its own session and environment
+            from launcher.targets.local import cgroups
+
+            for n, _ in running:
+                cgroups.stop(os.path.join(_cgroup[0], f"task-{st['index']}-node-{n.node}"))
         # A container whose engine client was killed may outlive it: remove the run's containers by name.
         names = [n.container for n, _ in running if n.container]
         from launcher.targets.local import container
+        from launcher.targets.local.statefile import say
 
         left = container.remove(self.plan.container, names) if names else []
         if left:
-            print(f"[ddpjob] could not remove containers {left}", file=sys.stderr, flush=True)
+            say(f"[ddpjob] could not remove containers {left}")
         for rec, (_, p) in zip(st["nodes"], running):
             rec["exit_code"] = p.returncode
 
@@ -385,6 +363,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m launcher.targets.local.supervisor RUN_DIR", file=sys.stderr)
         return 2
     plan = read_plan(argv[0])  # a plan that cannot be read stops here, with why, before any node starts
+    global _cgroup
+    from launcher.targets.local import cgroups
+
+    _cgroup = cgroups.make_job(plan.job_id)
     return Supervisor(argv[0], plan).run(start_first_run(argv[0], plan))
 
 

@@ -36,6 +36,7 @@ from launcher.targets.local.payload import (
     read_plan,
     render_local,
 )
+from launcher.targets.local.statefile import read_note
 from launcher.targets.shared import netif, procs
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
@@ -208,9 +209,16 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         if state is not None and JobState.parse(state["state"]).terminal:
             return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
         if procs.alive(handle.pid, handle.start):
+            stale = read_note(handle.run_dir)  # the supervisor could not write state.json (a full disk)
+            if stale is not None:
+                details["state_file"] = stale
             if state is None:
-                return JobStatus(JobState.PENDING, "starting", details=details)
-            return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
+                return JobStatus(JobState.PENDING, "starting" + (f"; {stale}" if stale else ""), details=details)
+            message = state.get("message", "")
+            if stale is not None:
+                message = (message + "; " if message else "") + (
+                    f"this state may be out of date: the supervisor {stale}, keeps supervising and writes it when it can")
+            return JobStatus(JobState.parse(state["state"]), message, _tasks(state), details)
         # The supervisor is gone. Re-read first: it may have written its final state as it exited.
         state = read_state(handle.run_dir)
         if state is not None and JobState.parse(state["state"]).terminal:
@@ -249,6 +257,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         state = read_state(str(run_dir))
         if state is not None and JobState.parse(state["state"]).terminal:
             procs.kill_marked(MARKER, handle.job_id, grace=2.0)  # leftovers of a finished run, if any
+            _stop_cgroup(handle, state)
             _remove_containers(handle)
             return
         try:
@@ -259,13 +268,14 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         if procs.alive(handle.pid, handle.start):
             try:
                 os.kill(handle.pid, 15)
+                os.kill(handle.pid, 18)  # SIGCONT: a stopped supervisor (SIGSTOP, Ctrl-Z) handles it at once
             except ProcessLookupError:
                 pass
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and procs.alive(handle.pid, handle.start):
                 time.sleep(0.1)
         # Whatever is left (a stuck supervisor, a worker that ignored SIGTERM) goes now.
-        survivors = procs.kill_marked(MARKER, handle.job_id, grace=2.0)
+        survivors = procs.kill_marked(MARKER, handle.job_id, grace=2.0) + _stop_cgroup(handle, state)
         if survivors:
             raise TargetError(f"could not stop processes {survivors} of job {handle.job_id}")
         _remove_containers(handle)
@@ -281,6 +291,15 @@ def read_state(run_dir: str) -> dict[str, Any] | None:
     """``state.json`` as the supervisor last wrote it, or None before its first write."""
     state = read_json(os.path.join(run_dir, "state.json"))
     return state if isinstance(state, dict) else None
+
+
+def _stop_cgroup(handle: LocalHandle, state: dict[str, Any] | None) -> list[int]:
+    """Kill what is left in the job's cgroup (launcher.targets.local.cgroups): processes that left
+    the job's session and environment. Returns those that survived."""
+    from launcher.targets.local import cgroups
+
+    path = (state or {}).get("cgroup") or (read_state(handle.run_dir) or {}).get("cgroup")
+    return cgroups.stop(path) if isinstance(path, str) and path.endswith(f"/ddpjob-{handle.job_id}") else []
 
 
 def _remove_containers(handle: LocalHandle) -> None:
@@ -355,10 +374,11 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
         if r is None:
             cause = f"node {n.node} left no exit record (killed with the supervisor?)"
         else:
-            from launcher.targets.shared.rootcause import node_failure
+            from launcher.targets.shared.rootcause import killed_node, node_failure
 
-            cause = node_failure(node=n.node, procs_per_node=plan.procs_per_node, log=n.log,
-                                 error_file=n.error_file, torchrun_log_dir=n.torchrun_log_dir)
+            cause = killed_node(node=n.node, nodes=len(el.nodes), wrapper_pid=None, wrapper_code=None,
+                                record=r) or node_failure(node=n.node, procs_per_node=plan.procs_per_node, log=n.log,
+                                                          error_file=n.error_file, torchrun_log_dir=n.torchrun_log_dir)
         tasks.append(TaskStatus(el.index, JobState.FAILED, cause, nodes, el.params))
     state, message = summarize(tasks)
     if state.terminal:

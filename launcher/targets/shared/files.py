@@ -24,12 +24,21 @@ if TYPE_CHECKING:
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
-    """Replace ``path`` with ``data`` in one step (temporary file in the same folder, then rename)."""
+    """Replace ``path`` with ``data`` in one step (temporary file in the same folder, then rename).
+    When that fails (a full disk), ``path`` is left as it was and the temporary file is removed."""
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data.encode("utf-8") if isinstance(data, str) else data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk fails the write or the close: the old file stays, no half-written one beside it.
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> None:

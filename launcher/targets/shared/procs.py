@@ -72,6 +72,7 @@ def terminate(pids_with_start: list[tuple[int, int | None]], grace: float = 5.0)
     for pid, _ in targets:
         try:
             os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGCONT)  # a stopped process would hold the SIGTERM until the SIGKILL
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + grace

@@ -89,6 +89,37 @@ def node_failure(*, node: int, procs_per_node: int, log: str, error_file: str, t
     return head + (": " + " | ".join(t.strip() for t in tail) if tail else "")
 
 
+def killed_node(*, node: int, nodes: int, wrapper_pid: int | None, wrapper_code: int | None,
+                record: dict[str, object] | None) -> str | None:
+    """Which process of a local node was killed from outside the job, how, and what followed; None
+    when neither was (the node failed on its own: ``node_failure`` says how).
+
+    ``wrapper_code``: how ddpjob's node wrapper ended as its parent saw it (negative: killed by that
+    signal; None: unknown); ``record``: the wrapper's exit record of its torchrun agent
+    (``launcher.targets.local.node``). A killed agent leaves no failure summary, only its workers'
+    ordinary lines, and a killed wrapper's agent is stopped by ddpjob's own SIGTERM afterwards:
+    neither is the cause."""
+    others = " and the job's other nodes" if nodes > 1 else ""
+    if wrapper_code is not None and wrapper_code < 0 and (record is None or record.get("exit_code") is None):
+        pid = f" (pid {wrapper_pid})" if wrapper_pid else ""
+        return (f"node {node}: its ddpjob node wrapper{pid} {_killed(signal_name(-wrapper_code))}; "
+                f"ddpjob then stopped its torchrun agent{others}")
+    sig = record.get("signal") if record else None
+    if record is not None and isinstance(sig, str) and sig:
+        agent = record.get("pid")
+        pid = f" (pid {agent})" if isinstance(agent, int) else ""
+        return f"node {node}: its torchrun agent{pid} {_killed(sig)}; ddpjob then stopped its workers{others}"
+    return None
+
+
+def _killed(sig: str) -> str:
+    if sig == "SIGKILL":
+        return "was killed by SIGKILL from outside the job (the OOM killer, or a user)"
+    if sig in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"):
+        return f"was killed by {sig} from outside the job"
+    return f"died of {sig}"
+
+
 def signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name

@@ -1,0 +1,199 @@
+"""The local target under faults of its own processes and its disk: a full disk under the supervisor,
+an agent or a node wrapper killed from outside, a worker's child that escapes the job's session and
+environment, a stopped supervisor. Real processes throughout."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from testkit import stop_leftovers, wait_for
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _cannot(reason: str) -> None:
+    """Skip with ``reason`` where the machine cannot do what the test needs; under CI, fail."""
+    if IN_CI:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def small_runs(ddpjob_home: Path) -> Iterator[Path]:
+    """The run directories of $DDPJOB_HOME (``runs/``, all the supervisor writes) on a real 2 MiB
+    filesystem (tmpfs), unmounted after the test's processes stop. The registry stays beside it:
+    SQLite cannot open a database on a full disk at all (status says so, exit 3)."""
+    runs = ddpjob_home / "runs"
+    runs.mkdir(mode=0o700)
+    if os.geteuid() != 0:
+        _cannot("mounting a small tmpfs for $DDPJOB_HOME/runs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(runs)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        _cannot(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield runs
+    finally:
+        stop_leftovers(ddpjob_home)
+        subprocess.run(["umount", str(runs)], check=False)
+        if os.path.ismount(runs):  # a process that outlived the stop still holds a file there
+            subprocess.run(["umount", "-l", str(runs)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Fill the filesystem holding ``path`` to its last byte."""
+    with open(path, "wb", buffering=0) as f:
+        for size in (1 << 16, 1 << 12, 1 << 9, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                pass
+
+
+STAGE = """
+import os, sys, time
+marks = os.environ["MARKS"]
+open(os.path.join(marks, "started-" + sys.argv[1]), "w").close()
+while not os.path.exists(os.path.join(marks, "go-" + sys.argv[1])):
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.real
+def test_a_full_disk_does_not_stop_the_supervisor(cli, tmp_path, small_runs):
+    """The disk of the run directories fills up during the first run of a sweep: the supervisor keeps the state in
+    memory, says why in status, starts the second run, leaves no temporary file, and writes the
+    final state once there is room again."""
+    marks = tmp_path / "marks"  # outside the small filesystem
+    marks.mkdir()
+    (tmp_path / "stage.py").write_text(STAGE)
+    (tmp_path / "job.yaml").write_text(
+        f"name: full\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
+    job_id = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True).stdout.strip()
+    run_dir = small_runs / job_id
+    wait_for((marks / "started-0").exists, "the first run to start")
+    filler = small_runs / "filler"
+    fill(filler)
+    (marks / "go-0").touch()  # the first run ends: its state cannot be written
+    wait_for((marks / "started-1").exists, "the second run to start on the full disk")
+
+    def says_why() -> dict | None:
+        st = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+        return st if "could not write state.json" in (st["message"] or "") else None
+
+    status = wait_for(says_why, "status to say why the state is stale")
+    assert "No space left on device" in status["message"], status
+    assert not list(run_dir.glob("*.tmp*")), list(run_dir.iterdir())
+    filler.unlink()
+    (marks / "go-1").touch()
+    done = cli("wait", job_id, "--timeout", "120")
+    assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
+    state = json.loads((run_dir / "state.json").read_text())  # written again, by the supervisor
+    assert [e["state"] for e in state["elements"]] == ["SUCCEEDED", "SUCCEEDED"], state
+    assert "could not write state.json" in (run_dir / "supervisor.log").read_text()
+    assert not list(run_dir.glob("**/*.tmp*"))
+
+
+WAITER = """
+import os, time
+print("waiting", os.environ["RANK"], flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def _start_waiting_job(cli, tmp_path: Path, nodes: int = 2) -> tuple[str, dict]:
+    (tmp_path / "waiter.py").write_text(WAITER)
+    job_id = cli("submit", "-q", "--nodes", str(nodes), "--", "python", "waiter.py", cwd=tmp_path,
+                 check=True).stdout.strip()
+    wait_for(lambda: cli("logs", job_id).stdout.count("waiting") == nodes, "the workers to start")
+    return job_id, json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+
+
+@pytest.mark.real
+def test_cancel_resumes_a_stopped_supervisor_to_stop_its_job(cli, tmp_path):
+    """A supervisor stopped with SIGSTOP (Ctrl-Z) is resumed by cancel, stops its own nodes and
+    records the cancel itself, rather than cancel waiting it out and killing it."""
+    from launcher.targets.shared import procs
+
+    job_id, data = _start_waiting_job(cli, tmp_path)
+    os.kill(data["handle"]["pid"], signal.SIGSTOP)
+    proc = cli("cancel", job_id)
+    assert proc.returncode == 0 and "CANCELLED" in proc.stdout, proc.stdout + proc.stderr
+    assert procs.marked_pids("DDPJOB_JOB_ID", job_id) == []
+    state = json.loads((Path(data["run_dir"]) / "state.json").read_text())
+    assert [e["state"] for e in state["elements"]] == ["CANCELLED"], state  # written by the supervisor
+    assert all(n["exit_code"] is not None for n in state["elements"][0]["nodes"]), state
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("victim", ["agent", "wrapper"])
+def test_a_node_process_killed_from_outside_is_named_as_the_cause(cli, tmp_path, victim):
+    """SIGKILL to node 1's torchrun agent, or to the ddpjob node wrapper above it: the job fails
+    naming that process and the signal, not a worker's ordinary last line (all a killed agent leaves)
+    nor the SIGTERM ddpjob sent afterwards to stop the rest."""
+    job_id, data = _start_waiting_job(cli, tmp_path)
+    state = json.loads((Path(data["run_dir"]) / "state.json").read_text())
+    wrapper = state["elements"][0]["nodes"][1]["pid"]
+    pid = _children(wrapper)[0] if victim == "agent" else wrapper
+    os.kill(pid, signal.SIGKILL)
+    done = cli("wait", job_id, "--timeout", "120")
+    assert done.returncode == 1 and "FAILED" in done.stdout, done.stdout + done.stderr
+    message = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)["message"]
+    process = "torchrun agent" if victim == "agent" else "ddpjob node wrapper"
+    assert f"node 1: its {process} (pid {pid}) was killed by SIGKILL" in message, message
+    assert "waiting" not in message and "SIGTERM" not in message, message
+
+
+ESCAPER = """
+import os, subprocess, sys, time
+# A child in its own session with an empty environment: no process group, no DDPJOB_JOB_ID.
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True, env={},
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+with open(os.environ["ESCAPED"] + ".tmp", "w") as f:
+    f.write(str(child.pid))
+os.rename(os.environ["ESCAPED"] + ".tmp", os.environ["ESCAPED"])
+print("escaped", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.mark.real
+def test_cancel_stops_a_process_that_left_the_job_session_and_environment(cli, tmp_path):
+    """Each node runs in a cgroup of its own: cancel stops a worker's child that started its own
+    session with an empty environment, which neither the process group nor the job's marker finds."""
+    from launcher.targets.local import cgroups
+    from launcher.targets.shared import procs
+
+    if cgroups.make_job("probe-00000")[0] is None:
+        _cannot(f"no writable cgroup v2 here: {cgroups.make_job('probe-00000')[1]}")
+    cgroups.remove(cgroups.make_job("probe-00000")[0] or "")
+    (tmp_path / "escaper.py").write_text(ESCAPER)
+    escaped = tmp_path / "escaped"
+    job_id = cli("submit", "-q", "--set", f"env.ESCAPED={escaped}", "--", "python", "escaper.py", cwd=tmp_path,
+                 check=True).stdout.strip()
+    pid = int(wait_for(lambda: escaped.exists() and escaped.read_text(), "the worker's child to escape"))
+    started = procs.start_time(pid)
+    try:
+        assert pid not in procs.marked_pids("DDPJOB_JOB_ID", job_id)  # the marker cannot see it
+        proc = cli("cancel", job_id)
+        assert proc.returncode == 0 and "CANCELLED" in proc.stdout, proc.stdout + proc.stderr
+        assert not procs.alive(pid, started), f"process {pid} escaped the cancel"
+        state = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+        assert not os.path.exists(json.loads((Path(state["run_dir"]) / "state.json").read_text())["cgroup"])
+    finally:
+        if procs.alive(pid, started):
+            os.kill(pid, signal.SIGKILL)
