@@ -25,7 +25,15 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from launcher.core.errors import DdpjobError, JobNotFound, SpecError, SubmitRejected, TargetUnavailable, WaitTimeout
+from launcher.core.errors import (
+    DdpjobError,
+    Issue,
+    JobNotFound,
+    SpecError,
+    SubmitRejected,
+    TargetUnavailable,
+    WaitTimeout,
+)
 from launcher.core.states import JobState
 from launcher.service.jobs import Jobs, load
 from launcher.targets.base import JobStatus, LogFilter
@@ -98,8 +106,11 @@ def submit(
         command: the program when there is no spec, e.g. ``["python", "train.py", "--lr", "0.1"]``.
     """
     sets = _overrides(overrides)
-    sets += [f"{k}={json.dumps(v)}" for k, v in (("nodes", nodes), ("procs_per_node", procs_per_node),
-                                                   ("name", name)) if v is not None]
+    sets += [_set(k, v) for k, v in (("nodes", nodes), ("procs_per_node", procs_per_node), ("name", name))
+             if v is not None]
+    if command is not None and (isinstance(command, (str, bytes, bytearray)) or not isinstance(command, Sequence)):
+        raise SpecError(None, [Issue(("command",), f"give the command as a list of strings, not a {type(command).__name__}",
+                                     'e.g. command=["python", "train.py", "--lr", "0.1"]', source="command=")])
     if isinstance(spec, Mapping):
         from launcher.spec.load import load_spec
 
@@ -117,6 +128,8 @@ def submit(
 
 def get(job_id: str) -> Job:
     """The job with this id (or a unique prefix of it); ``JobNotFound`` otherwise."""
+    if not isinstance(job_id, str):
+        raise JobNotFound(f"<{type(job_id).__name__}>", why=f"a job id is a string (as `ddpjob list` shows it), not {type(job_id).__name__}")
     jobs = Jobs()
     return Job(jobs.get(job_id).id, jobs)
 
@@ -131,6 +144,17 @@ def _overrides(overrides: Mapping[str, Any] | Sequence[str] | None) -> list[str]
     if overrides is None:
         return []
     if isinstance(overrides, Mapping):
-        # JSON is YAML: a string stays the exact string, numbers and lists keep their type.
-        return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+        return [_set(str(key), value) for key, value in overrides.items()]
     return [str(o) for o in overrides]
+
+
+def _set(key: str, value: Any) -> str:
+    """``key=value`` as ``--set`` takes it; a value no spec can hold is a ``SpecError`` naming the key."""
+    try:
+        # JSON is YAML: a string stays the exact string, numbers and lists keep their type.
+        return f"{key}={json.dumps(value)}"
+    except ValueError:  # an int of more digits than Python writes out
+        problem = "a number of more than 4,300 digits is too long to read"
+    except TypeError:
+        problem = f"a {type(value).__name__} is not a spec value (strings, numbers, booleans, lists, mappings)"
+    raise SpecError(None, [Issue(tuple(key.split(".")), problem, source=f"{key}=")])

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from launcher.cli.specopts import TARGET_CHOICE
+from launcher.cli.specopts import TARGET_CHOICE, CommandAfterDashes, typed_command
 from launcher.cli.specopts import jobs_service as _jobs
 from launcher.cli.specopts import load as _load
 from launcher.cli.specopts import overrides as _overrides
@@ -22,6 +22,7 @@ from launcher.cli.support import DEBUG, exit_codes_help, flush_stdout
 from launcher.cli.support import guard as _guard
 from launcher.cli.support import interrupted as _interrupted
 from launcher.cli.tools import TOOLS, complete_job_ids, complete_spec_files
+from launcher.core.fields import COUNT_MAX
 from launcher.core.states import JobState
 
 if TYPE_CHECKING:
@@ -50,8 +51,8 @@ def cli(debug: bool) -> None:
 
 # --------------------------------------------------------------------------- commands
 
-@cli.command()
-@click.argument("args", nargs=-1, metavar="[SPEC | -- COMMAND...]", shell_complete=complete_spec_files)
+@cli.command(cls=CommandAfterDashes)
+@click.argument("args", nargs=-1, metavar="[SPEC | - | -- COMMAND...]", shell_complete=complete_spec_files)
 @_spec_options
 @click.option("--dry-run", type=click.Choice(["client", "server"]), is_flag=False, flag_value="client",
               default=None, help="Print the plan and stop: nothing is submitted or recorded. "
@@ -63,7 +64,7 @@ def cli(debug: bool) -> None:
 @_guard
 def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node: str | None, name: str | None,
            sets: tuple[str, ...], dry_run: str | None, follow: bool, quiet: bool, no_preflight: bool) -> None:
-    """Submit a job from a spec file, or a command given after --.
+    """Submit a job from a spec file (- reads it from standard input), or a command given after --.
 
     \b
     Examples:
@@ -72,11 +73,11 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
       ddpjob submit --target local --nodes 2 -- python train.py --lr 0.1
       ddpjob submit jobs/cifar.yaml -t k8s --set k8s.namespace=ml --dry-run
 
-    Everything after -- is the command, passed to torchrun as it is (never through a shell).
-    The job id is printed at once; the job runs on.
+    Everything after -- is the command, passed to torchrun as it is (never through a shell);
+    without --, the argument is a spec file, whatever its name. The job id is printed at once.
     """
     try:
-        loaded = _load(args, _overrides(sets, nodes, procs_per_node, name))
+        loaded = _load(args, _overrides(sets, nodes, procs_per_node, name), typed_command(), command_hint=True)
     except Exception as e:
         if not _interrupted(e):
             raise
@@ -160,7 +161,7 @@ def render(spec_file: str, target: str, nodes: int | None, procs_per_node: str |
     """Print exactly what would be submitted (torchrun lines, sbatch script, PyTorchJob); touch nothing.
 
     The job id is shown as <name>-xxxxx and, locally, the rendezvous port as <port>: both are
-    chosen at submit.
+    chosen at submit. SPEC - reads the spec from standard input.
 
     \b
     Example:
@@ -175,7 +176,8 @@ def render(spec_file: str, target: str, nodes: int | None, procs_per_node: str |
 @click.option("--target", "-t", type=TARGET_CHOICE, help="Also run this target's checks (e.g. the PyTorchJob CRD schema).")
 @_guard
 def validate(spec_files: tuple[str, ...], target: str | None) -> None:
-    """Check spec files and report every problem with file, line and field. Exit 2 if any is wrong.
+    """Check spec files (- reads one from standard input) and report every problem with file, line
+    and field. Exit 2 if any is wrong.
 
     \b
     Example:
@@ -245,7 +247,7 @@ def status(job_id: str, output: str) -> None:
 
 @cli.command(name="list")
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--limit", type=click.IntRange(min=0), default=50, show_default=True, help="Newest N jobs (0: all).")
+@click.option("--limit", type=click.IntRange(0, COUNT_MAX), default=50, show_default=True, help="Newest N jobs (0: all).")
 @click.option("--target", "-t", type=TARGET_CHOICE, help="Only jobs of this target.")
 @click.option("--du", is_flag=True, help="Also show the disk space each job's run directory uses.")
 @_guard
@@ -279,7 +281,7 @@ def list_(output: str, limit: int, target: str | None, du: bool) -> None:
 @click.option("--node", type=click.IntRange(min=0), help="Only this node (0-based).")
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
 @click.option("--task", type=click.IntRange(min=0), help="Only this run of a sweep (0-based).")
-@click.option("--tail", type=click.IntRange(min=0), help="Only the last N lines of each source.")
+@click.option("--tail", type=click.IntRange(0, COUNT_MAX), help="Only the last N lines of each source.")
 @_guard
 def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: int | None, tail: int | None) -> None:
     """Print a job's output; every line is prefixed with its node and rank.

@@ -11,6 +11,7 @@ import click
 from launcher.targets import TARGET_NAMES  # names only: no target is imported here
 
 if TYPE_CHECKING:
+    from launcher.core.errors import SpecError
     from launcher.service.jobs import Jobs
     from launcher.spec.load import LoadedSpec
 
@@ -41,17 +42,76 @@ def overrides(sets: tuple[str, ...], nodes: int | None, procs: str | None, name:
     return out
 
 
-def load(args: tuple[str, ...], overrides: list[str]) -> LoadedSpec:
-    """A spec file (``SPEC``) or a bare command (``-- python train.py ...``)."""
-    from launcher.core.errors import UsageError
+class CommandAfterDashes(click.Command):
+    """A command whose ``--`` starts a program to run: what follows it is kept apart from the
+    arguments before it (click would merge them), so ``submit`` knows what the user typed
+    instead of guessing from a file name."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[COMMAND_KEY] = tuple(args[cut + 1:])
+            args = args[:cut]
+        else:
+            ctx.meta[COMMAND_KEY] = None
+        return super().parse_args(ctx, args)
+
+
+COMMAND_KEY = "ddpjob.command"
+
+
+def typed_command() -> tuple[str, ...] | None:
+    """The words after ``--`` of the command being run (None: there was no ``--``)."""
+    command: tuple[str, ...] | None = click.get_current_context().meta.get(COMMAND_KEY)
+    return command
+
+
+def load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] | None = None, *,
+         command_hint: bool = False) -> LoadedSpec:
+    """A spec file (``SPEC``; ``-`` reads it from standard input) or a command typed after ``--``.
+
+    What the user typed decides, never a file's name: without ``--`` every argument is a spec."""
+    from launcher.core.errors import Issue, SpecError, UsageError
     from launcher.service import jobs
 
-    if args and args[0].endswith((".yaml", ".yml")):
-        if len(args) > 1:
-            raise UsageError(f"extra arguments after the spec {args[0]}: {' '.join(args[1:])}; "
+    if command is not None:
+        if args:
+            raise UsageError(f"a spec ({args[0]}) and a command after -- ({' '.join(command)}): give one of them; "
                              "put the command in the spec's command:, or use --set")
+        return jobs.load(None, command=list(command), overrides=overrides)
+    if len(args) > 1 and (args[0].lower().endswith((".yaml", ".yml")) or args[0] == "-"):
+        raise UsageError(f"extra arguments after the spec {args[0]}: {' '.join(args[1:])}; "
+                         "put the command in the spec's command:, or use --set")
+    if len(args) > 1:
+        raise UsageError(f"{' '.join(args)}: one spec file at most; to run a command, put -- before it: "
+                         f"ddpjob submit [OPTIONS] -- {' '.join(args)}")
+    if not args:
+        return jobs.load(None, command=[], overrides=overrides)  # says what to give
+    if args[0] == "-":
+        from launcher.spec.load import STDIN_NAME, read_stdin_text
+
+        return jobs.load(STDIN_NAME, overrides=overrides, text=read_stdin_text())
+    try:
         return jobs.load(args[0], overrides=overrides)
-    return jobs.load(None, command=list(args), overrides=overrides)
+    except SpecError as e:
+        hint = _not_a_spec_hint(args[0], e, command_hint)
+        if hint is None:
+            raise
+        issue = e.issues[0]
+        raise SpecError(e.file, [Issue(issue.path, issue.message, hint, issue.source)], e.locations) from e
+
+
+def _not_a_spec_hint(path: str, e: SpecError, command_hint: bool) -> str | None:
+    """A better hint when what was given is not a spec at all: a pipe, or a program meant to run."""
+    if len(e.issues) != 1 or e.issues[0].path or e.issues[0].source:
+        return None
+    message = e.issues[0].message
+    if message.startswith(("not a regular file (a FIFO", "not a regular file (a character")):
+        return "to read a spec from standard input, give - (ddpjob validate - < spec.yaml)"
+    program = path.endswith(".py") or message.startswith(("the spec must be a mapping", "YAML syntax error"))
+    if command_hint and program and not path.lower().endswith((".yaml", ".yml")):
+        return f"a spec is a YAML file; to run a program, put -- before it: ddpjob submit [OPTIONS] -- python {path}"
+    return None
 
 
 def jobs_service() -> Jobs:

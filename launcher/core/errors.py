@@ -99,8 +99,11 @@ class JobNotFound(DdpjobError):
 
     exit_code = 4
 
-    def __init__(self, job_id: str, suggestions: list[str] | None = None, *, ambiguous: bool = False) -> None:
-        if not job_id.strip():
+    def __init__(self, job_id: str, suggestions: list[str] | None = None, *, ambiguous: bool = False,
+                 why: str | None = None) -> None:
+        if why is not None:
+            msg = why
+        elif not job_id.strip():
             msg = "an empty job id matches no job"
         elif ambiguous:
             msg = f"{job_id!r} is the start of several job ids: {', '.join(suggestions or [])}; give more of the id"

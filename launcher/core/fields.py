@@ -22,6 +22,11 @@ RESERVED_ENV = frozenset(
 )
 
 
+# The largest count a command line option takes (``logs --tail``, ``list --limit``): more lines
+# or jobs than anyone has, and small enough for every place a count goes (a deque, SQLite's LIMIT).
+COUNT_MAX = 1_000_000_000
+
+
 def is_reserved_env(name: str) -> bool:
     """Set per process by torchrun, ddpjob or an operator (``PET_*``): never by a spec."""
     return name in RESERVED_ENV or name.startswith("PET_")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.core.errors import UsageError
+from launcher.core.errors import DdpjobError, UsageError
 from launcher.core.states import TERMINAL, JobState
 
 if TYPE_CHECKING:
@@ -58,6 +58,13 @@ def disk_use(path: str) -> int:
 def remove(jobs: Jobs, job_id: str, *, force: bool = False) -> Removed:
     """Forget a finished job and delete its run directory. ``force`` cancels a live job first."""
     rec = jobs.get(job_id)
+    if not rec.state.terminal:
+        # The record says what was last seen (PENDING until someone asked): ask the target now, so
+        # the refusal names the job's real state and a job that has ended since is removed.
+        try:
+            rec, _ = jobs.refresh(rec.id)
+        except DdpjobError:  # the target is out of reach: the recorded state is all there is
+            pass
     if not rec.state.terminal:
         if not force:
             raise UsageError(f"{rec.id} is {rec.state.value}: cancel it first, or use rm --force")

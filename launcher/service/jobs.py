@@ -35,7 +35,7 @@ from launcher.core.errors import (
 )
 from launcher.core.interrupts import deferred_interrupt
 from launcher.core.states import JobState
-from launcher.service.shape import check_selection, check_timeout, plan_shape
+from launcher.service.shape import check_count, check_selection, check_timeout, plan_shape
 
 if TYPE_CHECKING:
     from launcher.service.registry import JobRecord, Registry
@@ -71,22 +71,50 @@ class Cancelled(enum.Enum):
     ALREADY_ENDED = "already ended"
 
 
-def load(spec_path: str | None, *, command: list[str] | None = None, overrides: list[str] = ()) -> LoadedSpec:  # type: ignore[assignment]
+def load(spec_path: str | None, *, command: list[str] | None = None, overrides: list[str] = (),  # type: ignore[assignment]
+         text: str | None = None) -> LoadedSpec:
     """A spec file, or a spec made of a bare ``command`` (``ddpjob submit -- python train.py``).
 
     Overrides (``KEY=VALUE``) apply before validation. Raises ``SpecError`` listing every problem.
+    ``text``: the spec's text, read already (from standard input); ``spec_path`` then names it.
     """
     from launcher.spec.load import load_spec
     from launcher.spec.model import sanitize_name
 
     if spec_path is not None:
-        return load_spec(spec_path, overrides=list(overrides))
+        return load_spec(spec_path, overrides=list(overrides), text=text)
     if not command:
         raise UsageError("give a spec file (ddpjob submit jobs/quickstart.yaml) or a command after -- "
                          "(ddpjob submit --nodes 2 -- python train.py)")
-    script = next((a for a in command[1:] if not a.startswith("-")), command[0])
-    base = {"name": sanitize_name(os.path.splitext(os.path.basename(script))[0]), "command": list(command)}
+    words = [a if isinstance(a, str) else "-" for a in command]  # the API may pass anything: validation says what
+    base = {"name": sanitize_name(os.path.splitext(os.path.basename(_named_after(words)))[0]), "command": list(command)}
     return load_spec(None, overrides=list(overrides), base=base)
+
+
+# Python's own options that take a value (``python -X dev train.py``: the script is train.py).
+_PYTHON_VALUED = {"-X", "-W", "--check-hash-based-pycs"}
+
+
+def _named_after(command: list[str]) -> str:
+    """The word a command-only job is named after: the script Python runs (``-m``: the module), the
+    program itself when it is a script (``./multinode.py 5 1``), else the first word after the
+    program that is not an option (``bash run.sh``)."""
+    program = os.path.basename(command[0])
+    if program.startswith("python"):
+        args = iter(command[1:])
+        for arg in args:
+            if arg in _PYTHON_VALUED:
+                next(args, None)
+            elif arg == "-m":
+                return next(args, program)
+            elif arg == "-c" or arg == "-":
+                return program
+            elif not arg.startswith("-"):
+                return arg
+        return program
+    if "/" in command[0] or "." in program:
+        return command[0]
+    return next((a for a in command[1:] if not a.startswith("-")), command[0])
 
 
 def gpu_count() -> int:
@@ -235,6 +263,7 @@ class Jobs:
         A target out of reach leaves its jobs as last known."""
         from launcher.targets import get_target
 
+        check_count("--limit", limit)
         records = self.registry.list(limit=limit or None, target=target)
         live: dict[str, dict[str, Any]] = {}
         for rec in records:
@@ -302,10 +331,9 @@ class Jobs:
 
     def logs(self, job_id: str, flt: LogFilter, *, follow: bool = False) -> Iterator[str]:
         """The job's lines, prefixed with node and rank (see ``Target.logs`` for the rules)."""
+        check_count("--tail", flt.tail)
         rec = self.registry.get(job_id)
         check_selection(rec, task=flt.task, node=flt.node, rank=flt.rank)
-        if flt.tail is not None and flt.tail < 0:
-            raise UsageError(f"--tail {flt.tail}: must be 0 or more")
         if rec.handle is None:
             raise NotSubmitted(f"{rec.id} has no logs: its submission did not complete ({rec.message or rec.state.value})")
         tgt, handle = self._target_and_handle(rec)

@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import UsageError
+from launcher.core.fields import COUNT_MAX
 
 if TYPE_CHECKING:
     from launcher.service.registry import JobRecord
@@ -57,3 +58,14 @@ def check_timeout(timeout: float | None) -> None:
     """A ``wait`` timeout must be a finite number of seconds, 0 or more (``nan`` never expires)."""
     if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
         raise UsageError(f"--timeout {timeout}: give a number of seconds, 0 or more (e.g. --timeout 600)")
+
+
+def check_count(option: str, value: int | None) -> None:
+    """A count of lines or jobs (``--tail``, ``--limit``): a whole number from 0 to ``COUNT_MAX``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{option} {value!r}: give a whole number of 0 or more")
+    if not 0 <= value <= COUNT_MAX:
+        shown = f"{value}" if value.bit_length() < 64 else "a number that large"
+        raise UsageError(f"{option} {shown}: give a whole number from 0 to {COUNT_MAX:,}")

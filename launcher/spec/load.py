@@ -38,7 +38,7 @@ class LoadedSpec:
 
     def error(self, issues: list[Issue]) -> SpecError:
         """A ``SpecError`` for problems found after loading, located in the same file."""
-        located = [_with_source(i, self.override_sources) for i in issues]
+        located = [_with_source(i, self.override_sources, self.locations) for i in issues]
         return SpecError(self.file, located, self.locations)
 
 
@@ -78,13 +78,29 @@ def _apply(data: dict[str, Any], parts: tuple[str, ...], value: Any, source: str
     return None
 
 
-def _with_source(issue: Issue, sources: dict[tuple[str, ...], str]) -> Issue:
+def _with_source(issue: Issue, sources: dict[tuple[str, ...], str],
+                 locations: dict[tuple[str | int, ...], tuple[int, int]] | None = None) -> Issue:
+    """The issue, named after the ``--set`` that caused it: one that set its field or a field under
+    it, or one that made the mapping it is about (a field the file does not have, which would
+    otherwise be shown at the file's first line)."""
     if issue.source:
         return issue
     for prefix, src in sources.items():
         if tuple(issue.path[: len(prefix)]) == prefix:
             return Issue(issue.path, issue.message, issue.hint, src)
+    if locations is not None:
+        in_file = next(cut for cut in range(len(issue.path), -1, -1) if cut == 0 or tuple(issue.path[:cut]) in locations)
+        best = max(sources, key=lambda p: _common(p, issue.path), default=None)
+        if best is not None and _common(best, issue.path) > in_file:
+            return Issue(issue.path, issue.message, issue.hint, sources[best])
     return issue
+
+
+def _common(a: tuple[str | int, ...], b: tuple[str | int, ...]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def load_spec(
@@ -92,6 +108,7 @@ def load_spec(
     *,
     overrides: list[str] = (),  # type: ignore[assignment]
     base: dict[str, Any] | None = None,
+    text: str | None = None,
 ) -> LoadedSpec:
     """Load, override and validate a spec. Raises ``SpecError`` with every problem found.
 
@@ -100,12 +117,14 @@ def load_spec(
             (``ddpjob submit -- python train.py``).
         overrides: ``KEY=VALUE`` strings applied in order before validation.
         base: starting data when ``path`` is None.
+        text: the spec's text when it was read already (standard input); ``path`` then only names it.
     """
     file = str(path) if path is not None else None
     locations: dict[tuple[str | int, ...], tuple[int, int]] = {}
     issues: list[Issue] = []
     if path is not None:
-        text = specyaml.read_spec_text(str(path))
+        if text is None:
+            text = specyaml.read_spec_text(str(path))
         data, locations, issues = specyaml.parse(text, file)
         if data is None:
             data = {}
@@ -123,7 +142,11 @@ def load_spec(
             issues.append(problem)
         sources[parts] = src
 
-    issues.extend(_nul_bytes(data, ()))
+    unreadable = unreadable_values(data)
+    issues.extend(unreadable)
+    if any(i.hint == HUGE_HINT for i in unreadable):  # not validated: no message could show such a number
+        issues = [_with_source(i, sources, locations if file is not None else None) for i in issues]
+        raise SpecError(file, sorted(issues, key=lambda i: (i.source is not None, _line_of(i, locations))), locations)
     spec: JobSpec | None = None
     try:
         with interrupt_after():  # the first validation builds the validators: no Ctrl-C in the middle
@@ -133,7 +156,7 @@ def load_spec(
     if spec is not None:
         issues.extend(check_placeholders(spec))
     if issues:
-        issues = [_with_source(i, sources) for i in issues]
+        issues = [_with_source(i, sources, locations if file is not None else None) for i in issues]
         issues.sort(key=lambda i: (i.source is not None, _line_of(i, locations)))
         raise SpecError(file, issues, locations)
     assert spec is not None
@@ -144,17 +167,71 @@ def load_spec(
     return LoadedSpec(spec, file, locations, sources)
 
 
-def _nul_bytes(data: Any, path: tuple[str | int, ...]) -> list[Issue]:
-    """Every string holding a NUL byte (no path, argument or variable can hold one)."""
+STDIN_NAME = "<stdin>"
+
+
+def read_stdin_text() -> str:
+    """The text of a spec piped to standard input (``ddpjob validate -``), under a file's bounds."""
+    import sys
+
+    def refuse(message: str, hint: str | None = None) -> SpecError:
+        return SpecError(STDIN_NAME, [Issue((), message, hint)])
+
+    stream = sys.stdin
+    if stream is None or stream.closed:
+        raise refuse("there is no standard input to read a spec from", "pipe a spec into it: ddpjob validate - < spec.yaml")
+    if stream.isatty():
+        raise refuse("standard input is a terminal", "pipe a spec into it: cat spec.yaml | ddpjob validate -")
+    limit = specyaml.max_bytes()
+    try:
+        data = stream.buffer.read(limit + 1)
+    except OSError as e:
+        raise refuse(f"cannot read standard input: {e.strerror or e}") from e
+    if len(data) > limit:
+        raise refuse(f"more than {limit:,} bytes; a job spec is a few kilobytes",
+                     "raise DDPJOB_SPEC_MAX_BYTES if this really is a spec")
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise SpecError(STDIN_NAME, [Issue((), f"not UTF-8 text (byte {data[e.start]:#04x})", "send UTF-8 text")],
+                        {(): (line, column)}) from e
+
+
+# An integer of more digits than Python turns into text (its limit, 4,300) cannot be shown in an
+# error, written into a command or compared usefully; hex, binary and YAML 1.1's base 60 (1:30) read
+# into one without that limit. No field needs more than a few digits.
+MAX_INT_DIGITS = 4300
+_MAX_INT_BITS = int(MAX_INT_DIGITS * 3.3219)
+
+
+def unreadable_values(data: Any, path: tuple[str | int, ...] = ()) -> list[Issue]:
+    """Every string holding a NUL byte (no path, argument or variable can hold one), every
+    integer too long to write out and bytes (from the Python API), keys included."""
     if isinstance(data, str):
         return [Issue(path, "contains a NUL byte, which no path, argument or variable can hold")] if "\x00" in data else []
+    if isinstance(data, int) and not isinstance(data, bool):
+        return [_huge(path)] if data.bit_length() > _MAX_INT_BITS else []
+    if isinstance(data, (bytes, bytearray)):  # only from the Python API: YAML gives no bytes (!!binary is refused)
+        return [Issue(path, "bytes, not text", "decode them first, e.g. value.decode()")]
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
     out: list[Issue] = []
     for key, value in items:
         if isinstance(key, str) and "\x00" in key:
             out.append(Issue(path, "a key contains a NUL byte"))
-        out += _nul_bytes(value, path + (key if isinstance(key, (str, int)) else str(key),))
+        if isinstance(key, int) and not isinstance(key, bool) and key.bit_length() > _MAX_INT_BITS:
+            out.append(_huge(path))
+            continue
+        out += unreadable_values(value, path + (key if isinstance(key, (str, int)) else str(key),))
     return out
+
+
+def _huge(path: tuple[str | int, ...]) -> Issue:
+    return Issue(path, f"a number of more than {MAX_INT_DIGITS:,} digits is too long to read", HUGE_HINT)
+
+
+HUGE_HINT = "no field needs such a number; quote it to keep it as text"
 
 
 def _line_of(issue: Issue, locations: dict[tuple[str | int, ...], tuple[int, int]]) -> tuple[int, int]:

@@ -142,13 +142,18 @@ class NcclOptions(BaseModel):
         return v
 
 
+# More cores than any one machine has (the largest have a few hundred, 1,792 threads at most).
+MAX_CPUS = 4096
+
+
 class Resources(BaseModel):
     """What each node (one torchrun agent) needs."""
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
 
     cpus: StrictInt | None = Field(
-        None, ge=1, description="CPU cores per node (a whole number). Also sets OMP_NUM_THREADS per process."
+        None, ge=1, le=MAX_CPUS,
+        description=f"CPU cores per node (a whole number, at most {MAX_CPUS}). Also sets OMP_NUM_THREADS per process.",
     )
     gpus: StrictInt = Field(0, ge=0, description="GPUs per node (nvidia.com/gpu on Kubernetes, --gpus-per-node on Slurm).")
     memory: str | None = Field(

@@ -38,7 +38,9 @@ VALUE_AT = sorted({i + 2 for i in range(len(BASE_TEXT)) if BASE_TEXT[i:i + 2] in
 # Scalars YAML reads in surprising ways (YAML 1.1 octal/sexagesimal, huge ints, dates, tags, aliases).
 NASTY = ["1" * 5000, "1e999", "-3", "0", "0o777", "0x1F", "0b101", "1_000", "+1", "1:30", "2024-13-45", "=", "~",
          ".nan", "-.inf", "yes", "!!binary aGk=", "!!set {a}", "*undefined", "&x [*x]", '"a\\x00b"', '"\\e[2J"',
-         '"a\\nb"', "[", "{a: 1", "? [a]", "|\n  x", "-"]
+         '"a\\nb"', "[", "{a: 1", "? [a]", "|\n  x", "-",
+         # Integers Python reads without its 4,300-digit limit but cannot write out (issue 23).
+         "0x" + "f" * 4000, "0b" + "1" * 15_000, "1" + ":59" * 3000]
 LIMIT_RSS_KB = 300 * 1024
 
 values = st.recursive(
@@ -49,7 +51,8 @@ values = st.recursive(
 text_edits = st.lists(st.tuples(st.sampled_from(VALUE_AT) | st.integers(0, len(BASE_TEXT)), st.integers(0, 6),
                                 st.sampled_from(FRAGMENTS) | st.text(max_size=8)), min_size=1, max_size=6)
 targets = st.sampled_from(["local", "slurm", "k8s"])
-odd_text = st.text(st.characters(codec="utf-8"), max_size=20) | st.sampled_from(["", " ", "-1", "nan", "inf", "1e999"])
+odd_text = st.text(st.characters(codec="utf-8"), max_size=20) | st.sampled_from(
+    ["", " ", "-1", "nan", "inf", "1e999", "100000000000000000000", "1" * 5000, "0x" + "f" * 4000])
 
 
 def replace_values(picks: list[tuple[int, str]]) -> str:
@@ -174,3 +177,54 @@ def test_a_set_value_of_digits_reads_as_yaml_reads_it(raw):
     if isinstance(by_yaml, str) and by_yaml.startswith("YAML syntax error"):
         by_yaml = raw
     assert (type(got), got) == (type(by_yaml), by_yaml)
+
+
+# What may stand where a spec goes: never a command (that needs --), always refused unless a spec.
+NOT_SPECS = ["/etc/passwd", "/dev/null", "/dev/stdin", "/", ".", "train.py", "spec.YAML", "python", "-x", "--",
+             "x.yml", "/proc/self/status", "jobs", "README.md", "pyproject.toml"]
+
+
+@FUZZ
+@given(verb=st.sampled_from([["validate"], ["render"], ["submit", "--dry-run"], ["submit", "--dry-run", "-t", "k8s"]]),
+       words=st.lists(st.sampled_from(NOT_SPECS) | odd_text, min_size=1, max_size=3))
+def test_anything_given_as_a_spec_is_read_as_one(verb, words):
+    """Without --, every argument is a spec file: what is not one is exit 2, never a job of a command."""
+    if words[0] == "--":
+        words = words[1:] or ["x"]
+    with tempfile.TemporaryDirectory() as d:
+        cwd = os.getcwd()
+        os.chdir(d)
+        try:
+            Path("train.py").write_text("print(1)\n")
+            Path("spec.YAML").write_text("name: [\n")
+            check([*verb, *[w for w in words if w != "--"]], (2,))
+        finally:
+            os.chdir(cwd)
+
+
+@FUZZ
+@given(verb=st.sampled_from([["list", "--limit"], ["logs", "x", "--tail"], ["logs", "x", "--node"]]),
+       value=st.integers(-(10**30), 10**30).map(str) | odd_text)
+def test_counts_of_any_size(verb, value):
+    check([*verb, value], (0, 2, 4))
+
+
+api_values = values | st.binary(max_size=4) | st.sampled_from([10**5000, -(10**5000), 1 << 20_000, b"python"])
+
+
+@FUZZ
+@given(command=st.none() | api_values | st.lists(api_values, max_size=3), nodes=st.none() | api_values,
+       overrides=st.dictionaries(st.sampled_from(FIELDS), api_values, max_size=3),
+       job_id=api_values)
+def test_the_python_api_raises_only_its_typed_errors(command, nodes, overrides, job_id):
+    """Every odd value given to the API is a ``DdpjobError`` (max_restarts -1 keeps anything from
+    being submitted), never a TypeError, AttributeError or ValueError from inside."""
+    import pytest
+
+    from launcher import api
+
+    with pytest.raises(api.DdpjobError):
+        api.submit(command=command, nodes=nodes, overrides={**overrides, "max_restarts": -1})
+    if not isinstance(job_id, str):
+        with pytest.raises(api.JobNotFound):
+            api.get(job_id)

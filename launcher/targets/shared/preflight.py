@@ -4,7 +4,8 @@ A script that does not exist fails only once torchrun has started every node (ab
 traceback per node later); found here, it is a spec error at submit time with the path it looked
 for. Only what can be known from here is checked: ``python X.py`` (the file, from the job's
 working directory) and ``python -m pkg.mod`` (``pkg`` in the working directory or importable by
-the interpreter that runs the job). Paths with placeholders are left to the job.
+the interpreter that runs the job), after the working directory itself (missing, or a file).
+Paths with placeholders are left to the job.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from launcher.targets.shared.launch import torchrun_program
 
 
 def missing_program(command: list[str], workdir: str, *, check_modules: bool = True) -> list[Issue]:
-    """Issues for a script or module of ``command`` that cannot be found from ``workdir``."""
+    """Issues for a working directory that is not one, or else for a script or module of
+    ``command`` that cannot be found from ``workdir``."""
+    if not os.path.isdir(workdir) and not placeholders(workdir):
+        what = "is a file, not a directory" if os.path.exists(workdir) else "does not exist"
+        return [Issue(("workdir",), f"the working directory {workdir} {what}",
+                      hint="create it or fix workdir: (relative paths start at the spec file's folder), "
+                      "or pass --no-preflight if the job's machines have it")]
     program = torchrun_program(command, "python")
     if not program or program[0] == "--no-python":
         return []
