@@ -60,7 +60,7 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     if problem:
         raise SpecError(None, [Issue(parts, problem, hint="a spec file refuses the same; pass a file's path instead",
                                      source=source)])
-    value = specyaml.parse_value(raw, source) if raw.strip() else ""
+    value = specyaml.parse_value(raw, source, parts) if raw.strip() else ""
     return parts, value
 
 
@@ -193,7 +193,8 @@ def _issues_from_pydantic(e: ValidationError, data: Any) -> list[Issue]:
                 msgs.append(msg)
         message = " or ".join(msgs) if len(msgs) > 1 else msgs[0]
         value = first.get("input")
-        secret = len(path) == 2 and path[0] == "env" and is_secret(str(path[1]))
+        # env as a whole (`--set env=...` taken as text) may hold a secret's value too.
+        secret = path[:1] == ("env",) and (len(path) == 1 or is_secret(str(path[1])))
         if not secret and isinstance(value, (int, float, str, bool)) and len(repr(value)) <= 60 and repr(value) not in message:
             message += f" (got {value!r})"
         hint = None
