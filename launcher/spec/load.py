@@ -22,6 +22,7 @@ from launcher.core.interrupts import interrupt_after
 from launcher.spec import yamlread as specyaml
 from launcher.spec.model import JobSpec, check_placeholders, sanitize_name
 from launcher.spec.secrets import is_secret, mask_override, printable
+from launcher.spec.size import size_issues
 
 if typing.TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -132,6 +133,8 @@ def load_spec(
         issues.extend(_issues_from_pydantic(e, data))
     if spec is not None:
         issues.extend(check_placeholders(spec))
+        issues.extend(size_issues(spec.nodes, spec.procs_per_node, spec.resources.gpus,
+                                  [len(v) for v in spec.sweep.values()]))
     if issues:
         issues = [_with_source(i, sources) for i in issues]
         issues.sort(key=lambda i: (i.source is not None, _line_of(i, locations)))

@@ -169,7 +169,7 @@ def _unprintable(text: str, file: str | None, source: str | None, prefix: Path) 
         return None
     what = "a NUL byte" if m.group() == "\x00" else f"the control character {m.group()!r}"
     return _error(file, source, f"the text holds {what}, which YAML does not allow", _Mark(*_position(text, m.start())),
-                  "remove it (a spec is plain UTF-8 text; write \\x.. escapes inside double quotes)", prefix)
+                  "remove it: a spec is plain UTF-8 text", prefix)
 
 
 def check_events(text: str, file: str | None, source: str | None = None, prefix: Path = ()) -> None:
@@ -208,6 +208,10 @@ def check_events(text: str, file: str | None, source: str | None = None, prefix:
                     and (not isinstance(event, yaml.AliasEvent) or anchors.get(event.anchor or "", (0, False))[1]):
                 raise fail("a mapping key must be a plain value, not a list or mapping", event,
                            "write `key: value` with a name as the key")
+            anchor = getattr(event, "anchor", None) if not isinstance(event, yaml.AliasEvent) else None
+            if anchor is not None and (anchor in anchors or any(top[3] == anchor for top in stack)):
+                raise fail(f"anchor &{anchor} is defined twice", event, "give each anchor its own name",
+                           "a YAML anchor (&name) is defined twice")
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 if len(stack) >= MAX_DEPTH:
                     raise fail(f"nested more than {MAX_DEPTH} levels deep", event, "a job spec nests a few levels")
@@ -327,6 +331,8 @@ def _secret_at(text: str, prefix: Path, mark: Any) -> bool:
     loader = _base()(text)
     try:
         node = loader.get_single_node()
+    except yaml.YAMLError:  # the document does not compose (a duplicate anchor): not a value's error
+        return False
     finally:
         loader.dispose()
     if not isinstance(node, yaml.MappingNode):

@@ -85,7 +85,8 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
                          "(default: the image's WORKDIR)")
         payload = K8sPayload(ctx.job_id, ctx.run_dir, spec.nodes, rendered.procs_per_node, spec.k8s.namespace,
                              spec.k8s.context, rendered.elements, rendered.objects, crd.summary(),
-                             spec_where(loaded, flavour.field_targets), spec.k8s.cpu is not None, spec.k8s.api, notes)
+                             spec_where(loaded, flavour.field_targets), spec.k8s.cpu is not None, spec.k8s.api, notes,
+                             len(rendered.objects))
         return Plan("k8s", ctx.job_id, spec.name, ctx.run_dir, payload, render_text, spec.nodes, rendered.procs_per_node,
                     len(rendered.elements), checks=payload.checks)
 
