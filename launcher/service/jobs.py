@@ -170,11 +170,16 @@ class Jobs:
         """The target's plan, with the text people see (and ``plan.txt`` holds): secret values
         masked, ``env_from_host`` names listed (``launcher.service.shown``)."""
         from launcher.service import shown as secretenv
+        from launcher.spec.size import work_issue
 
         issues = secretenv.host_env_issues(tgt, loaded, submitting=submitting)
         if issues:
             raise loaded.error(issues)
-        return secretenv.shown_plan(loaded, tgt.plan(loaded, ctx))
+        plan = tgt.plan(loaded, ctx)
+        too_big = work_issue(plan.nodes, plan.procs_per_node, plan.runs)  # procs_per_node: auto, now known
+        if too_big:
+            raise loaded.error([too_big])
+        return secretenv.shown_plan(loaded, plan)
 
     def server_dry_run(self, plan: Plan[Any]) -> str:
         """Ask the scheduler to check ``plan`` without creating anything (Kubernetes: dryRun=All)."""

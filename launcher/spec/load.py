@@ -22,6 +22,7 @@ from launcher.core.interrupts import interrupt_after
 from launcher.spec import yamlread as specyaml
 from launcher.spec.model import JobSpec, check_placeholders, sanitize_name
 from launcher.spec.secrets import is_secret, mask_override, printable
+from launcher.spec.size import size_issues
 
 if typing.TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -60,7 +61,7 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     if problem:
         raise SpecError(None, [Issue(parts, problem, hint="a spec file refuses the same; pass a file's path instead",
                                      source=source)])
-    value = specyaml.parse_value(raw, source) if raw.strip() else ""
+    value = specyaml.parse_value(raw, source, parts) if raw.strip() else ""
     return parts, value
 
 
@@ -155,6 +156,8 @@ def load_spec(
         issues.extend(_issues_from_pydantic(e, data))
     if spec is not None:
         issues.extend(check_placeholders(spec))
+        issues.extend(size_issues(spec.nodes, spec.procs_per_node, spec.resources.gpus,
+                                  [len(v) for v in spec.sweep.values()]))
     if issues:
         issues = [_with_source(i, sources, locations if file is not None else None) for i in issues]
         issues.sort(key=lambda i: (i.source is not None, _line_of(i, locations)))
@@ -270,7 +273,8 @@ def _issues_from_pydantic(e: ValidationError, data: Any) -> list[Issue]:
                 msgs.append(msg)
         message = " or ".join(msgs) if len(msgs) > 1 else msgs[0]
         value = first.get("input")
-        secret = len(path) == 2 and path[0] == "env" and is_secret(str(path[1]))
+        # env as a whole (`--set env=...` taken as text) may hold a secret's value too.
+        secret = path[:1] == ("env",) and (len(path) == 1 or is_secret(str(path[1])))
         if not secret and isinstance(value, (int, float, str, bool)) and len(repr(value)) <= 60 and repr(value) not in message:
             message += f" (got {value!r})"
         hint = None

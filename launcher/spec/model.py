@@ -26,6 +26,7 @@ from pydantic import (
 from launcher.core.errors import Issue
 from launcher.core.fields import ENV_NAME_RE, is_reserved_env, no_control
 from launcher.core.quantity import QuantityError, parse_memory
+from launcher.spec.secrets import is_secret
 from launcher.spec.stall import StallOptions
 from launcher.targets import TARGETS
 from launcher.targets.k8s.options import K8sOptions
@@ -302,10 +303,11 @@ def check_placeholders(spec: JobSpecBase) -> list[Issue]:
         for name in placeholders(text):
             used.add(name)
             if name not in known:
+                shown = "a placeholder {...}" if path[0] == "env" and is_secret(str(path[1])) else f"placeholder {{{name}}}"
                 issues.append(
                     Issue(
                         path,
-                        f"placeholder {{{name}}} is not a sweep parameter or one of {list(BUILTIN_PLACEHOLDERS)}",
+                        f"{shown} is not a sweep parameter or one of {list(BUILTIN_PLACEHOLDERS)}",
                         hint=(f"sweep defines {sorted(spec.sweep)}; " if spec.sweep else "")
                         + "write {{ and }} for literal braces",
                     )

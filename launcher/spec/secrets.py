@@ -20,6 +20,7 @@ from typing import Any
 
 MASK = "***"
 SECRET_PATTERNS = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*_KEY", "*CREDENTIAL*")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SET_ENV = re.compile(r"^(\s*env\s*\.\s*)([^=]*?)(\s*=)(.*)$", re.DOTALL)
 
 
@@ -59,10 +60,14 @@ def mask_spec(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def mask_override(text: str) -> str:
-    """``env.API_TOKEN=abc`` -> ``env.API_TOKEN=***`` (how a ``--set`` is shown in messages)."""
+    """``env.API_TOKEN=abc`` -> ``env.API_TOKEN=***`` (how a ``--set`` is shown in messages); a
+    whole ``env={...}`` naming a secret variable is shown as ``env=***``."""
     m = _SET_ENV.match(text)
     if m and is_secret(m.group(2).strip()):
         return f"{m.group(1)}{m.group(2)}{m.group(3)}{MASK}"
+    key, sep, value = text.partition("=")
+    if sep and key.strip() == "env" and any(is_secret(w) for w in _WORD.findall(value)):
+        return f"{key}={MASK}"
     return text
 
 

@@ -6,17 +6,21 @@ expanded (a 400-byte "billion laughs" file names 10^9 of them), string length, t
 plain YAML types; ``!!python/...`` and friends are spec errors, never constructed) and keys (scalars
 only). Only then is the document composed and constructed, with dates and ``=`` kept as the text
 written and numbers too long for Python reported at their line. Every problem is a ``SpecError``
-with the file, line and column.
+with the file, line and column. A message about the value of a secret-named variable
+(``env.DB_PASSWORD``, see ``launcher.spec.secrets``) never quotes its text: not an alias, anchor
+or tag name, nor the YAML library's own words about it.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import stat
 from typing import Any
 
 from launcher.core.errors import Issue, SpecError
+from launcher.spec.secrets import is_secret
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,6 +30,8 @@ MAX_BYTES_DEFAULT = 1 << 20
 MAX_DEPTH = 64
 MAX_VALUES = 50_000
 MAX_STRING = 65_536
+# What YAML allows in a stream (PyYAML's Reader.NON_PRINTABLE): anything else is refused at its line.
+_UNPRINTABLE = re.compile("[^\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF]")
 _SAFE_TAGS = {"tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "seq", "map")} | {"!"}
 
 Locations = dict[tuple[str | int, ...], tuple[int, int]]
@@ -108,34 +114,84 @@ def _loader() -> type:
         def construct_checked_int(self, node: yaml.ScalarNode) -> int:
             try:
                 return int(self.construct_yaml_int(node))
-            except ValueError as e:  # more digits than Python converts (4300)
+            except ValueError as e:  # more digits than Python converts (4300), or `!!int abc`
+                digits = str(node.value).lstrip("+-").replace("_", "").isdigit()
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"a number of {len(str(node.value)):,} characters is too long to read",
-                    node.start_mark,
+                    None, None, f"a number of {len(str(node.value)):,} characters is too long to read" if digits
+                    else "a value tagged !!int is not a whole number", node.start_mark,
                 ) from e
+
+        def construct_checked_float(self, node: yaml.ScalarNode) -> float:
+            try:
+                return float(self.construct_yaml_float(node))
+            except ValueError as e:  # `!!float abc`: the words of float() would quote the text
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a value tagged !!float is not a number", node.start_mark) from e
 
     Loader.add_constructor("tag:yaml.org,2002:timestamp", Loader.construct_yaml_str)
     Loader.add_constructor("tag:yaml.org,2002:value", Loader.construct_yaml_str)
     Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_checked_int)
+    Loader.add_constructor("tag:yaml.org,2002:float", Loader.construct_checked_float)
     return Loader
 
 
+Path = tuple[str | int, ...]
+SECRET_TEXT = "(its text is not shown: the value of a secret-named variable)"
+SECRET_HINT = "quote the value to keep it as text: DB_PASSWORD: '*abc' (--set \"env.DB_PASSWORD='*abc'\")"
+
+
 def _error(file: str | None, source: str | None, message: str, mark: Any, hint: str | None = None,
-           path: tuple[str | int, ...] = ()) -> SpecError:
+           path: Path = ()) -> SpecError:
     locs: Locations = {path: (mark.line + 1, mark.column + 1)} if mark is not None and source is None else {}
     return SpecError(file, [Issue(path, message, hint, source)], locs)
 
 
-def check_events(text: str, file: str | None, source: str | None = None) -> None:
-    """Walk the event stream once (no nodes are built) and refuse what would be costly or unsafe."""
+def is_secret_path(path: Path) -> bool:
+    """Whether ``path`` is, or lies inside, the value of a secret-named variable (``env.API_TOKEN``)."""
+    return len(path) >= 2 and path[0] == "env" and is_secret(str(path[1]))
+
+
+def _position(text: str, index: int) -> tuple[int, int]:
+    """0-based line and column of ``text[index]`` (a YAML mark's numbering)."""
+    line = text.count("\n", 0, index)
+    return line, index - (text.rfind("\n", 0, index) + 1)
+
+
+class _Mark:
+    def __init__(self, line: int, column: int) -> None:
+        self.line, self.column = line, column
+
+
+def _unprintable(text: str, file: str | None, source: str | None, prefix: Path) -> SpecError | None:
+    """The first character YAML refuses (a NUL byte, ESC ...), at its line and column; None if none."""
+    m = _UNPRINTABLE.search(text)
+    if m is None:
+        return None
+    what = "a NUL byte" if m.group() == "\x00" else f"the control character {m.group()!r}"
+    return _error(file, source, f"the text holds {what}, which YAML does not allow", _Mark(*_position(text, m.start())),
+                  "remove it: a spec is plain UTF-8 text", prefix)
+
+
+def check_events(text: str, file: str | None, source: str | None = None, prefix: Path = ()) -> None:
+    """Walk the event stream once (no nodes are built) and refuse what would be costly or unsafe.
+
+    ``prefix``: where the text goes in the spec (a ``--set``'s keys), to know a secret's value."""
     # Per open collection: [is_mapping, next_is_key, values, anchor, current key or index].
     stack: list[list[Any]] = []
     anchors: dict[str, tuple[int, bool]] = {}  # anchor -> (values it expands to, is a collection)
     total = 0
+    unprintable = _unprintable(text, file, source, prefix)
+    if unprintable is not None:
+        raise unprintable
 
-    def fail(message: str, event: Any, hint: str | None = None) -> SpecError:
-        path = tuple(top[4] for top in stack if not (top[0] and top[1]) and top[4] is not None)[:12]
-        return _error(file, source, message, event.start_mark, hint, path)
+    def where() -> Path:
+        return prefix + tuple(top[4] for top in stack if not (top[0] and top[1]) and top[4] is not None)
+
+    def fail(message: str, event: Any, hint: str | None = None, secret_message: str | None = None) -> SpecError:
+        path = where()
+        if secret_message is not None and is_secret_path(path):
+            message, hint = f"{secret_message} {SECRET_TEXT}", SECRET_HINT
+        return _error(file, source, message, event.start_mark, hint, path[:12])
 
     import yaml
 
@@ -145,12 +201,17 @@ def check_events(text: str, file: str | None, source: str | None = None) -> None
                 tag = event.tag
                 if tag is not None and tag not in _SAFE_TAGS:
                     raise fail(f"YAML tag {tag.replace('tag:yaml.org,2002:', '!!')} is not allowed in a spec",
-                               event, "write plain values (strings, numbers, lists, mappings)")
+                               event, "write plain values (strings, numbers, lists, mappings)",
+                               "a YAML tag (a value starting with !) is not allowed in a spec")
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent, yaml.AliasEvent)) and stack \
                     and stack[-1][0] and stack[-1][1] \
                     and (not isinstance(event, yaml.AliasEvent) or anchors.get(event.anchor or "", (0, False))[1]):
                 raise fail("a mapping key must be a plain value, not a list or mapping", event,
                            "write `key: value` with a name as the key")
+            anchor = getattr(event, "anchor", None) if not isinstance(event, yaml.AliasEvent) else None
+            if anchor is not None and (anchor in anchors or any(top[3] == anchor for top in stack)):
+                raise fail(f"anchor &{anchor} is defined twice", event, "give each anchor its own name",
+                           "a YAML anchor (&name) is defined twice")
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 if len(stack) >= MAX_DEPTH:
                     raise fail(f"nested more than {MAX_DEPTH} levels deep", event, "a job spec nests a few levels")
@@ -174,7 +235,8 @@ def check_events(text: str, file: str | None, source: str | None = None) -> None
             elif isinstance(event, yaml.AliasEvent):
                 if event.anchor not in anchors:
                     raise fail(f"alias *{event.anchor} refers to no anchor before it (or to the collection holding it)",
-                               event, f"define &{event.anchor} earlier, outside this value")
+                               event, f"define &{event.anchor} earlier, outside this value",
+                               "a YAML alias (a value starting with *) refers to no anchor before it")
                 count = anchors[event.anchor][0]
             else:
                 continue
@@ -190,34 +252,43 @@ def check_events(text: str, file: str | None, source: str | None = None) -> None
                 else:
                     top[4] += 1
     except yaml.YAMLError as e:
-        raise _syntax_error(e, file, source) from e
+        # The library reads ahead of the events: its problem may lie in the value after the key
+        # the walk stands at, so the words of an error there are those of that value.
+        raise _syntax_error(e, file, source, where(), is_secret_path(where())) from e
 
 
-def _syntax_error(e: yaml.YAMLError, file: str | None, source: str | None) -> SpecError:
+def _syntax_error(e: yaml.YAMLError, file: str | None, source: str | None, path: Path = (),
+                  secret: bool = False) -> SpecError:
     import yaml
 
-    mark = getattr(e, "problem_mark", None)
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     problem = getattr(e, "problem", None) or str(e)
-    if isinstance(e, yaml.constructor.ConstructorError):
-        return _error(file, source, problem, mark, "quote the value to keep it as text")
-    if "maximum nesting depth" in problem:
+    if re.search(r"nesting|depth", problem, re.IGNORECASE):
         # PyYAML >= 6.0.3 has a depth limit of its own, which its scanner (reading flow
         # collections ahead of the events) can hit before check_events sees the 65th level.
-        return _error(file, source, f"nested more than {MAX_DEPTH} levels deep", mark, "a job spec nests a few levels")
+        return _error(file, source, f"nested more than {MAX_DEPTH} levels deep", mark, "a job spec nests a few levels",
+                      path[:12])
+    if secret:
+        what = "cannot be read as YAML" if isinstance(e, yaml.constructor.ConstructorError) else "not valid YAML"
+        return _error(file, source, f"{what} {SECRET_TEXT}", mark, SECRET_HINT, path[:12])
+    if isinstance(e, yaml.constructor.ConstructorError):
+        return _error(file, source, problem, mark, "quote the value to keep it as text")
     return _error(file, source, f"YAML syntax error: {problem}", mark, "check indentation, colons and quotes")
 
 
-def parse(text: str, file: str | None, source: str | None = None) -> tuple[Any, Locations, list[Issue]]:
-    """Plain data from bounded YAML, a map from field path to (line, column), and duplicate keys."""
+def parse(text: str, file: str | None, source: str | None = None,
+          prefix: Path = ()) -> tuple[Any, Locations, list[Issue]]:
+    """Plain data from bounded YAML, a map from field path to (line, column), and duplicate keys.
+    ``prefix``: where the text goes in the spec (a ``--set``'s keys)."""
     import yaml
 
-    check_events(text, file, source)
+    check_events(text, file, source, prefix)
     loader = _loader()(text)
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
-        raise _syntax_error(e, file, source) from e
+        raise _syntax_error(e, file, source, prefix, _secret_at(text, prefix, getattr(e, "problem_mark", None))) from e
     finally:
         loader.dispose()
     locations: Locations = {}
@@ -248,14 +319,39 @@ def _walk(n: yaml.Node, path: tuple[str | int, ...], locations: Locations, issue
             _walk(item, path + (i,), locations, issues)
 
 
-def parse_value(raw: str, source: str) -> Any:
+def _secret_at(text: str, prefix: Path, mark: Any) -> bool:
+    """Whether a construction error at ``mark`` lies in a secret's value (the events passed, so the
+    text is a well-formed document: its node at the mark is found by composing it again)."""
+    if is_secret_path(prefix):
+        return True
+    if mark is None:
+        return False
+    import yaml
+
+    loader = _base()(text)
+    try:
+        node = loader.get_single_node()
+    except yaml.YAMLError:  # the document does not compose (a duplicate anchor): not a value's error
+        return False
+    finally:
+        loader.dispose()
+    if not isinstance(node, yaml.MappingNode):
+        return False
+    for key, value in node.value:
+        if key.value == "env" and isinstance(value, yaml.MappingNode):
+            return any(is_secret(str(k.value)) and v.start_mark.index <= mark.index <= v.end_mark.index
+                       for k, v in value.value)
+    return False
+
+
+def parse_value(raw: str, source: str, prefix: Path = ()) -> Any:
     """A ``--set`` value as YAML (``4``, ``[a, b]``, ``{x: 1}``) under the same bounds as a file;
-    text that is not valid YAML is taken as the string written."""
+    text that is not valid YAML is taken as the string written. ``prefix``: the keys it sets."""
     if raw.isascii() and raw.isdigit() and len(raw) < 19 and (raw == "0" or raw[0] != "0"):
         return int(raw)  # a plain decimal (--nodes 2), as YAML reads it, without loading a YAML parser
     try:
-        return parse(raw, None, source)[0]
+        return parse(raw, None, source, prefix)[0]
     except SpecError as e:
-        if e.issues and e.issues[0].message.startswith("YAML syntax error"):
+        if e.issues and e.issues[0].message.startswith(("YAML syntax error", "not valid YAML")):
             return raw
         raise

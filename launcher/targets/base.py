@@ -9,6 +9,9 @@ stored as JSON in the registry); ``status``, ``logs``, ``cancel`` and ``cancel_t
 from __future__ import annotations
 
 import abc
+import dataclasses
+import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
@@ -103,9 +106,24 @@ class Plan(Generic[PayloadT]):
     masked: frozenset[str] = frozenset()
     notes: str = ""
 
-    def render(self, *, masked: bool = True) -> str:
-        """The text of ``payload`` for people; ``masked=False`` shows every value as submitted."""
-        return self.renderer(self.payload, self.masked if masked else frozenset()) + self.notes
+    def render(self, *, masked: bool = True, runs: int | None = None) -> str:
+        """The text of ``payload`` for people; ``masked=False`` shows every value as submitted.
+
+        A sweep of many runs is summarised so that the text stays small: the first ``runs``
+        (default ``$DDPJOB_RENDER_RUNS``, else 3 of more than 10; ``all`` for every one) in full, then one line per
+        further run with its parameters. The payload lists its runs in ``elements`` (each with
+        ``index`` and ``params``; a parallel ``manifests`` list is cut with them), so the text of
+        the first runs is the real one's head."""
+        shown = shown_runs(self.runs) if runs is None else runs
+        payload, rest = _first_runs(self.payload, shown) if self.runs > shown else (self.payload, [])
+        text = self.renderer(payload, self.masked if masked else frozenset())
+        if rest:
+            lines = [f"\n## tasks {shown}..{self.runs - 1}: as the tasks above, each with its own parameters and "
+                     "output folder (DDPJOB_RENDER_RUNS=all shows every run in full, DDPJOB_RENDER_RUNS=N the "
+                     "first N):"]
+            lines += [f"## task {el.index}" + "".join(f" {k}={v}" for k, v in el.params.items()) for el in rest]
+            text += "\n".join(lines) + "\n"
+        return text + self.notes
 
     def shape(self) -> str:
         """``2 node(s) x 1 process(es), 4 runs (sweep), rendezvous port 23456``."""
@@ -115,6 +133,33 @@ class Plan(Generic[PayloadT]):
         if self.port:
             text += f", rendezvous port {self.port}"
         return text
+
+
+SHOWN_RUNS = 3  # runs in full when a sweep is summarised
+FULL_UP_TO = 10  # a sweep of at most this many runs is shown in full
+
+
+def shown_runs(total: int) -> int:
+    """How many of a sweep's ``total`` runs a render shows in full: ``$DDPJOB_RENDER_RUNS`` (a number
+    or ``all``), else all of up to 10 runs and the first 3 of more."""
+    value = os.environ.get("DDPJOB_RENDER_RUNS", "").strip().lower()
+    if value == "all":
+        return sys.maxsize
+    if value.isdigit() and len(value) < 10:
+        return max(1, int(value))
+    return total if total <= FULL_UP_TO else SHOWN_RUNS
+
+
+def _first_runs(payload: PayloadT, count: int) -> tuple[PayloadT, list[Any]]:
+    """``payload`` with only its first ``count`` runs, and the runs left out."""
+    elements = getattr(payload, "elements", None)
+    if not dataclasses.is_dataclass(payload) or isinstance(payload, type) or not isinstance(elements, list):
+        return payload, []
+    cut: dict[str, Any] = {"elements": elements[:count]}
+    manifests = getattr(payload, "manifests", None)
+    if isinstance(manifests, list) and len(manifests) == len(elements):
+        cut["manifests"] = manifests[:count]
+    return dataclasses.replace(payload, **cut), elements[count:]
 
 
 @dataclass

@@ -50,6 +50,7 @@ class K8sPayload:
     k8s_cpu: bool = False
     api: str = "pytorchjob"
     notes: list[str] = field(default_factory=list)
+    runs: int = 0  # the objects made (one per run): the header's count when a render shows the first runs only
 
 
 @dataclass
@@ -128,7 +129,7 @@ def render_text(payload: K8sPayload, masked: frozenset[str] = frozenset()) -> st
     """The multi-document YAML that ``submit`` sends, with a comment header for the reader; the
     values of the env names in ``masked`` shown as ``***``."""
     api = api_of(payload.api)
-    head = [f"# ddpjob k8s plan: job {payload.job_id}, {len(payload.manifests)} {api.kind}(s) ({api.api_version})"]
+    head = [f"# ddpjob k8s plan: job {payload.job_id}, {payload.runs or len(payload.manifests)} {api.kind}(s) ({api.api_version})"]
     if payload.namespace is None:
         head.append("# namespace: the kubeconfig context's (set k8s.namespace to choose)")
     head.extend(f"# {n}" for n in payload.notes)

@@ -36,7 +36,7 @@ from launcher.targets.k8s.crd import CrdInput, absent
 from launcher.targets.k8s.flavours import flavour_of
 from launcher.targets.k8s.payload import K8sHandle, K8sPayload, K8sRun, render_text
 from launcher.targets.k8s.pods import object_warnings, pod_nodes
-from launcher.targets.k8s.render import LABEL_JOB_ID
+from launcher.targets.k8s.render import LABEL_JOB_ID, secret_env_issues
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
         flavour = flavour_of(spec.k8s.api)
         nccl = NCCL_DEFAULTS_RDMA if spec.k8s.rdma else NCCL_DEFAULTS
         crd = ctx.inputs if isinstance(ctx.inputs, CrdInput) else absent("no CRD was given to the plan", flavour.api)
-        issues = flavour.spec_issues(spec, ctx.job_id)
+        issues = flavour.spec_issues(spec, ctx.job_id) + secret_env_issues(spec, api_of(spec.k8s.api).kind)
         if issues:
             raise loaded.error(issues)
         rendered = flavour.render(spec, ctx.job_id, nccl)
@@ -85,7 +85,8 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
                          "(default: the image's WORKDIR)")
         payload = K8sPayload(ctx.job_id, ctx.run_dir, spec.nodes, rendered.procs_per_node, spec.k8s.namespace,
                              spec.k8s.context, rendered.elements, rendered.objects, crd.summary(),
-                             spec_where(loaded, flavour.field_targets), spec.k8s.cpu is not None, spec.k8s.api, notes)
+                             spec_where(loaded, flavour.field_targets), spec.k8s.cpu is not None, spec.k8s.api, notes,
+                             len(rendered.objects))
         return Plan("k8s", ctx.job_id, spec.name, ctx.run_dir, payload, render_text, spec.nodes, rendered.procs_per_node,
                     len(rendered.elements), checks=payload.checks)
 

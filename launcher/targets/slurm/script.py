@@ -193,7 +193,7 @@ def render_plan(payload: SlurmPayload, masked: frozenset[str] = frozenset()) -> 
     the values of the env names in ``masked`` shown as ``***``."""
     c, elements, script, submission_file = payload.common, payload.elements, payload.script, payload.submission_file
     array = payload.map_count is not None
-    runs = len(elements)
+    runs = payload.map_count or len(elements)  # the array's size: a summarised render shows the first runs
     port = str(c.master_port) if c.master_port else "a free port found by the sbatch script (see # setup)"
     out = [
         f"# ddpjob slurm plan: job {c.job_id}",

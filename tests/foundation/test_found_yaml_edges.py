@@ -1,0 +1,36 @@
+"""YAML edges reported in ddpjob's words at their line: a NUL or other control byte (PyYAML says
+"position 58"), an anchor defined twice, nesting deeper than 64 levels in every form."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.core.errors import SpecError
+from launcher.spec.load import load_spec
+
+
+def _problem(tmp_path, text: str) -> str:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_spec(str(spec))
+    return str(info.value).replace(str(spec), "s.yaml")
+
+
+def test_a_nul_byte_is_reported_at_its_line_and_column(tmp_path):
+    text = _problem(tmp_path, 'name: a\ncommand: [python, x]\nenv:\n  A: "x\0y"\n')
+    assert "s.yaml:4:8:" in text and "NUL byte" in text and "position" not in text, text
+    text = _problem(tmp_path, "name: a\ncommand: [python, x]\nenv:\n  B: x\x1by\n")
+    assert "s.yaml:4:7:" in text and "'\\x1b'" in text, text
+
+
+def test_an_anchor_defined_twice_is_named_at_its_line(tmp_path):
+    text = _problem(tmp_path, "name: a\ncommand: [python, x]\nsweep: &ab {}\nenv:\n  X: &ab x\n")
+    assert "s.yaml:5:6: env.X: anchor &ab is defined twice" in text, text
+
+
+@pytest.mark.parametrize("value", ["[" * 70 + "]" * 70, "{a: " * 70 + "1" + "}" * 70, "[" * 5000 + "]" * 5000,
+                                   "- " * 200 + "x", "[" * 1001])
+def test_deep_nesting_is_ddpjobs_message_in_every_form(tmp_path, value):
+    text = _problem(tmp_path, f"name: a\ncommand: [python, x]\nenv:\n  {value}\n")
+    assert "nested more than 64 levels deep" in text and "YAML syntax error" not in text, text
