@@ -79,7 +79,9 @@ class SpecError(DdpjobError):
                 where = "<command line>"
             else:
                 loc = self.locate(issue.path)
-                where = f"{self.file}:{loc[0]}:{loc[1]}" if loc else self.file
+                # A control character in the name (NUL, ESC) is shown escaped, never sent to the terminal.
+                name = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in self.file)
+                where = f"{name}:{loc[0]}:{loc[1]}" if loc else name
             lines.append(f"{where}: {issue.dotted}: {issue.message}")
             if issue.hint:
                 lines.append(f"    hint: {issue.hint}")

@@ -53,6 +53,8 @@ def read_spec_text(path: str) -> str:
         err.__cause__ = cause
         return err
 
+    if "\x00" in path:  # no file can have such a name (os.stat would raise ValueError)
+        raise refuse("not a file name: it holds a NUL byte", "give the path of a YAML file")
     try:
         st = os.stat(path)  # follows symlinks: a link to /dev/zero is a device
     except FileNotFoundError as e:

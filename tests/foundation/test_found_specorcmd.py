@@ -156,3 +156,17 @@ def test_rm_names_the_state_a_running_job_is_in(tmp_path, ddpjob_home):
     finally:
         run("cancel", job_id, limit_as=None)
     assert json.loads(run("status", job_id, "-o", "json", limit_as=None).stdout)["state"] == "CANCELLED"
+
+
+@pytest.mark.parametrize("name", ["\x00", "a\x00b.yaml", "\x1b[31mred.yaml"])
+def test_a_spec_name_with_control_characters_is_refused_and_shown_escaped(name):
+    """A NUL byte in a file name used to be an internal error (exit 70: os.stat's ValueError); an
+    escape sequence reached the terminal as is."""
+    from click.testing import CliRunner
+
+    from launcher.cli.main import cli as root
+
+    result = CliRunner().invoke(root, ["validate", name])
+    assert result.exit_code == 2, result.output
+    assert "internal error" not in result.output and "\x00" not in result.output and "\x1b" not in result.output
+    assert ("not a file name: it holds a NUL byte" if "\x00" in name else "file not found") in result.output
