@@ -41,7 +41,7 @@ CLI_UNDO = {
 SUPERVISOR_UNDO = {
     "on": "",
     "no_typing_import": "import typing",
-    "quick_plan_reader": "supervisor.read_plan = supervisor._typed_plan",
+    "quick_plan_reader": "supervisor.read_plan = lambda run_dir, from_submit: supervisor._typed_plan(run_dir)",
 }
 CLI_COMMANDS = {
     "help": ["--help"],
@@ -60,7 +60,7 @@ def _supervisor_code(undo: str, run_dir: str) -> str:
         boot += undo + "; "
         undo = ""
     return (boot + "from launcher.targets.local import supervisor; " + (undo + "; " if undo else "")
-            + f"sys.exit(supervisor.main([{run_dir!r}]))")
+            + f"sys.exit(supervisor.main([{run_dir!r}], from_submit=True))")  # as submit starts it
 
 
 def _timed(cmd: list[str], **kw: object) -> float:
