@@ -9,10 +9,7 @@ from __future__ import annotations
 import gc
 import sys
 import types
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 PYDANTIC_PLUGIN_LOADER = "pydantic.plugin._loader"
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 import functools
 import os
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import Issue, SpecError
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     import yaml
 
