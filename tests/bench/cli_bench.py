@@ -8,8 +8,9 @@
   CRD: ``k8s_strict`` says whether it ran), each over ``--help``.
 - ``render_floor_s`` / ``render_floor_over_help``: what any render must load before ddpjob's own work
   starts, without any of it: the CLI (``launcher.cli.main``, click), pydantic as the CLI uses it (without
-  plugins; ``launcher.cli.entry``) and PyYAML, in one fresh interpreter. ``render_s`` minus this is what
-  ddpjob's spec models, reading the spec and the target's plan cost.
+  plugins, with its collector settings; ``launcher.cli.entry``) and PyYAML, in one fresh interpreter.
+  ``render_s`` minus this is what ddpjob's spec models, reading the spec and the target's plan cost;
+  ``render_over_floor`` per target is the goal's figure (<= 1.15).
 - ``submit_follow_s`` versus ``torchrun_by_hand_s``: a trivial 2-node job (each process does one gloo
   all_reduce) through ``ddpjob submit -f``, and the same two torchrun agents started by hand;
   ``overhead_ratio`` = ddpjob / by hand. ``torchrun_with_ddpjob_flags_s``: the same pair with the
