@@ -140,10 +140,15 @@ def bench_user_script(folder: str, array: int) -> dict[str, Any]:
         proc = subprocess.Popen([sys.executable, str(script), f"{folder}/user-script", str(n)],
                                 stdout=subprocess.PIPE, text=True, cwd=REPO)
         assert proc.stdout is not None
-        sid = proc.stdout.readline().strip()
-        out[kind] = _times(sid, [sid] if not n else [f"{sid}_{i}" for i in range(n)], t0)
-        if proc.wait(timeout=300) != 0:
-            raise RuntimeError(f"the user's submitit script failed ({kind})")
+        try:
+            sid = proc.stdout.readline().strip()
+            out[kind] = _times(sid, [sid] if not n else [f"{sid}_{i}" for i in range(n)], t0)
+            if proc.wait(timeout=300) != 0:
+                raise RuntimeError(f"the user's submitit script failed ({kind})")
+        finally:
+            if proc.poll() is None:  # the job failed or timed out: the script would wait on
+                proc.kill()
+                proc.wait()
         out[kind]["script_exit_s"] = round(time.perf_counter() - t0, 3)
     return out
 
