@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import enum
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 
 class JobState(str, enum.Enum):

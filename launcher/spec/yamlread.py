@@ -17,12 +17,11 @@ import functools
 import os
 import re
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import Issue, SpecError
 from launcher.spec.secrets import is_secret
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     import yaml
 

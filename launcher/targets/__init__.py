@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import importlib
 from collections import namedtuple
+from typing import TYPE_CHECKING, Any
 
-# Not typing's: this package is on the local supervisor's quick start (launcher.targets.local.supervisor).
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from launcher.targets.base import AnyTarget
 
 

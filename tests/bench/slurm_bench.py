@@ -4,22 +4,21 @@
 
 Measures, against a running Slurm (e.g. ``slurm/cluster.sh``; Slurm commands on PATH):
 - render: ``ddpjob render --target slurm`` wall time (a fresh CLI process) and the in-process plan();
-- a trivial 1-node job: submit -> RUNNING and submit -> done, through ``ddpjob submit`` and through
-  plain submitit running the same program;
-- a 10-element array the same way (ddpjob: a sweep; submitit: ``map_array``).
+- a trivial 1-node job: from the start of a fresh process to RUNNING and to done, for ``ddpjob submit``
+  and for a user's own submitit script (``python user_submit.py``, written by this benchmark) that
+  submits the same torchrun work (one agent, ``--max-restarts 0 --tee 3 --log-dir`` as ddpjob gives it,
+  on a free port) and waits for its result;
+- a 10-element array the same way (ddpjob: a sweep; the script: ``map_array``).
 
 Both sides are observed with the same query (``launcher.targets.slurm.query.query``, polled every
-0.25 s), so the numbers compare the submission paths, not the pollers. ddpjob's runs go through
-torchrun (one agent per node), which costs a Python + torch import per node that plain submitit
-running ``true`` does not pay. So plain submitit is measured twice: running ``true`` (the floor) and
-running the same 1-node ``torchrun --no-python true`` (like for like); ``ddpjob_minus_*_s`` are the
-differences. The array's "to RUNNING" is when *every* element has started, so on a small machine
-it includes waiting for CPUs freed by earlier elements.
+0.25 s) from the moment their process starts, so the numbers compare the submission paths, not the
+pollers; the script's own end (after ``job.result()``) is reported as ``script_exit_s``. The array's
+"to RUNNING" is when *every* element has started, so on a small machine it includes waiting for CPUs
+freed by earlier elements.
 
-With ``--repeat N`` the three sides run one after another N times, forwards in even repeats and
-backwards in odd ones (so load affects them alike); figures are medians (``samples_to_done_s``
-lists every run), and ``ratios`` gives ``single_to_done`` and ``array_to_done`` =
-ddpjob / plain submitit running the same torchrun.
+With ``--repeat N`` the two sides run one after another N times, forwards in even repeats and
+backwards in odd ones (so load affects them alike); figures are medians (``samples_to_done_s`` lists
+every run), and ``ratios`` gives ``single_to_done`` and ``array_to_done`` = ddpjob / the user's script.
 """
 
 from __future__ import annotations
@@ -84,45 +83,80 @@ def bench_render(env: dict[str, str]) -> dict[str, float]:
 
 
 def bench_ddpjob(folder: str, env: dict[str, str], array: int) -> dict[str, Any]:
+    from launcher.service.registry import Registry
+
+    registry = Registry(Path(env["DDPJOB_HOME"]))
     sets = ["--set", f"slurm.folder={folder}", "--set", f"workdir={REPO}", "--set", "slurm.time='10'",
             "--nodes", "1", "-p", "1"]
     t0 = time.perf_counter()
     job_id = _ddpjob(["submit", "--target", "slurm", "-q", "--name", "bench-one", *sets, "--", "true"], env).strip()
-    handle = json.loads(_ddpjob(["status", job_id, "-o", "json"], env))["handle"]
-    single = _times(handle["slurm_job_id"], [handle["slurm_job_id"]], t0)
+    sid = str(registry.get(job_id).handle["slurm_job_id"])  # type: ignore[index]
+    single = _times(sid, [sid], t0)
     values = ",".join(str(i) for i in range(array))
     t0 = time.perf_counter()
     job_id = _ddpjob(["submit", "--target", "slurm", "-q", "--name", "bench-array", *sets,
                       "--set", f"sweep.i=[{values}]", "--set", "slurm.array_parallelism=" + str(array),
                       "--", "true", "{i}"], env).strip()
-    handle = json.loads(_ddpjob(["status", job_id, "-o", "json"], env))["handle"]
-    sid = handle["slurm_job_id"]
+    sid = str(registry.get(job_id).handle["slurm_job_id"])  # type: ignore[index]
     arr = _times(sid, [f"{sid}_{i}" for i in range(array)], t0)
     return {"single": single, "array": arr}
 
 
-def bench_submitit(folder: str, array: int, torchrun: bool) -> dict[str, Any]:
-    """Plain submitit running ``true``, or (``torchrun``) the same 1-node torchrun ddpjob starts."""
-    import submitit
+# What a user would write to run the same torchrun work through submitit and wait for it.
+USER_SCRIPT = """
+import socket, subprocess, sys
+import submitit
 
-    prefix = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "1",
-              "--no-python"] if torchrun else []
-    ex = submitit.SlurmExecutor(folder=f"{folder}/plain-submitit-{int(torchrun)}/%j")
-    ex.update_parameters(nodes=1, ntasks_per_node=1, time=10, array_parallelism=array)
-    t0 = time.perf_counter()
-    job = ex.submit(subprocess.run, [*prefix, "true"], check=True)
-    single = _times(str(job.job_id), [str(job.job_id)], t0)
-    t0 = time.perf_counter()
-    jobs = ex.map_array(subprocess.run, [[*prefix, "true", str(i)] for i in range(array)])
-    sid = str(jobs[0].job_id).split("_")[0]
-    arr = _times(sid, [str(j.job_id) for j in jobs], t0)
-    return {"single": single, "array": arr}
+def node(args):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "1",
+                    "--master-addr", "127.0.0.1", "--master-port", str(port), "--max-restarts", "0",
+                    "--tee", "3", "--log-dir", sys.argv[1] + "/torchrun", "--no-python", *args], check=True)
+
+if __name__ == "__main__":
+    folder, array = sys.argv[1], int(sys.argv[2])
+    ex = submitit.SlurmExecutor(folder=folder + "/%j")
+    ex.update_parameters(nodes=1, ntasks_per_node=1, time=10, array_parallelism=max(array, 1))
+    if array:
+        jobs = ex.map_array(node, [["true", str(i)] for i in range(array)])
+    else:
+        jobs = [ex.submit(node, ["true"])]
+    print(str(jobs[0].job_id).split("_")[0], flush=True)
+    for job in jobs:
+        job.result()
+"""
+
+
+def bench_user_script(folder: str, array: int) -> dict[str, Any]:
+    """A user's own submitit script, run as a fresh process: one job, then an array of ``array``."""
+    script = Path(folder) / "user_submit.py"
+    if not script.exists():
+        script.write_text(USER_SCRIPT)
+    out: dict[str, Any] = {}
+    for kind, n in (("single", 0), ("array", array)):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, str(script), f"{folder}/user-script", str(n)],
+                                stdout=subprocess.PIPE, text=True, cwd=REPO)
+        assert proc.stdout is not None
+        try:
+            sid = proc.stdout.readline().strip()
+            out[kind] = _times(sid, [sid] if not n else [f"{sid}_{i}" for i in range(n)], t0)
+            if proc.wait(timeout=300) != 0:
+                raise RuntimeError(f"the user's submitit script failed ({kind})")
+        finally:
+            if proc.poll() is None:  # the job failed or timed out: the script would wait on
+                proc.kill()
+                proc.wait()
+        out[kind]["script_exit_s"] = round(time.perf_counter() - t0, 3)
+    return out
 
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     import statistics
 
-    return {kind: {k: round(statistics.median(r[kind][k] for r in runs), 3) for k in ("to_running_s", "to_done_s")}
+    return {kind: {k: round(statistics.median(r[kind][k] for r in runs), 3) for k in runs[0][kind]}
             for kind in ("single", "array")}
 
 
@@ -137,11 +171,10 @@ def main() -> int:
     env = {**os.environ, "DDPJOB_HOME": home}
     result: dict[str, Any] = {"render": bench_render(env), "array_size": args.array, "folder": folder,
                               "repeat": args.repeat}
-    runs: dict[str, list[dict[str, Any]]] = {"ddpjob": [], "submitit": [], "submitit_torchrun": []}
+    runs: dict[str, list[dict[str, Any]]] = {"ddpjob": [], "user_script": []}
     sides = {
         "ddpjob": lambda: bench_ddpjob(folder, env, args.array),
-        "submitit_torchrun": lambda: bench_submitit(folder, args.array, torchrun=True),
-        "submitit": lambda: bench_submitit(folder, args.array, torchrun=False),
+        "user_script": lambda: bench_user_script(folder, args.array),
     }
     for i in range(args.repeat):
         # forwards in even repeats, backwards in odd ones: each side runs as often first as last
@@ -151,13 +184,12 @@ def main() -> int:
         result[side] = _median(values)
     result["samples_to_done_s"] = {side: {kind: [r[kind]["to_done_s"] for r in values] for kind in ("single", "array")}
                                    for side, values in runs.items()}
-    for base in ("submitit", "submitit_torchrun"):
-        result[f"ddpjob_minus_{base}_s"] = {
-            kind: {k: round(result["ddpjob"][kind][k] - result[base][kind][k], 3) for k in ("to_running_s", "to_done_s")}
-            for kind in ("single", "array")
-        }
+    result["ddpjob_minus_user_script_s"] = {
+        kind: {k: round(result["ddpjob"][kind][k] - result["user_script"][kind][k], 3) for k in ("to_running_s", "to_done_s")}
+        for kind in ("single", "array")
+    }
     result["ratios"] = {
-        f"{kind}_to_done": round(result["ddpjob"][kind]["to_done_s"] / result["submitit_torchrun"][kind]["to_done_s"], 3)
+        f"{kind}_to_done": round(result["ddpjob"][kind]["to_done_s"] / result["user_script"][kind]["to_done_s"], 3)
         for kind in ("single", "array")
     }
     print(json.dumps(result, indent=1, sort_keys=True))

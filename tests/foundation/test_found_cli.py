@@ -36,12 +36,15 @@ def test_a_local_jobs_own_processes_start_light():
     assert argv[:4] == [sys.executable, "-I", "-S", "-c"] and argv[-2:] == [root, "/run/dir"]
     wrapper = node.command(sys.executable, "/run/dir/n.exit.json", ["torchrun"])
     assert wrapper[:3] == [sys.executable, "-I", "-S"] and Path(wrapper[3]).is_file()
-    avoided = ("typing", "dataclasses", "pathlib", "json", "launcher.targets.base", "launcher.targets.local.target")
-    for module, extra in (("launcher.targets.local.supervisor", ()), ("launcher.targets.local.node", ("subprocess",))):
-        code = (f"import sys; sys.path.insert(0, {root!r}); import {module}; "
-                f"print([m for m in {avoided + extra!r} if m in sys.modules])")
-        out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
-        assert out.stdout.strip() == "[]", (module, out.stdout)
+    avoided = ("dataclasses", "pathlib", "json", "launcher.targets.base", "launcher.targets.local.target")
+    code = (f"import sys; sys.path.insert(0, {root!r}); import launcher.targets.local.supervisor; "
+            f"print([m for m in {avoided!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+    # The node wrapper runs by path (no package import): nothing but the few standard modules it names.
+    out = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", wrapper[3]], capture_output=True, text=True)
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert out.returncode == 2 and not loaded & {*avoided, "subprocess", "typing"}, loaded
 
 
 def _plan_of_plain_processes(tmp_path, script: str, elements: int = 2):
@@ -67,7 +70,7 @@ def _plan_of_plain_processes(tmp_path, script: str, elements: int = 2):
 
 def test_the_supervisor_runs_a_job_without_its_heavy_modules(tmp_path):
     """On a job's ordinary way (a two-run sweep to SUCCEEDED) the supervisor never loads the typed
-    plan, typing, dataclasses, pathlib or subprocess: their CPU would be taken from the agents
+    plan, dataclasses, pathlib or subprocess: their CPU would be taken from the agents
     importing torch beside it. Its nodes still start in their directory, with their environment,
     their output in their log and nothing on stdin."""
     from pathlib import Path
@@ -77,10 +80,10 @@ def test_the_supervisor_runs_a_job_without_its_heavy_modules(tmp_path):
     script = "import os, sys; print(os.getcwd(), os.environ['NODE_SAYS'], repr(sys.stdin.read()), sys.argv[1:])"
     run_dir, nodes_cwd = _plan_of_plain_processes(tmp_path, script)
     root = str(Path(supervisor.__file__).resolve().parents[3])
-    avoided = ("typing", "dataclasses", "pathlib", "subprocess", "launcher.targets.base",
+    avoided = ("dataclasses", "pathlib", "subprocess", "launcher.targets.base",
                "launcher.targets.local.target")
     code = (f"import sys; sys.path.insert(0, {root!r}); from launcher.targets.local import supervisor; "
-            f"code = supervisor.main([{str(run_dir)!r}]); print(code, [m for m in {avoided!r} if m in sys.modules])")
+            f"code = supervisor.main([{str(run_dir)!r}], from_submit=True); print(code, [m for m in {avoided!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=run_dir, stdin=subprocess.PIPE)
     assert out.stdout.strip() == "0 []", (out.stdout, out.stderr)
@@ -93,8 +96,9 @@ def test_the_supervisor_runs_a_job_without_its_heavy_modules(tmp_path):
 
 
 def test_the_supervisors_plan_reader_agrees_with_the_typed_one(tmp_path):
-    """The supervisor reads plan.json without the typed dataclasses: every field of the typed plan
-    must read the same, the defaults of fields an older plan lacks included."""
+    """Started by submit, the supervisor reads the plan.json submit just wrote without the typed
+    dataclasses, and every field of the typed plan reads the same; started by hand (or on a plan
+    this ddpjob did not write) it reads through the typed reader, defaults and errors included."""
     import dataclasses
 
     from launcher.targets.local import supervisor
@@ -111,12 +115,14 @@ def test_the_supervisors_plan_reader_agrees_with_the_typed_one(tmp_path):
                 assert getattr(light, f.name) == value, f.name
 
     run_dir, _ = _plan_of_plain_processes(tmp_path, "pass")
-    same(read_plan(str(run_dir)), supervisor.read_plan(str(run_dir)))
+    quick = supervisor.read_plan(str(run_dir), from_submit=True)
+    same(read_plan(str(run_dir)), quick)
+    assert not dataclasses.is_dataclass(quick) and isinstance(quick.elements[0].nodes[0].env, dict)
+    assert dataclasses.is_dataclass(supervisor.read_plan(str(run_dir)))
     data = json.loads((run_dir / "plan.json").read_text())
     del data["port_fixed"], data["container"], data["elements"][1]["nodes"][0]["container"]
     (run_dir / "plan.json").write_text(json.dumps(data))
     same(read_plan(str(run_dir)), supervisor.read_plan(str(run_dir)))
-    assert not dataclasses.is_dataclass(supervisor.read_plan(str(run_dir)))
     del data["elements"][0]["nodes"][0]["argv"]
     (run_dir / "plan.json").write_text(json.dumps(data))
     errors = []
@@ -125,6 +131,10 @@ def test_the_supervisors_plan_reader_agrees_with_the_typed_one(tmp_path):
             reader(str(run_dir))
         errors.append(str(e.value))
     assert errors[0] == errors[1] and "argv" in errors[0]
+    (run_dir / "plan.json").write_text("{")  # unreadable even when submit wrote it: the typed reader says why
+    with pytest.raises(Exception) as e:
+        supervisor.read_plan(str(run_dir), from_submit=True)
+    assert "plan.json" in str(e.value)
 
 
 def test_every_command_has_help_with_an_example(cli):

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any, TypeVar
 
-# The local supervisor writes its state with these on a job's way to its first step: no typing,
-# dataclasses or pathlib at import time (to_json/from_json import what they need).
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, TypeVar
-
-    T = TypeVar("T")
+# The local supervisor writes its state with these on a job's way to its first step: no dataclasses
+# or pathlib at import time (to_json/from_json import what they need).
+T = TypeVar("T")
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
