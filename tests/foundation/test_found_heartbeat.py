@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 from testkit import wait_for
@@ -19,14 +20,25 @@ def _free_udp_port() -> int:
 
 
 def test_a_node_whose_heartbeats_stop_is_lost_and_fail_ends_once(tmp_path):
+    """Both nodes keep writing output (so neither is *quiet*); node 1's heartbeats stop: it is *lost*."""
     port, state = _free_udp_port(), tmp_path / "watch.json"
-    log = tmp_path / "node-1.log"
-    log.write_text("step 1\n")
+    out0, log1 = tmp_path / "node-0.log", tmp_path / "node-1.log"
+    writing = threading.Event()
+
+    def write() -> None:  # output on both nodes, all along
+        step = 0
+        while not writing.wait(0.1):
+            step += 1
+            for path in (out0, log1):
+                with path.open("a") as f:
+                    f.write(f"step {step}\n")
+
+    threading.Thread(target=write, daemon=True).start()
     ended: list[str] = []
-    watch = heartbeat.Watch(port=port, nodes=2, host="n1", outputs=[], timeout=1.0, action="fail",
+    watch = heartbeat.Watch(port=port, nodes=2, host="n1", outputs=[str(out0)], timeout=2.0, action="fail",
                             state_path=str(state), on_stall=ended.append, interval=0.2)
     assert watch.start() is None
-    beacon = heartbeat.Beacon(addr="127.0.0.1", port=port, node=1, host="n2", outputs=[str(log)], timeout=1.0,
+    beacon = heartbeat.Beacon(addr="127.0.0.1", port=port, node=1, host="n2", outputs=[str(log1)], timeout=2.0,
                               action="fail", on_stall=ended.append, interval=0.2)
     beacon.start()
     try:
@@ -36,7 +48,7 @@ def test_a_node_whose_heartbeats_stop_is_lost_and_fail_ends_once(tmp_path):
         assert beacon.lost is None
         beacon.stop()  # node 1 goes silent
         verdict = wait_for(lambda: json.loads(state.read_text())["verdict"], "a verdict", timeout=15)
-        assert verdict["kind"] == "lost" and verdict["node"] == 1 and verdict["host"] == "n2"
+        assert verdict["kind"] == "lost" and verdict["node"] == 1 and verdict["host"] == "n2", verdict
         assert ended == [verdict["message"]] and verdict["message"].startswith("node 1 (n2) went silent")
         time.sleep(0.6)
         assert len(ended) == 1  # ended once, not at every tick
@@ -44,6 +56,7 @@ def test_a_node_whose_heartbeats_stop_is_lost_and_fail_ends_once(tmp_path):
         assert report is not None and report.startswith("stalled: node 1 (n2) went silent")
         assert report.endswith("the job is being ended (stall.action: fail)")
     finally:
+        writing.set()
         beacon.stop()
         watch.stop()
 

@@ -16,12 +16,9 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 from launcher.targets.shared.files import write_json
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 NOTE = "supervisor.note"
 NOTE_SIZE = 1024  # bytes allocated up front; a note is far smaller
