@@ -172,3 +172,13 @@ def test_submit_plans_once_hands_over_the_real_value_and_records_the_masked_text
     assert calls == [done.job_id] and handed == [done.plan]
     assert {el.env.get("API_TOKEN") for el in done.plan.payload.elements} | {done.plan.payload.common.env.get("API_TOKEN")} >= {"tok-123"}
     assert "tok-123" not in done.plan.render() and "API_TOKEN='***'" in done.plan.render()
+
+
+def test_a_plan_record_keeps_no_secret_value_in_any_env_mapping():
+    from launcher.targets.shared.files import mask_env_values
+
+    data = {"common": {"env": {"API_TOKEN": "t0k", "A": "1"}}, "elements": [{"env": {"API_TOKEN": "t1k"}, "n": 2}],
+            "other": {"API_TOKEN": "kept: not an env mapping"}}
+    assert mask_env_values(data, frozenset({"API_TOKEN"})) == {
+        "common": {"env": {"API_TOKEN": "***", "A": "1"}}, "elements": [{"env": {"API_TOKEN": "***"}, "n": 2}],
+        "other": {"API_TOKEN": "kept: not an env mapping"}}

@@ -48,6 +48,9 @@ def test_slurm_job_gets_its_secrets_and_ddpjob_stores_no_host_value(slurm_cluste
     assert seen == {k: hashlib.sha256(v.encode()).hexdigest() for k, v in
                     (("API_TOKEN", token), ("HOST_SECRET", host_value))}
     assert token not in json.dumps(data) and "API_TOKEN='***'" in (Path(data["run_dir"]) / "plan.txt").read_text()
+    # plan.json is a record (the job runs from submitit's pickle): no secret value in it either.
+    plan_json = (Path(data["run_dir"]) / "plan.json").read_text()
+    assert token not in plan_json and '"API_TOKEN": "***"' in plan_json, plan_json
     for root in (folder, ddpjob_home):
         assert stat.S_IMODE(root.stat().st_mode) & 0o077 == 0, root
         for d, dirs, files in os.walk(root):

@@ -52,6 +52,17 @@ def read_json(path: str | os.PathLike[str]) -> Any | None:
         return None
 
 
+def mask_env_values(data: Any, names: frozenset[str]) -> Any:
+    """JSON ``data`` with the values of ``names`` in every ``env`` mapping replaced by ``***``: a record
+    of a plan kept without the secret values the scheduler already holds another way."""
+    if isinstance(data, dict):
+        return {k: ({n: ("***" if n in names else v) for n, v in val.items()} if k == "env" and isinstance(val, dict)
+                    else mask_env_values(val, names)) for k, val in data.items()}
+    if isinstance(data, list):
+        return [mask_env_values(v, names) for v in data]
+    return data
+
+
 def to_json(obj: Any) -> Any:
     """A dataclass (nested ones included) as plain JSON data."""
     import dataclasses

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.quantity import parse_memory, slurm_mem
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target
-from launcher.targets.shared.files import atomic_write, to_json, write_json
+from launcher.targets.shared.files import atomic_write, mask_env_values, to_json, write_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.slurm.script import (
     PORT_SETUP,
@@ -123,7 +123,8 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         p: SlurmPayload = plan.payload
         os.makedirs(plan.run_dir, exist_ok=True)
         atomic_write(f"{plan.run_dir}/plan.txt", plan.render())
-        write_json(f"{plan.run_dir}/plan.json", to_json(p))
+        # A record only (the job runs from submitit's pickle): secret values stay out of it.
+        write_json(f"{plan.run_dir}/plan.json", mask_env_values(to_json(p), plan.masked))
         _prepare_container(p)
         try:
             slurm_id, script_path = slurm_submit.submit(p)
