@@ -326,6 +326,9 @@ def cancel(job_id: str, task: int | None) -> None:
         click.echo(f"{rec.id}: task {task} cancelled; the other tasks go on")
     else:
         click.echo(f"{rec.id}: CANCELLED")
+        note = service.cancel_note(rec.id)
+        if note:
+            click.echo(f"note: {note}", err=True)
 
 
 @cli.command()

@@ -367,6 +367,14 @@ class Jobs:
         self.registry.update_state(rec.id, JobState.CANCELLED, "cancelled by user")
         return Cancelled.CANCELLED
 
+    def cancel_note(self, job_id: str) -> str | None:
+        """The target's word on what ``cancel`` could not reach (local: no cgroups here)."""
+        rec = self.registry.get(job_id)
+        if rec.handle is None:
+            return None
+        tgt, handle = self._target_and_handle(rec)
+        return tgt.cancel_note(handle)
+
     def native_ids(self, rec: JobRecord) -> list[str]:
         """The scheduler's own ids of a recorded job (the handle's ``native_ids``); [] before submit."""
         if rec.handle is None:

@@ -273,6 +273,10 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
     def cancel(self, handle: HandleT) -> None:
         """Stop the job and everything it started. Safe to repeat; a finished job is left as it is."""
 
+    def cancel_note(self, handle: HandleT) -> str | None:
+        """What ``cancel`` could not do on this machine, said after it (None: nothing)."""
+        return None
+
     def cancel_task(self, handle: HandleT, index: int) -> None:
         """Stop one run of a sweep; the others go on. Targets that can do this override it."""
         from launcher.core.errors import UsageError

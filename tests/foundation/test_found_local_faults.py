@@ -197,3 +197,17 @@ def test_cancel_stops_a_process_that_left_the_job_session_and_environment(cli, t
     finally:
         if procs.alive(pid, started):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_cancel_says_what_it_cannot_reach_where_no_cgroup_held_the_job(tmp_path):
+    """Where the supervisor could make no cgroup (state.json says why), cancel's output says that a
+    process in a session of its own with an empty environment may have escaped; with one, nothing."""
+    from launcher.targets.local.payload import LocalHandle
+    from launcher.targets.local.target import LocalTarget
+
+    handle = LocalHandle(job_id="j-00000", run_dir=str(tmp_path))
+    (tmp_path / "state.json").write_text(json.dumps({"cgroup": None, "cgroup_unavailable": "no cgroup v2 here"}))
+    note = LocalTarget().cancel_note(handle)
+    assert note is not None and "(no cgroup v2 here)" in note and "may still run" in note
+    (tmp_path / "state.json").write_text(json.dumps({"cgroup": "/sys/fs/cgroup/x", "cgroup_unavailable": None}))
+    assert LocalTarget().cancel_note(handle) is None

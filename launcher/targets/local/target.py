@@ -250,6 +250,9 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
             yield from follow_files(srcs, tail=flt.tail, rank=flt.rank, follow=follow, poll=0.05, sleep=waker.sleep,
                                     finished=lambda: self.status(handle).state.terminal)
 
+    def cancel_note(self, handle: LocalHandle) -> str | None:
+        return _cancel_note(read_state(handle.run_dir))
+
     def cancel(self, handle: LocalHandle) -> None:
         """Stop the supervisor and every process carrying the job's marker, whatever the recorded
         state says (a supervisor killed mid-run leaves its agents and workers running)."""
@@ -285,6 +288,14 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                 **(state or {"elements": []}), "state": JobState.CANCELLED.value,
                 "message": "cancelled by user", "ended": time.time(),
             })
+
+
+def _cancel_note(state: dict[str, Any] | None) -> str | None:
+    why = (state or {}).get("cgroup_unavailable")
+    if not why:
+        return None
+    return (f"no cgroup held this job's processes ({why}): a process it started in a session of its own with an "
+            "empty environment cannot be found, and may still run (look with ps)")
 
 
 def read_state(run_dir: str) -> dict[str, Any] | None:
