@@ -28,8 +28,8 @@ def seconds(value: int | str) -> int:
 
 class StallOptions(BaseModel):
     """A node is *lost* when the first node has not heard its heartbeat (or it has not heard the first
-    node's answer) for ``timeout``; *quiet* when it is heard but has written no output and made no
-    progress for that long. ``status`` and ``list`` say which node and since when."""
+    node's answer) for ``timeout``; a run is *quiet* when no node has written output or made progress
+    for that long (a hung collective). ``status`` and ``list`` say which node and since when."""
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
 

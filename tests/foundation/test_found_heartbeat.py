@@ -96,3 +96,36 @@ def test_report_says_nothing_when_well_and_notices_a_watch_gone_quiet():
     assert heartbeat.report({"updated": now, "timeout": 20, "verdict": None}, now) is None
     stale = heartbeat.report({"updated": now - 100, "timeout": 20, "verdict": None}, now)
     assert stale is not None and "the first node's watch has said nothing since" in stale
+
+
+def test_one_silent_node_is_not_quiet_while_another_writes(tmp_path):
+    """Often only rank 0 prints: node 1 heard but silent while node 0 writes is no stall."""
+    port, state = _free_udp_port(), tmp_path / "watch.json"
+    out0, log1 = tmp_path / "node-0.log", tmp_path / "node-1.log"
+    log1.write_text("started\n")
+    writing = threading.Event()
+
+    def write() -> None:
+        while not writing.wait(0.1):
+            with out0.open("a") as f:
+                f.write("step\n")
+
+    threading.Thread(target=write, daemon=True).start()
+    watch = heartbeat.Watch(port=port, nodes=2, host="n1", outputs=[str(out0)], timeout=1.0, action="report",
+                            state_path=str(state), on_stall=lambda m: None, interval=0.2)
+    assert watch.start() is None
+    beacon = heartbeat.Beacon(addr="127.0.0.1", port=port, node=1, host="n2", outputs=[str(log1)], timeout=1.0,
+                              action="report", on_stall=lambda m: None, interval=0.2)
+    beacon.start()
+    try:
+        wait_for(lambda: state.exists() and json.loads(state.read_text())["nodes"][1]["heard"], "node 1 heard", timeout=10)
+        seen = []
+        deadline = time.monotonic() + 3.0  # three stall timeouts with node 1 silent
+        while time.monotonic() < deadline:
+            seen.append(json.loads(state.read_text())["verdict"])
+            time.sleep(0.2)
+        assert seen == [None] * len(seen)
+    finally:
+        writing.set()
+        beacon.stop()
+        watch.stop()

@@ -8,8 +8,8 @@ output it has written; the first node answers each one. Then:
 
 - the first node's ``Watch`` knows, per node, when it last heard from it and when its output last
   grew (its own included, with the run's metrics file as progress). A node not heard from for the
-  stall timeout is *lost*; one heard from but with no new output and no progress for that long is
-  *quiet*. The watch writes what it knows to ``watch.json`` (beside the node logs) every interval,
+  stall timeout is *lost*; a run in which no node has written output or made progress for that long
+  is *quiet* (only the first node's ranks print in many programs, so one quiet node means nothing). The watch writes what it knows to ``watch.json`` (beside the node logs) every interval,
   for ``ddpjob status``, and with ``action == "fail"`` calls ``on_stall`` once, which ends the run;
 - each other node's ``Beacon`` knows when the first node last answered; with no answer for the
   stall timeout, it calls ``on_stall`` (with ``action == "fail"``), so a node cut off from the
@@ -125,15 +125,13 @@ class Watch:
                 said = f"no heartbeat since {clock(last)}" if rec["heard"] else "never heard from it"
                 return {"node": rec["node"], "host": rec["host"], "kind": "lost", "since": last, "message":
                         f"{name} went silent: {said} ({int(now - last)} s; stall timeout {self.timeout:g} s)"}
-        quiet = [r for r in self.nodes.values() if now - r["output"] > self.timeout]
-        if quiet:
-            rec = min(quiet, key=lambda r: (r["output"], r["node"]))
-            every = len(quiet) == len(self.nodes)
-            name = ("no node has written output or made progress" if every else f"node {rec['node']}"
-                    + (f" ({rec['host']})" if rec["host"] else "") + " has written no output and made no progress")
-            return {"node": None if every else rec["node"], "host": None if every else rec["host"], "kind": "quiet",
-                    "since": rec["output"], "message": f"{name} since {clock(rec['output'])} "
-                    f"({int(now - rec['output'])} s; stall timeout {self.timeout:g} s)"}
+        # Quiet counts for the run as a whole: often only the first node prints (rank 0), so one node's
+        # silence says nothing, while a hung collective silences every node.
+        last = max(r["output"] for r in self.nodes.values())
+        if now - last > self.timeout:
+            return {"node": None, "host": None, "kind": "quiet", "since": last, "message":
+                    f"no node has written output or made progress since {clock(last)} ({int(now - last)} s; "
+                    f"stall timeout {self.timeout:g} s)"}
         return None
 
     def _write(self, now: float) -> None:
