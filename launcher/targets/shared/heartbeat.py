@@ -122,7 +122,8 @@ class Watch:
             last = rec["heard"] if rec["heard"] is not None else self.started
             if now - last > self.timeout:
                 name = f"node {rec['node']}" + (f" ({rec['host']})" if rec["host"] else "")
-                said = f"no heartbeat since {clock(last)}" if rec["heard"] else "never heard from it"
+                said = (f"no heartbeat since {clock(last)}" if rec["heard"] else
+                        f"no heartbeat ever arrived (does the network between the nodes drop UDP to port {self.port}?)")
                 return {"node": rec["node"], "host": rec["host"], "kind": "lost", "since": last, "message":
                         f"{name} went silent: {said} ({int(now - last)} s; stall timeout {self.timeout:g} s)"}
         # Quiet counts for the run as a whole: often only the first node prints (rank 0), so one node's
@@ -158,6 +159,7 @@ class Beacon:
         self.interval = interval
         self.outputs, self.timeout, self.action, self.on_stall = outputs, timeout, action, on_stall
         self.answered = time.time()
+        self.ever_answered = False
         self.lost: str | None = None
         self._stop = threading.Event()
 
@@ -175,15 +177,16 @@ class Beacon:
                 try:
                     sock.sendto(msg, (self.addr, self.port))
                     sock.recvfrom(64)
-                    self.answered = time.time()
+                    self.answered, self.ever_answered = time.time(), True
                     self._stop.wait(self.interval)
                 except OSError:  # no answer within the interval, or the network is unreachable
                     self._stop.wait(min(0.2, self.interval))
                 now = time.time()
                 if self.lost is None and now - self.answered > self.timeout:
+                    never = "" if self.ever_answered else f"; none ever came: is UDP to port {self.port} dropped?"
                     self.lost = (f"node {self.node} ({self.host}) lost the first node ({self.addr}): no answer to "
                                  f"heartbeats since {clock(self.answered)} ({int(now - self.answered)} s; "
-                                 f"stall timeout {self.timeout:g} s)")
+                                 f"stall timeout {self.timeout:g} s{never})")
                     if self.action == "fail":
                         self.on_stall(self.lost)
 
