@@ -230,6 +230,9 @@ def test_a_killed_supervisor_does_not_turn_a_good_run_into_failed(cli, tmp_path)
     assert follower.returncode == 0 and out.count("done") == 2, (out, err)
     end = cli("wait", job_id, "--timeout", "60")
     assert end.returncode == 0 and "SUCCEEDED" in end.stdout and "exit records" in end.stdout, end.stdout
+    # The supervisor that would have removed the job's cgroups is gone: status removed them.
+    cgroup = json.loads((Path(data["run_dir"]) / "state.json").read_text()).get("cgroup")
+    assert cgroup is None or not os.path.exists(cgroup), cgroup
 
 
 @pytest.mark.real

@@ -129,3 +129,20 @@ def remove(path: str) -> bool:
         except OSError:
             pass
     return not os.path.exists(path)
+
+
+def remove_ended(job_id: str, state: dict[str, object] | None) -> None:
+    """Remove the cgroups of a job that ended without its supervisor (killed), which would have
+    removed them; a cgroup some process still uses stays (rmdir refuses it)."""
+    path = (state or {}).get("cgroup")
+    if isinstance(path, str) and path.endswith(f"/ddpjob-{job_id}") and os.path.isdir(path):
+        remove(path)
+
+
+def cancel_note(state: dict[str, object] | None) -> str | None:
+    """What ``cancel`` says where no cgroup held the job (``state.json``'s ``cgroup_unavailable``)."""
+    why = (state or {}).get("cgroup_unavailable")
+    if not why:
+        return None
+    return (f"no cgroup held this job's processes ({why}): a process it started in a session of its own with an "
+            "empty environment cannot be found, and may still run (look with ps)")

@@ -251,7 +251,9 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                                     finished=lambda: self.status(handle).state.terminal)
 
     def cancel_note(self, handle: LocalHandle) -> str | None:
-        return _cancel_note(read_state(handle.run_dir))
+        from launcher.targets.local import cgroups
+
+        return cgroups.cancel_note(read_state(handle.run_dir))
 
     def cancel(self, handle: LocalHandle) -> None:
         """Stop the supervisor and every process carrying the job's marker, whatever the recorded
@@ -288,14 +290,6 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                 **(state or {"elements": []}), "state": JobState.CANCELLED.value,
                 "message": "cancelled by user", "ended": time.time(),
             })
-
-
-def _cancel_note(state: dict[str, Any] | None) -> str | None:
-    why = (state or {}).get("cgroup_unavailable")
-    if not why:
-        return None
-    return (f"no cgroup held this job's processes ({why}): a process it started in a session of its own with an "
-            "empty environment cannot be found, and may still run (look with ps)")
 
 
 def read_state(run_dir: str) -> dict[str, Any] | None:
@@ -393,6 +387,9 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
         tasks.append(TaskStatus(el.index, JobState.FAILED, cause, nodes, el.params))
     state, message = summarize(tasks)
     if state.terminal:
+        from launcher.targets.local import cgroups
+
+        cgroups.remove_ended(handle.job_id, read_state(handle.run_dir))  # its supervisor would have, at the end
         message = (message + "; " if message else "") + "(the supervisor was gone: state read from the nodes' exit records)"
     return JobStatus(state, message, tasks, details)
 
