@@ -185,13 +185,7 @@ class Registry:
         now = time.time()
         with self._connect(write=True) as conn:
             if port is None and port_picker is not None:
-                busy = {
-                    r[0]
-                    for r in conn.execute(
-                        f"SELECT port FROM jobs WHERE port IS NOT NULL AND state NOT IN ({','.join('?' * len(_TERMINAL_SQL))})",
-                        _TERMINAL_SQL,
-                    )
-                }
+                busy = _busy_ports(conn)
                 port = port_picker(busy)
             for _ in range(20):
                 job_id = f"{name}-{''.join(secrets.choice(_ALPHABET) for _ in range(5))}"
@@ -213,13 +207,7 @@ class Registry:
         """A new rendezvous port for a live job whose port was taken by another program before the
         rendezvous; chosen and recorded in one transaction, like ``reserve``."""
         with self._connect(write=True) as conn:
-            busy = {
-                r[0]
-                for r in conn.execute(
-                    f"SELECT port FROM jobs WHERE port IS NOT NULL AND state NOT IN ({','.join('?' * len(_TERMINAL_SQL))})",
-                    _TERMINAL_SQL,
-                )
-            }
+            busy = _busy_ports(conn)
             port = port_picker(busy)
             conn.execute("UPDATE jobs SET port = :port WHERE id = :id", {"port": port, "id": job_id})
         return port
@@ -322,3 +310,9 @@ def _cause(e: BaseException, home: Path) -> str:
     if isinstance(e, OSError) and e.strerror:
         return e.strerror if not e.filename or str(e.filename) == str(home) else f"{e.filename}: {e.strerror}"
     return str(e)
+
+
+def _busy_ports(conn: Any) -> set[int]:
+    """The rendezvous ports recorded for jobs that have not ended."""
+    sql = f"SELECT port FROM jobs WHERE port IS NOT NULL AND state NOT IN ({','.join('?' * len(_TERMINAL_SQL))})"
+    return {r[0] for r in conn.execute(sql, _TERMINAL_SQL)}

@@ -193,13 +193,7 @@ def read_stdin_text() -> str:
     if len(data) > limit:
         raise refuse(f"more than {limit:,} bytes; a job spec is a few kilobytes",
                      "raise DDPJOB_SPEC_MAX_BYTES if this really is a spec")
-    try:
-        return data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise SpecError(STDIN_NAME, [Issue((), f"not UTF-8 text (byte {data[e.start]:#04x})", "send UTF-8 text")],
-                        {(): (line, column)}) from e
+    return specyaml.decode_spec(data, STDIN_NAME, "send UTF-8 text")
 
 
 # An integer of more digits than Python turns into text (its limit, 4,300) cannot be shown in an

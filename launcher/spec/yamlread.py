@@ -78,12 +78,17 @@ def read_spec_text(path: str) -> str:
     if len(data) > limit:
         raise refuse(f"the file is larger than {limit:,} bytes; a job spec is a few kilobytes",
                      "raise DDPJOB_SPEC_MAX_BYTES if this really is a spec")
+    return decode_spec(data, path, "save the file as UTF-8")
+
+
+def decode_spec(data: bytes, name: str, hint: str) -> str:
+    """A spec's bytes as text (UTF-8, a leading BOM dropped); otherwise a SpecError at the bad byte's line."""
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise SpecError(path, [Issue((), f"not UTF-8 text (byte {data[e.start]:#04x})", "save the file as UTF-8")],
+        raise SpecError(name, [Issue((), f"not UTF-8 text (byte {data[e.start]:#04x})", hint)],
                         {(): (line, column)}) from e
 
 
