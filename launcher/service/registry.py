@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -180,6 +179,7 @@ class Registry:
         Returns:
             (job id, the port recorded or None).
         """
+        import secrets  # (hashlib and random with it: not on the path of render, list or status)
         import sqlite3
 
         now = time.time()

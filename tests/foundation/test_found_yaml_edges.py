@@ -24,6 +24,17 @@ def test_a_nul_byte_is_reported_at_its_line_and_column(tmp_path):
     assert "s.yaml:4:7:" in text and "'\\x1b'" in text, text
 
 
+def test_control_characters_are_found_in_non_ascii_text_too(tmp_path):
+    # ASCII text is checked with a smaller pattern than text with other characters: both must refuse
+    text = _problem(tmp_path, "name: a\ncommand: [python, x]\nenv:\n  B: caf\u00e9\x1by\n")
+    assert "s.yaml:4:10:" in text and "'\\x1b'" in text, text
+    text = _problem(tmp_path, "name: a\ncommand: [python, x]\nenv:\n  B: \u00e9\ufffe\n")
+    assert "s.yaml:4:7:" in text and "'\\ufffe'" in text, text
+    spec = tmp_path / "ok.yaml"
+    spec.write_text("name: a\ncommand: [python, x]\nenv:\n  B: caf\u00e9 \u00a0\U0001F600 \x85\n")
+    assert load_spec(str(spec)).spec.env["B"].startswith("caf\u00e9")
+
+
 def test_an_anchor_defined_twice_is_named_at_its_line(tmp_path):
     text = _problem(tmp_path, "name: a\ncommand: [python, x]\nsweep: &ab {}\nenv:\n  X: &ab x\n")
     assert "s.yaml:5:6: env.X: anchor &ab is defined twice" in text, text
