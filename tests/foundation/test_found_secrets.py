@@ -63,9 +63,10 @@ def test_a_job_gets_its_secrets_and_nothing_shows_or_stores_them(cli, tmp_path, 
 
     with sqlite3.connect(ddpjob_home / "registry.db") as conn:
         conn.execute("PRAGMA wal_checkpoint(FULL)")
-    for path in every_file(ddpjob_home):  # the host's value: in no file ddpjob wrote
+    for path in every_file(ddpjob_home):  # neither value: in no file ddpjob wrote (plan.json included)
         assert host_value.encode() not in path.read_bytes(), path
-    assert token.encode() not in (ddpjob_home / "registry.db").read_bytes()
+        assert token.encode() not in path.read_bytes(), path
+    assert json.loads((run_dir / "plan.json").read_text())["elements"][0]["nodes"][1]["env"]["API_TOKEN"] == "***"
     assert token not in (run_dir / "plan.txt").read_text() and "API_TOKEN='***'" in (run_dir / "plan.txt").read_text()
 
     for path in [ddpjob_home, *(Path(d) / n for d, dirs, files in os.walk(ddpjob_home) for n in dirs + files)]:

@@ -55,6 +55,26 @@ _cgroup: tuple[str | None, str] = (None, "")
 # Starts of a run whose rendezvous port another program took before torchrun bound it.
 PORT_ATTEMPTS = 3
 
+# The values of the spec's secret-named env variables, per "run/node": they come in the
+# supervisor's environment (SECRET_ENV, which it removes at once), never in plan.json.
+SECRET_ENV = "DDPJOB_SECRET_ENV"
+_secrets: dict[str, dict[str, str]] = {}
+
+
+def secrets_apart(data: Any, masked: frozenset[str]) -> tuple[Any, str | None]:
+    """``plan.json``'s data (``to_json`` of the payload) with the values of the ``masked`` env names
+    as ``***``, and those values as the text of the supervisor's ``SECRET_ENV`` variable (None when
+    there are none). A process's environment is readable by its user alone and gone with it; a
+    supervisor started by hand on such a plan starts its nodes with ``***`` for those values."""
+    import json
+
+    from launcher.targets.shared.files import mask_env_values
+
+    values = {f"{el['index']}/{node['node']}": {n: v for n, v in node["env"].items() if n in masked}
+              for el in data["elements"] for node in el["nodes"]}
+    values = {key: env for key, env in values.items() if env}
+    return mask_env_values(data, masked), (json.dumps(values) if values else None)
+
 
 def _size(path: str) -> int:
     try:
@@ -108,7 +128,8 @@ def start_nodes(nodes: list[Any], output_dir: str, index: int) -> tuple[list[tup
             os.makedirs(os.path.dirname(node.log), exist_ok=True)
             # Through the node wrapper: it records how the agent ended even if we are killed.
             p = node_wrapper.start(sys.executable, node_wrapper.exit_file(node.log), node.argv,
-                                   env={**os.environ, **node.env}, cwd=node.cwd, log=node.log,
+                                   env={**os.environ, **node.env, **_secrets.get(f"{index}/{node.node}", {})},
+                                   cwd=node.cwd, log=node.log,
                                    cgroup=cgroups.node_dir(_cgroup[0], index, node.node) if _cgroup[0] else None)
         except OSError as e:
             return running, f"node {node.node}: cannot start {node.argv[0]}: {e}"
@@ -356,6 +377,10 @@ def main(argv: list[str], from_submit: bool = False) -> int:
     if len(argv) != 1:
         print("usage: python -m launcher.targets.local.supervisor RUN_DIR", file=sys.stderr)
         return 2
+    if SECRET_ENV in os.environ:  # removed before anything starts: no node inherits the whole set
+        import json
+
+        _secrets.update(json.loads(os.environ.pop(SECRET_ENV)))
     plan = read_plan(argv[0], from_submit)  # a plan that cannot be read stops here, with why, before any node starts
     global _cgroup
     from launcher.targets.local import cgroups

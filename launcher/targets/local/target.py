@@ -2,7 +2,7 @@
 
 Layout of a run directory::
 
-    plan.json              what the supervisor runs (the payload of the Plan)
+    plan.json              what the supervisor runs (the payload of the Plan; secret env values as ***: those reach the supervisor in its environment)
     plan.txt               the rendered plan
     state.json             written by the supervisor: states, pids, exit codes, root cause
     supervisor.log         the supervisor's own messages
@@ -182,10 +182,10 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
 
         run_dir = Path(plan.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_json(run_dir / "plan.json", to_json(payload))
+        data, secret_values = supervisor.secrets_apart(to_json(payload), plan.masked)
+        write_json(run_dir / "plan.json", data)  # the secret values go in the supervisor's environment
         atomic_write(run_dir / "plan.txt", plan.render())
-        env = dict(os.environ)
-        env[MARKER] = plan.job_id
+        env = {**os.environ, MARKER: plan.job_id, **({supervisor.SECRET_ENV: secret_values} if secret_values else {})}
         _create_network(payload)
         try:
             with open(run_dir / "supervisor.log", "ab") as log:
