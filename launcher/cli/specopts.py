@@ -54,6 +54,10 @@ class CommandAfterDashes(click.Command):
             args = args[:cut]
         else:
             ctx.meta[COMMAND_KEY] = None
+        # `--dry-run SPEC`: the option's value is optional (client, server); anything else after it
+        # is the next argument, as a user who writes `submit --dry-run spec.yaml` means.
+        args = [f"{a}=client" if a == "--dry-run" and (i + 1 == len(args) or args[i + 1] not in ("client", "server"))
+                else a for i, a in enumerate(args)]
         return super().parse_args(ctx, args)
 
 

@@ -170,3 +170,14 @@ def test_a_spec_name_with_control_characters_is_refused_and_shown_escaped(name):
     assert result.exit_code == 2, result.output
     assert "internal error" not in result.output and "\x00" not in result.output and "\x1b" not in result.output
     assert ("not a file name: it holds a NUL byte" if "\x00" in name else "file not found") in result.output
+
+
+def test_dry_run_before_the_spec_takes_no_value_from_it(ddpjob_home):
+    """`--dry-run`'s value is optional (client, server): `submit --dry-run SPEC` is a client dry run of
+    SPEC, not the mode 'SPEC'."""
+    for args in (["--dry-run", str(QUICK)], ["--dry-run", "client", str(QUICK)], [str(QUICK), "--dry-run"]):
+        proc = run("submit", *args, "--target", "local")
+        assert proc.returncode == 0 and "# ddpjob local plan: job quickstart-xxxxx" in proc.stdout, (args, proc.stderr)
+    err = refused(run("submit", "--dry-run=spec.yaml", str(QUICK)))
+    assert "'spec.yaml' is not one of 'client', 'server'" in err
+    no_jobs(ddpjob_home)
