@@ -156,7 +156,8 @@ class Resources(BaseModel):
         None, ge=1, le=MAX_CPUS,
         description=f"CPU cores per node (a whole number, at most {MAX_CPUS}). Also sets OMP_NUM_THREADS per process.",
     )
-    gpus: StrictInt = Field(0, ge=0, description="GPUs per node (nvidia.com/gpu on Kubernetes, --gpus-per-node on Slurm).")
+    gpus: StrictInt = Field(0, ge=0, le=1024, description="GPUs per node, at most 1024 (nvidia.com/gpu on "
+                            "Kubernetes, --gpus-per-node on Slurm).")
     memory: str | None = Field(
         None, description="Memory per node as a Kubernetes quantity, e.g. '16Gi' (binary) or '16G' (decimal).")
     shm: str = Field(

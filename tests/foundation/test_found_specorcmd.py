@@ -95,11 +95,13 @@ def test_numbers_too_long_to_write_are_spec_errors_at_their_line(tmp_path, ddpjo
     no_jobs(ddpjob_home)
 
 
-def test_counts_and_cpus_have_upper_bounds(tmp_path, ddpjob_home):
+def test_counts_cpus_and_gpus_have_upper_bounds(tmp_path, ddpjob_home):
     for args in (["logs", "some-id", "--tail", "100000000000000000000"], ["list", "--limit", "100000000000000000000"]):
         assert "is not in the range 0<=x<=1000000000" in refused(run(*args))
     err = refused(run("submit", "--dry-run", "--set", "resources.cpus=100000", "--", "python", "x.py"))
     assert "resources.cpus: Input should be less than or equal to 4096" in err
+    err = refused(run("submit", "--dry-run", "--set", "resources.gpus=100000", "--", "python", "x.py"))
+    assert "resources.gpus: Input should be less than or equal to 1024" in err
     with pytest.raises(UsageError, match="--limit a number that large"):
         api.list_jobs(limit=10**20)
     no_jobs(ddpjob_home)
