@@ -89,7 +89,7 @@ class Job:
 def submit(
     spec: str | os.PathLike[str] | Mapping[str, Any] | None = None,
     *,
-    target: str = "local",
+    target: str | None = None,
     nodes: int | None = None,
     procs_per_node: int | str | None = None,
     name: str | None = None,
@@ -100,7 +100,9 @@ def submit(
 
     Args:
         spec: a spec file, a spec as a dict, or None with ``command``.
-        target: ``local``, ``slurm`` or ``k8s``.
+        target: ``local``, ``slurm`` or ``k8s``; default: the project file's (``.ddpjob.yaml``) or
+            user config's target, else ``local``. Those files fill what the spec leaves out, as
+            for the command line (``ddpjob config show``).
         nodes, procs_per_node, name: as ``--nodes``, ``--procs-per-node``, ``--name``.
         overrides: ``{"resources.cpus": 4, "env.SEED": "1"}`` or ``["resources.cpus=4"]`` (as ``--set``).
         command: the program when there is no spec, e.g. ``["python", "train.py", "--lr", "0.1"]``.
@@ -112,18 +114,19 @@ def submit(
         raise SpecError(None, [Issue(("command",), f"give the command as a list of strings, not a {type(command).__name__}",
                                      'e.g. command=["python", "train.py", "--lr", "0.1"]', source="command=")])
     if isinstance(spec, Mapping):
+        from launcher.spec.defaults import layers
         from launcher.spec.load import load_spec
 
         base = dict(spec)
         if command is not None:
             base["command"] = list(command)
-        loaded = load_spec(None, overrides=sets, base=base)
+        loaded = load_spec(None, overrides=sets, base=base, defaults=layers())
     elif spec is not None:
         loaded = load(os.fspath(spec), overrides=sets)
     else:
         loaded = load(None, command=list(command or []), overrides=sets)
     jobs = Jobs()
-    return Job(jobs.submit(loaded, target).job_id, jobs)
+    return Job(jobs.submit(loaded, loaded.chosen_target(target)).job_id, jobs)
 
 
 def get(job_id: str) -> Job:

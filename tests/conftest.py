@@ -31,12 +31,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def ddpjob_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                 monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Every test gets its own registry, so nothing touches the user's ~/.ddpjob. Afterwards, any
+    """Every test gets its own registry, so nothing touches the user's ~/.ddpjob, and reads no
+    defaults file. Afterwards, any
     process the test left running (found by this home in its environment: supervisors, torchrun
     agents, workers) is stopped, so a failed test cannot leave sleepers behind. A test of the pure
     tier (not marked real) that started a local job is an error: it belongs to the real tier."""
     home = tmp_path_factory.mktemp("ddpjob-home")
     monkeypatch.setenv("DDPJOB_HOME", str(home))
+    # Nor the user's defaults: no ~/.config/ddpjob/config.yaml or .ddpjob.yaml above the test's
+    # folder changes what a test submits (tests of those files set DDPJOB_CONFIG themselves).
+    monkeypatch.setenv("DDPJOB_CONFIG", "none")
     yield home
     left, survivors = stop_leftovers(home)
     if left:

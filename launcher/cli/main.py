@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from launcher.cli.config import config_group
 from launcher.cli.specopts import TARGET_CHOICE, CommandAfterDashes, typed_command
 from launcher.cli.specopts import jobs_service as _jobs
 from launcher.cli.specopts import load as _load
 from launcher.cli.specopts import overrides as _overrides
+from launcher.cli.specopts import resolve_target as _target
 from launcher.cli.specopts import spec_options as _spec_options
 from launcher.cli.support import DEBUG, exit_codes_help, flush_stdout
 from launcher.cli.support import guard as _guard
@@ -86,7 +88,7 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
     except KeyboardInterrupt:
         click.echo("\nStopped: nothing was submitted.", err=True)
         sys.exit(130)
-    service = _jobs()
+    service, target = _jobs(), _target(target, loaded)
     if dry_run:
         plan = service.plan(loaded, target, online=dry_run == "server")
         click.echo(plan.render(), nl=False)
@@ -168,7 +170,7 @@ def render(spec_file: str, target: str, nodes: int | None, procs_per_node: str |
       ddpjob render jobs/cifar.yaml --target k8s --nodes 4
     """
     loaded = _load((spec_file,), _overrides(sets, nodes, procs_per_node, name))
-    click.echo(_jobs().plan(loaded, target).render(), nl=False)
+    click.echo(_jobs().plan(loaded, _target(target, loaded)).render(), nl=False)
 
 
 @cli.command()
@@ -353,7 +355,7 @@ def wait(job_id: str, timeout: float | None) -> None:
     sys.exit(0 if rec.state is JobState.SUCCEEDED else 1)
 
 
-for _tool in TOOLS:  # completion, rm, prune, doctor, init (launcher/cli/tools.py)
+for _tool in (*TOOLS, config_group):  # completion, rm, prune, doctor, init (cli/tools.py); config (cli/config.py)
     cli.add_command(_tool)
 
 

@@ -20,15 +20,38 @@ TARGET_CHOICE = click.Choice(TARGET_NAMES)
 
 def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for deco in reversed([
-        click.option("--target", "-t", type=TARGET_CHOICE, default="local", show_default=True, help="Where to run."),
+        click.option("--target", "-t", type=TARGET_CHOICE, help="Where to run [default: the project file's or user "
+                     "config's target, else local: see ddpjob config show]."),
         click.option("--nodes", "-n", type=int, help="Override nodes."),
         click.option("--procs-per-node", "-p", help="Override procs_per_node (an integer or 'auto')."),
         click.option("--name", help="Override the job name."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Override any field, e.g. --set resources.cpus=4 --set env.SEED=1 (repeatable)."),
+        click.option("--env-file", multiple=True, metavar="FILE", expose_value=False, callback=_keep,
+                     help="Set env variables from a dotenv file (NAME=value lines; repeatable)."),
+        click.option("--env", multiple=True, metavar="NAME=VALUE", expose_value=False, callback=_keep,
+                     help="Set one env variable, its value taken as written (repeatable; wins over --env-file)."),
     ]):
         fn = deco(fn)
     return fn
+
+
+def _keep(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
+    """``--env-file`` and ``--env``: kept for ``load`` (they reach no command's signature)."""
+    ctx.meta[f"ddpjob.{param.name}"] = value
+
+
+def _env(ctx: click.Context) -> list[tuple[str, str, str]]:
+    """(NAME, value, source) of ``--env-file`` (in order) and then ``--env``: a later one wins."""
+    from launcher.spec.defaults import env_pair, read_env_file
+
+    out = [pair for path in ctx.meta.get("ddpjob.env_file", ()) for pair in read_env_file(path)]
+    return out + [env_pair(text) for text in ctx.meta.get("ddpjob.env", ())]
+
+
+def resolve_target(target: str | None, loaded: LoadedSpec) -> str:
+    """The target: ``--target``, else the project file's or user config's, else local."""
+    return loaded.chosen_target(target)
 
 
 def overrides(sets: tuple[str, ...], nodes: int | None, procs: str | None, name: str | None) -> list[str]:
@@ -78,11 +101,12 @@ def load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] |
     from launcher.core.errors import Issue, SpecError, UsageError
     from launcher.service import jobs
 
+    env = _env(click.get_current_context())
     if command is not None:
         if args:
             raise UsageError(f"a spec ({args[0]}) and a command after -- ({' '.join(command)}): give one of them; "
                              "put the command in the spec's command:, or use --set")
-        return jobs.load(None, command=list(command), overrides=overrides)
+        return jobs.load(None, command=list(command), overrides=overrides, env=env)
     if len(args) > 1 and (args[0].lower().endswith((".yaml", ".yml")) or args[0] == "-"):
         raise UsageError(f"extra arguments after the spec {args[0]}: {' '.join(args[1:])}; "
                          "put the command in the spec's command:, or use --set")
@@ -90,13 +114,13 @@ def load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] |
         raise UsageError(f"{' '.join(args)}: one spec file at most; to run a command, put -- before it: "
                          f"ddpjob submit [OPTIONS] -- {' '.join(args)}")
     if not args:
-        return jobs.load(None, command=[], overrides=overrides)  # says what to give
+        return jobs.load(None, command=[], overrides=overrides, env=env)  # says what to give
     if args[0] == "-":
         from launcher.spec.load import STDIN_NAME, read_stdin_text
 
-        return jobs.load(STDIN_NAME, overrides=overrides, text=read_stdin_text())
+        return jobs.load(STDIN_NAME, overrides=overrides, text=read_stdin_text(), env=env)
     try:
-        return jobs.load(args[0], overrides=overrides)
+        return jobs.load(args[0], overrides=overrides, env=env)
     except SpecError as e:
         hint = _not_a_spec_hint(args[0], e, command_hint)
         if hint is None:

@@ -72,23 +72,26 @@ class Cancelled(enum.Enum):
 
 
 def load(spec_path: str | None, *, command: list[str] | None = None, overrides: list[str] = (),  # type: ignore[assignment]
-         text: str | None = None) -> LoadedSpec:
+         text: str | None = None, env: list[tuple[str, str, str]] = ()) -> LoadedSpec:  # type: ignore[assignment]
     """A spec file, or a spec made of a bare ``command`` (``ddpjob submit -- python train.py``).
 
-    Overrides (``KEY=VALUE``) apply before validation. Raises ``SpecError`` listing every problem.
-    ``text``: the spec's text, read already (from standard input); ``spec_path`` then names it.
+    The project file and user config fill what the spec leaves out (``spec/defaults.py``); ``env``
+    (``--env-file``, ``--env``) and the overrides (``KEY=VALUE``) apply over it before validation.
+    Raises ``SpecError`` listing every problem. ``text``: the spec's text, read already (from
+    standard input); ``spec_path`` then names it.
     """
+    from launcher.spec.defaults import layers
     from launcher.spec.load import load_spec
     from launcher.spec.model import sanitize_name
 
     if spec_path is not None:
-        return load_spec(spec_path, overrides=list(overrides), text=text)
+        return load_spec(spec_path, text=text, overrides=list(overrides), defaults=layers(), env=list(env))
     if not command:
         raise UsageError("give a spec file (ddpjob submit jobs/quickstart.yaml) or a command after -- "
                          "(ddpjob submit --nodes 2 -- python train.py)")
     words = [a if isinstance(a, str) else "-" for a in command]  # the API may pass anything: validation says what
     base = {"name": sanitize_name(os.path.splitext(os.path.basename(_named_after(words)))[0]), "command": list(command)}
-    return load_spec(None, overrides=list(overrides), base=base)
+    return load_spec(None, base=base, overrides=list(overrides), defaults=layers(), env=list(env))
 
 
 # Python's own options that take a value (``python -X dev train.py``: the script is train.py).

@@ -20,6 +20,7 @@ from launcher.core.errors import Issue, SpecError
 from launcher.core.fields import control_problem
 from launcher.core.interrupts import interrupt_after
 from launcher.spec import yamlread as specyaml
+from launcher.spec.defaults import Layer, default_target, fill
 from launcher.spec.model import JobSpec, check_placeholders, sanitize_name
 from launcher.spec.secrets import is_secret, mask_override, printable
 from launcher.spec.size import size_issues
@@ -35,7 +36,12 @@ class LoadedSpec:
     spec: JobSpec
     file: str | None
     locations: dict[tuple[str | int, ...], tuple[int, int]] = field(default_factory=dict)
-    override_sources: dict[tuple[str, ...], str] = field(default_factory=dict)
+    override_sources: dict[tuple[str | int, ...], str] = field(default_factory=dict)
+    default_target: tuple[str, str] | None = None  # (target, where): from the project file or user config
+
+    def chosen_target(self, flag: str | None) -> str:
+        """``flag`` (``--target``), else the project file's or user config's target, else local."""
+        return flag or (self.default_target[0] if self.default_target else "local")
 
     def error(self, issues: list[Issue]) -> SpecError:
         """A ``SpecError`` for problems found after loading, located in the same file."""
@@ -79,7 +85,7 @@ def _apply(data: dict[str, Any], parts: tuple[str, ...], value: Any, source: str
     return None
 
 
-def _with_source(issue: Issue, sources: dict[tuple[str, ...], str],
+def _with_source(issue: Issue, sources: dict[tuple[str | int, ...], str],
                  locations: dict[tuple[str | int, ...], tuple[int, int]] | None = None) -> Issue:
     """The issue, named after the ``--set`` that caused it: one that set its field or a field under
     it, or one that made the mapping it is about (a field the file does not have, which would
@@ -110,6 +116,8 @@ def load_spec(
     overrides: list[str] = (),  # type: ignore[assignment]
     base: dict[str, Any] | None = None,
     text: str | None = None,
+    defaults: list[Layer] = (),  # type: ignore[assignment]
+    env: list[tuple[str, str, str]] = (),  # type: ignore[assignment]
 ) -> LoadedSpec:
     """Load, override and validate a spec. Raises ``SpecError`` with every problem found.
 
@@ -119,6 +127,10 @@ def load_spec(
         overrides: ``KEY=VALUE`` strings applied in order before validation.
         base: starting data when ``path`` is None.
         text: the spec's text when it was read already (standard input); ``path`` then only names it.
+        defaults: the project file and user config (``spec.defaults.layers``): they fill what the
+            spec leaves out.
+        env: ``(NAME, value, source)`` from ``--env-file`` and ``--env``, set over the spec's env
+            before the overrides.
     """
     file = str(path) if path is not None else None
     locations: dict[tuple[str | int, ...], tuple[int, int]] = {}
@@ -134,7 +146,12 @@ def load_spec(
     else:
         data = dict(base or {})
 
-    sources: dict[tuple[str, ...], str] = {}
+    sources: dict[tuple[str | int, ...], str] = fill(data, list(defaults))
+    for name, value, src in env:
+        problem = _apply(data, ("env", name), value, src)
+        if problem:
+            issues.append(problem)
+        sources[("env", name)] = src
     for text_override in overrides:
         parts, value = parse_override(text_override)
         src = override_source(text_override)
@@ -167,7 +184,7 @@ def load_spec(
         # Relative workdirs are relative to the spec file, so a spec means the same wherever you submit it.
         resolved = str((Path(file).resolve().parent / spec.workdir).resolve())
         spec = spec.model_copy(update={"workdir": resolved})
-    return LoadedSpec(spec, file, locations, sources)
+    return LoadedSpec(spec, file, locations, sources, default_target(list(defaults)))
 
 
 STDIN_NAME = "<stdin>"
