@@ -151,6 +151,8 @@ def _follow_to_end(service: Jobs, job_id: str, flt: Any = None) -> int:
         click.echo(f"\nStopped following; {job_id} keeps running. Cancel it with: ddpjob cancel {job_id}", err=True)
         return 130
     click.echo(f"{rec.id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""), err=True)
+    if rec.state is JobState.FAILED and not (flt and flt.verbose):
+        click.echo(f"  (torchrun's own tracebacks were left out: ddpjob logs {rec.id} --verbose)", err=True)
     return 0 if rec.state is JobState.SUCCEEDED else 1
 
 
@@ -284,9 +286,13 @@ def list_(output: str, limit: int, target: str | None, du: bool) -> None:
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
 @click.option("--task", type=click.IntRange(min=0), help="Only this run of a sweep (0-based).")
 @click.option("--tail", type=click.IntRange(0, COUNT_MAX), help="Only the last N lines of each source.")
+@click.option("--verbose", "-v", is_flag=True, help="Also torchrun's own log records and tracebacks (hidden by default).")
 @_guard
-def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: int | None, tail: int | None) -> None:
-    """Print a job's output; every line is prefixed with its node and rank.
+def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: int | None, tail: int | None,
+         verbose: bool) -> None:
+    """Print a job's output; every line is prefixed with its node and rank. torchrun's own
+    tracebacks and log records are left out (a failed or stopped rank makes every agent raise one);
+    ddpjob's root cause names the rank, and --verbose shows them.
 
     \b
     Examples:
@@ -297,7 +303,7 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
     from launcher.targets.base import LogFilter
 
     service = _jobs()
-    flt = LogFilter(task=task, node=node, rank=rank, tail=tail)
+    flt = LogFilter(task=task, node=node, rank=rank, tail=tail, verbose=verbose)
     if follow:
         code = _follow_to_end(service, job_id, flt)
         sys.exit(0 if code in (0, 1) else code)

@@ -204,6 +204,7 @@ class LogFilter:
     node: int | None = None
     rank: int | None = None
     tail: int | None = None
+    verbose: bool = False  # also torchrun's own log records and tracebacks (logtail.AgentNoise)
 
 
 class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):

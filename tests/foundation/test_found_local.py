@@ -96,6 +96,8 @@ def test_cancel_leaves_no_process_alive(cli, scripts, ddpjob_home):
     assert status_json(cli, job_id)["state"] == "CANCELLED"
     again = cli("cancel", job_id)  # idempotent
     assert again.returncode == 0 and "already ended: CANCELLED" in again.stdout
+    tail = cli("logs", job_id, "--tail", "3").stdout  # not torchrun's SignalException frames
+    assert "File \"" not in tail and "torch/distributed" not in tail, tail
     assert cli("wait", job_id).returncode == 1
 
 
@@ -113,6 +115,15 @@ def test_failing_rank_fails_the_job_with_its_error(cli, scripts):
     assert procs.marked_pids("DDPJOB_JOB_ID", job_id) == []  # the healthy node was stopped too
     text = cli("status", job_id).stdout
     assert "state:    FAILED" in text and "boom" in text
+    # The output leads with the user's error; torchrun's own tracebacks stay in the files (--verbose).
+    shown = proc.stdout + proc.stderr
+    assert "boom: rank 1 could not open its shard" in shown and "[node1] torchrun stopped: ChildFailedError" in shown
+    assert "torch/distributed/elastic" not in shown and "Root Cause (first observed failure)" not in shown
+    assert f"ddpjob logs {job_id} --verbose" in proc.stderr
+    verbose = cli("logs", job_id, "--verbose").stdout
+    assert "Root Cause (first observed failure)" in verbose and "torch/distributed/elastic" in verbose
+    last = cli("logs", job_id, "--node", "1", "--tail", "2").stdout.splitlines()  # the tail of what is shown
+    assert last[-1] == "[node1] torchrun stopped: ChildFailedError" and "boom" in last[0], last
 
 
 @pytest.mark.real

@@ -171,6 +171,9 @@ def test_restart_keeps_previous_logs_and_cancel_is_idempotent(k8s_api, tmp_path)
         time.sleep(0.5)
     assert "[master-0] attempt first" in out or "[master-0 rank0] attempt first" in out, out
     assert "attempt second" in out and "now waiting" in out, out
+    # The failed first run's torchrun report is in the pod's log, shown only with --verbose.
+    assert "Root Cause (first observed failure)" not in out and "torchrun stopped: ChildFailedError" in out, out
+    assert "Root Cause (first observed failure)" in run("logs", job_id, "--verbose")[1]
     code, status = run("status", job_id)
     assert "RUNNING" in status and "restarts=1" in status, status
     k8s_api.server.requests.clear()

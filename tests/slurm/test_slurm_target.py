@@ -204,6 +204,10 @@ def test_failing_rank_fails_the_job_with_its_cause(slurm_cluster, cli, tmp_path)
     data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=150)
     assert data["status"]["state"] == "FAILED" and data["state"] == "FAILED"
     assert "rank 1 exited with code 3" in data["status"]["message"], data["status"]["message"]
+    shown, verbose = cli("logs", job_id).stdout, cli("logs", job_id, "--verbose").stdout
+    assert "ChildFailedError" in verbose and "Root Cause (first observed failure)" in verbose  # in the files
+    assert "Root Cause (first observed failure)" not in shown and "torch/distributed/elastic" not in shown
+    assert "torchrun stopped: ChildFailedError" in shown
 
 
 RAISER = """

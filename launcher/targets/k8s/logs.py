@@ -49,7 +49,7 @@ from launcher.targets.k8s.pods import (
     started,
 )
 from launcher.targets.shared.files import atomic_write
-from launcher.targets.shared.logtail import LogSource, format_line
+from launcher.targets.shared.logtail import AgentNoise, LogSource, format_line, split_torchrun_prefix
 
 POLL = 0.5
 DRAIN_GRACE = 15.0
@@ -71,6 +71,7 @@ class PodLogs:
         # Elastic jobs get their node ranks at rendezvous, so a replica's index says nothing about
         # its ranks: lines keep torchrun's own [default<local rank>]: prefix instead.
         self.elastic = elastic
+        self.noise: dict[str, AgentNoise] = {}  # per pod: torchrun's own tracebacks span lines
 
     # ------------------------------------------------------------------ shared helpers
     def _ref(self, pod_name: str) -> PodRef | None:
@@ -83,6 +84,11 @@ class PodLogs:
         return LogSource(str(self.pods_dir / ref.name), ref.label, ref.node, self.procs, ref.task)
 
     def _fmt(self, ref: PodRef, line: str) -> str | None:
+        if not self.flt.verbose and split_torchrun_prefix(line)[0] is None:  # the agent's own line
+            kept = self.noise.setdefault(ref.name, AgentNoise()).show(line)
+            if kept is None:
+                return None
+            line = kept
         if self.elastic:
             return f"[{ref.label}] {line}"
         return format_line(self._source(ref), line, self.flt.rank)
@@ -144,12 +150,10 @@ class PodLogs:
         ref = self._ref(pod_name)
         assert ref is not None
         lines = [ln for f in files for ln in f.read_bytes().decode("utf-8", "replace").splitlines()]
+        shown = [out for line in lines if (out := self._fmt(ref, line)) is not None]  # then the tail: of those shown
         if self.flt.tail is not None:
-            lines = list(deque(lines, maxlen=self.flt.tail)) if self.flt.tail > 0 else []
-        for line in lines:
-            out = self._fmt(ref, line)
-            if out is not None:
-                yield out
+            shown = list(deque(shown, maxlen=self.flt.tail)) if self.flt.tail > 0 else []
+        yield from shown
 
     # ------------------------------------------------------------------ with follow
     def follow(self, finished: Callable[[], bool]) -> Iterator[str]:

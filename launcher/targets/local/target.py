@@ -248,7 +248,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
             raise TargetError(f"task {flt.task} does not exist (this job has {len(plan.elements)} task(s))")
         with procs.ExitWaker(handle.pid, handle.start) as waker:  # the supervisor's end wakes us at once
             yield from follow_files(srcs, tail=flt.tail, rank=flt.rank, follow=follow, poll=0.05, sleep=waker.sleep,
-                                    finished=lambda: self.status(handle).state.terminal)
+                                    finished=lambda: self.status(handle).state.terminal, verbose=flt.verbose)
 
     def cancel_note(self, handle: LocalHandle) -> str | None:
         from launcher.targets.local import cgroups

@@ -36,6 +36,57 @@ def split_torchrun_prefix(line: str) -> tuple[int | None, str]:
     return int(m.group(2)), line[m.end():]
 
 
+# torchrun's own log records (``E1125 17:29:47.920000 28853 torch/distributed/...py:1002] ...``).
+_TORCH_LOG = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+_RULE = "=" * 20
+
+
+class AgentNoise:
+    """What of a torchrun agent's own output (its lines without a rank) ``logs`` shows by default.
+
+    The ranks' lines are the user's and are never touched. Of the agent's, these are hidden: its
+    log records (``E1125 ... torch/distributed/...] failed (exitcode: 1)``), the frames of its
+    tracebacks (a worker that failed or a signal makes every agent raise) and its "Root Cause"
+    report between ``====`` rules; each traceback's last line stays, shortened to ``torchrun
+    stopped: SignalException: ...``. ddpjob's root cause says which rank failed and how. Lines of
+    anything else on the node (ddpjob's node runner, srun) pass. ``logs --verbose`` shows all.
+    One instance per log stream: a traceback spans lines.
+    """
+
+    def __init__(self) -> None:
+        self.in_traceback = self.in_report = self.after_traceback = False
+        self.hidden = 0
+
+    def show(self, text: str) -> str | None:
+        """``text`` as shown (maybe shortened), or None to hide it."""
+        out = self._show(text)
+        self.hidden += out is None
+        return out
+
+    def _show(self, text: str) -> str | None:
+        if self.after_traceback:  # a chained exception's words and the blank lines around them
+            if not text.strip() or text.startswith(_CHAINED):
+                return None
+            self.after_traceback = False
+        if self.in_report:
+            self.in_report = not text.startswith(_RULE)
+            return None
+        if text.startswith(_RULE):
+            self.in_report = True
+            return None
+        if self.in_traceback:
+            if not text.strip() or text[:1].isspace() or text.startswith(_CHAINED) or text.startswith("Traceback ("):
+                return None
+            self.in_traceback, self.after_traceback = False, True
+            name, sep, message = text.partition(":")
+            return f"torchrun stopped: {name.rsplit('.', 1)[-1]}{sep}{message}".rstrip(": ")
+        if text.startswith("Traceback (most recent call last):"):
+            self.in_traceback = True
+            return None
+        return None if _TORCH_LOG.match(text) else text
+
+
 def format_line(src: LogSource, line: str, rank_filter: int | None) -> str | None:
     """The line with its origin as a prefix, or None when ``rank_filter`` excludes it."""
     local_rank, text = split_torchrun_prefix(line)
@@ -76,8 +127,12 @@ def follow_files(
     poll: float = 0.1,
     sources_fn: Callable[[], list[LogSource]] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    verbose: bool = False,
 ) -> Iterator[str]:
     """Yield formatted lines of every source; with ``follow``, keep going until ``finished()``.
+
+    ``tail`` counts the lines shown: those of ``rank`` and, unless ``verbose``, without torchrun's
+    own noise (``AgentNoise``), so ``--tail 3`` after a failure shows the last lines that matter.
 
     Files that do not exist yet are waited for. New sources returned by ``sources_fn`` (e.g. the
     next sweep element's nodes) are picked up while following. After ``finished()`` turns true,
@@ -86,6 +141,7 @@ def follow_files(
     """
     offsets: dict[str, int] = {}
     known: dict[str, LogSource] = {}
+    noise: dict[str, AgentNoise] = {}
 
     def add(srcs: list[LogSource]) -> None:
         for s in srcs:
@@ -94,15 +150,14 @@ def follow_files(
     def drain(first: bool, final: bool) -> Iterator[str]:
         for path, src in list(known.items()):
             if path not in offsets:
-                lines, end = read_lines(path, tail if first else None, final)
-                offsets[path] = end
+                lines, end = read_lines(path, None, final)
             else:
                 lines, end = _read_from(path, offsets[path], final)
-                offsets[path] = end
-            for line in lines:
-                out = format_line(src, line, rank)
-                if out is not None:
-                    yield out
+            shown = _shown(src, lines, rank, None if verbose else noise.setdefault(path, AgentNoise()))
+            if path not in offsets and tail is not None:
+                shown = list(deque(shown, maxlen=tail)) if tail > 0 else []
+            offsets[path] = end
+            yield from shown
 
     add(sources)
     yield from drain(first=True, final=not follow)
@@ -116,6 +171,20 @@ def follow_files(
         if done:
             return
         sleep(poll)
+
+
+def _shown(src: LogSource, lines: list[str], rank: int | None, noise: AgentNoise | None) -> list[str]:
+    out = []
+    for line in lines:
+        if noise is not None and split_torchrun_prefix(line)[0] is None:
+            kept = noise.show(line)
+            if kept is None:
+                continue
+            line = kept
+        formatted = format_line(src, line, rank)
+        if formatted is not None:
+            out.append(formatted)
+    return out
 
 
 def _read_from(path: str, offset: int, final: bool) -> tuple[list[str], int]:

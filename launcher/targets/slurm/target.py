@@ -169,7 +169,8 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
            runs of an array, nodes still starting) are waited for. Stops once Slurm reports the job
            terminal and every file is drained. Slurm is asked at most every few seconds (backing
            off to 10 s), never once per poll of the files.
-        3. ``tail=N``: the last N lines of each file before following.
+        3. ``tail=N``: the last N lines of each file before following (of those shown: torchrun's own
+           tracebacks and log records are hidden unless ``verbose``, see ``logtail.AgentNoise``).
         4. ``task``/``node``/``rank`` select one run, node or global rank; an unknown task is an error.
         5. A requeued run appends to the same files; a ``[ddpjob] ... start K`` line marks each start.
         """
@@ -200,7 +201,8 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
                 return quick()
             return polite()
 
-        yield from follow_files(srcs, tail=flt.tail, rank=flt.rank, follow=follow, finished=finished, poll=0.2)
+        yield from follow_files(srcs, tail=flt.tail, rank=flt.rank, follow=follow, finished=finished, poll=0.2,
+                                verbose=flt.verbose)
 
     # ------------------------------------------------------------------ cancel
 
