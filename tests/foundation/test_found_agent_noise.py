@@ -23,7 +23,7 @@ During handling of the above exception, another exception occurred:
 
 Traceback (most recent call last):
   File "torch/distributed/run.py", line 1142, in <module>
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
 train.py FAILED
 ------------------------------------------------------------
