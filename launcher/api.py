@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from launcher.core.errors import (
@@ -72,9 +72,16 @@ class Job:
             return JobStatus(rec.state, rec.message)
         return JobStatus(rec.state, rec.message or st.message, st.tasks, st.details)
 
-    def wait(self, timeout: float | None = None) -> JobState:
-        """Block until the job ends; its final state. ``WaitTimeout`` after ``timeout`` seconds."""
-        return self._jobs.wait(self.id, timeout).state
+    def wait(self, timeout: float | None = None, on_end: Callable[[Job], object] | None = None) -> JobState:
+        """Block until the job ends; its final state. ``WaitTimeout`` after ``timeout`` seconds.
+
+        ``on_end(job)`` is called once when the job has ended (not after a timeout), e.g. to send
+        a message from your own program; the spec's ``notify:`` is sent by ddpjob itself, also
+        when no program waits."""
+        state = self._jobs.wait(self.id, timeout).state
+        if on_end is not None:
+            on_end(self)
+        return state
 
     def logs(self, follow: bool = False, node: int | None = None, rank: int | None = None,
              task: int | None = None, tail: int | None = None) -> Iterator[str]:

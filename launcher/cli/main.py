@@ -234,13 +234,15 @@ def status(job_id: str, output: str) -> None:
     """Show a job's state, each run's nodes and exit codes, and the root cause of a failure."""
     import json
 
+    from launcher.service.notifier import state_of
+
     service = _jobs()
     rec, st = service.refresh(job_id)
     progress = service.progress(rec)
     if output == "json":
         data = rec.to_json()
         data["status"] = st.to_json() if st else None
-        data["progress"] = progress
+        data["progress"], data["notify"] = progress, state_of(rec)
         click.echo(json.dumps(data, indent=2, sort_keys=True))
         return
     from launcher.cli.show import status_lines

@@ -28,6 +28,11 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
         out.append(f"progress: {describe(progress)}" + (f" (task {progress['task']})" if "task" in progress else ""))
     out.append(f"run dir:  {rec.run_dir}")
     out.append(f"created:  {when(rec.created_at)}" + (f"   ended: {when(rec.ended_at)}" if rec.ended_at else ""))
+    if rec.spec.get("notify"):
+        from launcher.service import notifier
+
+        notify = notifier.state_of(rec)
+        out.append(f"notify:   {notifier.describe(notify) if notify else '-'}")
     if st is not None:
         for key, value in sorted(st.details.items()):
             if key != "run_dir" and value not in (None, "", [], {}):

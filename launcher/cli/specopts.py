@@ -31,22 +31,31 @@ def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Set env variables from a dotenv file (NAME=value lines; repeatable)."),
         click.option("--env", multiple=True, metavar="NAME=VALUE", expose_value=False, callback=_keep,
                      help="Set one env variable, its value taken as written (repeatable; wins over --env-file)."),
+        click.option("--notify", metavar="CMD", expose_value=False, callback=_keep,
+                     help="Run CMD once the job ends (split like a shell line, run without one; "
+                     "DDPJOB_JOB_ID, DDPJOB_STATE, DDPJOB_MESSAGE in its environment): notify.command."),
+        click.option("--notify-url", metavar="URL", expose_value=False, callback=_keep,
+                     help="POST the job's id, state and root cause as JSON to URL once it ends: notify.url."),
     ]):
         fn = deco(fn)
     return fn
 
 
-def _keep(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
-    """``--env-file`` and ``--env``: kept for ``load`` (they reach no command's signature)."""
+def _keep(ctx: click.Context, param: click.Parameter, value: tuple[str, ...] | str | None) -> None:
+    """``--env-file``, ``--env``, ``--notify``, ``--notify-url``: kept for ``load`` (they reach no
+    command's signature)."""
     ctx.meta[f"ddpjob.{param.name}"] = value
 
 
-def _env(ctx: click.Context) -> list[tuple[str, str, str]]:
-    """(NAME, value, source) of ``--env-file`` (in order) and then ``--env``: a later one wins."""
-    from launcher.spec.defaults import env_pair, read_env_file
+def _values(ctx: click.Context) -> list[tuple[tuple[str, ...], Any, str]]:
+    """(field path, value, source) of ``--env-file`` (in order), ``--env`` (a later one wins),
+    ``--notify`` and ``--notify-url``: values taken as given, never parsed as YAML."""
+    from launcher.spec.defaults import env_pair, notify_values, read_env_file
 
-    out = [pair for path in ctx.meta.get("ddpjob.env_file", ()) for pair in read_env_file(path)]
-    return out + [env_pair(text) for text in ctx.meta.get("ddpjob.env", ())]
+    pairs = [pair for path in ctx.meta.get("ddpjob.env_file", ()) for pair in read_env_file(path)]
+    pairs += [env_pair(text) for text in ctx.meta.get("ddpjob.env", ())]
+    return [(("env", name), value, src) for name, value, src in pairs] + notify_values(
+        ctx.meta.get("ddpjob.notify"), ctx.meta.get("ddpjob.notify_url"))
 
 
 def resolve_target(target: str | None, loaded: LoadedSpec) -> str:
@@ -101,12 +110,12 @@ def load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] |
     from launcher.core.errors import Issue, SpecError, UsageError
     from launcher.service import jobs
 
-    env = _env(click.get_current_context())
+    values = _values(click.get_current_context())
     if command is not None:
         if args:
             raise UsageError(f"a spec ({args[0]}) and a command after -- ({' '.join(command)}): give one of them; "
                              "put the command in the spec's command:, or use --set")
-        return jobs.load(None, command=list(command), overrides=overrides, env=env)
+        return jobs.load(None, command=list(command), overrides=overrides, values=values)
     if len(args) > 1 and (args[0].lower().endswith((".yaml", ".yml")) or args[0] == "-"):
         raise UsageError(f"extra arguments after the spec {args[0]}: {' '.join(args[1:])}; "
                          "put the command in the spec's command:, or use --set")
@@ -114,13 +123,13 @@ def load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] |
         raise UsageError(f"{' '.join(args)}: one spec file at most; to run a command, put -- before it: "
                          f"ddpjob submit [OPTIONS] -- {' '.join(args)}")
     if not args:
-        return jobs.load(None, command=[], overrides=overrides, env=env)  # says what to give
+        return jobs.load(None, command=[], overrides=overrides, values=values)  # says what to give
     if args[0] == "-":
         from launcher.spec.load import STDIN_NAME, read_stdin_text
 
-        return jobs.load(STDIN_NAME, overrides=overrides, text=read_stdin_text(), env=env)
+        return jobs.load(STDIN_NAME, overrides=overrides, text=read_stdin_text(), values=values)
     try:
-        return jobs.load(args[0], overrides=overrides, env=env)
+        return jobs.load(args[0], overrides=overrides, values=values)
     except SpecError as e:
         hint = _not_a_spec_hint(args[0], e, command_hint)
         if hint is None:

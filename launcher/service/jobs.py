@@ -72,11 +72,11 @@ class Cancelled(enum.Enum):
 
 
 def load(spec_path: str | None, *, command: list[str] | None = None, overrides: list[str] = (),  # type: ignore[assignment]
-         text: str | None = None, env: list[tuple[str, str, str]] = ()) -> LoadedSpec:  # type: ignore[assignment]
+         text: str | None = None, values: list[tuple[tuple[str, ...], Any, str]] = ()) -> LoadedSpec:  # type: ignore[assignment]
     """A spec file, or a spec made of a bare ``command`` (``ddpjob submit -- python train.py``).
 
-    The project file and user config fill what the spec leaves out (``spec/defaults.py``); ``env``
-    (``--env-file``, ``--env``) and the overrides (``KEY=VALUE``) apply over it before validation.
+    The project file and user config fill what the spec leaves out (``spec/defaults.py``); ``values``
+    (``--env-file``, ``--env``, ``--notify``) and the overrides (``KEY=VALUE``) apply over it before validation.
     Raises ``SpecError`` listing every problem. ``text``: the spec's text, read already (from
     standard input); ``spec_path`` then names it.
     """
@@ -85,13 +85,13 @@ def load(spec_path: str | None, *, command: list[str] | None = None, overrides: 
     from launcher.spec.model import sanitize_name
 
     if spec_path is not None:
-        return load_spec(spec_path, text=text, overrides=list(overrides), defaults=layers(), env=list(env))
+        return load_spec(spec_path, text=text, overrides=list(overrides), defaults=layers(), values=list(values))
     if not command:
         raise UsageError("give a spec file (ddpjob submit jobs/quickstart.yaml) or a command after -- "
                          "(ddpjob submit --nodes 2 -- python train.py)")
     words = [a if isinstance(a, str) else "-" for a in command]  # the API may pass anything: validation says what
     base = {"name": sanitize_name(os.path.splitext(os.path.basename(_named_after(words)))[0]), "command": list(command)}
-    return load_spec(None, base=base, overrides=list(overrides), defaults=layers(), env=list(env))
+    return load_spec(None, base=base, overrides=list(overrides), defaults=layers(), values=list(values))
 
 
 # Python's own options that take a value (``python -X dev train.py``: the script is train.py).
@@ -201,10 +201,10 @@ class Jobs:
         Args:
             preflight: first check on this machine what the target can (a missing script).
         """
+        from launcher.service import notifier
         from launcher.targets import get_target
 
-        tgt = get_target(target)
-        spec = loaded.spec
+        tgt, spec = get_target(target), loaded.spec
         if preflight:
             issues = tgt.preflight(loaded, self.context(f"{spec.name}-xxxxx"))
             if issues:
@@ -226,6 +226,8 @@ class Jobs:
                 raise
             self.registry.record_handle(job_id, handle.to_json(), shape=plan_shape(plan))
             done = Submission(job_id, plan, handle)
+            if spec.notify is not None:  # a watcher sends it when the job ends (service/notifier.py)
+                notifier.start(str(self.registry.home), job_id, plan.run_dir, spec.notify)
         if interrupted:
             raise SubmitInterrupted(done)
         return done

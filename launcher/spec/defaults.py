@@ -203,3 +203,23 @@ def env_pair(text: str) -> tuple[str, str, str]:
         raise SpecError(None, [Issue(("env",), "expected --env NAME=value (a variable name of letters, digits and _)",
                                      hint="e.g. --env WANDB_PROJECT=demo", source=f"--env {printable(name[:40])}")])
     return name, value, f"--env {name}"
+
+
+def notify_values(command: str | None, url: str | None) -> list[tuple[tuple[str, ...], object, str]]:
+    """``--notify CMD`` (split like a shell line: it never runs in one) and ``--notify-url URL`` as
+    ``(field path, value, source)``; the URL is named in messages without its path."""
+    import shlex
+
+    from launcher.spec.secrets import shown_url
+
+    out: list[tuple[tuple[str, ...], object, str]] = []
+    if command is not None:
+        try:
+            words = shlex.split(command)
+        except ValueError as e:
+            raise SpecError(None, [Issue(("notify", "command"), f"cannot split the command: {e}",
+                                         hint="close the quote", source="--notify")]) from e
+        out.append((("notify", "command"), words, "--notify"))
+    if url is not None:
+        out.append((("notify", "url"), url, f"--notify-url {printable(shown_url(url))}"))
+    return out

@@ -117,7 +117,7 @@ def load_spec(
     base: dict[str, Any] | None = None,
     text: str | None = None,
     defaults: list[Layer] = (),  # type: ignore[assignment]
-    env: list[tuple[str, str, str]] = (),  # type: ignore[assignment]
+    values: list[tuple[tuple[str, ...], Any, str]] = (),  # type: ignore[assignment]
 ) -> LoadedSpec:
     """Load, override and validate a spec. Raises ``SpecError`` with every problem found.
 
@@ -129,8 +129,8 @@ def load_spec(
         text: the spec's text when it was read already (standard input); ``path`` then only names it.
         defaults: the project file and user config (``spec.defaults.layers``): they fill what the
             spec leaves out.
-        env: ``(NAME, value, source)`` from ``--env-file`` and ``--env``, set over the spec's env
-            before the overrides.
+        values: ``(field path, value, source)`` set over the spec before the overrides, taken as
+            given (not parsed as YAML): ``--env-file``, ``--env``, ``--notify``, ``--notify-url``.
     """
     file = str(path) if path is not None else None
     locations: dict[tuple[str | int, ...], tuple[int, int]] = {}
@@ -147,11 +147,11 @@ def load_spec(
         data = dict(base or {})
 
     sources: dict[tuple[str | int, ...], str] = fill(data, list(defaults))
-    for name, value, src in env:
-        problem = _apply(data, ("env", name), value, src)
+    for parts, value, src in values:
+        problem = _apply(data, parts, value, src)
         if problem:
             issues.append(problem)
-        sources[("env", name)] = src
+        sources[parts] = src
     for text_override in overrides:
         parts, value = parse_override(text_override)
         src = override_source(text_override)

@@ -52,11 +52,24 @@ def mask_env(env: dict[str, Any]) -> dict[str, Any]:
 
 
 def mask_spec(data: dict[str, Any]) -> dict[str, Any]:
-    """A spec as JSON data (the registry's copy) with secret env values masked."""
+    """A spec as JSON data (the registry's copy) with secret env values and the path of a notify
+    URL masked."""
+    notify = data.get("notify") if isinstance(data, dict) else None
+    if isinstance(notify, dict) and isinstance(notify.get("url"), str):
+        data = {**data, "notify": {**notify, "url": shown_url(notify["url"])}}
     env = data.get("env") if isinstance(data, dict) else None
     if not isinstance(env, dict) or not any(is_secret(k) for k in env):
         return data
     return {**data, "env": mask_env(env)}
+
+
+def shown_url(url: str) -> str:
+    """``https://hooks.example.com/***``: where a URL goes, never its path, query or credentials
+    (a webhook's path is often its secret)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/***"
 
 
 def mask_override(text: str) -> str:

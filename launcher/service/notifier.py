@@ -1,0 +1,183 @@
+"""Notifications when a job ends (the spec's ``notify:``), delivered once.
+
+``submit`` starts ``python -m launcher.service.notifier HOME JOB_ID`` in a session of its own:
+it asks the target for the job's state (the service's ``wait``, backing off to one query every
+5 s; Slurm's and Kubernetes's own polling limits apply) until the job ends, then runs the command
+and POSTs to the URL. The notify settings reach it in its environment (``DDPJOB_NOTIFY``), never a
+file: a webhook URL is often a secret. So it works on every target and after the submitting
+shell is gone; it does not survive the submitting machine's restart (then nothing is sent, and
+``status`` says the watcher is gone). Its record, ``<run dir>/notified.json``, is created
+exclusively: a notification is sent at most once. The watcher's own messages go to
+``<run dir>/notifier.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.service.registry import JobRecord
+    from launcher.spec.notify import NotifyOptions
+
+NOTIFY_ENV = "DDPJOB_NOTIFY"
+RECORD = "notified.json"
+COMMAND_TIMEOUT_S = 60
+URL_TIMEOUT_S = 10
+
+
+def start(home: str, job_id: str, run_dir: str, options: NotifyOptions) -> int:
+    """Start the watcher of ``job_id``; its pid."""
+    os.makedirs(run_dir, exist_ok=True)
+    env = {**os.environ, NOTIFY_ENV: options.model_dump_json()}
+    env.pop("DDPJOB_JOB_ID", None)  # the watcher is not one of the job's processes (cancel's marker)
+    with open(os.path.join(run_dir, "notifier.log"), "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "launcher.service.notifier", home, job_id],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, close_fds=True, cwd=run_dir)
+    with open(os.path.join(run_dir, "notifier.pid"), "w") as f:
+        f.write(str(proc.pid))
+    return proc.pid
+
+
+def payload(rec: JobRecord) -> dict[str, Any]:
+    """What the URL receives (and, as DDPJOB_* variables, the command)."""
+    return {"job_id": rec.id, "name": rec.name, "target": rec.target, "state": rec.state.value,
+            "message": rec.message, "run_dir": rec.run_dir}
+
+
+def deliver(rec: JobRecord, options: NotifyOptions) -> dict[str, Any] | None:
+    """Send the notification of the ended job ``rec`` unless it was sent already (None then);
+    the record written to ``notified.json``."""
+    if rec.state.value.lower() not in options.when:
+        return _claim(rec.run_dir, {"skipped": f"state {rec.state.value} is not in notify.when"})
+    claimed = _claim(rec.run_dir, {"state": rec.state.value, "started": time.time()})
+    if claimed is None:
+        return None
+    data = payload(rec)
+    if options.command:
+        env = {**os.environ, **{f"DDPJOB_{k.upper()}": str(v) for k, v in data.items()
+                                if k not in ("name", "job_id")},
+               "DDPJOB_JOB_ID": rec.id, "DDPJOB_JOB_NAME": rec.name}
+        env.pop(NOTIFY_ENV, None)
+        try:
+            done = subprocess.run(options.command, env=env, cwd=rec.run_dir, stdin=subprocess.DEVNULL,
+                                  timeout=COMMAND_TIMEOUT_S, check=False)
+            claimed["command"] = f"exit {done.returncode}"
+        except (OSError, subprocess.TimeoutExpired) as e:
+            claimed["command"] = f"failed: {e}"
+    if options.url:
+        claimed["url"] = _post(options.url, data)
+    claimed["ended"] = time.time()
+    _write(rec.run_dir, claimed)
+    return claimed
+
+
+def _post(url: str, data: dict[str, Any]) -> str:
+    import urllib.error
+    import urllib.request
+
+    from launcher.spec.secrets import shown_url
+
+    request = urllib.request.Request(url, data=json.dumps(data).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", "User-Agent": "ddpjob"})
+    try:
+        with urllib.request.urlopen(request, timeout=URL_TIMEOUT_S) as response:
+            return f"HTTP {response.status}"
+    except urllib.error.HTTPError as e:
+        return f"HTTP {e.code} from {shown_url(url)}"
+    except (OSError, ValueError) as e:  # unreachable, refused, timed out: said without the URL's path
+        reason = getattr(e, "reason", e)
+        return f"not delivered to {shown_url(url)}: {reason}"
+
+
+def _claim(run_dir: str, record: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        fd = os.open(os.path.join(run_dir, RECORD), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return None
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f)
+    return record
+
+
+def _write(run_dir: str, record: dict[str, Any]) -> None:
+    from launcher.targets.shared.files import atomic_write
+
+    atomic_write(os.path.join(run_dir, RECORD), json.dumps(record))
+
+
+def read(run_dir: str) -> dict[str, Any] | None:
+    """``notified.json``, or None before the job ended (or without notify)."""
+    try:
+        with open(os.path.join(run_dir, RECORD)) as f:
+            data: dict[str, Any] = json.load(f)
+            return data
+    except (OSError, ValueError):
+        return None
+
+
+def watcher_alive(run_dir: str) -> bool:
+    """Whether this job's watcher still runs (its pid file names a live process)."""
+    try:
+        with open(os.path.join(run_dir, "notifier.pid")) as f:
+            pid = int(f.read().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def state_of(rec: JobRecord) -> dict[str, Any] | None:
+    """For ``status``: the notification's record once sent, else whether its watcher still waits
+    (None for a job without notify)."""
+    if not rec.spec.get("notify"):
+        return None
+    sent = read(rec.run_dir)
+    if sent is not None:
+        return sent
+    return {"waiting": watcher_alive(rec.run_dir) or (not rec.state.terminal and "watcher gone: nothing will be sent")}
+
+
+def describe(state: dict[str, Any]) -> str:
+    """One line of ``state_of``."""
+    if "skipped" in state:
+        return f"not sent: {state['skipped']}"
+    if "waiting" in state:
+        return "waiting for the job's end" if state["waiting"] is True else "the watcher is gone: nothing will be sent"
+    parts = [f"command {state['command']}" if "command" in state else "", f"url {state['url']}" if "url" in state else ""]
+    return "sent: " + "; ".join(p for p in parts if p) if "ended" in state else "being sent"
+
+
+def main(argv: list[str]) -> int:
+    from launcher.service.jobs import Jobs
+    from launcher.service.registry import Registry
+    from launcher.spec.notify import NotifyOptions
+
+    home, job_id = argv
+    options = NotifyOptions.model_validate_json(os.environ.pop(NOTIFY_ENV))
+    from launcher.core.errors import JobNotFound
+
+    jobs = Jobs(Registry(Path(home)))
+    while True:
+        try:
+            rec = jobs.wait(job_id)
+            break
+        except JobNotFound:  # removed (ddpjob rm): nothing to say
+            return 0
+        except Exception as e:  # noqa: BLE001 - a scheduler that is briefly unreachable: ask again later
+            print(f"{time.strftime('%H:%M:%S')} notifier: cannot read the job's state yet: {e}", flush=True)
+            time.sleep(30)
+    result = deliver(rec, options)
+    print(f"{time.strftime('%H:%M:%S')} notifier: {rec.id} {rec.state.value}: {result or 'already notified'}",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

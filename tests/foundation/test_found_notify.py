@@ -1,0 +1,133 @@
+"""Issue 25 item 7: ``notify:`` (``--notify CMD``, ``--notify-url URL``) is delivered once when the
+job ends, by a watcher that outlives the submitting command; the URL's path (often a webhook's
+secret) is written nowhere; bad settings are refused before anything is submitted.
+
+``notify_kit`` is shared with the Slurm and Kubernetes tests: a real HTTP server on 127.0.0.1 that
+records every POST, and a command that appends its DDPJOB_* environment to a file."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.core.states import JobState
+from launcher.service import notifier
+from launcher.service.registry import JobRecord
+from launcher.spec.notify import NotifyOptions
+from tests.testkit import wait_for
+
+RECORDER = """
+import json, os, sys
+keys = ("DDPJOB_JOB_ID", "DDPJOB_JOB_NAME", "DDPJOB_TARGET", "DDPJOB_STATE", "DDPJOB_MESSAGE", "DDPJOB_RUN_DIR")
+with open(sys.argv[1], "a") as f:
+    f.write(json.dumps({k: os.environ.get(k) for k in keys}) + "\\n")
+"""
+
+
+class Hook:
+    """A real webhook receiver on 127.0.0.1: ``posts`` holds (path, JSON body) of each POST."""
+
+    def __init__(self) -> None:
+        posts: list[tuple[str, Any]] = []
+        self.posts = posts
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                posts.append((self.path, json.loads(body)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/T0/s3cret-path"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    h = Hook()
+    yield h
+    h.server.shutdown()
+
+
+def notify_args(tmp_path: Path, hook: Hook) -> tuple[list[str], Path]:
+    """``--notify`` and ``--notify-url`` options, and the file the command appends to."""
+    (tmp_path / "recorder.py").write_text(RECORDER)
+    notes = tmp_path / "notes.jsonl"
+    return ["--notify", f"{sys.executable} {tmp_path / 'recorder.py'} {notes}", "--notify-url", hook.url], notes
+
+
+def check_sent_once(cli: Any, job_id: str, hook: Hook, notes: Path, state: str, home: Path) -> dict[str, Any]:
+    """The command ran once and the URL got one POST, both with the job's final state."""
+    wait_for(lambda: notes.exists() and hook.posts, "the notification", timeout=120)
+    status = json.loads(cli("status", job_id, "-o", "json").stdout)
+    wait_for(lambda: "ended" in (json.loads(cli("status", job_id, "-o", "json").stdout)["notify"] or {}),
+             "the notification's record", timeout=30)
+    status = json.loads(cli("status", job_id, "-o", "json").stdout)
+    assert status["notify"]["command"] == "exit 0" and status["notify"]["url"] == "HTTP 204", status["notify"]
+    (line,) = notes.read_text().splitlines()
+    seen = json.loads(line)
+    assert seen["DDPJOB_JOB_ID"] == job_id and seen["DDPJOB_STATE"] == state and seen["DDPJOB_RUN_DIR"]
+    ((path, body),) = hook.posts
+    assert path == "/T0/s3cret-path" and body["job_id"] == job_id and body["state"] == state
+    assert "sent: command exit 0; url HTTP 204" in cli("status", job_id).stdout
+    assert status["spec"]["notify"]["url"].endswith("/***")
+    for folder, _, files in os.walk(home):  # the webhook's secret path: in no file ddpjob wrote
+        for name in files:
+            assert b"s3cret-path" not in (Path(folder) / name).read_bytes(), name
+    return body
+
+
+@pytest.mark.real
+def test_a_local_job_notifies_once_after_the_submitting_command_is_gone(cli, tmp_path, hook, ddpjob_home):
+    args, notes = notify_args(tmp_path, hook)
+    (tmp_path / "fail.py").write_text("import os, sys; sys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
+    proc = cli("submit", "-q", "--nodes", "2", *args, "--", "python", "fail.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr  # the submitting command has exited: the watcher delivers
+    job_id = proc.stdout.strip()
+    body = check_sent_once(cli, job_id, hook, notes, "FAILED", ddpjob_home)
+    assert "rank 1 exited with code 3" in body["message"]
+    assert cli("wait", job_id).returncode == 1 and len(hook.posts) == 1  # later commands send nothing again
+
+
+@pytest.mark.real
+def test_notify_when_only_some_states_sends_nothing_for_the_others(cli, tmp_path, hook):
+    (tmp_path / "ok.py").write_text("print('fine')\n")
+    (tmp_path / "s.yaml").write_text(f"name: ok\ncommand: [python, ok.py]\nnotify: {{url: '{hook.url}', when: [failed]}}\n")
+    job_id = cli("submit", "-q", "s.yaml", cwd=tmp_path, check=True).stdout.strip()
+    assert cli("wait", job_id, "--timeout", "120").returncode == 0
+    wait_for(lambda: "not sent" in cli("status", job_id).stdout, "the watcher's decision", timeout=30)
+    assert "not sent: state SUCCEEDED is not in notify.when" in cli("status", job_id).stdout and hook.posts == []
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--notify-url", "ftp://example.com/x"], "--notify-url ftp://example.com/***: notify.url: must be an http"),
+    (["--notify", "'unclosed"], "--notify: notify.command: cannot split the command"),
+    (["--notify", ""], "notify.command: List should have at least 1 item"),
+    (["--set", "notify={}"], "--set notify={}: notify: give notify.command, notify.url or both"),
+])
+def test_bad_notify_settings_are_refused_and_nothing_is_submitted(cli, tmp_path, args, words):
+    proc = cli("submit", *args, "--", "python", "x.py", cwd=tmp_path)
+    assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert json.loads(cli("list", "-o", "json").stdout) == []
+
+
+def test_delivery_is_claimed_once_and_a_broken_url_is_named_without_its_path(tmp_path):
+    rec = JobRecord(id="j-abcde", name="j", target="local", state=JobState.SUCCEEDED, spec={}, handle=None,
+                    run_dir=str(tmp_path), port=None, message="", created_at=0.0, updated_at=0.0, ended_at=1.0)
+    options = NotifyOptions(url="http://127.0.0.1:9/T0/s3cret-path")  # port 9 (discard): refused
+    first = notifier.deliver(rec, options)
+    assert first is not None and first["url"].startswith("not delivered to http://127.0.0.1:9/***")
+    assert "s3cret" not in json.dumps(first) and notifier.deliver(rec, options) is None  # at most once
+    assert notifier.read(str(tmp_path)) == first
