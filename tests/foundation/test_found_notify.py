@@ -40,7 +40,7 @@ class Hook:
         self.posts = posts
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 posts.append((self.path, json.loads(body)))
                 self.send_response(204)
