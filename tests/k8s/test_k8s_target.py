@@ -313,3 +313,18 @@ def test_bad_specs_send_nothing(k8s_api, args, words):
     code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", *args)
     assert code == 2 and words in out, out
     assert [r["method"] for r in k8s_api.server.requests] in ([], ["GET"])  # at most the CRD was read
+
+
+def test_a_pytorchjob_notifies_once_when_it_ends(k8s_api, tmp_path):
+    """The watcher asks the API server until the PyTorchJob has ended, then notifies (issue 25 item 7)."""
+    from tests.foundation.test_found_notify import Hook, check_sent_once, notify_args
+
+    hook = Hook()
+    try:
+        args, notes = notify_args(tmp_path, hook)
+        code, out = run("submit", str(REPO / "jobs" / "linreg.yaml"), "--target", "k8s", "--procs-per-node", "1",
+                        "--set", "command=[python, -c, print(1)]", *args)
+        assert code == 0, out
+        check_sent_once(ddpjob, job_id_of(out), hook, notes, "SUCCEEDED", Path(os.environ["DDPJOB_HOME"]))
+    finally:
+        hook.server.shutdown()

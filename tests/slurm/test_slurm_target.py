@@ -351,3 +351,16 @@ def test_controller_down_is_exit_3_quickly_and_list_says_stale(slurm_cluster, cl
         slurm_cluster.script("up")
         assert cli("cancel", job_id, timeout=120).returncode == 0
     wait_for_no_job_processes(ddpjob_home, "ddpjob cancel, the controller back")
+
+
+def test_a_slurm_job_notifies_once_when_it_ends(slurm_cluster, cli, tmp_path, ddpjob_home):
+    """The watcher on the submitting machine asks Slurm until the job has ended (issue 25 item 7)."""
+    from tests.foundation.test_found_notify import Hook, check_sent_once, notify_args
+
+    hook = Hook()
+    try:
+        args, notes = notify_args(tmp_path, hook)
+        job_id = submit(cli, str(write_spec(tmp_path, "notify", ["python", "-c", "print('done')"])), *args)
+        check_sent_once(cli, job_id, hook, notes, "SUCCEEDED", ddpjob_home)
+    finally:
+        hook.server.shutdown()
