@@ -1,6 +1,6 @@
 """Notifications when a job ends (the spec's ``notify:``), delivered once.
 
-``submit`` starts ``python -m launcher.service.notifier HOME JOB_ID`` in a session of its own:
+``submit`` starts ``python -m launcher.service.notifywatch HOME JOB_ID`` in a session of its own:
 it asks the target for the job's state (the service's ``wait``, backing off to one query every
 5 s; Slurm's and Kubernetes's own polling limits apply) until the job ends, then runs the command
 and POSTs to the URL. The notify settings reach it in its environment (``DDPJOB_NOTIFY``), never a
@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ def start(home: str, job_id: str, run_dir: str, options: NotifyOptions) -> int:
     env = {**os.environ, NOTIFY_ENV: options.model_dump_json()}
     env.pop("DDPJOB_JOB_ID", None)  # the watcher is not one of the job's processes (cancel's marker)
     with open(os.path.join(run_dir, "notifier.log"), "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "launcher.service.notifier", home, job_id],
+        proc = subprocess.Popen([sys.executable, "-m", "launcher.service.notifywatch", home, job_id],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, close_fds=True, cwd=run_dir)
     with open(os.path.join(run_dir, "notifier.pid"), "w") as f:
@@ -152,32 +151,3 @@ def describe(state: dict[str, Any]) -> str:
         return "waiting for the job's end" if state["waiting"] is True else "the watcher is gone: nothing will be sent"
     parts = [f"command {state['command']}" if "command" in state else "", f"url {state['url']}" if "url" in state else ""]
     return "sent: " + "; ".join(p for p in parts if p) if "ended" in state else "being sent"
-
-
-def main(argv: list[str]) -> int:
-    from launcher.service.jobs import Jobs
-    from launcher.service.registry import Registry
-    from launcher.spec.notify import NotifyOptions
-
-    home, job_id = argv
-    options = NotifyOptions.model_validate_json(os.environ.pop(NOTIFY_ENV))
-    from launcher.core.errors import JobNotFound
-
-    jobs = Jobs(Registry(Path(home)))
-    while True:
-        try:
-            rec = jobs.wait(job_id)
-            break
-        except JobNotFound:  # removed (ddpjob rm): nothing to say
-            return 0
-        except Exception as e:  # noqa: BLE001 - a scheduler that is briefly unreachable: ask again later
-            print(f"{time.strftime('%H:%M:%S')} notifier: cannot read the job's state yet: {e}", flush=True)
-            time.sleep(30)
-    result = deliver(rec, options)
-    print(f"{time.strftime('%H:%M:%S')} notifier: {rec.id} {rec.state.value}: {result or 'already notified'}",
-          flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
