@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from launcher.cli.results import COMMANDS as RESULT_COMMANDS
 from launcher.cli.specopts import TARGET_CHOICE, CommandAfterDashes, typed_command
 from launcher.cli.specopts import jobs_service as _jobs
 from launcher.cli.specopts import load as _load
@@ -353,7 +354,7 @@ def wait(job_id: str, timeout: float | None) -> None:
     sys.exit(0 if rec.state is JobState.SUCCEEDED else 1)
 
 
-for _tool in TOOLS:  # completion, rm, prune, doctor, init (launcher/cli/tools.py)
+for _tool in TOOLS + RESULT_COMMANDS:  # completion, rm, prune, doctor, init (cli/tools.py); results, plot (cli/results.py)
     cli.add_command(_tool)
 
 
