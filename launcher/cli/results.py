@@ -103,7 +103,7 @@ def text_table(runs: list[RunResult]) -> list[str]:
     have = set(metric_names(runs))
     shown = [m for m in MAIN_METRICS if m in have]
     shown += [m for m in sorted(have) if m not in MAIN_METRICS and m not in TEXT_HIDDEN and m != RATE]
-    keys = list(dict.fromkeys(k for r in runs for k in r.values))
+    keys = sorted({k for r in runs for k in r.values})
     header = ["RUN", *keys, "STATE", "DURATION"]
     for m in shown:
         header += [m, f"best {m}"]
@@ -135,7 +135,7 @@ def as_csv(runs: list[RunResult]) -> str:
     import csv
     import io
 
-    keys = list(dict.fromkeys(k for r in runs for k in r.values))
+    keys = sorted({k for r in runs for k in r.values})
     metrics = metric_names(runs)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
