@@ -56,8 +56,9 @@ class Metrics:
             print(line, flush=True)
 
     def _scalars(self, record: dict[str, Any]) -> None:
-        """Every metric of ``record`` as a scalar at its step, flushed at once: the trainer leaves with
-        ``os._exit`` (see ``__main__``), so nothing buffered would be written at exit."""
+        """Every metric of ``record`` as a scalar at its step, handed to the file at once: TensorBoard's
+        writer thread queues events, and the trainer leaves with ``os._exit`` (see ``__main__``), which
+        would drop what is still queued."""
         assert self.events is not None
         step, when = record.get("step"), record["time"]
         for key, value in record.items():
