@@ -16,9 +16,10 @@ def need_matplotlib() -> None:
         raise TargetUnavailable(EXTRA_HINT) from e
 
 
-def draw(curves: list[tuple[str, list[tuple[int, float]]]], metric: str, title: str, path: str) -> None:
+def draw(curves: list[tuple[str, list[tuple[int, float]]]], metric: str, title: str, path: str, *,
+         log_y: bool = False) -> None:
     """One line per ``(label, [(step, value)])``, each in its own colour, with a legend; written to
-    ``path`` (its suffix gives the format: png, svg or pdf)."""
+    ``path`` (its suffix gives the format: png, svg or pdf). ``log_y``: a logarithmic y axis."""
     from matplotlib import colormaps, rc_context
     from matplotlib.figure import Figure
 
@@ -32,6 +33,8 @@ def draw(curves: list[tuple[str, list[tuple[int, float]]]], metric: str, title: 
         ax = fig.add_subplot()
         for (label, points), colour in zip(curves, colours):
             ax.plot([s for s, _ in points], [v for _, v in points], label=label, color=colour, linewidth=2)
+        if log_y:
+            ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel(metric)
         ax.set_title(title)

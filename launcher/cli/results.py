@@ -203,14 +203,16 @@ def results(job_id: str, sort_key: str | None, output: str) -> None:
 @click.option("--metric", "-m", default="loss", show_default=True, help="The metric to plot against step.")
 @click.option("--output", "-o", "out", metavar="FILE", help="The image to write: .png, .svg or .pdf "
               "[default: ID-METRIC.png in the current folder].")
+@click.option("--log-y", is_flag=True, help="A logarithmic y axis (losses that fall by orders of magnitude).")
 @guard
-def plot(job_id: str, metric: str, out: str | None) -> None:
+def plot(job_id: str, metric: str, out: str | None, log_y: bool) -> None:
     """Plot a metric against step for every run of a job, one curve per run labelled by its sweep values.
 
     \b
     Examples:
       ddpjob plot sweep-ab12c                                # loss -> sweep-ab12c-loss.png
       ddpjob plot sweep-ab12c --metric eval_accuracy -o acc.svg
+      ddpjob plot sweep-ab12c --log-y -o loss.pdf
 
     Needs matplotlib: pip install 'ddpjob[plot]' (without it: exit 3, naming the extra).
     """
@@ -229,7 +231,8 @@ def plot(job_id: str, metric: str, out: str | None) -> None:
             raise UsageError(f"--metric {metric}: no run of {full_id} has it; its metrics: {', '.join(metrics)}")
         raise UsageError(f"nothing to plot: {' '.join(_notes(target, runs))}")
     path = out or f"{full_id}-{metric}.png"
-    draw([(run_label(r, len(runs) == 1), r.curves[metric]) for r in drawn], metric, f"{full_id}: {metric}", path)
+    draw([(run_label(r, len(runs) == 1), r.curves[metric]) for r in drawn], metric, f"{full_id}: {metric}", path,
+         log_y=log_y)
     missing = len(runs) - len(drawn)
     click.echo(f"wrote {path}: {metric} of {len(drawn)} run(s)"
                + (f"; {missing} run(s) without {metric} yet left out" if missing else ""))

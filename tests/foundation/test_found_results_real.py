@@ -77,6 +77,9 @@ def test_example_sweep_results_and_plot(cli, tmp_path):
     pixels = image.imread(str(png))
     assert pixels.shape[:2] == (500, 800)  # 8 x 5 inches at 100 dpi
     assert (pixels[..., :3] < 0.9).any(axis=-1).mean() > 0.01  # not blank: axes, text and curves drawn
+    log_png = tmp_path / "log.png"
+    _ok(cli("plot", job_id, "--log-y", "-o", str(log_png)))
+    assert log_png.read_bytes() != png.read_bytes()  # the same curves on another y axis
     counts = _colour_pixels(png)
     assert all(n > 200 for n in counts[:4]) and counts[4:] == [0, 0, 0, -1, 0, 0], counts  # one colour per run, 4 runs
     svg = tmp_path / "acc.svg"
