@@ -2,7 +2,7 @@
 
 Owns ``jobs`` (load -> target inputs -> reserve -> plan once -> submit -> record; status, list,
 wait, logs, cancel), the SQLite registry of submitted jobs (``registry``), a submitted job's shape and
-the checks of ``--task/--node/--rank`` against it (``shape``) and removing finished jobs
-(``cleanup``). May import ``launcher.core``, ``launcher.spec`` and ``launcher.targets``; never the
+the checks of ``--task/--node/--rank`` against it (``shape``), removing finished jobs
+(``cleanup``) and each run's results read back from its metrics file (``results``). May import ``launcher.core``, ``launcher.spec`` and ``launcher.targets``; never the
 command line (``launcher.cli``), so the API and the CLI behave alike.
 """
