@@ -152,6 +152,8 @@ def as_csv(runs: list[RunResult]) -> str:
 def _notes(target: str, runs: list[RunResult]) -> list[str]:
     from launcher.service.results import UNREADABLE
 
+    if not runs:
+        return ["no runs: the job's submission did not complete (ddpjob status ID says why)"]
     if any(r.curves for r in runs):
         return []
     if target in UNREADABLE:

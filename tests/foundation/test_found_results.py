@@ -159,3 +159,14 @@ def test_trainer_refuses_tensorboard_when_it_is_not_installed(monkeypatch, capsy
     assert e.value.code == 2
     assert "--tensorboard needs the tensorboard package: pip install 'ddpjob[tensorboard]'" in capsys.readouterr().err
     assert train_cli.parse([]).output.tensorboard is False
+
+
+def test_a_job_whose_submission_did_not_complete_has_no_runs():
+    from launcher.service.registry import Registry
+
+    job_id, _ = Registry().reserve("half", "local", {"name": "half", "command": ["python", "x.py"]})
+    proc = _cli("results", job_id, "-o", "json")
+    assert proc.returncode == 0 and json.loads(proc.stdout) == {"id": job_id, "runs": []}
+    assert "no runs: the job's submission did not complete" in proc.stderr
+    proc = _cli("plot", job_id)
+    assert proc.returncode == 2 and "nothing to plot: no runs" in proc.stderr
