@@ -114,6 +114,12 @@ sweep:
     assert runs[0]["final"] == {"loss": 0.4, "val_acc": 0.25} and runs[0]["best"] == {"loss": 0.4, "val_acc": 0.25}
     assert runs[1]["final"] == pytest.approx({"loss": 2 / 3, "val_acc": 0.18})  # what the failed run wrote before it failed
     assert runs[3]["best"] == pytest.approx({"loss": 1 / 6, "val_acc": 0.63})
+    from launcher import api
+
+    mine = api.get(job_id).results()  # the Python API gives the same runs, with their curves
+    assert [(r.values, r.state, r.final) for r in mine] == [(r["values"], r["state"], r["final"]) for r in runs]
+    assert [s for s, _ in mine[1].curves["loss"]] == [1, 2, 3]
+    assert [v for _, v in mine[1].curves["loss"]] == pytest.approx([2.0, 1.0, 2 / 3])
     text = _ok(cli("results", job_id, "--sort", "val_acc"))
     assert text.splitlines()[0].split() == ["RUN", "fail", "lr", "STATE", "DURATION", "loss", "best", "loss",
                                             "val_acc", "best", "val_acc"]
