@@ -11,6 +11,7 @@ Example::
     state = job.wait()                       # JobState.SUCCEEDED
     for line in job.logs(rank=1, tail=5):
         print(line)
+    best = min(job.results(), key=lambda run: run.best.get("loss", float("inf")))  # per run: values, metrics
     again = api.get(job.id)
     print([j.id for j in api.list_jobs()])
 
@@ -36,10 +37,11 @@ from launcher.core.errors import (
 )
 from launcher.core.states import JobState
 from launcher.service.jobs import Jobs, load
+from launcher.service.results import RunResult, job_results
 from launcher.targets.base import JobStatus, LogFilter
 
 __all__ = [
-    "DdpjobError", "Job", "JobNotFound", "JobState", "JobStatus", "SpecError", "SubmitRejected",
+    "DdpjobError", "Job", "JobNotFound", "JobState", "JobStatus", "RunResult", "SpecError", "SubmitRejected",
     "TargetUnavailable", "WaitTimeout", "get", "list_jobs", "submit",
 ]
 
@@ -91,6 +93,10 @@ class Job:
     def cancel(self) -> None:
         """Stop the job and every process it started; safe to repeat."""
         self._jobs.cancel(self.id)
+
+    def results(self) -> list[RunResult]:
+        """Each run's sweep values, state, duration and metrics (final, best, curves), as ``ddpjob results``."""
+        return job_results(self._jobs, self.id)
 
 
 def submit(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from launcher.cli.config import config_group
+from launcher.cli.more import COMMANDS as MORE_COMMANDS
 from launcher.cli.specopts import TARGET_CHOICE, CommandAfterDashes, typed_command
 from launcher.cli.specopts import jobs_service as _jobs
 from launcher.cli.specopts import load as _load
@@ -23,7 +23,7 @@ from launcher.cli.specopts import spec_options as _spec_options
 from launcher.cli.support import DEBUG, exit_codes_help, flush_stdout
 from launcher.cli.support import guard as _guard
 from launcher.cli.support import interrupted as _interrupted
-from launcher.cli.tools import TOOLS, complete_job_ids, complete_spec_files
+from launcher.cli.tools import complete_job_ids, complete_spec_files
 from launcher.core.fields import COUNT_MAX
 from launcher.core.states import JobState
 
@@ -363,7 +363,7 @@ def wait(job_id: str, timeout: float | None) -> None:
     sys.exit(0 if rec.state is JobState.SUCCEEDED else 1)
 
 
-for _tool in (*TOOLS, config_group):  # completion, rm, prune, doctor, init (cli/tools.py); config (cli/config.py)
+for _tool in MORE_COMMANDS:  # each in its own module: launcher/cli/more.py lists them
     cli.add_command(_tool)
 
 

@@ -172,6 +172,8 @@ class TaskStatus:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     params: dict[str, str] = field(default_factory=dict)
     native_id: str | None = None
+    started: float | None = None  # when the run started and ended (seconds since the epoch), where the target records it
+    ended: float | None = None
 
 
 @dataclass

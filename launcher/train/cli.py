@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from typing import get_args
@@ -24,7 +25,8 @@ def parser() -> argparse.ArgumentParser:
         epilog=(
             "Outputs (rank 0 only) in --output-dir: metrics.jsonl (one JSON line per logged step, "
             "checkpoint, eval, resume), checkpoint.pt (written atomically; a restart resumes from it "
-            "automatically), summary.json at the end. SIGTERM or SIGUSR2 checkpoints within "
+            "automatically), summary.json at the end; with --tensorboard also TensorBoard event files "
+            "(events.out.tfevents.*) of the same metrics. SIGTERM or SIGUSR2 checkpoints within "
             "--stop-check-every steps (at the same step on every rank) and exits 0.\n"
             "Evaluation is exact: every sample once, with rank 0's weights and BatchNorm statistics, so "
             "it equals one process evaluating the checkpoint.\n"
@@ -111,6 +113,9 @@ def _output_options(o: argparse._ArgumentGroup) -> None:
                    help="metrics, checkpoints, summary (default: $DDPJOB_OUTPUT_DIR, set by ddpjob, or ./outputs)")
     o.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (always at epoch end)")
     o.add_argument("--log-every", type=int, default=10, help="log every N steps: the only steps where the loss is read back from the device (default: %(default)s)")
+    o.add_argument("--tensorboard", action="store_true",
+                   help="also write what metrics.jsonl holds as TensorBoard event files in --output-dir "
+                        "(tensorboard --logdir DIR; needs the tensorboard package: pip install 'ddpjob[tensorboard]')")
 
 
 def _harness_options(p: argparse.ArgumentParser) -> None:
@@ -134,6 +139,8 @@ def check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
     model = args.model if args.eval_only else args.model or "mlp"
     if args.dataset == "linreg" and model not in (None, "linear"):
         p.error("--dataset linreg needs --model linear")
+    if args.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        p.error("--tensorboard needs the tensorboard package: pip install 'ddpjob[tensorboard]' (or pip install tensorboard)")
     if args.strategy == "dp" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         p.error("--strategy dp is single-process; run it without torchrun (or use --strategy ddp)")
 

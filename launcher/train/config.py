@@ -70,6 +70,7 @@ class OutputConfig:
     output_dir: str
     checkpoint_every: int  # 0: at epoch ends only
     log_every: int
+    tensorboard: bool  # also TensorBoard event files in output_dir
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ class Trainer:
         if info.is_main:
             Path(self.output_dir).mkdir(parents=True, exist_ok=True)
         barrier(info)
-        self.metrics = Metrics(info, self.output_dir)
+        self.metrics = Metrics(info, self.output_dir, tensorboard=cfg.output.tensorboard)
         train_split, self.eval_split = data.load(cfg.data, cfg.seed)
         self.model = parallel.wrap(models.build(cfg.model, cfg.data.dataset).to(info.device), cfg, info)
         optim = cfg.optim

@@ -1,4 +1,5 @@
-"""Rank 0's outputs: metrics.jsonl lines, progress lines and summary.json."""
+"""Rank 0's outputs: metrics.jsonl lines, progress lines and summary.json; with ``--tensorboard`` the same
+metrics as TensorBoard event files."""
 
 from __future__ import annotations
 
@@ -6,21 +7,34 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.train.distcore import DistInfo
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+# Numbers on a metrics line that say where the line is, not how the run does: no TensorBoard scalar
+# (ddpjob results reads the file by the same rule: launcher/service/results.py, NOT_METRICS).
+NOT_SCALARS = frozenset({"step", "time", "total_steps", "epoch", "world_size", "eval_samples"})
 
 
 class Metrics:
     """Rank 0 appends JSON lines to metrics.jsonl and prints a compact progress line."""
 
-    def __init__(self, info: DistInfo, output_dir: str) -> None:
+    def __init__(self, info: DistInfo, output_dir: str, *, tensorboard: bool = False) -> None:
         self.info = info
         self.path = Path(output_dir) / "metrics.jsonl"
         # ddpjob reads a run's progress from $DDPJOB_METRICS_FILE (<output dir>/metrics.jsonl, so the
         # same file unless --output-dir points elsewhere): write there too, so status shows progress.
         target = os.environ.get("DDPJOB_METRICS_FILE")
         self.mirror = Path(target) if target and Path(target) != self.path else None
+        self.events: SummaryWriter | None = None
+        if tensorboard and info.is_main:
+            # Imported only with --tensorboard (cli.check made sure the package is there): ~1.5 s of imports.
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.events = SummaryWriter(log_dir=output_dir)
 
     def log(self, record: dict[str, Any], line: str | None = None) -> None:
         if not self.info.is_main:
@@ -36,8 +50,21 @@ class Metrics:
                     f.write(text)
             except OSError:
                 pass  # progress is a help: never a reason to stop training
+        if self.events is not None:
+            self._scalars(record)
         if line:
             print(line, flush=True)
+
+    def _scalars(self, record: dict[str, Any]) -> None:
+        """Every metric of ``record`` as a scalar at its step, handed to the file at once: TensorBoard's
+        writer thread queues events, and the trainer leaves with ``os._exit`` (see ``__main__``), which
+        would drop what is still queued."""
+        assert self.events is not None
+        step, when = record.get("step"), record["time"]
+        for key, value in record.items():
+            if key not in NOT_SCALARS and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.events.add_scalar(key, value, global_step=step, walltime=when)
+        self.events.flush()
 
 
 def write_summary(output_dir: str, summary: dict[str, Any]) -> None:

@@ -350,7 +350,7 @@ def _supervisor_died(handle: LocalHandle) -> str:
 def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
     return [
         TaskStatus(index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
-                   nodes=t.get("nodes", []), params=t.get("params", {}))
+                   nodes=t.get("nodes", []), params=t.get("params", {}), started=t.get("started"), ended=t.get("ended"))
         for t in state.get("elements", [])
     ]
 

@@ -1,0 +1,235 @@
+"""Each run's results, read back from its metrics file: ``ddpjob results``, ``ddpjob plot`` and the dashboard.
+
+A run's metrics file is ``<output dir>/metrics.jsonl`` (``$DDPJOB_METRICS_FILE``): JSON lines that any
+program may append, one object per line. A line counts when it has an integer ``step``; every other
+key with a number (not a boolean) is a metric, except the bookkeeping keys in ``NOT_METRICS``::
+
+    {"step": 120, "loss": 0.41, "samples_per_s": 2100.0, "time": 1764000000.5}
+    {"step": 200, "eval_loss": 0.38, "eval_accuracy": 0.91}
+
+A line may carry any subset of the metrics (the trainer writes training and evaluation lines apart).
+Per run and metric: the **curve** is ``(step, value)`` in step order (a step written twice, as a run
+resumed from a checkpoint does, keeps its later line); **final** is the value on the file's last line
+that has the metric; **best** is the lowest value, or the highest for a metric whose name says that
+higher is better (``higher_is_better``: accuracy, ``*_per_s``, ...), NaN and infinities left out.
+
+Where the file is read: local runs write under ``$DDPJOB_HOME/runs/<id>/output/`` (or the spec's
+``output_dir``), Slurm runs in the job folder (``<slurm.folder>/<id>/output/``, on the filesystem the
+nodes share with the submitting machine); both come from the job's ``plan.json``. Kubernetes runs
+write inside their pods (``/workspace/outputs/<id>/`` or the spec's ``output_dir``), which this machine
+cannot read: their rows have states and sweep values but no metrics (``UNREADABLE``).
+
+Pure standard library: the command line and the dashboard import this without any heavy library.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from launcher.core.errors import DdpjobError
+from launcher.core.progress import METRICS_FILE
+
+if TYPE_CHECKING:
+    from launcher.service.jobs import Jobs
+    from launcher.service.registry import JobRecord
+    from launcher.targets.base import JobStatus
+
+# Numbers on a metrics line that are not metrics: where the line is, not how the run does.
+NOT_METRICS = frozenset({"step", "time", "total_steps", "epoch", "world_size", "eval_samples"})
+
+# Words (split at anything but letters and digits) of a metric's name that make higher better.
+_HIGHER_WORDS = frozenset({"acc", "accuracy", "auc", "auroc", "f1", "precision", "recall", "score", "iou", "map",
+                           "bleu", "rouge", "top1", "top5", "throughput", "reward", "return"})
+
+# Why a target's metrics files cannot be read from this machine (no row of such a job has metrics).
+UNREADABLE = {
+    "k8s": "Kubernetes runs write their metrics inside their pods (/workspace/outputs/<id>/ or the spec's "
+           "output_dir), which this machine cannot read: copy them out (kubectl cp) or write to a volume "
+           "you can reach",
+}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run of a job (a sweep element, or the job's only run) and what its metrics file says.
+
+    Attributes:
+        index: the sweep index (0 for a job without sweep).
+        values: this run's sweep values, typed as in the spec (``{}`` without sweep).
+        state: the run's state as ``ddpjob status`` shows it (``SUCCEEDED``, ``RUNNING``, ...).
+        duration_s: wall time from the run's start to its end (to now while it runs); where the target
+            does not record it (Slurm), from the metrics file's first to last ``time``; None if unknown.
+        final: the last value of each metric.
+        best: the best value of each metric (lowest; highest where ``higher_is_better``).
+        curves: metric -> ``[(step, value)]`` in step order.
+        output_dir: the run's output folder (None where unknown).
+    """
+
+    index: int
+    values: dict[str, object]
+    state: str
+    duration_s: float | None
+    final: dict[str, float]
+    best: dict[str, float]
+    curves: dict[str, list[tuple[int, float]]]
+    output_dir: str | None
+
+
+def higher_is_better(metric: str) -> bool:
+    """``eval_accuracy``, ``samples_per_s``, ``f1``: yes; ``loss``, ``eval_loss``, ``step_time``: no."""
+    name = metric.lower()
+    return name.endswith(("_per_s", "_per_sec", "per_second")) or bool(_HIGHER_WORDS & set(re.split(r"[^a-z0-9]+", name)))
+
+
+@dataclass
+class Metrics:
+    """What one metrics file says: curves, final values and the first and last ``time``."""
+
+    curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    final: dict[str, float] = field(default_factory=dict)
+    first_time: float | None = None
+    last_time: float | None = None
+
+    @property
+    def best(self) -> dict[str, float]:
+        out = {}
+        for name, points in self.curves.items():
+            finite = [v for _, v in points if math.isfinite(v)]
+            if finite:
+                out[name] = max(finite) if higher_is_better(name) else min(finite)
+        return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def read_metrics(path: str) -> Metrics:
+    """The metrics in the file at ``path``; empty when it does not exist (yet) or cannot be read. Lines
+    that are not JSON objects with an integer ``step`` (a line being written, a comment) are skipped."""
+    by_step: dict[str, dict[int, float]] = {}
+    out = Metrics()
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below; binary: a half-written UTF-8 character is no error
+    except OSError:
+        return out
+    with f:
+        for raw in f:
+            try:
+                rec = json.loads(raw.decode("utf-8", "replace"))
+            except ValueError:
+                continue
+            if not isinstance(rec, dict):
+                continue
+            step = rec.get("step")
+            if not isinstance(step, int) or isinstance(step, bool):
+                continue
+            when = rec.get("time")
+            if isinstance(when, (int, float)) and not isinstance(when, bool) and math.isfinite(when):
+                out.first_time = when if out.first_time is None else out.first_time
+                out.last_time = when
+            for key, value in rec.items():
+                if key in NOT_METRICS or not _number(value):
+                    continue
+                by_step.setdefault(key, {})[step] = float(value)
+                out.final[key] = float(value)
+    out.curves = {name: sorted(points.items()) for name, points in by_step.items()}
+    return out
+
+
+def job_results(jobs: Jobs, job_id: str) -> list[RunResult]:
+    """One ``RunResult`` per run of the job ``job_id`` (a unique prefix is enough), in sweep order.
+
+    The runs' states come from the target (as ``ddpjob status``); a target out of reach (Slurm's
+    controller, the Kubernetes API) leaves the job's last recorded state on every run, and the metrics
+    are read all the same. A job whose submission did not complete has no runs: ``[]``.
+
+    Raises:
+        JobNotFound: no such job.
+    """
+    rec = jobs.get(job_id)
+    if rec.handle is None:
+        return []
+    status: JobStatus | None
+    try:
+        rec, status = jobs.refresh(rec.id)
+    except DdpjobError:
+        status = None
+    runs = _runs(rec, status)
+    sweep = rec.spec.get("sweep") or {}
+    out = []
+    for run in runs:
+        metrics = read_metrics(os.path.join(run.output_dir, METRICS_FILE)) if run.output_dir else Metrics()
+        out.append(RunResult(
+            index=run.index, values=_typed(run.params, sweep), state=run.state, duration_s=_duration(run, metrics),
+            final=metrics.final, best=metrics.best, curves=metrics.curves, output_dir=run.output_dir))
+    return out
+
+
+@dataclass
+class _Run:
+    index: int
+    params: dict[str, str]
+    state: str
+    output_dir: str | None
+    started: float | None = None
+    ended: float | None = None
+
+
+def _runs(rec: JobRecord, status: JobStatus | None) -> list[_Run]:
+    """The job's runs: from the status's tasks, else from the plan; output folders from the plan."""
+    planned = _planned(rec)
+    if status is not None and status.tasks:
+        return [_Run(t.index, dict(t.params), t.state.value, planned[t.index].output_dir if t.index in planned else None,
+                     t.started, t.ended) for t in status.tasks]
+    state = (status.state if status is not None else rec.state).value
+    if planned:
+        return [_Run(i, p.params, state, p.output_dir) for i, p in sorted(planned.items())]
+    return [_Run(0, {}, state, None)]
+
+
+def _planned(rec: JobRecord) -> dict[int, _Run]:
+    """Each run's params and output folder from the job's ``plan.json`` (local, Slurm); none on Kubernetes,
+    whose runs write in their pods."""
+    if rec.target in UNREADABLE or rec.handle is None:
+        return {}
+    run_dir = rec.handle.get("run_dir") or rec.run_dir
+    try:
+        with open(os.path.join(run_dir, "plan.json"), encoding="utf-8") as f:
+            plan = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for el in plan.get("elements", []) if isinstance(plan, dict) else []:
+        if isinstance(el, dict) and isinstance(el.get("index"), int):
+            params = el.get("params")
+            params = params if isinstance(params, dict) else {}
+            out[el["index"]] = _Run(el["index"], {str(k): str(v) for k, v in params.items()}, "",
+                                    el["output_dir"] if isinstance(el.get("output_dir"), str) else None)
+    return out
+
+
+def _typed(params: dict[str, str], sweep: dict[str, Any]) -> dict[str, object]:
+    """A run's sweep values as the spec typed them (``0.1``, ``1``), matched by their text in the plan."""
+    from launcher.spec.model import format_value
+
+    out: dict[str, object] = {}
+    for key, text in params.items():
+        choices = sweep.get(key)
+        out[key] = next((v for v in choices if format_value(v) == text), text) if isinstance(choices, list) else text
+    return out
+
+
+def _duration(run: _Run, metrics: Metrics) -> float | None:
+    if run.started is not None:
+        end = run.ended if run.ended is not None else time.time()
+        return max(0.0, end - run.started)
+    if metrics.first_time is not None and metrics.last_time is not None:
+        return max(0.0, metrics.last_time - metrics.first_time)
+    return None
