@@ -9,10 +9,12 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
+from launcher.cli.follow import follow_to_end as _follow_to_end
+from launcher.cli.follow import wait_line
 from launcher.cli.more import COMMANDS as MORE_COMMANDS
 from launcher.cli.specopts import TARGET_CHOICE, CommandAfterDashes, typed_command
 from launcher.cli.specopts import jobs_service as _jobs
@@ -28,7 +30,7 @@ from launcher.core.fields import COUNT_MAX
 from launcher.core.states import JobState
 
 if TYPE_CHECKING:
-    from launcher.service.jobs import Jobs, Submission
+    from launcher.service.jobs import Submission
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=exit_codes_help())
@@ -130,30 +132,6 @@ def _print_submitted(done: Submission, target: str, *, quiet: bool, hints: bool)
         click.echo(f"  follow:  ddpjob logs {job_id} -f")
         click.echo(f"  status:  ddpjob status {job_id}")
     sys.stdout.flush()
-
-
-def _follow_to_end(service: Jobs, job_id: str, flt: Any = None) -> int:
-    from launcher.core.progress import describe
-    from launcher.targets.base import LogFilter
-
-    live = sys.stderr.isatty() and sys.stdout.isatty()  # progress between the lines, on a terminal only
-    shown = time.monotonic()
-    try:
-        for line in service.logs(job_id, flt or LogFilter(), follow=True):
-            click.echo(line)
-            if live and time.monotonic() - shown > 15:
-                shown = time.monotonic()
-                progress = describe(service.progress(service.get(job_id)))
-                if progress:
-                    click.echo(f"[ddpjob] {job_id}: {progress}", err=True)
-        rec, _ = service.refresh(job_id)
-    except KeyboardInterrupt:
-        click.echo(f"\nStopped following; {job_id} keeps running. Cancel it with: ddpjob cancel {job_id}", err=True)
-        return 130
-    click.echo(f"{rec.id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""), err=True)
-    if rec.state is JobState.FAILED and not (flt and flt.verbose):
-        click.echo(f"  (torchrun's own tracebacks were left out: ddpjob logs {rec.id} --verbose)", err=True)
-    return 0 if rec.state is JobState.SUCCEEDED else 1
 
 
 @cli.command()
@@ -348,15 +326,8 @@ def cancel(job_id: str, task: int | None) -> None:
 def wait(job_id: str, timeout: float | None) -> None:
     """Wait until a job ends. Exit 0 only if it SUCCEEDED, 1 otherwise."""
     service = _jobs()
-    live = sys.stderr.isatty()  # a one-line live progress on a terminal, never when piped
-
-    def show(rec: Any) -> None:
-        from launcher.core.progress import describe
-
-        line = f"{rec.id}: {rec.state.value}" + (f", {describe(p)}" if (p := service.progress(rec)) else "")
-        click.echo(f"\r\033[K{line[:200]}", err=True, nl=False)
-
-    rec = service.wait(job_id, timeout, on_poll=show if live else None)
+    live = sys.stderr.isatty()  # a one-line live stage or progress on a terminal, never when piped
+    rec = service.wait(job_id, timeout, on_poll=wait_line(service, time.monotonic()) if live else None)
     if live:
         click.echo("\r\033[K", err=True, nl=False)
     click.echo(f"{rec.id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""))

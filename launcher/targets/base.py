@@ -313,6 +313,24 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         elements = plan.get("elements", []) if isinstance(plan, dict) else []
         return [metrics_path(el["output_dir"]) for el in elements if isinstance(el, dict) and el.get("output_dir")]
 
+    def stage(self, handle: HandleT, status: JobStatus) -> str:
+        """One line for a live display while the job starts: where it is (waiting in a queue, nodes
+        starting, rendezvous, workers running), else the status message."""
+        from launcher.targets.shared.stage import startup_stage
+
+        found = startup_stage(self.startup_files(handle)) if status.state is JobState.RUNNING else None
+        return found or status.message or status.state.value.lower()
+
+    def startup_files(self, handle: HandleT) -> list[list[tuple[str, str]]]:
+        """Per run, per node: (its log, its torchrun log folder) where this machine can read them,
+        from ``plan.json`` (the local target's nodes name both); [] where they cannot be read."""
+        import os
+
+        plan = read_json(os.path.join(handle.run_dir, "plan.json"))
+        elements = plan.get("elements", []) if isinstance(plan, dict) else []
+        return [[(n["log"], n["torchrun_log_dir"]) for n in el.get("nodes", []) if "torchrun_log_dir" in n]
+                for el in elements if isinstance(el, dict) and isinstance(el.get("nodes"), list)]
+
     def load_handle(self, data: dict[str, Any]) -> HandleT:
         """The handle stored in the registry as JSON, back as this target's dataclass."""
         return cast("HandleT", from_json(self.handle_type, data))

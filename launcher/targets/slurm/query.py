@@ -235,3 +235,14 @@ def _only_unknown_ids(stderr: str) -> bool:
     """squeue's complaint about job ids it no longer knows (purged): an answer, not an outage."""
     lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
     return bool(lines) and all("Invalid job id" in ln for ln in lines)
+
+
+def queue_position(slurm_job_id: str) -> tuple[int, int] | None:
+    """(1-based place, how many) of the job among the pending jobs, highest priority first (an
+    array counts once), or None when squeue does not say."""
+    proc = _run(["squeue", "-h", "-t", "PD", "--sort=-p,i", "-o", "%F"], timeout=10)
+    if proc is None or proc.returncode != 0:
+        return None
+    order = list(dict.fromkeys(line.strip() for line in proc.stdout.splitlines() if line.strip()))
+    base = slurm_job_id.split("_")[0]
+    return (order.index(base) + 1, len(order)) if base in order else None

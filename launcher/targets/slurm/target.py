@@ -157,6 +157,22 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
                                     elements={h.slurm_job_id: h.runs for h in handles.values() if h.array})
         return {job_id: job_status(h, records) for job_id, h in handles.items()}
 
+    def startup_files(self, handle: SlurmHandle) -> list[list[tuple[str, str]]]:
+        paths = [[node_paths(handle.job_dir, i, n) for n in range(handle.nodes)] for i in range(handle.runs)]
+        return [[(p["log"], p["torchrun_log_dir"]) for p in run] for run in paths]
+
+    def stage(self, handle: SlurmHandle, status: JobStatus) -> str:
+        """Pending: Slurm's reason and the job's place among the pending jobs, in priority order."""
+        from launcher.core.states import JobState
+        from launcher.targets.slurm.query import queue_position
+
+        text = super().stage(handle, status)
+        if status.state is JobState.PENDING and handle.slurm_job_id:
+            place = queue_position(handle.slurm_job_id)
+            if place is not None:
+                text += f" ({place[0]} of {place[1]} pending job(s) in priority order)"
+        return text
+
     # ------------------------------------------------------------------ logs
 
     def logs(self, handle: SlurmHandle, flt: LogFilter, follow: bool = False) -> Iterator[str]:
