@@ -35,6 +35,7 @@ from launcher.core.errors import (
 )
 from launcher.core.interrupts import deferred_interrupt
 from launcher.core.states import JobState
+from launcher.service.imagebuild import pin as imagebuild
 from launcher.service.shape import check_count, check_selection, check_timeout, plan_shape
 
 if TYPE_CHECKING:
@@ -163,8 +164,10 @@ class Jobs:
         from launcher.targets import get_target
 
         tgt = get_target(target)
+        loaded, built = imagebuild.for_target(tgt, loaded, build=False)  # build: looked up, never built
         inputs = tgt.inputs(loaded, online=online)
-        return self._plan(tgt, loaded, self.context(f"{loaded.spec.name}-xxxxx", inputs=inputs), submitting=False)
+        plan = self._plan(tgt, loaded, self.context(f"{loaded.spec.name}-xxxxx", inputs=inputs), submitting=False)
+        return dataclasses.replace(plan, notes=plan.notes + built)
 
     def _plan(self, tgt: AnyTarget, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan[Any]:
         """The target's plan, with the text people see (and ``plan.txt`` holds): secret values
@@ -207,6 +210,7 @@ class Jobs:
             if issues:
                 raise loaded.error(issues)
         inputs = tgt.inputs(loaded, online=True)  # before the reservation: a refusal leaves no trace
+        loaded, built = imagebuild.for_target(tgt, loaded, build=True)  # build:, push, pin the digest
         picker = tgt.pick_port if tgt.picks_port and spec.master_port is None else None
         fixed = spec.master_port if tgt.picks_port else None
         with deferred_interrupt() as interrupted:
@@ -214,6 +218,7 @@ class Jobs:
                                                  port_picker=picker)
             try:
                 plan = self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True)
+                plan = dataclasses.replace(plan, notes=plan.notes + built)
                 handle = tgt.submit(plan)
             except (SpecError, TargetUnavailable, SubmitRejected):
                 self._release(job_id)  # nothing was submitted: not a job, nothing to list

@@ -26,6 +26,7 @@ from pydantic import (
 from launcher.core.errors import Issue
 from launcher.core.fields import ENV_NAME_RE, is_reserved_env, no_control
 from launcher.core.quantity import QuantityError, parse_memory
+from launcher.spec.build import BuildOptions
 from launcher.spec.secrets import is_secret
 from launcher.spec.stall import StallOptions
 from launcher.targets import TARGETS
@@ -230,6 +231,8 @@ class JobSpecBase(BaseModel):
     max_restarts: StrictInt = Field(0, ge=0, le=100, description="torchrun --max-restarts: restarts of the whole worker group after a failure.")
     stall: StallOptions = Field(default_factory=StallOptions, description="A node that goes silent (Slurm): "
                                 "how long until it is reported, and whether the job then ends.")
+    build: BuildOptions | None = Field(None, description="Build image + the working directory, push it and run on its "
+                                       "digest (Kubernetes, local.container, Slurm containers); see README.")
     sweep: dict[SweepKey, SweepValues] = Field(
         default={},
         description="A parameter grid, e.g. {lr: [0.1, 0.01], seed: [1, 2]}: one run per combination "

@@ -1,0 +1,63 @@
+"""``ddpjob build``: build ``image`` + the working directory, push it and print the pinned reference;
+and ``submit --build``. Imports only click at start-up."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from launcher.cli.specopts import load, overrides
+from launcher.cli.support import guard
+from launcher.cli.tools import complete_spec_files
+
+if TYPE_CHECKING:
+    from launcher.spec.load import LoadedSpec
+
+BUILD_HELP = ("Build image + the working directory with the spec's build: section (defaults when it has none), "
+              "push it and run on its digest; nothing is rebuilt when the files are unchanged.")
+
+
+def with_build(loaded: LoadedSpec) -> LoadedSpec:
+    """``loaded`` with a ``build:`` section: its own, else the defaults (``submit --build``)."""
+    import dataclasses
+
+    from launcher.spec.build import BuildOptions
+
+    if loaded.spec.build is not None:
+        return loaded
+    return dataclasses.replace(loaded, spec=loaded.spec.model_copy(update={"build": BuildOptions()}))
+
+
+@click.command()
+@click.argument("spec_file", metavar="SPEC", shell_complete=complete_spec_files)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override any field, e.g. --set build.registry=ghcr.io/me/train (repeatable).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the reference.")
+@guard
+def build(spec_file: str, sets: tuple[str, ...], quiet: bool) -> None:
+    """Build the spec's image + working directory, push it, print the pinned repo@sha256:... reference.
+
+    The tag is a hash of the base image, the Dockerfile and the context's files (after
+    .ddpjobignore or .dockerignore): when the registry has it already, nothing is built or pushed.
+    The registry is reached through podman or docker and their own login (podman login
+    REGISTRY); ddpjob stores no credentials. `submit --target k8s` does the same before it
+    creates the job, so this command is for scripts and for building ahead.
+
+    \b
+    Examples:
+      ddpjob build train.yaml --set build.registry=ghcr.io/me/train
+      IMAGE=$(ddpjob build -q train.yaml) && kubectl set image ... "pytorch=$IMAGE"
+    """
+    from launcher.service.imagebuild import pin
+    from launcher.service.imagebuild.context import human
+
+    loaded = with_build(load((spec_file,), overrides(sets, None, None, None)))
+    prep = pin.prepare(loaded)
+    if not quiet:
+        click.echo(f"context {prep.root}: {len(prep.ctx.entries)} entries, {human(prep.ctx.size)} "
+                   f"({prep.ctx.ignore_file or 'default ignores'}); tag {prep.tag_ref}", err=True)
+    done = pin.pinned(prep, build=True)
+    if not quiet:
+        click.echo("built and pushed" if done.built else "found in the registry: nothing built or pushed", err=True)
+    click.echo(done.ref)
