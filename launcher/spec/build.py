@@ -14,7 +14,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from launcher.core.fields import no_control
-from launcher.core.quantity import QuantityError, parse_memory
 
 # A repository to push to, without tag or digest: [host[:port]/]path, lowercase as registries require.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -97,15 +96,23 @@ class BuildOptions(BaseModel):
     @field_validator("max_context")
     @classmethod
     def _max_context(cls, v: str) -> str:
-        try:
-            parse_memory(v)
-        except QuantityError as e:
-            raise ValueError(str(e)) from None
+        if size_bytes(v) is None:
+            raise ValueError("must be a size such as '500Mi', '2Gi' or '800M' (binary Ki/Mi/Gi/Ti or decimal K/M/G/T)")
         return v
 
     @property
     def max_context_bytes(self) -> int:
-        return parse_memory(self.max_context)
+        return size_bytes(self.max_context) or 0
+
+
+_SIZE_RE = re.compile(r"^\s*(\d{1,15})\s*(Ki|Mi|Gi|Ti|K|M|G|T)?\s*$")
+_UNITS = {None: 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def size_bytes(text: str) -> int | None:
+    """``'500Mi'`` as bytes; None when it is not such a size."""
+    m = _SIZE_RE.match(text)
+    return int(m.group(1)) * _UNITS[m.group(2)] if m else None
 
 
 def valid_repository(text: str) -> bool:
