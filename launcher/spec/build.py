@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from launcher.core.fields import no_control
 
@@ -63,9 +63,9 @@ class BuildOptions(BaseModel):
         "(podman --tls-verify=false; docker decides by its daemon's insecure-registries). For a "
         "test registry on 127.0.0.1 only.",
     )
-    max_context: str = Field(
+    max_context: StrictInt | str = Field(
         DEFAULT_MAX_CONTEXT,
-        description="The most the context may hold (after ignores), e.g. '500Mi'; a larger one is "
+        description="The most the context may hold (after ignores), e.g. '500Mi' (or bytes); a larger one is "
         "refused, naming its largest files (add them to .ddpjobignore).",
     )
 
@@ -95,7 +95,7 @@ class BuildOptions(BaseModel):
 
     @field_validator("max_context")
     @classmethod
-    def _max_context(cls, v: str) -> str:
+    def _max_context(cls, v: int | str) -> int | str:
         if size_bytes(v) is None:
             raise ValueError("must be a size such as '500Mi', '2Gi' or '800M' (binary Ki/Mi/Gi/Ti or decimal K/M/G/T)")
         return v
@@ -109,8 +109,10 @@ _SIZE_RE = re.compile(r"^\s*(\d{1,15})\s*(Ki|Mi|Gi|Ti|K|M|G|T)?\s*$")
 _UNITS = {None: 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
-def size_bytes(text: str) -> int | None:
-    """``'500Mi'`` as bytes; None when it is not such a size."""
+def size_bytes(text: int | str) -> int | None:
+    """``'500Mi'`` (or a number of bytes) as bytes; None when it is not such a size."""
+    if isinstance(text, int):
+        return text if text >= 0 else None
     m = _SIZE_RE.match(text)
     return int(m.group(1)) * _UNITS[m.group(2)] if m else None
 

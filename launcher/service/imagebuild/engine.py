@@ -177,4 +177,5 @@ def registry_error(engine: Engine, ref: str, stderr: str, kind: str, *, pushing:
 
 def last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:500] if lines else "(no message)"
+    line = lines[-1].removeprefix("Error: ") if lines else "(no message)"
+    return line[:500]
