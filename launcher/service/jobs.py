@@ -209,8 +209,8 @@ class Jobs:
             issues = tgt.preflight(loaded, self.context(f"{spec.name}-xxxxx"))
             if issues:
                 raise loaded.error(issues)
-        inputs = tgt.inputs(loaded, online=True)  # before the reservation: a refusal leaves no trace
         loaded, built = imagebuild.for_target(tgt, loaded, build=True)  # build:, push, pin the digest
+        inputs = tgt.inputs(loaded, online=True)  # before the reservation: a refusal leaves no trace
         picker = tgt.pick_port if tgt.picks_port and spec.master_port is None else None
         fixed = spec.master_port if tgt.picks_port else None
         with deferred_interrupt() as interrupted:

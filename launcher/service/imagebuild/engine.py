@@ -149,6 +149,15 @@ class Engine:
         return digest
 
 
+    def remember(self, pinned_ref: str) -> None:
+        """Let this machine's engine know the image by its pushed digest (``repo@sha256:...``), so a
+        local or Slurm container runs it without a pull. podman records the digest only when it pulls
+        (every blob is here already: nothing is downloaded); docker records it on push. Best effort:
+        Kubernetes needs none of it."""
+        if self.name == "podman":
+            self.run(["pull", *self._tls(), "-q", pinned_ref])
+
+
 def classify(stderr: str) -> str:
     """``absent``, ``auth``, ``unreachable`` or ``other``, from the engine's words."""
     text = stderr.lower()

@@ -141,14 +141,16 @@ def pinned(prep: Prepared, *, build: bool) -> Pinned:
             dockerfile.write_text(prep.dockerfile_text)
         engine.build(str(staged), str(dockerfile), prep.tag_ref, prep.base)
         digest = engine.push(prep.tag_ref, str(Path(scratch) / "digest"))
-    return Pinned(prep, digest, built=True)
+    done = Pinned(prep, digest, built=True)
+    engine.remember(done.ref)
+    return done
 
 
 def for_target(target: AnyTarget, loaded: LoadedSpec, *, build: bool) -> tuple[LoadedSpec, str]:
     """``resolve`` where ``target`` runs the spec's image; elsewhere ``build:`` is only noted."""
     if loaded.spec.build is not None and not target.runs_image(loaded.spec):
-        return loaded, (f"# build: not used: the {target.name} target runs no image with this spec "
-                        "(local.container, slurm.container or k8s do)\n")
+        return loaded, (f"# build: not used: the {target.name} target does not run the spec's image with these "
+                        "settings (local.container, slurm.container.runtime podman or oci, and k8s do)\n")
     return resolve(loaded, build=build)
 
 

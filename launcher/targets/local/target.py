@@ -82,6 +82,9 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
             inputs.used_subnets = tuple(net.used_subnets(local.container))
         return inputs
 
+    def runs_image(self, spec: JobSpec) -> bool:
+        return spec.local.container != "none"
+
     def options(self, spec: JobSpec) -> LocalOptions:
         return spec.local
 
