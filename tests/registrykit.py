@@ -7,6 +7,7 @@ Where the program is missing it is installed with apt-get as root, its service k
 apt failed) the tests skip with the reason; with CI=true they fail instead, so CI cannot skip them
 silently (as the Slurm and container fixtures do).
 
+The fixtures (``registry``, ``registry_with_login``) are in tests/build/conftest.py.
 ``Registry.pushes(repo)`` counts the manifests the registry stored, read from its own request log:
 the proof that a second build pushed nothing.
 """
@@ -19,7 +20,6 @@ import socket
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,19 +142,3 @@ def stop(reg: Registry) -> None:
         except subprocess.TimeoutExpired:
             reg.proc.kill()
             reg.proc.wait()
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> Iterator[Registry]:
-    """A plain-HTTP registry on a free 127.0.0.1 port, stopped after the test."""
-    reg = start(tmp_path / "registry")
-    yield reg
-    stop(reg)
-
-
-@pytest.fixture
-def registry_with_login(tmp_path: Path) -> Iterator[Registry]:
-    """A registry that requires a login (htpasswd); no test logs in."""
-    reg = start(tmp_path / "registry-auth", auth=True)
-    yield reg
-    stop(reg)
