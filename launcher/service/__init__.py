@@ -3,6 +3,6 @@
 Owns ``jobs`` (load -> target inputs -> reserve -> plan once -> submit -> record; status, list,
 wait, logs, cancel), the SQLite registry of submitted jobs (``registry``), a submitted job's shape and
 the checks of ``--task/--node/--rank`` against it (``shape``) and removing finished jobs
-(``cleanup``). May import ``launcher.core``, ``launcher.spec`` and ``launcher.targets``; never the
+(``cleanup``), and the image a spec's ``build:`` pins before planning (``imagebuild``). May import ``launcher.core``, ``launcher.spec`` and ``launcher.targets``; never the
 command line (``launcher.cli``), so the API and the CLI behave alike.
 """

@@ -3,7 +3,7 @@
 The CLI (``launcher.cli.main``) parses arguments, calls ``Jobs`` and prints; the Python API uses the
 same class. One submit walks, in this order::
 
-    load spec -> reserve id (and a port, where the target picks one) -> plan ONCE -> submit -> record handle
+    load spec -> build: (pin the image) -> target inputs -> reserve id (and a port) -> plan ONCE -> submit -> record
 
 A plan that fails after the reservation releases it (nothing was submitted, nothing is listed).
 ``render`` and ``submit --dry-run`` plan the same way with a placeholder id (``<name>-xxxxx``)

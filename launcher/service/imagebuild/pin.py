@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from launcher.core.errors import Issue, TargetUnavailable
 from launcher.service.imagebuild import context as buildctx
 from launcher.service.imagebuild.engine import Engine
+from launcher.targets.shared.container import IMAGE_RE
 
 if TYPE_CHECKING:
     from launcher.spec.build import BuildOptions
@@ -89,6 +90,9 @@ def prepare(loaded: LoadedSpec) -> Prepared:
     elif not valid_repository(repository):
         issues.append(Issue(("build", "registry"), f"${REGISTRY_ENV}={repository!r} is not a repository without tag",
                             hint="e.g. ghcr.io/you/train"))
+    if spec.image and not IMAGE_RE.match(spec.image):  # it reaches the engine's command line: never an option
+        issues.append(Issue(("image",), "must be an image reference (letters, digits and . _ / : @ + -, not starting "
+                            "with '-')"))
     if not spec.image and opts.dockerfile is None:
         issues.append(Issue(("image",), "build: adds the working directory to image:, and there is none",
                             hint="set image: (the base, e.g. ghcr.io/ddpjob/train:0.1.0) or build.dockerfile"))
@@ -130,8 +134,11 @@ def pinned(prep: Prepared, *, build: bool) -> Pinned:
 
     if prep.base:
         engine.ensure_base(prep.base, prep.repository.split("/")[0])
-    scratch_root = ddpjob_home() / "build"
-    scratch_root.mkdir(parents=True, exist_ok=True)
+    scratch_root = ddpjob_home() / "build"  # beside the user's files, so the staged copy can hard-link them
+    try:
+        scratch_root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        scratch_root = Path(tempfile.gettempdir())
     with tempfile.TemporaryDirectory(dir=scratch_root, prefix="stage-") as scratch:
         staged = Path(scratch) / "context"
         buildctx.stage(prep.ctx, staged)
