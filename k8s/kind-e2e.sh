@@ -11,7 +11,7 @@
 #   KEEP=1 k8s/kind-e2e.sh     # keep the cluster (and its registry) afterwards
 #
 # Not run in this repository's CI or on the machine it was written on (no kind, no docker daemon);
-# the same paths are exercised offline by tests/k8s and tests/build against a loopback API server
+# the same paths are exercised offline by tests/k8s and tests/imagebuild against a loopback API server
 # and a real registry on 127.0.0.1.
 set -euo pipefail
 

@@ -7,7 +7,7 @@ Where the program is missing it is installed with apt-get as root, its service k
 apt failed) the tests skip with the reason; with CI=true they fail instead, so CI cannot skip them
 silently (as the Slurm and container fixtures do).
 
-The fixtures (``registry``, ``registry_with_login``) are in tests/build/conftest.py.
+The fixtures (``registry``, ``registry_with_login``) are in tests/imagebuild/conftest.py.
 ``Registry.pushes(repo)`` counts the manifests the registry stored, read from its own request log:
 the proof that a second build pushed nothing.
 """
