@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import urllib.error
 import urllib.request
@@ -82,6 +83,7 @@ class Registry:
     host: str  # 127.0.0.1:PORT
     log: Path
     proc: subprocess.Popen[bytes]
+    tls: bool = False
 
     def pushes(self, repo: str) -> int:
         """Manifests stored under ``repo`` so far (one per push of a tag)."""
@@ -91,8 +93,9 @@ class Registry:
                    and f"/v2/{repo}/manifests/" in line)
 
     def answers(self) -> bool:
+        context = ssl._create_unverified_context() if self.tls else None  # only: is it up?
         try:
-            urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2)
+            urllib.request.urlopen(f"{'https' if self.tls else 'http'}://{self.host}/v2/", timeout=2, context=context)
         except urllib.error.HTTPError:
             return True  # 401 with auth on: it answers
         except OSError:
@@ -100,7 +103,16 @@ class Registry:
         return True
 
 
-def start(tmp: Path, *, auth: bool = False) -> Registry:
+def self_signed(tmp: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (openssl), as a registry's CA would issue one."""
+    cert, key = tmp / "registry.crt", tmp / "registry.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def start(tmp: Path, *, auth: bool = False, tls: bool = False) -> Registry:
     binary = registry_binary()
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
@@ -108,15 +120,19 @@ def start(tmp: Path, *, auth: bool = False) -> Registry:
     if auth:  # a login is required; the tests never log in, so every request is refused
         (tmp / "htpasswd").write_text("someone:$2y$05$abcdefghijklmnopqrstuu5s7Ys0jHbpcLQtQh2qPdfsXFz0fvpzC\n")
         auth_block = f"auth:\n  htpasswd:\n    realm: ddpjob-test\n    path: {tmp / 'htpasswd'}\n"
+    tls_block = ""
+    if tls:
+        cert, key = self_signed(tmp)
+        tls_block = f"  tls:\n    certificate: {cert}\n    key: {key}\n"
     config = tmp / "registry.yml"
     config.write_text(f"version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n"
                       f"    rootdirectory: {tmp / 'storage'}\n  delete:\n    enabled: true\n"
-                      f"http:\n  addr: 127.0.0.1:{port}\n{auth_block}")
+                      f"http:\n  addr: 127.0.0.1:{port}\n{tls_block}{auth_block}")
     log = tmp / "registry.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([binary, "serve", str(config)], stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
-    reg = Registry(f"127.0.0.1:{port}", log, proc)
+    reg = Registry(f"127.0.0.1:{port}", log, proc, tls)
     try:
         wait_for(lambda: reg.answers() or proc.poll() is not None, "the registry to answer", timeout=30)
     except AssertionError:

@@ -72,3 +72,23 @@ def registry_with_login(tmp_path: Path) -> Iterator[Registry]:
     reg = start(tmp_path / "registry-auth", auth=True)
     yield reg
     stop(reg)
+
+
+CERTS_D = Path("/etc/containers/certs.d")
+
+
+@pytest.fixture
+def registry_tls(tmp_path: Path) -> Iterator[Registry]:
+    """A registry over HTTPS with a self-signed certificate, which podman trusts through
+    /etc/containers/certs.d/<host:port>/ca.crt (as a user trusts a private registry's CA); removed after."""
+    if os.geteuid() != 0:
+        skip_or_fail(f"trusting the test registry's certificate needs root ({CERTS_D})")
+    reg = start(tmp_path / "registry-tls", tls=True)
+    trust = CERTS_D / reg.host
+    try:
+        trust.mkdir(parents=True)
+        shutil.copy(tmp_path / "registry-tls" / "registry.crt", trust / "ca.crt")
+        yield reg
+    finally:
+        shutil.rmtree(trust, ignore_errors=True)
+        stop(reg)

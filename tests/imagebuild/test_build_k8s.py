@@ -6,6 +6,7 @@ changed file gives a new digest; every failure exits 2 or 3 with nothing created
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -205,3 +206,22 @@ def test_local_and_slurm_containers_run_the_pinned_image(registry, base_image, t
     # This machine's podman knows the image by its digest: a container starts without a pull.
     listing = podman("run", "--rm", "--network=none", "--pull=never", ref, "ls")
     assert listing.returncode == 0 and "train.py" in listing.stdout, listing.stderr
+
+
+def test_a_tls_registry_needs_nothing_but_the_engines_trust(k8s_api, registry_tls, base_image, tmp_path, cli):
+    """The user path: a registry with TLS, build.insecure left false; podman verifies the certificate
+    with the CA the machine trusts (certs.d). Untrusted, the submit stops at the certificate (exit 3)."""
+    root = project(tmp_path, base_image, f"{registry_tls.host}/{REPO_PATH}")
+    spec = root / "job.yaml"
+    spec.write_text(spec.read_text().replace("insecure: true", "insecure: false"))
+    done = cli("submit", str(spec), "--target", "k8s", cwd=root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (job,) = created(k8s_api, "pytorchjobs")
+    assert {i.split("@")[0] for i in images_of(job["body"])} == {f"{registry_tls.host}/{REPO_PATH}"}
+    assert DIGEST_RE.search(images_of(job["body"])[0]) and registry_tls.pushes(REPO_PATH) == 1
+    shutil.rmtree(Path("/etc/containers/certs.d") / registry_tls.host)  # the fixture's trust, taken back
+    (root / "train.py").write_text("print('changed')\n")
+    refused = cli("submit", str(spec), "--target", "k8s", cwd=root)
+    assert refused.returncode == 3 and "cannot be reached" in refused.stderr and "certificate" in refused.stderr, \
+        refused.stderr
+    assert len(created(k8s_api, "pytorchjobs")) == 1 and registry_tls.pushes(REPO_PATH) == 1
