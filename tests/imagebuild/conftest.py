@@ -5,6 +5,7 @@ the internet)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -85,10 +86,14 @@ def registry_tls(tmp_path: Path) -> Iterator[Registry]:
         skip_or_fail(f"trusting the test registry's certificate needs root ({CERTS_D})")
     reg = start(tmp_path / "registry-tls", tls=True)
     trust = CERTS_D / reg.host
+    made = not CERTS_D.exists()
     try:
         trust.mkdir(parents=True)
         shutil.copy(tmp_path / "registry-tls" / "registry.crt", trust / "ca.crt")
         yield reg
     finally:
         shutil.rmtree(trust, ignore_errors=True)
+        if made:
+            with contextlib.suppress(OSError):
+                CERTS_D.rmdir()
         stop(reg)
