@@ -111,7 +111,11 @@ def prepare(loaded: LoadedSpec) -> Prepared:
         except (OSError, UnicodeDecodeError) as e:
             issues.append(Issue(("build", "dockerfile"), f"{dockerfile_path} cannot be read: {e}"))
     limit = opts.max_context_bytes
-    ctx = buildctx.scan(root, limit=limit)
+    try:
+        ctx = buildctx.scan(root, limit=limit)
+    except OSError as e:  # a file or folder this user cannot read
+        raise loaded.error([*issues, Issue(("build", "context"), f"the build context {root} cannot be read: {e}",
+                                           hint="leave the unreadable path out in .ddpjobignore")]) from e
     if ctx.size > limit:
         largest = ", ".join(f"{e.rel} ({buildctx.human(e.size)})" for e in ctx.largest())
         ignore = ctx.ignore_file or ".ddpjobignore"
