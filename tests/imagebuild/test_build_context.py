@@ -142,6 +142,9 @@ def test_without_a_registry_or_a_base_the_build_is_refused_at_their_lines(tmp_pa
     ('reading manifest x in r/t: authentication required', "auth"),
     ('unauthorized: authentication required', "auth"),
     ('something else went wrong', "other"),
+    # a port or tag holding 401/403 is not a refusal (this once made a missing tag read as a login problem)
+    ('no such manifest: 127.0.0.1:40157/team/train:ctx-b82d8873183403f1bbd040', "absent"),
+    ('denied: requested access to the resource is denied', "auth"),
 ])
 def test_the_engines_words_are_told_apart(stderr, kind):
     assert buildengine.classify(stderr) == kind

@@ -225,3 +225,19 @@ def test_a_tls_registry_needs_nothing_but_the_engines_trust(k8s_api, registry_tl
     assert refused.returncode == 3 and "cannot be reached" in refused.stderr and "certificate" in refused.stderr, \
         refused.stderr
     assert len(created(k8s_api, "pytorchjobs")) == 1 and registry_tls.pushes(REPO_PATH) == 1
+
+
+@pytest.mark.skipif(shutil.which("docker") is None, reason="the docker client is not installed here")
+def test_docker_finds_the_same_tag_and_says_when_its_daemon_is_down(k8s_api, registry, base_image, tmp_path, cli):
+    """The tag does not depend on the engine: docker's client finds what podman pushed (its registry
+    calls need no daemon). Where docker's daemon does not answer, a build says so (exit 3)."""
+    root = project(tmp_path, base_image, f"{registry.host}/{REPO_PATH}")
+    spec = str(root / "job.yaml")
+    ref = cli("build", "-q", spec, cwd=root).stdout.strip()
+    shown = cli("render", spec, "--target", "k8s", "--set", "build.engine=docker", cwd=root)
+    assert f"image: {ref}" in shown.stdout, shown.stdout[-1500:] + shown.stderr
+    if subprocess.run(["docker", "info"], capture_output=True, check=False, timeout=60).returncode == 0:
+        return  # a working daemon: nothing more to show here
+    (root / "train.py").write_text("print('changed')\n")
+    proc = submit_fails(cli, k8s_api, root, "--set", "build.engine=docker")
+    assert proc.returncode == 3 and "daemon does not answer" in proc.stderr, proc.stderr

@@ -22,7 +22,9 @@ BUILD_TIMEOUT_S = 3600.0
 
 _UNREACHABLE = ("connection refused", "no such host", "i/o timeout", "network is unreachable", "no route to host",
                 "dial tcp", "tls: ", "x509:", "server gave http response to https client", "connection reset")
-_AUTH = ("unauthorized", "authentication required", "denied", "forbidden", "401", "403", "authorization failed")
+# Phrases only: a bare "401" would match a port (127.0.0.1:40157) or a hex tag.
+_AUTH = ("unauthorized", "authentication required", "access to the resource is denied", "denied:", "forbidden",
+         "authorization failed", "insufficient_scope")
 _ABSENT = ("manifest unknown", "name unknown", "not found", "no such manifest", "does not exist",
            "no such image", "repository name not known")
 
@@ -112,14 +114,23 @@ class Engine:
     # ------------------------------------------------------------------ build and push
     def ensure_base(self, base: str, registry_host: str) -> None:
         """The base image is here, or can be pulled; ``ImageMissing`` otherwise."""
-        if self.run(["image", "inspect", base]).returncode == 0:
+        found = self.run(["image", "inspect", base])
+        if found.returncode == 0:
             return
+        self._check_daemon(found.stderr)
         tls = self._tls() if base.split("/")[0] == registry_host else []
         pulled = self.run(["pull", *tls, base], timeout=BUILD_TIMEOUT_S)
         if pulled.returncode != 0:
+            self._check_daemon(pulled.stderr)
             raise ImageMissing(f"the base image {base} (image:) is not on this machine and {self.name} cannot pull it: "
                                f"{last_line(pulled.stderr)}; check the name, or log in to its registry "
                                f"({self.name} login {base.split('/')[0]})")
+
+    def _check_daemon(self, stderr: str) -> None:
+        """docker's client without its daemon (the registry calls work, builds cannot)."""
+        if "cannot connect to the docker daemon" in stderr.lower():
+            raise BuildUnavailable(f"docker is installed but its daemon does not answer ({last_line(stderr)}); "
+                                   "start it (systemctl start docker), or set build.engine: podman")
 
     def build(self, context_dir: str, dockerfile: str, tag: str, base: str) -> None:
         args = ["build", "-f", dockerfile, "-t", tag, "--build-arg", f"BASE_IMAGE={base}"]
@@ -127,6 +138,7 @@ class Engine:
             args.append("--pull=never")  # the base was checked (and pulled) just before
         done = self.run([*args, context_dir], timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0:
+            self._check_daemon(done.stderr)
             tail = "\n".join(done.stderr.strip().splitlines()[-15:])
             raise BuildUnavailable(f"{self.name} build of {tag} failed (exit {done.returncode}):\n{tail}")
 
