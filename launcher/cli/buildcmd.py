@@ -1,36 +1,17 @@
-"""``ddpjob build``: build ``image`` + the working directory, push it and print the pinned reference;
-and ``submit --build``. Imports only click at start-up."""
+"""``ddpjob build``: build ``image`` + the working directory, push it and print the pinned reference
+(``--build`` of submit and render is a spec option: ``launcher.cli.specopts``). Imports only click at
+start-up."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import click
 
 from launcher.cli.specopts import load, overrides
 from launcher.cli.support import guard
-from launcher.cli.tools import complete_spec_files
-
-if TYPE_CHECKING:
-    from launcher.spec.load import LoadedSpec
-
-BUILD_HELP = ("Build image + the working directory with the spec's build: section (defaults when it has none), "
-              "push it and run on its digest; nothing is rebuilt when the files are unchanged.")
-
-
-def with_build(loaded: LoadedSpec) -> LoadedSpec:
-    """``loaded`` with a ``build:`` section: its own, else the defaults (``submit --build``)."""
-    import dataclasses
-
-    from launcher.spec.build import BuildOptions
-
-    if loaded.spec.build is not None:
-        return loaded
-    return dataclasses.replace(loaded, spec=loaded.spec.model_copy(update={"build": BuildOptions()}))
 
 
 @click.command()
-@click.argument("spec_file", metavar="SPEC", shell_complete=complete_spec_files)
+@click.argument("spec_file", metavar="SPEC", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override any field, e.g. --set build.registry=ghcr.io/me/train (repeatable).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the reference.")
@@ -52,7 +33,7 @@ def build(spec_file: str, sets: tuple[str, ...], quiet: bool) -> None:
     from launcher.service.imagebuild import pin
     from launcher.service.imagebuild.context import human
 
-    loaded = with_build(load((spec_file,), overrides(sets, None, None, None)))
+    loaded = pin.with_build(load((spec_file,), overrides(sets, None, None, None)))
     prep = pin.prepare(loaded)
     if not quiet:
         click.echo(f"context {prep.root}: {len(prep.ctx.entries)} entries, {human(prep.ctx.size)} "

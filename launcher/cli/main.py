@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from launcher.cli.buildcmd import BUILD_HELP, build, with_build
 from launcher.cli.specopts import TARGET_CHOICE, CommandAfterDashes, typed_command
 from launcher.cli.specopts import jobs_service as _jobs
 from launcher.cli.specopts import load as _load
@@ -62,11 +61,9 @@ def cli(debug: bool) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Print only the job id.")
 @click.option("--no-preflight", is_flag=True, help="Do not check first that the script or module exists "
               "(from the job's working directory; on Slurm, a filesystem shared with the nodes is assumed).")
-@click.option("--build", "build_image", is_flag=True, help=BUILD_HELP)
 @_guard
 def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node: str | None, name: str | None,
-           sets: tuple[str, ...], dry_run: str | None, follow: bool, quiet: bool, no_preflight: bool,
-           build_image: bool) -> None:
+           sets: tuple[str, ...], dry_run: str | None, follow: bool, quiet: bool, no_preflight: bool) -> None:
     """Submit a job from a spec file (- reads it from standard input), or a command given after --.
 
     \b
@@ -89,7 +86,6 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
     except KeyboardInterrupt:
         click.echo("\nStopped: nothing was submitted.", err=True)
         sys.exit(130)
-    loaded = with_build(loaded) if build_image else loaded
     service = _jobs()
     if dry_run:
         plan = service.plan(loaded, target, online=dry_run == "server")
@@ -359,7 +355,6 @@ def wait(job_id: str, timeout: float | None) -> None:
 
 for _tool in TOOLS:  # completion, rm, prune, doctor, init (launcher/cli/tools.py)
     cli.add_command(_tool)
-cli.add_command(build)
 
 
 def main() -> None:

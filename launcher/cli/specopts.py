@@ -26,9 +26,19 @@ def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--name", help="Override the job name."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Override any field, e.g. --set resources.cpus=4 --set env.SEED=1 (repeatable)."),
+        click.option("--build", is_flag=True, expose_value=False, callback=_keep_build,
+                     help="Build image + the working directory (the spec's build: section, or its defaults), push "
+                     "it and run on its digest; unchanged files are not rebuilt. render only looks it up."),
     ]):
         fn = deco(fn)
     return fn
+
+
+BUILD_KEY = "ddpjob.build"
+
+
+def _keep_build(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    ctx.meta[BUILD_KEY] = value
 
 
 def overrides(sets: tuple[str, ...], nodes: int | None, procs: str | None, name: str | None) -> list[str]:
@@ -68,9 +78,21 @@ def typed_command() -> tuple[str, ...] | None:
 
 def load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] | None = None, *,
          command_hint: bool = False) -> LoadedSpec:
-    """A spec file (``SPEC``; ``-`` reads it from standard input) or a command typed after ``--``.
+    """A spec file (``SPEC``; ``-`` reads it from standard input) or a command typed after ``--``,
+    with a ``build:`` section when ``--build`` was given.
 
     What the user typed decides, never a file's name: without ``--`` every argument is a spec."""
+    loaded = _load(args, overrides, command, command_hint=command_hint)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(BUILD_KEY):
+        from launcher.service.imagebuild.pin import with_build
+
+        loaded = with_build(loaded)
+    return loaded
+
+
+def _load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] | None, *,
+          command_hint: bool) -> LoadedSpec:
     from launcher.core.errors import Issue, SpecError, UsageError
     from launcher.service import jobs
 

@@ -165,9 +165,8 @@ class Jobs:
 
         tgt = get_target(target)
         loaded, built = imagebuild.for_target(tgt, loaded, build=False)  # build: looked up, never built
-        inputs = tgt.inputs(loaded, online=online)
-        plan = self._plan(tgt, loaded, self.context(f"{loaded.spec.name}-xxxxx", inputs=inputs), submitting=False)
-        return dataclasses.replace(plan, notes=plan.notes + built)
+        ctx = self.context(f"{loaded.spec.name}-xxxxx", inputs=tgt.inputs(loaded, online=online))
+        return imagebuild.noted(self._plan(tgt, loaded, ctx, submitting=False), built)
 
     def _plan(self, tgt: AnyTarget, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan[Any]:
         """The target's plan, with the text people see (and ``plan.txt`` holds): secret values
@@ -214,11 +213,10 @@ class Jobs:
         picker = tgt.pick_port if tgt.picks_port and spec.master_port is None else None
         fixed = spec.master_port if tgt.picks_port else None
         with deferred_interrupt() as interrupted:
-            job_id, port = self.registry.reserve(spec.name, target, spec.model_dump(mode="json"), port=fixed,
+            job_id, port = self.registry.reserve(spec.name, target, loaded.spec.model_dump(mode="json"), port=fixed,
                                                  port_picker=picker)
             try:
-                plan = self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True)
-                plan = dataclasses.replace(plan, notes=plan.notes + built)
+                plan = imagebuild.noted(self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True), built)
                 handle = tgt.submit(plan)
             except (SpecError, TargetUnavailable, SubmitRejected):
                 self._release(job_id)  # nothing was submitted: not a job, nothing to list

@@ -15,7 +15,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import Issue, TargetUnavailable
 from launcher.service.imagebuild import context as buildctx
@@ -25,7 +25,7 @@ from launcher.targets.shared.container import IMAGE_RE
 if TYPE_CHECKING:
     from launcher.spec.build import BuildOptions
     from launcher.spec.load import LoadedSpec
-    from launcher.targets.base import AnyTarget
+    from launcher.targets.base import AnyTarget, Plan
 
 REGISTRY_ENV = "DDPJOB_BUILD_REGISTRY"
 
@@ -182,6 +182,20 @@ def resolve(loaded: LoadedSpec, *, build: bool) -> tuple[LoadedSpec, str]:
         return _with_image(loaded, prep.tag_ref), (f"# build: {prep.tag_ref}; whether the registry has it is unknown "
                                                    f"({e}); submit builds it if needed\n")
     return _with_image(loaded, pin.ref), pin.note()
+
+
+def with_build(loaded: LoadedSpec) -> LoadedSpec:
+    """``loaded`` with a ``build:`` section: its own, else the defaults (``--build``)."""
+    from launcher.spec.build import BuildOptions
+
+    if loaded.spec.build is not None:
+        return loaded
+    return dataclasses.replace(loaded, spec=loaded.spec.model_copy(update={"build": BuildOptions()}))
+
+
+def noted(plan: Plan[Any], note: str) -> Plan[Any]:
+    """``plan`` with the note about its image added to what people see."""
+    return dataclasses.replace(plan, notes=plan.notes + note) if note else plan
 
 
 def _with_image(loaded: LoadedSpec, image: str) -> LoadedSpec:
