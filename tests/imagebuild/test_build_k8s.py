@@ -121,6 +121,10 @@ def test_build_command_and_submit_build_with_a_registries_conf(registry, base_im
     assert again.stdout.strip() == ref and "nothing built or pushed" in again.stderr
     dry = cli("submit", str(root / "job.yaml"), "--target", "k8s", "--build", "--dry-run", cwd=root, env=env)
     assert dry.returncode == 0 and f"image: {ref}" in dry.stdout, dry.stderr
+    shown = cli("render", str(root / "job.yaml"), "--target", "k8s", "--build", cwd=root, env=env)
+    assert shown.stdout == dry.stdout
+    plain = cli("render", str(root / "job.yaml"), "--target", "k8s", "--set", f"image={base_image}", cwd=root, env=env)
+    assert ref not in plain.stdout and "# build:" not in plain.stdout  # without --build: no build
     assert registry.pushes(REPO_PATH) == 1
 
 
