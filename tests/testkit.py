@@ -71,6 +71,10 @@ REAL_FIXTURES = {
     "k8s_api": "the loopback Kubernetes API server over HTTP (tests/k8s/conftest.py)",
     "engine_image": "podman and the training image (tests/container/conftest.py)",
     "run_torchrun": "a real torchrun (tests/train/conftest.py)",
+    "registry": "a real image registry on 127.0.0.1 (tests/imagebuild/conftest.py)",
+    "registry_with_login": "a real image registry that requires a login (tests/imagebuild/conftest.py)",
+    "registry_tls": "a real image registry over HTTPS, its certificate trusted by podman (tests/imagebuild/conftest.py)",
+    "base_image": "podman and its small base image (tests/imagebuild/conftest.py)",
 }
 REAL_MARKERS = ("slurm",)  # a module marked slurm needs the cluster: real too
 

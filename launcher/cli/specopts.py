@@ -36,6 +36,11 @@ def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      "DDPJOB_JOB_ID, DDPJOB_STATE, DDPJOB_MESSAGE in its environment): notify.command."),
         click.option("--notify-url", metavar="URL", expose_value=False, callback=_keep,
                      help="POST the job's id, state and root cause as JSON to URL once it ends: notify.url."),
+
+
+        click.option("--build", is_flag=True, expose_value=False, callback=_keep_build,
+                     help="Build image + the working directory (the spec's build: section, or its defaults), push "
+                     "it and run on its digest; unchanged files are not rebuilt. render only looks it up."),
     ]):
         fn = deco(fn)
     return fn
@@ -61,6 +66,13 @@ def _values(ctx: click.Context) -> list[tuple[tuple[str, ...], Any, str]]:
 def resolve_target(target: str | None, loaded: LoadedSpec) -> str:
     """The target: ``--target``, else the project file's or user config's, else local."""
     return loaded.chosen_target(target)
+
+
+BUILD_KEY = "ddpjob.build"
+
+
+def _keep_build(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    ctx.meta[BUILD_KEY] = value
 
 
 def overrides(sets: tuple[str, ...], nodes: int | None, procs: str | None, name: str | None) -> list[str]:
@@ -104,9 +116,21 @@ def typed_command() -> tuple[str, ...] | None:
 
 def load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] | None = None, *,
          command_hint: bool = False) -> LoadedSpec:
-    """A spec file (``SPEC``; ``-`` reads it from standard input) or a command typed after ``--``.
+    """A spec file (``SPEC``; ``-`` reads it from standard input) or a command typed after ``--``,
+    with a ``build:`` section when ``--build`` was given.
 
     What the user typed decides, never a file's name: without ``--`` every argument is a spec."""
+    loaded = _load(args, overrides, command, command_hint=command_hint)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(BUILD_KEY):
+        from launcher.service.imagebuild.pin import with_build
+
+        loaded = with_build(loaded)
+    return loaded
+
+
+def _load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] | None, *,
+          command_hint: bool) -> LoadedSpec:
     from launcher.core.errors import Issue, SpecError, UsageError
     from launcher.service import jobs
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from launcher.cli.buildcmd import build
 from launcher.cli.specopts import TARGET_CHOICE
 from launcher.cli.support import guard
 
@@ -210,4 +211,4 @@ def init(example: str, output: str | None, force: bool, list_: bool) -> None:
     click.echo(f"run it:  ddpjob submit {path} --target local --nodes 2 -f")
 
 
-TOOLS: list[Any] = [completion, rm, prune, doctor, init]
+TOOLS: list[Any] = [completion, rm, prune, doctor, init, build]

@@ -3,8 +3,9 @@
 Owns ``jobs`` (load -> target inputs -> reserve -> plan once -> submit -> record; status, list,
 wait, logs, cancel), the SQLite registry of submitted jobs (``registry``), a submitted job's shape and
 the checks of ``--task/--node/--rank`` against it (``shape``), removing finished jobs
-(``cleanup``), each run's results read back from its metrics file (``results``) and the
-notification sent when a job ends (``notifier``; its watcher ``notifywatch``). May import
-``launcher.core``, ``launcher.spec`` and ``launcher.targets``; never the
+(``cleanup``), each run's results read back from its metrics file (``results``), the
+notification sent when a job ends (``notifier``; its watcher ``notifywatch``), the stage a
+starting job is in (``stages``) and the image a spec's ``build:`` pins before planning
+(``imagebuild``). May import ``launcher.core``, ``launcher.spec`` and ``launcher.targets``; never the
 command line (``launcher.cli``), so the API and the CLI behave alike.
 """

@@ -3,7 +3,7 @@
 The CLI (``launcher.cli.main``) parses arguments, calls ``Jobs`` and prints; the Python API uses the
 same class. One submit walks, in this order::
 
-    load spec -> reserve id (and a port, where the target picks one) -> plan ONCE -> submit -> record handle
+    load spec -> build: (pin the image) -> target inputs -> reserve id (and a port) -> plan ONCE -> submit -> record
 
 A plan that fails after the reservation releases it (nothing was submitted, nothing is listed).
 ``render`` and ``submit --dry-run`` plan the same way with a placeholder id (``<name>-xxxxx``)
@@ -35,6 +35,8 @@ from launcher.core.errors import (
 )
 from launcher.core.interrupts import deferred_interrupt
 from launcher.core.states import JobState
+from launcher.service.imagebuild import pin as imagebuild
+from launcher.service.loading import load as load  # the service's way in: a spec file or a command
 from launcher.service.shape import check_count, check_selection, check_timeout, plan_shape
 
 if TYPE_CHECKING:
@@ -69,55 +71,6 @@ class Cancelled(enum.Enum):
     CANCELLED = "cancelled"
     TASK_CANCELLED = "task cancelled"
     ALREADY_ENDED = "already ended"
-
-
-def load(spec_path: str | None, *, command: list[str] | None = None, overrides: list[str] = (),  # type: ignore[assignment]
-         text: str | None = None, values: list[tuple[tuple[str, ...], Any, str]] = ()) -> LoadedSpec:  # type: ignore[assignment]
-    """A spec file, or a spec made of a bare ``command`` (``ddpjob submit -- python train.py``).
-
-    The project file and user config fill what the spec leaves out (``spec/defaults.py``); ``values``
-    (``--env-file``, ``--env``, ``--notify``) and the overrides (``KEY=VALUE``) apply over it before validation.
-    Raises ``SpecError`` listing every problem. ``text``: the spec's text, read already (from
-    standard input); ``spec_path`` then names it.
-    """
-    from launcher.spec.defaults import layers
-    from launcher.spec.load import load_spec
-    from launcher.spec.model import sanitize_name
-
-    if spec_path is not None:
-        return load_spec(spec_path, text=text, overrides=list(overrides), defaults=layers(), values=list(values))
-    if not command:
-        raise UsageError("give a spec file (ddpjob submit jobs/quickstart.yaml) or a command after -- "
-                         "(ddpjob submit --nodes 2 -- python train.py)")
-    words = [a if isinstance(a, str) else "-" for a in command]  # the API may pass anything: validation says what
-    base = {"name": sanitize_name(os.path.splitext(os.path.basename(_named_after(words)))[0]), "command": list(command)}
-    return load_spec(None, base=base, overrides=list(overrides), defaults=layers(), values=list(values))
-
-
-# Python's own options that take a value (``python -X dev train.py``: the script is train.py).
-_PYTHON_VALUED = {"-X", "-W", "--check-hash-based-pycs"}
-
-
-def _named_after(command: list[str]) -> str:
-    """The word a command-only job is named after: the script Python runs (``-m``: the module), the
-    program itself when it is a script (``./multinode.py 5 1``), else the first word after the
-    program that is not an option (``bash run.sh``)."""
-    program = os.path.basename(command[0])
-    if program.startswith("python"):
-        args = iter(command[1:])
-        for arg in args:
-            if arg in _PYTHON_VALUED:
-                next(args, None)
-            elif arg == "-m":
-                return next(args, program)
-            elif arg == "-c" or arg == "-":
-                return program
-            elif not arg.startswith("-"):
-                return arg
-        return program
-    if "/" in command[0] or "." in program:
-        return command[0]
-    return next((a for a in command[1:] if not a.startswith("-")), command[0])
 
 
 def gpu_count() -> int:
@@ -166,8 +119,9 @@ class Jobs:
         from launcher.targets import get_target
 
         tgt = get_target(target)
-        inputs = tgt.inputs(loaded, online=online)
-        return self._plan(tgt, loaded, self.context(f"{loaded.spec.name}-xxxxx", inputs=inputs), submitting=False)
+        loaded, built = imagebuild.for_target(tgt, loaded, build=False)  # build: looked up, never built
+        ctx = self.context(f"{loaded.spec.name}-xxxxx", inputs=tgt.inputs(loaded, online=online))
+        return imagebuild.noted(self._plan(tgt, loaded, ctx, submitting=False), built)
 
     def _plan(self, tgt: AnyTarget, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan[Any]:
         """The target's plan, with the text people see (and ``plan.txt`` holds): secret values
@@ -209,14 +163,15 @@ class Jobs:
             issues = tgt.preflight(loaded, self.context(f"{spec.name}-xxxxx"))
             if issues:
                 raise loaded.error(issues)
+        loaded, built = imagebuild.for_target(tgt, loaded, build=True)  # build:, push, pin the digest
         inputs = tgt.inputs(loaded, online=True)  # before the reservation: a refusal leaves no trace
         picker = tgt.pick_port if tgt.picks_port and spec.master_port is None else None
         fixed = spec.master_port if tgt.picks_port else None
         with deferred_interrupt() as interrupted:
-            job_id, port = self.registry.reserve(spec.name, target, spec.model_dump(mode="json"), port=fixed,
+            job_id, port = self.registry.reserve(spec.name, target, loaded.spec.model_dump(mode="json"), port=fixed,
                                                  port_picker=picker)
             try:
-                plan = self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True)
+                plan = imagebuild.noted(self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True), built)
                 handle = tgt.submit(plan)
             except (SpecError, TargetUnavailable, SubmitRejected):
                 self._release(job_id)  # nothing was submitted: not a job, nothing to list

@@ -21,9 +21,10 @@ from launcher.core.fields import control_problem
 from launcher.core.interrupts import interrupt_after
 from launcher.spec import yamlread as specyaml
 from launcher.spec.defaults import Layer, default_target, fill
-from launcher.spec.model import JobSpec, check_placeholders, sanitize_name
+from launcher.spec.model import JobSpec, sanitize_name
 from launcher.spec.secrets import is_secret, mask_override, printable
 from launcher.spec.size import size_issues
+from launcher.spec.sweep import check_placeholders
 
 if typing.TYPE_CHECKING:
     from pydantic_core import ErrorDetails

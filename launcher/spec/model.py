@@ -6,10 +6,8 @@ One spec runs unchanged on every target. The loader that turns a YAML file into 
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,11 +21,10 @@ from pydantic import (
     field_validator,
 )
 
-from launcher.core.errors import Issue
 from launcher.core.fields import ENV_NAME_RE, is_reserved_env, no_control
 from launcher.core.quantity import QuantityError, parse_memory
+from launcher.spec.build import BuildOptions
 from launcher.spec.notify import NotifyOptions
-from launcher.spec.secrets import is_secret
 from launcher.spec.stall import StallOptions
 from launcher.targets import TARGETS
 from launcher.targets.k8s.options import K8sOptions
@@ -233,6 +230,8 @@ class JobSpecBase(BaseModel):
     stall: StallOptions = Field(default_factory=StallOptions, description="A node that goes silent (Slurm): "
                                 "how long until it is reported, and whether the job then ends.")
     notify: NotifyOptions | None = Field(None, description="A command and/or URL told once when the job ends.")
+    build: BuildOptions | None = Field(None, description="Build image + the working directory, push it and run on its "
+                                       "digest (Kubernetes, local.container, Slurm containers); see README.")
     sweep: dict[SweepKey, SweepValues] = Field(
         default={},
         description="A parameter grid, e.g. {lr: [0.1, 0.01], seed: [1, 2]}: one run per combination "
@@ -295,99 +294,11 @@ class JobSpec(JobSpecBase):
     k8s: K8sOptions = Field(default_factory=K8sOptions, description=TARGETS["k8s"].summary)
 
 
-def check_placeholders(spec: JobSpecBase) -> list[Issue]:
-    """Every ``{name}`` must be a sweep parameter or a built-in, and every sweep parameter used."""
-    known = set(spec.sweep) | set(BUILTIN_PLACEHOLDERS)
-    used: set[str] = set()
-    issues: list[Issue] = []
-    fields: list[tuple[tuple[str | int, ...], str]] = [(("command", i), a) for i, a in enumerate(spec.command)]
-    fields += [(("env", k), v) for k, v in spec.env.items()]
-    for path, text in fields:
-        for name in placeholders(text):
-            used.add(name)
-            if name not in known:
-                shown = "a placeholder {...}" if path[0] == "env" and is_secret(str(path[1])) else f"placeholder {{{name}}}"
-                issues.append(
-                    Issue(
-                        path,
-                        f"{shown} is not a sweep parameter or one of {list(BUILTIN_PLACEHOLDERS)}",
-                        hint=(f"sweep defines {sorted(spec.sweep)}; " if spec.sweep else "")
-                        + "write {{ and }} for literal braces",
-                    )
-                )
-    if spec.output_dir is not None:
-        for name in placeholders(spec.output_dir):
-            if name != "job_id":
-                issues.append(Issue(("output_dir",), f"placeholder {{{name}}} cannot be used here",
-                                    hint="output_dir may use {job_id}; each sweep element gets its own sub-folder"))
-    for key in spec.sweep:
-        if key not in used:
-            issues.append(
-                Issue(("sweep", key), f"sweep parameter {key!r} is not used", hint=f"add {{{key}}} to command or env")
-            )
-    return issues
-
-
 def format_value(value: Any) -> str:
     """How a sweep value is written into a command: YAML's spelling for booleans, str() otherwise."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def placeholders(text: str) -> list[str]:
-    """Names of the ``{name}`` placeholders in ``text`` (``{{``/``}}`` are literal braces)."""
-    return [m.group(1) for m in PLACEHOLDER_RE.finditer(text) if m.group(1) is not None]
-
-
-def substitute(text: str, values: dict[str, str]) -> str:
-    """Replace ``{name}`` by ``values[name]``; ``{{``/``}}`` become literal braces. Never evaluates."""
-
-    def repl(m: re.Match[str]) -> str:
-        if m.group(0) == "{{":
-            return "{"
-        if m.group(0) == "}}":
-            return "}"
-        return values[m.group(1)]
-
-    return PLACEHOLDER_RE.sub(repl, text)
-
-
-@dataclass(frozen=True)
-class SweepElement:
-    """One run of a job: the whole job when there is no sweep, else one point of the grid."""
-
-    index: int
-    params: dict[str, str]
-    command: list[str]
-    env: dict[str, str]
-    output_dir: str
-
-
-def expand(spec: JobSpecBase, *, job_id: str, output_root: str) -> list[SweepElement]:
-    """The runs of a job, in a stable order (the cartesian product of ``sweep``, last key fastest).
-
-    Each element gets its own output folder: ``output_root`` itself without a sweep, else
-    ``output_root/sweep-<index>``.
-    """
-    keys = list(spec.sweep)
-    combos = list(itertools.product(*(spec.sweep[k] for k in keys))) if keys else [()]
-    output_root = substitute(output_root, {"job_id": job_id})  # output_dir may name {job_id}
-    elements = []
-    for index, combo in enumerate(combos):
-        params = {k: format_value(v) for k, v in zip(keys, combo)}
-        out = output_root if not keys else f"{output_root.rstrip('/')}/sweep-{index}"
-        values = {**params, "job_id": job_id, "sweep_index": str(index), "output_dir": out}
-        elements.append(
-            SweepElement(
-                index=index,
-                params=params,
-                command=[substitute(a, values) for a in spec.command],
-                env={k: substitute(v, values) for k, v in spec.env.items()},
-                output_dir=out,
-            )
-        )
-    return elements
 
 
 def json_schema() -> dict[str, Any]:

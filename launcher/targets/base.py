@@ -242,6 +242,10 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         scheduler may be asked; offline (render, validate, --dry-run) only local copies are used."""
         return None
 
+    def runs_image(self, spec: JobSpec) -> bool:
+        """Whether the job runs in ``spec.image`` here, so that ``build:`` makes that image. Default: no."""
+        return False
+
     @abc.abstractmethod
     def options(self, spec: JobSpec) -> OptionsT:
         """This target's section of ``spec`` (its ``<name>:`` options)."""

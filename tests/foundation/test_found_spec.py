@@ -10,7 +10,8 @@ import pytest
 
 from launcher.core.errors import SpecError
 from launcher.spec.load import allowed_keys, load_spec
-from launcher.spec.model import expand, json_schema, sanitize_name, substitute
+from launcher.spec.model import json_schema, sanitize_name
+from launcher.spec.sweep import expand, substitute
 
 HERE = Path(__file__).parent
 BROKEN = HERE / "broken"

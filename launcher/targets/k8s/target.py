@@ -66,6 +66,9 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
             return crd.offline(api=api)
         return crd.online(_kube(loaded.spec.k8s.context, loaded.spec.k8s.namespace, api), api)
 
+    def runs_image(self, spec: JobSpec) -> bool:
+        return True
+
     def options(self, spec: JobSpec) -> K8sOptions:
         return spec.k8s
 

@@ -82,12 +82,15 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
             inputs.used_subnets = tuple(net.used_subnets(local.container))
         return inputs
 
+    def runs_image(self, spec: JobSpec) -> bool:
+        return spec.local.container != "none"
+
     def options(self, spec: JobSpec) -> LocalOptions:
         return spec.local
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[LocalPayload]:
         # Imported here: status, logs, cancel and the supervisor never load the spec's models.
-        from launcher.spec.model import expand
+        from launcher.spec.sweep import expand
         from launcher.targets.shared import dist
 
         spec = loaded.spec

@@ -14,7 +14,7 @@ import importlib.util
 import os
 
 from launcher.core.errors import Issue
-from launcher.spec.model import placeholders
+from launcher.spec.sweep import placeholders
 from launcher.targets.shared.launch import torchrun_program
 
 

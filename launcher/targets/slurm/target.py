@@ -61,6 +61,12 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         return missing_program(spec.command, spec.workdir or ctx.cwd,
                                check_modules=spec.slurm.container.runtime == "none")
 
+    def runs_image(self, spec: JobSpec) -> bool:
+        """oci and podman run the spec's image from the submitting machine's engine (build: makes it);
+        pyxis and apptainer name images their own way, and slurm.container.image or bundle wins."""
+        c = spec.slurm.container
+        return c.runtime in ("oci", "podman") and c.image is None and c.bundle is None
+
     def options(self, spec: JobSpec) -> SlurmOptions:
         return spec.slurm
 
@@ -72,7 +78,7 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[SlurmPayload]:
         # Imported here: status, logs and cancel never load the spec's models.
-        from launcher.spec.model import expand
+        from launcher.spec.sweep import expand
         from launcher.targets.shared import dist
         from launcher.targets.slurm.container import launch as container_launch
 
