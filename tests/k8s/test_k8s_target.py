@@ -328,3 +328,24 @@ def test_a_pytorchjob_notifies_once_when_it_ends(k8s_api, tmp_path):
         check_sent_once(ddpjob, job_id_of(out), hook, notes, "SUCCEEDED", Path(os.environ["DDPJOB_HOME"]))
     finally:
         hook.server.shutdown()
+
+
+def test_a_starting_job_shows_its_pods_phases_and_events(k8s_api):
+    """What a terminal shows while pods wait (issue 25 item 1): their phase and the scheduler's event."""
+    from launcher.service.jobs import Jobs
+    from launcher.service.stages import live_line
+
+    k8s_api.server.pod_start_delay = 600
+    k8s_api.server.unschedulable_message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s")
+    job_id = job_id_of(out)
+    try:
+        line = ""
+        for _ in range(100):
+            line = live_line(Jobs(), job_id)[1]
+            if "FailedScheduling" in line:
+                break
+            time.sleep(0.3)
+        assert line.startswith("PENDING: ") and "Pending: FailedScheduling: 0/3 nodes are available" in line, line
+    finally:
+        run("cancel", job_id)

@@ -364,3 +364,25 @@ def test_a_slurm_job_notifies_once_when_it_ends(slurm_cluster, cli, tmp_path, dd
         check_sent_once(cli, job_id, hook, notes, "SUCCEEDED", ddpjob_home)
     finally:
         hook.server.shutdown()
+
+
+def test_a_pending_job_shows_its_reason_and_place_in_the_queue(slurm_cluster, cli, tmp_path):
+    """What a terminal shows while a job waits (issue 25 item 1): Slurm's reason and its place among
+    the pending jobs; once it runs, the node files say how far it has come."""
+    from launcher.service.jobs import Jobs
+    from launcher.service.stages import live_line
+
+    later = write_spec(tmp_path, "later", ["python", "-c", "print(1)"], slurm={"sbatch": {"begin": "now+1hour"}})
+    first, second = submit(cli, str(later)), submit(cli, str(later))
+    try:
+        line = ""
+        for _ in range(50):
+            line = live_line(Jobs(), second)[1]
+            if "BeginTime" in line:
+                break
+            time.sleep(0.2)
+        assert line.startswith("PENDING: pending: BeginTime (") and "2 of 2 pending job(s)" in line, line
+        assert "1 of 2 pending job(s)" in live_line(Jobs(), first)[1]
+    finally:
+        for job_id in (first, second):
+            cli("cancel", job_id, timeout=60)
