@@ -51,10 +51,27 @@ def read_progress(path: str) -> dict[str, Any] | None:
             mtime = os.fstat(f.fileno()).st_mtime
     except OSError:
         return None
-    last_records = _records(tail)
+    return _progress(_records(head), _records(tail), mtime)
+
+
+# A line a program prints to say how far it is where ddpjob cannot read its metrics file (in a
+# Kubernetes pod): ``DDPJOB_PROGRESS {"step": 120, "total_steps": 300, "loss": 0.41}``. The
+# reference trainer prints it when DDPJOB_PROGRESS_LINES=1, which ddpjob sets in pods.
+PROGRESS_MARK = "DDPJOB_PROGRESS "
+
+
+def progress_from_lines(lines: list[str], now: float) -> dict[str, Any] | None:
+    """Progress from the ``DDPJOB_PROGRESS`` lines among ``lines`` (a log's tail, any prefixes);
+    ``now`` dates the last record when it has no ``time``."""
+    found = [line[line.index(PROGRESS_MARK) + len(PROGRESS_MARK):] for line in lines if PROGRESS_MARK in line]
+    records = _records("\n".join(found).encode())
+    return _progress(records, records, now)
+
+
+def _progress(head: list[dict[str, Any]], last_records: list[dict[str, Any]], mtime: float) -> dict[str, Any] | None:
     if not last_records:
         return None
-    first, last = (_records(head) or last_records)[0], last_records[-1]
+    first, last = (head or last_records)[0], last_records[-1]
     progress: dict[str, Any] = {"step": last["step"]}
     for key in ("total_steps", "loss", "samples_per_s"):
         value = next((r[key] for r in reversed(last_records) if isinstance(r.get(key), (int, float))), None)

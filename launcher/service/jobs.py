@@ -256,19 +256,12 @@ class Jobs:
         return out
 
     def progress(self, rec: JobRecord) -> dict[str, Any] | None:
-        """How far the job is (``launcher.core.progress``) when a run's metrics file is readable here:
-        the latest run that reports steps (``task`` says which, for a sweep)."""
-        from launcher.core.progress import read_progress
-
+        """How far the job is (``launcher.core.progress``), as its target can tell: from a run's
+        metrics file read here (local, Slurm), from the pods' logs (Kubernetes)."""
         if rec.handle is None:
             return None
         tgt, handle = self._target_and_handle(rec)
-        files = tgt.metrics_files(handle)
-        found = [(i, p) for i, f in enumerate(files) if (p := read_progress(f)) is not None]
-        if not found:
-            return None
-        index, progress = found[-1]
-        return {**progress, "task": index} if len(files) > 1 else progress
+        return tgt.progress(handle)
 
     def wait(self, job_id: str, timeout: float | None = None,
              on_poll: Callable[[JobRecord], None] | None = None) -> JobRecord:

@@ -317,6 +317,18 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         elements = plan.get("elements", []) if isinstance(plan, dict) else []
         return [metrics_path(el["output_dir"]) for el in elements if isinstance(el, dict) and el.get("output_dir")]
 
+    def progress(self, handle: HandleT) -> dict[str, Any] | None:
+        """How far the job is (``launcher.core.progress``): the latest run whose metrics file this
+        machine can read and that reports steps (``task`` says which, for a sweep)."""
+        from launcher.core.progress import read_progress
+
+        files = self.metrics_files(handle)
+        found = [(i, p) for i, f in enumerate(files) if (p := read_progress(f)) is not None]
+        if not found:
+            return None
+        index, progress = found[-1]
+        return {**progress, "task": index} if len(files) > 1 else progress
+
     def stage(self, handle: HandleT, status: JobStatus) -> str:
         """One line for a live display while the job starts: where it is (waiting in a queue, nodes
         starting, rendezvous, workers running), else the status message."""

@@ -30,6 +30,7 @@ class Metrics:
         target = os.environ.get("DDPJOB_METRICS_FILE")
         self.mirror = Path(target) if target and Path(target) != self.path else None
         self.events: SummaryWriter | None = None
+        self.progress_lines = os.environ.get("DDPJOB_PROGRESS_LINES") == "1"  # set in Kubernetes pods
         if tensorboard and info.is_main:
             # Imported only with --tensorboard (cli.check made sure the package is there): ~1.5 s of imports.
             from torch.utils.tensorboard import SummaryWriter
@@ -54,6 +55,9 @@ class Metrics:
             self._scalars(record)
         if line:
             print(line, flush=True)
+        if self.progress_lines and isinstance(record.get("step"), int):
+            # ddpjob reads a pod's progress from such lines (launcher.core.progress.PROGRESS_MARK)
+            print("DDPJOB_PROGRESS " + json.dumps(record, sort_keys=True), flush=True)
 
     def _scalars(self, record: dict[str, Any]) -> None:
         """Every metric of ``record`` as a scalar at its step, handed to the file at once: TensorBoard's

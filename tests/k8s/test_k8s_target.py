@@ -129,6 +129,10 @@ def test_real_quickstart_trainer(k8s_api):
     logs = ddpjob("logs", job_id, check=True).stdout
     assert re.search(r"^\[master-0 rank0\] .*done: .* world size 2", logs, re.M), logs[-3000:]
     assert re.search(r"^\[worker-0 rank1\] rank 1/2", logs, re.M), logs[-3000:]
+    # Progress from the pods' logs (issue 25 item 8): the trainer's DDPJOB_PROGRESS lines, hidden from logs
+    progress = json.loads(ddpjob("status", job_id, "-o", "json", check=True).stdout)["progress"]
+    assert progress["step"] == progress["total_steps"] > 0 and "loss" in progress, progress
+    assert "DDPJOB_PROGRESS" not in logs and "DDPJOB_PROGRESS {" in ddpjob("logs", job_id, "--verbose").stdout
     k8s_api.server.delete_pods(job_id)
     assert ddpjob("logs", job_id, check=True).stdout.splitlines() == logs.splitlines()
 
@@ -338,6 +342,7 @@ def test_a_starting_job_shows_its_pods_phases_and_events(k8s_api):
     k8s_api.server.pod_start_delay = 600
     k8s_api.server.unschedulable_message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
     code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s")
+    assert code == 0, out
     job_id = job_id_of(out)
     try:
         line = ""

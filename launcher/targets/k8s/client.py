@@ -209,16 +209,16 @@ class Kube:
         return self._maybe(lambda: self.core.read_namespaced_pod(
             name, self.namespace, _preload_content=False, _request_timeout=TIMEOUT), "get pod", name)
 
-    def pod_log(self, name: str, *, previous: bool = False) -> bytes | None:
+    def pod_log(self, name: str, *, previous: bool = False, tail: int | None = None) -> bytes | None:
         """The whole log of the pod's training container (``pytorch``, or ``node`` for a TrainJob's pods),
-        or its previous run's; None if there is none."""
+        or its previous run's, or its last ``tail`` lines; None if there is none."""
         from kubernetes.client.exceptions import ApiException
 
         try:
             # The stubs say str; with _preload_content=False the client returns the raw urllib3 response.
             resp = cast("BaseHTTPResponse", self.core.read_namespaced_pod_log(
                 name, self.namespace, container=self.api.container, previous=previous or None,
-                _preload_content=False, _request_timeout=TIMEOUT))
+                tail_lines=tail, _preload_content=False, _request_timeout=TIMEOUT))
             return bytes(resp.data)
         except ApiException as e:
             if e.status in (400, 404):  # waiting to start, no previous container, pod gone

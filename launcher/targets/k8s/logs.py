@@ -49,7 +49,7 @@ from launcher.targets.k8s.pods import (
     started,
 )
 from launcher.targets.shared.files import atomic_write
-from launcher.targets.shared.logtail import AgentNoise, LogSource, format_line, split_torchrun_prefix
+from launcher.targets.shared.logtail import AgentNoise, LogSource, format_line, is_progress_line, split_torchrun_prefix
 
 POLL = 0.5
 DRAIN_GRACE = 15.0
@@ -84,11 +84,14 @@ class PodLogs:
         return LogSource(str(self.pods_dir / ref.name), ref.label, ref.node, self.procs, ref.task)
 
     def _fmt(self, ref: PodRef, line: str) -> str | None:
-        if not self.flt.verbose and split_torchrun_prefix(line)[0] is None:  # the agent's own line
+        local_rank, text = split_torchrun_prefix(line)
+        if not self.flt.verbose and local_rank is None:  # the agent's own line
             kept = self.noise.setdefault(ref.name, AgentNoise()).show(line)
             if kept is None:
                 return None
             line = kept
+        elif not self.flt.verbose and is_progress_line(text):
+            return None
         if self.elastic:
             return f"[{ref.label}] {line}"
         return format_line(self._source(ref), line, self.flt.rank)

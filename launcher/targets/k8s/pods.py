@@ -148,3 +148,24 @@ def object_warnings(kube: Any, name: str) -> list[str]:
     """Warning events on the object itself (Trainer's TrainJobResourcesCreationFailed sets no condition)."""
     events = [e for e in kube.pod_events(name) if e.get("type") == "Warning"]
     return [f"{name}: {e.get('reason')}: {e.get('message')}" for e in events[-1:]]
+
+
+def pod_progress(kube: Any, handle: Any, api: Any, run_dir: str) -> dict[str, Any] | None:
+    """How far the job is, from the ``DDPJOB_PROGRESS`` lines in the tail of rank 0's pod log (the
+    first pod) of the latest run that has one; the copy ddpjob kept once the pod is gone."""
+    import time
+    from pathlib import Path
+
+    from launcher.core.progress import progress_from_lines
+
+    for index in reversed(range(len(handle.jobs))):
+        name = handle.jobs[index].name
+        pods = sorted((p["metadata"]["name"] for p in kube.list_pods(api.pod_selector(name))), key=sort_key) if kube else []
+        kept = sorted((Path(run_dir) / "pods").glob(f"{name}-*/*.log"))
+        data = kube.pod_log(pods[0], tail=200) if pods else None
+        if not data and kept:
+            data = kept[-1].read_bytes()[-65536:]
+        found = progress_from_lines(data.decode("utf-8", "replace").splitlines(), time.time()) if data else None
+        if found:
+            return {**found, "task": index} if len(handle.jobs) > 1 else found
+    return None

@@ -130,6 +130,7 @@ def render(spec: JobSpec, job_id: str, nccl_defaults: dict[str, str], build: Bui
     for el in expand(spec, job_id=job_id, output_root=output_root):
         name = job_name(job_id, el.index, sweep)
         env = run_env(base_env, el.env, job_id=job_id, sweep_index=el.index, output_dir=el.output_dir)
+        env["DDPJOB_PROGRESS_LINES"] = "1"  # the metrics file stays in the pod: progress comes from the log
         labels = {LABEL_JOB_ID: job_id}
         if sweep:
             labels[LABEL_SWEEP_ID] = job_id

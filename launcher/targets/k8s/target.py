@@ -217,6 +217,12 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
     def metrics_files(self, handle: K8sHandle) -> list[str]:
         return []  # the runs write their metrics inside the pods
 
+    def progress(self, handle: K8sHandle) -> dict[str, Any] | None:
+        from launcher.targets.k8s.pods import pod_progress
+
+        api = api_of(handle.api)
+        return pod_progress(_kube(handle.context, handle.namespace, api), handle, api, handle.run_dir)
+
     # ------------------------------------------------------------------ cancel
     def cancel(self, handle: K8sHandle) -> None:
         kube = _kube(handle.context, handle.namespace, api_of(handle.api))

@@ -173,14 +173,23 @@ def follow_files(
         sleep(poll)
 
 
+def is_progress_line(text: str) -> bool:
+    """A rank's ``DDPJOB_PROGRESS {...}`` line (``launcher.core.progress``): read for progress,
+    shown only by ``logs --verbose``."""
+    return text.startswith("DDPJOB_PROGRESS {")
+
+
 def _shown(src: LogSource, lines: list[str], rank: int | None, noise: AgentNoise | None) -> list[str]:
     out = []
     for line in lines:
-        if noise is not None and split_torchrun_prefix(line)[0] is None:
+        local_rank, text = split_torchrun_prefix(line)
+        if noise is not None and local_rank is None:
             kept = noise.show(line)
             if kept is None:
                 continue
             line = kept
+        elif noise is not None and is_progress_line(text):
+            continue
         formatted = format_line(src, line, rank)
         if formatted is not None:
             out.append(formatted)
