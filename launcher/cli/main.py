@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
+from launcher.cli.rerun import rerun
 from launcher.cli.specopts import TARGET_CHOICE, CommandAfterDashes, typed_command
 from launcher.cli.specopts import jobs_service as _jobs
 from launcher.cli.specopts import load as _load
@@ -25,8 +25,6 @@ from launcher.cli.tools import TOOLS, complete_job_ids, complete_spec_files
 from launcher.core.fields import COUNT_MAX
 from launcher.core.states import JobState
 
-if TYPE_CHECKING:
-    from launcher.service.jobs import Jobs, Submission
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=exit_codes_help())
@@ -93,63 +91,9 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
         if dry_run == "server":
             click.echo(service.server_dry_run(plan))
         return
-    from launcher.core.interrupts import deferred_interrupt
-    from launcher.service.jobs import SubmitInterrupted
+    from launcher.cli.follow import submit_and_report
 
-    # Ctrl-C from here on waits until the job is recorded and its id printed (at most the target's
-    # own timeouts): a job is never submitted without the user learning its id.
-    with deferred_interrupt() as held:
-        try:
-            done = service.submit(loaded, target, preflight=not no_preflight)
-        except SubmitInterrupted as e:
-            done = e.submission
-            held.append(signal.SIGINT)
-        _print_submitted(done, target, quiet=quiet, hints=not follow and not held)
-    if held:
-        click.echo(f"\nCtrl-C: {done.job_id} was submitted and runs.\n  follow:  ddpjob logs {done.job_id} -f\n"
-                   f"  cancel:  ddpjob cancel {done.job_id}", err=True)
-        sys.exit(130)
-    if follow:
-        sys.exit(_follow_to_end(service, done.job_id))
-
-
-def _print_submitted(done: Submission, target: str, *, quiet: bool, hints: bool) -> None:
-    job_id, plan = done.job_id, done.plan
-    if quiet:
-        click.echo(job_id)
-        sys.stdout.flush()
-        return
-    click.echo(f"Submitted {job_id} to {target}: {plan.shape()}")
-    click.echo(f"  run dir: {plan.run_dir}")
-    job_dir = done.handle.log_dir()
-    if job_dir:
-        click.echo(f"  job dir: {job_dir}  (scripts, node logs and outputs on the cluster)")
-    if hints:
-        click.echo(f"  follow:  ddpjob logs {job_id} -f")
-        click.echo(f"  status:  ddpjob status {job_id}")
-    sys.stdout.flush()
-
-
-def _follow_to_end(service: Jobs, job_id: str, flt: Any = None) -> int:
-    from launcher.core.progress import describe
-    from launcher.targets.base import LogFilter
-
-    live = sys.stderr.isatty() and sys.stdout.isatty()  # progress between the lines, on a terminal only
-    shown = time.monotonic()
-    try:
-        for line in service.logs(job_id, flt or LogFilter(), follow=True):
-            click.echo(line)
-            if live and time.monotonic() - shown > 15:
-                shown = time.monotonic()
-                progress = describe(service.progress(service.get(job_id)))
-                if progress:
-                    click.echo(f"[ddpjob] {job_id}: {progress}", err=True)
-        rec, _ = service.refresh(job_id)
-    except KeyboardInterrupt:
-        click.echo(f"\nStopped following; {job_id} keeps running. Cancel it with: ddpjob cancel {job_id}", err=True)
-        return 130
-    click.echo(f"{rec.id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""), err=True)
-    return 0 if rec.state is JobState.SUCCEEDED else 1
+    submit_and_report(service, loaded, target, follow=follow, quiet=quiet, preflight=not no_preflight)
 
 
 @cli.command()
@@ -297,7 +241,9 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
     service = _jobs()
     flt = LogFilter(task=task, node=node, rank=rank, tail=tail)
     if follow:
-        code = _follow_to_end(service, job_id, flt)
+        from launcher.cli.follow import follow_to_end
+
+        code = follow_to_end(service, job_id, flt)
         sys.exit(0 if code in (0, 1) else code)
     for line in service.logs(job_id, flt, follow=False):
         click.echo(line)
@@ -355,6 +301,7 @@ def wait(job_id: str, timeout: float | None) -> None:
 
 for _tool in TOOLS:  # completion, rm, prune, doctor, init (launcher/cli/tools.py)
     cli.add_command(_tool)
+cli.add_command(rerun)
 
 
 def main() -> None:

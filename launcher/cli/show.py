@@ -26,6 +26,8 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
         out.append(f"message:  {rec.message}")
     if progress:
         out.append(f"progress: {describe(progress)}" + (f" (task {progress['task']})" if "task" in progress else ""))
+    if rerun_of := (rec.origin or {}).get("rerun_of"):
+        out.append(f"rerun of: {rerun_of}")
     out.append(f"run dir:  {rec.run_dir}")
     out.append(f"created:  {when(rec.created_at)}" + (f"   ended: {when(rec.ended_at)}" if rec.ended_at else ""))
     if st is not None:
@@ -70,6 +72,7 @@ def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: 
         "ended": datetime.fromtimestamp(rec.ended_at, timezone.utc).isoformat(timespec="seconds") if rec.ended_at else None,
         "nodes": shape.get("nodes", rec.spec.get("nodes")), "procs_per_node": shape.get("procs_per_node"),
         "runs": shape.get("runs"), "native_ids": native or [], "progress": progress,
+        "rerun_of": (rec.origin or {}).get("rerun_of"),
     }
 
 

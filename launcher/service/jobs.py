@@ -35,6 +35,7 @@ from launcher.core.errors import (
 )
 from launcher.core.interrupts import deferred_interrupt
 from launcher.core.states import JobState
+from launcher.service.origin import origin_of
 from launcher.service.shape import check_count, check_selection, check_timeout, plan_shape
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ class Jobs:
         fixed = spec.master_port if tgt.picks_port else None
         with deferred_interrupt() as interrupted:
             job_id, port = self.registry.reserve(spec.name, target, spec.model_dump(mode="json"), port=fixed,
-                                                 port_picker=picker)
+                                                 port_picker=picker, origin=origin_of(loaded))
             try:
                 plan = self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True)
                 handle = tgt.submit(plan)
@@ -320,8 +321,7 @@ class Jobs:
             WaitTimeout: ``timeout`` seconds passed first; the job keeps running.
         """
         check_timeout(timeout)
-        start = time.monotonic()
-        delay = 0.2
+        start, delay = time.monotonic(), 0.2
         while True:
             rec, _ = self.refresh(job_id)
             if rec.state.terminal:

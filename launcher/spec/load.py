@@ -36,6 +36,9 @@ class LoadedSpec:
     file: str | None
     locations: dict[tuple[str | int, ...], tuple[int, int]] = field(default_factory=dict)
     override_sources: dict[tuple[str, ...], str] = field(default_factory=dict)
+    # A spec not read from a file of its own (a rerun): where it came from, as the registry records
+    # it (``launcher.service.origin``); None: from ``file`` and the overrides.
+    origin: dict[str, Any] | None = None
 
     def error(self, issues: list[Issue]) -> SpecError:
         """A ``SpecError`` for problems found after loading, located in the same file."""
