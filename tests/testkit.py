@@ -124,3 +124,42 @@ def wait_for(check: Callable[[], T], what: str, timeout: float = 120, poll: floa
             return value
         time.sleep(poll)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {value!r})")
+
+
+def run_in_pty(argv: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
+               answers: tuple[tuple[str, str], ...] = (), timeout: float = 120) -> tuple[int, str]:
+    """Run ``argv`` with stdin, stdout and stderr on a new pseudo-terminal (what a user at a terminal
+    sees): each ``(prompt, reply)`` of ``answers`` in turn, once ``prompt`` is in the output, types
+    ``reply``. Returns (exit code, everything written, with the terminal's \\r\\n as \\n)."""
+    import pty
+    import select
+    import subprocess
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
+                            preexec_fn=sigint_default)  # noqa: PLW1509 - no threads here
+    os.close(slave)
+    out = b""
+    pending = list(answers)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the child's side is closed, it has exited
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if pending and pending[0][0].encode() in out:
+                os.write(master, pending.pop(0)[1].encode())
+            if not ready and proc.poll() is not None:
+                break
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    return code, out.decode(errors="replace").replace("\r\n", "\n")

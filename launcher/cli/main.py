@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from launcher.cli.queue import cancel, list_
 from launcher.cli.rerun import rerun
 from launcher.cli.specopts import TARGET_CHOICE, CommandAfterDashes, typed_command
 from launcher.cli.specopts import jobs_service as _jobs
@@ -189,43 +190,14 @@ def status(job_id: str, output: str) -> None:
         click.echo(line)
 
 
-@cli.command(name="list")
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--limit", type=click.IntRange(0, COUNT_MAX), default=50, show_default=True, help="Newest N jobs (0: all).")
-@click.option("--target", "-t", type=TARGET_CHOICE, help="Only jobs of this target.")
-@click.option("--du", is_flag=True, help="Also show the disk space each job's run directory uses.")
-@_guard
-def list_(output: str, limit: int, target: str | None, du: bool) -> None:
-    """List jobs, newest first (states of unfinished jobs are refreshed, with their progress).
-
-    -o json gives a compact record per job (id, state, shape, native ids, progress); the whole
-    spec and handle are in `ddpjob status ID -o json`.
-    """
-    import json
-
-    from launcher.cli.show import job_summary, job_table
-
-    service = _jobs()
-    fresh = service.list_jobs(limit=limit or None, target=target)
-    progress = {r.id: service.progress(r) for r in fresh if not r.state.terminal}
-    if output == "json":  # compact: the whole spec and handle stay in status -o json
-        click.echo(json.dumps([job_summary(r, progress.get(r.id), service.native_ids(r)) for r in fresh],
-                              indent=2, sort_keys=True))
-        return
-    if not fresh:
-        click.echo("no jobs yet; submit one with: ddpjob submit jobs/quickstart.yaml --target local --nodes 2")
-        return
-    for line in job_table(fresh, progress, disk=du):
-        click.echo(line)
-
-
 @cli.command()
 @click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
 @click.option("--node", type=click.IntRange(min=0), help="Only this node (0-based).")
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
 @click.option("--task", type=click.IntRange(min=0), help="Only this run of a sweep (0-based).")
-@click.option("--tail", type=click.IntRange(0, COUNT_MAX), help="Only the last N lines of each source.")
+@click.option("--tail", type=click.IntRange(0, COUNT_MAX),
+              help="Only the last N lines of each node (of each run): N x nodes lines in all.")
 @_guard
 def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: int | None, tail: int | None) -> None:
     """Print a job's output; every line is prefixed with its node and rank.
@@ -235,6 +207,9 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
       ddpjob logs ID -f
       ddpjob logs ID --node 1 --tail 20
       ddpjob logs ID --task 1          # one element of a sweep
+
+    --tail N is per node: the last N lines of every node's log (on Kubernetes, of every pod), so
+    a 2-node job shows up to 2N lines; with --node, N lines of that node.
     """
     from launcher.targets.base import LogFilter
 
@@ -247,34 +222,6 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
         sys.exit(0 if code in (0, 1) else code)
     for line in service.logs(job_id, flt, follow=False):
         click.echo(line)
-
-
-@cli.command()
-@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
-@click.option("--task", type=click.IntRange(min=0), help="Cancel only this run of a sweep (Slurm array element); the others go on.")
-@_guard
-def cancel(job_id: str, task: int | None) -> None:
-    """Stop a job and every process it started. Safe to repeat.
-
-    \b
-    Examples:
-      ddpjob cancel ID
-      ddpjob cancel ID --task 2     # one element of a sweep (Slurm)
-    """
-    from launcher.service.jobs import Cancelled
-
-    service = _jobs()
-    result = service.cancel(job_id, task)
-    rec = service.get(job_id)
-    if result is Cancelled.ALREADY_ENDED:
-        click.echo(f"{rec.id} already ended: {rec.state.value}")
-    elif result is Cancelled.TASK_CANCELLED:
-        click.echo(f"{rec.id}: task {task} cancelled; the other tasks go on")
-    else:
-        click.echo(f"{rec.id}: CANCELLED")
-        note = service.cancel_note(rec.id)
-        if note:
-            click.echo(f"note: {note}", err=True)
 
 
 @cli.command()
@@ -301,7 +248,8 @@ def wait(job_id: str, timeout: float | None) -> None:
 
 for _tool in TOOLS:  # completion, rm, prune, doctor, init (launcher/cli/tools.py)
     cli.add_command(_tool)
-cli.add_command(rerun)
+for _command in (rerun, list_, cancel):  # launcher/cli/rerun.py, launcher/cli/queue.py
+    cli.add_command(_command)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from launcher.service.queue import Entry
     from launcher.service.registry import JobRecord
     from launcher.targets.base import JobStatus
 
@@ -44,27 +45,42 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
     return out
 
 
-def job_table(records: list[JobRecord], progress: dict[str, dict[str, Any] | None] | None = None, *,
+def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] | None = None, *,
               disk: bool = False) -> list[str]:
-    """One row per job, columns aligned; the message (or a running job's progress) last, cut to 60."""
+    """One row per job, columns aligned: age (since submit) and duration (submit to end, or to now
+    while it runs); last, a sweep's runs ended (``runs 2/4``) and the message (or a running job's
+    progress), cut to 60."""
     from launcher.core.progress import describe
     from launcher.service.cleanup import disk_use
+    from launcher.service.queue import span
 
-    head = ("ID", "TARGET", "STATE", "NODES", "CREATED") + (("SIZE",) if disk else ())
+    now = time.time()
+    head = ("ID", "TARGET", "STATE", "NODES", "AGE", "DURATION") + (("SIZE",) if disk else ())
     rows = [(*head, "MESSAGE")]
-    for r in records:
+    for e in entries:
+        r = e.rec
         note = describe((progress or {}).get(r.id)) or r.message
+        done, total = e.runs()
+        if total > 1:
+            note = f"runs {done if done is not None else '?'}/{total}" + (f"; {note}" if note else "")
         size = (_size(disk_use(r.run_dir)),) if disk else ()
-        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), when(r.created_at), *size, note[:60]))
+        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), span(e.age_s(now)),
+                     span(e.duration_s(now)), *size, note[:60]))
     n = len(head)
     widths = [max(len(row[i]) for row in rows) for i in range(n)]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[n] for row in rows]
 
 
-def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: list[str] | None = None) -> dict[str, Any]:
+def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: list[str] | None = None,
+                entry: Entry | None = None) -> dict[str, Any]:
     """The compact record of ``list -o json`` (the whole spec is in ``status -o json``); ``native``:
-    the scheduler's own ids (``Jobs.native_ids``)."""
+    the scheduler's own ids (``Jobs.native_ids``); ``entry``: the queue's view (age, duration, runs
+    ended: None when not known)."""
     shape = rec.shape or {}
+    extra = {}
+    if entry is not None:
+        extra = {"age_s": round(entry.age_s(), 1), "duration_s": round(entry.duration_s(), 1),
+                 "runs_done": entry.runs()[0]}
     return {
         "id": rec.id, "name": rec.name, "target": rec.target, "state": rec.state.value,
         "message": rec.message[:500],
@@ -72,7 +88,7 @@ def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: 
         "ended": datetime.fromtimestamp(rec.ended_at, timezone.utc).isoformat(timespec="seconds") if rec.ended_at else None,
         "nodes": shape.get("nodes", rec.spec.get("nodes")), "procs_per_node": shape.get("procs_per_node"),
         "runs": shape.get("runs"), "native_ids": native or [], "progress": progress,
-        "rerun_of": (rec.origin or {}).get("rerun_of"),
+        "rerun_of": (rec.origin or {}).get("rerun_of"), **extra,
     }
 
 

@@ -15,7 +15,6 @@ shell (or process) can follow a job. Library code here raises typed errors and n
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import os
 import sys
@@ -266,35 +265,10 @@ class Jobs:
 
     def list_jobs(self, *, limit: int | None = 50, target: str | None = None) -> list[JobRecord]:
         """Jobs, newest first; unfinished ones are refreshed with one batched query per target.
-        A target out of reach leaves its jobs as last known."""
-        from launcher.targets import get_target
+        A target out of reach leaves its jobs as last known (``launcher.service.queue``)."""
+        from launcher.service.queue import queue
 
-        check_count("--limit", limit)
-        records = self.registry.list(limit=limit or None, target=target)
-        live: dict[str, dict[str, Any]] = {}
-        for rec in records:
-            if not rec.state.terminal and rec.handle is not None:
-                live.setdefault(rec.target, {})[rec.id] = rec.handle
-        stale: dict[str, str] = {}
-        for tname, handles in live.items():
-            try:
-                tgt = get_target(tname)
-                statuses = tgt.status_many({j: tgt.load_handle(h) for j, h in handles.items()})
-            except DdpjobError as e:
-                stale[tname] = str(e)
-                continue
-            for job_id, st in statuses.items():
-                self.registry.update_state(job_id, st.state, st.message)
-        out = []
-        for r in records:
-            if r.target in stale and r.id in live[r.target]:
-                # Last known, not current: say so instead of passing an old state off as news.
-                r = dataclasses.replace(r, message=f"(stale: last known state; {stale[r.target]})"
-                                        + (f" {r.message}" if r.message else ""))
-            elif r.id in live.get(r.target, {}):
-                r = self.registry.get(r.id)
-            out.append(r)
-        return out
+        return [entry.rec for entry in queue(self, limit=limit, target=target)]
 
     def progress(self, rec: JobRecord) -> dict[str, Any] | None:
         """How far the job is (``launcher.core.progress``) when a run's metrics file is readable here:

@@ -17,7 +17,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,12 +282,22 @@ class Registry:
 
         raise JobNotFound(job_id, difflib.get_close_matches(job_id, ids, n=3, cutoff=0.6))
 
-    def list(self, limit: int | None = None, target: str | None = None) -> list[JobRecord]:
-        sql = "SELECT * FROM jobs"
+    def list(self, limit: int | None = None, target: str | None = None, *, states: Iterable[JobState] = (),
+             name: str | None = None) -> list[JobRecord]:
+        """Jobs, newest first: of ``target``, in one of ``states``, with a name matching the glob
+        ``name`` (``sweep-*``), when given."""
+        sql = "SELECT * FROM jobs WHERE 1 = 1"
         params: dict[str, Any] = {}
         if target:
-            sql += " WHERE target = :target"
+            sql += " AND target = :target"
             params["target"] = target
+        wanted = sorted({s.value for s in states})
+        if wanted:
+            sql += f" AND state IN ({','.join(f':s{i}' for i in range(len(wanted)))})"
+            params.update({f"s{i}": v for i, v in enumerate(wanted)})
+        if name:
+            sql += " AND name GLOB :name"
+            params["name"] = name
         sql += " ORDER BY created_at DESC, id"
         if limit:
             sql += " LIMIT :limit"

@@ -4,10 +4,14 @@ path. Real local jobs through the real command line in a subprocess."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
+from testkit import run_in_pty, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,3 +82,67 @@ def test_rerun_of_an_unknown_job_is_exit_4_and_help_has_an_example(cli):
     assert proc.returncode == 4 and "nosuch-abcde" in proc.stderr
     helped = cli("rerun", "--help", check=True).stdout
     assert "ddpjob rerun ID --set env.SEED=2" in helped and "rerun_of" in helped
+
+
+# --------------------------------------------------------------------------- the queue view
+
+def _listed(cli, *args: str) -> list[dict]:
+    return json.loads(cli("list", "-o", "json", *args, check=True).stdout)
+
+
+@pytest.mark.real
+def test_list_shows_age_duration_and_a_sweeps_runs_and_filters(cli, tmp_path):
+    sweep = cli("submit", "-q", "--name", "sweep-a", "--set", "sweep={s: [0, 300, 301]}", "--",
+                "python", "-c", "import time; time.sleep({s})", cwd=tmp_path, check=True).stdout.strip()
+    other = cli("submit", "-q", "--name", "other", "--", "python", "-c", "pass", cwd=tmp_path, check=True).stdout.strip()
+    assert cli("wait", other, "--timeout", "120").returncode == 0
+    # The sweep's first run has ended, its second runs: runs 1/3 in the table and in json.
+    wait_for(lambda: "runs 1/3" in cli("list", check=True).stdout, "the sweep to show runs 1/3")
+    table = cli("list", check=True).stdout.splitlines()
+    assert table[0].split()[:6] == ["ID", "TARGET", "STATE", "NODES", "AGE", "DURATION"], table
+    row = next(line for line in table if line.startswith(sweep))
+    assert re.search(rf"^{sweep}\s+local\s+RUNNING\s+1\s+\d+[smh]\S*\s+\d+[smh]\S*\s+runs 1/3", row), row
+    (entry,) = _listed(cli, "--name", "sweep-*")
+    assert entry["id"] == sweep and entry["runs_done"] == 1 and entry["runs"] == 3
+    assert entry["age_s"] >= entry["duration_s"] >= 0
+    done = _listed(cli, "--state", "succeeded")
+    assert [j["id"] for j in done] == [other] and done[0]["runs_done"] == 1 and done[0]["duration_s"] > 0
+    assert [j["id"] for j in _listed(cli, "--state", "RUNNING", "--state", "pending")] == [sweep]
+    assert _listed(cli, "--target", "slurm") == [] and "no job matches" in cli("list", "--name", "x*").stdout
+    assert cli("list", "--state", "nosuch").returncode == 2
+    assert cli("cancel", sweep).returncode == 0
+
+
+@pytest.mark.real
+def test_cancel_several_asks_on_a_terminal_and_needs_yes_elsewhere(cli, tmp_path):
+    ids = [cli("submit", "-q", "--name", f"q{i}", "--", "python", "-c", "import time; time.sleep(300)", cwd=tmp_path,
+               check=True).stdout.strip() for i in range(3)]
+    refused = cli("cancel", ids[0], ids[1])
+    assert refused.returncode == 2 and "add --yes" in refused.stderr and "nothing was cancelled" in refused.stderr
+    assert cli("cancel", ids[0], "nosuch-xyzab", "--yes").returncode == 4  # an unknown id: nothing cancelled
+    assert all(j["state"] in ("RUNNING", "PENDING") for j in _listed(cli))
+    assert cli("cancel", "--state", "running", ids[0]).returncode == 2  # filters go with --all
+
+    argv = [sys.executable, "-m", "launcher", "cancel", "--all", "--name", "q[01]"]
+    code, out = run_in_pty(argv, cwd=REPO, env=dict(os.environ), answers=(("Cancel them?", "n\n"),))
+    assert code == 1 and "These 2 jobs will be cancelled:" in out and "Nothing was cancelled." in out, out
+    assert ids[0] in out and ids[1] in out and ids[2] not in out
+    assert all(j["state"] != "CANCELLED" for j in _listed(cli))
+    code, out = run_in_pty(argv, cwd=REPO, env=dict(os.environ), answers=(("Cancel them?", "y\n"),))
+    assert code == 0 and f"{ids[0]}: CANCELLED" in out and f"{ids[1]}: CANCELLED" in out, out
+    states = {j["id"]: j["state"] for j in _listed(cli)}
+    assert states[ids[0]] == states[ids[1]] == "CANCELLED" and states[ids[2]] != "CANCELLED"
+    assert cli("cancel", "--all", "--yes", check=True).stdout.strip() == f"{ids[2]}: CANCELLED"
+    assert "nothing to cancel" in cli("cancel", "--all", check=True).stdout
+
+
+@pytest.mark.real
+def test_logs_tail_is_per_node(cli, tmp_path):
+    job = cli("submit", "-q", "--nodes", "2", "--", "python", "-c", "for i in range(5): print('line', i)",
+              cwd=tmp_path, check=True).stdout.strip()
+    assert cli("wait", job, "--timeout", "120").returncode == 0
+    lines = cli("logs", job, "--tail", "1", check=True).stdout.splitlines()
+    assert sorted(lines) == ["[node0 rank0] line 4", "[node1 rank1] line 4"], lines
+    assert cli("logs", job, "--tail", "2", "--node", "1", check=True).stdout.splitlines() == \
+        ["[node1 rank1] line 3", "[node1 rank1] line 4"]
+    assert "the last N lines of each node" in cli("logs", "--help", check=True).stdout

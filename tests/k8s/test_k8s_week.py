@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from testkit import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 PRINT_SEED = "[python, -c, 'import os; print(\"seed=\" + os.environ[\"SEED\"], flush=True)']"
 
@@ -41,3 +43,31 @@ def test_rerun_on_kubernetes_with_overrides_records_where_it_came_from(k8s_api):
     # --target: the same recorded spec planned for another target.
     local = ddpjob("rerun", first, "--target", "local", "--dry-run", check=True).stdout
     assert "torchrun" in local and "kind: PyTorchJob" not in local
+
+
+def test_queue_view_and_cancel_several_on_kubernetes(k8s_api):
+    sweep = submit("--nodes", "1", "--name", "sweep-k", "--set", "sweep={s: [0, 300]}",
+                   "--set", "command=[python, -c, 'import time; time.sleep({s})']")
+    lone = submit("--nodes", "1", "--name", "lone", "--set", "command=[python, -c, 'import time; time.sleep(300)']")
+    wait_for(lambda: "runs 1/2" in ddpjob("list", check=True).stdout, "the sweep to show runs 1/2")
+    row = next(ln for ln in ddpjob("list", check=True).stdout.splitlines() if ln.startswith(sweep))
+    assert re.search(rf"^{sweep}\s+k8s\s+RUNNING\s+1\s+\S+\s+\S+\s+runs 1/2", row), row
+    (entry,) = json.loads(ddpjob("list", "-o", "json", "--name", "sweep-*", "--target", "k8s", check=True).stdout)
+    assert entry["id"] == sweep and entry["runs_done"] == 1 and entry["age_s"] >= 0
+    assert json.loads(ddpjob("list", "-o", "json", "--target", "local", check=True).stdout) == []
+    refused = ddpjob("cancel", sweep, lone)
+    assert refused.returncode == 2 and "add --yes" in refused.stderr
+    assert k8s_api.server.job(lone) is not None
+    done = ddpjob("cancel", "--all", "--target", "k8s", "--state", "running", "--yes", check=True).stdout
+    assert f"{sweep}: CANCELLED" in done and f"{lone}: CANCELLED" in done, done
+    assert k8s_api.server.job(lone) is None and k8s_api.server.jobs == {}
+
+
+def test_logs_tail_is_per_pod_on_kubernetes(k8s_api):
+    # Both pods print, then meet (the job ends when the master does, and may take the worker with it).
+    prog = ("import torch.distributed as d; d.init_process_group('gloo'); "
+            "[print('line', i, flush=True) for i in range(5)]; d.barrier()")
+    job = submit("--nodes", "2", "--set", f"command=[python, -c, {json.dumps(prog)}]")
+    assert ddpjob("logs", job, "-f", timeout=240).returncode == 0  # every pod's lines saved as they come
+    lines = ddpjob("logs", job, "--tail", "1", check=True).stdout.splitlines()
+    assert sorted(lines) == ["[master-0 rank0] line 4", "[worker-0 rank1] line 4"], lines

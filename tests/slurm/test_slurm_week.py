@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.real]
 
@@ -45,3 +46,29 @@ def test_rerun_on_slurm_with_overrides(cli, tmp_path):
     listed = json.loads(cli("list", "-o", "json", check=True, timeout=120).stdout)
     assert listed[0]["rerun_of"] == first and listed[0]["target"] == "slurm" and listed[0]["nodes"] == 2
     assert "pw-from-file" not in cli("status", listed[0]["id"], "-o", "json", check=True, timeout=120).stdout
+
+
+def test_queue_view_and_cancel_several_on_slurm(cli, tmp_path):
+    spec = write_spec(tmp_path, "sweep-s", command=["python", "-c", "import time; time.sleep({s})"],
+                      sweep={"s": [0, 300]})
+    sweep = cli("submit", "-q", str(spec), "--target", "slurm", check=True, timeout=180).stdout.strip()
+    lone = cli("submit", "-q", str(write_spec(tmp_path, "lone", command=["sleep", "300"])), "--target", "slurm",
+               check=True, timeout=180).stdout.strip()
+    wait_for(lambda: "runs 1/2" in cli("list", timeout=120).stdout, "the sweep to show runs 1/2", timeout=240, poll=1)
+    (entry,) = json.loads(cli("list", "-o", "json", "--name", "sweep-*", check=True, timeout=120).stdout)
+    assert entry["id"] == sweep and entry["runs_done"] == 1 and entry["target"] == "slurm"
+    assert [j["id"] for j in json.loads(cli("list", "-o", "json", "--name", "lone", check=True, timeout=120).stdout)] == [lone]
+    refused = cli("cancel", sweep, lone, timeout=120)
+    assert refused.returncode == 2 and "add --yes" in refused.stderr
+    done = cli("cancel", "--all", "--target", "slurm", "--yes", check=True, timeout=180).stdout
+    assert f"{sweep}: CANCELLED" in done and f"{lone}: CANCELLED" in done, done
+    states = {j["id"]: j["state"] for j in json.loads(cli("list", "-o", "json", check=True, timeout=120).stdout)}
+    assert states == {sweep: "CANCELLED", lone: "CANCELLED"}
+
+
+def test_logs_tail_is_per_node_on_slurm(cli, tmp_path):
+    spec = write_spec(tmp_path, "tail", command=["python", "-c", "for i in range(5): print('line', i)"], nodes=2)
+    job = cli("submit", "-q", str(spec), "--target", "slurm", check=True, timeout=180).stdout.strip()
+    assert cli("wait", job, "--timeout", "240", timeout=300).returncode == 0
+    lines = cli("logs", job, "--tail", "1", check=True, timeout=120).stdout.splitlines()
+    assert sorted(lines) == ["[node0 rank0] line 4", "[node1 rank1] line 4"], lines
