@@ -20,9 +20,11 @@ if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
 
 
-def after_ctrl_c(job_id: str, *, doing: str) -> str:
-    """The words after a Ctrl-C that left ``job_id`` running: how to see it again and to stop it."""
-    return (f"\nCtrl-C: {doing}; {job_id} keeps running.\n"
+def after_ctrl_c(job_id: str, *, doing: str, again: tuple[str, str] | None = None) -> str:
+    """The words after a Ctrl-C that left ``job_id`` running: how to see it again and to stop it;
+    ``again``: (label, command) to go back to what was stopped, e.g. ("wait", "ddpjob wait ID")."""
+    more = f"  {again[0] + ':':<8} {again[1]}\n" if again else ""
+    return (f"\nCtrl-C: {doing}; {job_id} keeps running.\n{more}"
             f"  follow:  ddpjob logs {job_id} -f\n"
             f"  status:  ddpjob status {job_id}\n"
             f"  cancel:  ddpjob cancel {job_id}")

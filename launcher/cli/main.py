@@ -229,9 +229,16 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
 @click.option("--timeout", type=float, help="Give up after this many seconds (exit 124; the job keeps running).")
 @_guard
 def wait(job_id: str, timeout: float | None) -> None:
-    """Wait until a job ends. Exit 0 only if it SUCCEEDED, 1 otherwise."""
+    """Wait until a job ends. Exit 0 only if it SUCCEEDED, 1 otherwise; Ctrl-C (exit 130) stops
+    waiting, not the job.
+
+    \b
+    Example:
+      ddpjob wait ID --timeout 3600 && echo done
+    """
     service = _jobs()
     live = sys.stderr.isatty()  # a one-line live progress on a terminal, never when piped
+    job_id = service.get(job_id).id
 
     def show(rec: Any) -> None:
         from launcher.core.progress import describe
@@ -239,7 +246,14 @@ def wait(job_id: str, timeout: float | None) -> None:
         line = f"{rec.id}: {rec.state.value}" + (f", {describe(p)}" if (p := service.progress(rec)) else "")
         click.echo(f"\r\033[K{line[:200]}", err=True, nl=False)
 
-    rec = service.wait(job_id, timeout, on_poll=show if live else None)
+    try:
+        rec = service.wait(job_id, timeout, on_poll=show if live else None)
+    except KeyboardInterrupt:
+        from launcher.cli.follow import after_ctrl_c
+
+        click.echo(("\r\033[K" if live else "") + after_ctrl_c(job_id, doing="stopped waiting",
+                                                                    again=("wait", f"ddpjob wait {job_id}")), err=True)
+        sys.exit(130)
     if live:
         click.echo("\r\033[K", err=True, nl=False)
     click.echo(f"{rec.id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""))

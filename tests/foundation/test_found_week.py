@@ -146,3 +146,49 @@ def test_logs_tail_is_per_node(cli, tmp_path):
     assert cli("logs", job, "--tail", "2", "--node", "1", check=True).stdout.splitlines() == \
         ["[node1 rank1] line 3", "[node1 rank1] line 4"]
     assert "the last N lines of each node" in cli("logs", "--help", check=True).stdout
+
+
+# --------------------------------------------------------------------------- Ctrl-C words
+
+def _ddpjob(*args: str) -> list[str]:
+    return [sys.executable, "-m", "launcher", *args]
+
+
+@pytest.mark.real
+def test_ctrl_c_on_submit_follow_and_wait_says_how_to_follow_and_cancel(cli, tmp_path):
+    sleeper = ["--", "python", "-c", "import time; print('started', flush=True); time.sleep(300)"]
+    code, out = run_in_pty(_ddpjob("submit", "-f", *sleeper), cwd=tmp_path, env=dict(os.environ),
+                           answers=(("started", "\x03"),))
+    job = re.search(r"Submitted (\S+) to local", out).group(1)  # type: ignore[union-attr]
+    assert code == 130, out
+    assert f"Ctrl-C: stopped following; {job} keeps running." in out
+    for line in (f"follow:  ddpjob logs {job} -f", f"status:  ddpjob status {job}", f"cancel:  ddpjob cancel {job}"):
+        assert line in out, out
+    assert "Traceback" not in out and _listed(cli)[0]["state"] == "RUNNING"
+
+    # wait on a terminal shows a live line; Ctrl-C leaves the job running and says how to come back.
+    code, out = run_in_pty(_ddpjob("wait", job), env=dict(os.environ), answers=((f"{job}: RUNNING", "\x03"),))
+    assert code == 130 and f"Ctrl-C: stopped waiting; {job} keeps running." in out, out
+    assert f"wait:    ddpjob wait {job}" in out and f"cancel:  ddpjob cancel {job}" in out
+    assert _listed(cli)[0]["state"] == "RUNNING"
+    assert cli("cancel", job).returncode == 0
+
+
+@pytest.mark.real
+def test_ctrl_c_on_doctor_then_its_report_again_says_ok_iterations_and_loopback(cli, tmp_path):
+    code, out = run_in_pty(_ddpjob("doctor", "--nodes", "2", "--max-mib", "4", "--iters", "7"), cwd=tmp_path,
+                           env=dict(os.environ), answers=(("waiting for it...", "\x03"),))
+    job = re.search(r"doctor: job (\S+) on local", out).group(1)  # type: ignore[union-attr]
+    assert code == 130 and f"Ctrl-C: stopped waiting; {job} keeps running." in out, out
+    assert f"report:  ddpjob doctor --report {job}" in out
+    proc = cli("doctor", "--report", job, "-o", "json", timeout=300)  # waits for the job, then reports
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["verdict"] == [] and report["job_id"] == job
+    assert [r["iters"] for r in report["results"]] == [7, 7]
+    assert report["bandwidth_verdict"].startswith("does not apply: the ranks reach each other over loopback")
+    assert any("busbw = algbw" in n and "2 ranks" in n for n in report["notes"])
+    text = cli("doctor", "--report", job[:-1], check=True).stdout  # a prefix of the id, as everywhere
+    assert "verdict: ok: the ranks agree on their settings" in text and "bandwidth: does not apply" in text
+    assert re.search(r"^\s+4Mi\s+7\s", text, re.M) and "note: with 2 ranks busbw = algbw" in text, text
+    assert len(_listed(cli)) == 1  # --report ran nothing new

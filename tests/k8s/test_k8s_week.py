@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testkit import wait_for
+from testkit import run_in_pty, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PRINT_SEED = "[python, -c, 'import os; print(\"seed=\" + os.environ[\"SEED\"], flush=True)']"
@@ -71,3 +71,27 @@ def test_logs_tail_is_per_pod_on_kubernetes(k8s_api):
     assert ddpjob("logs", job, "-f", timeout=240).returncode == 0  # every pod's lines saved as they come
     lines = ddpjob("logs", job, "--tail", "1", check=True).stdout.splitlines()
     assert sorted(lines) == ["[master-0 rank0] line 4", "[worker-0 rank1] line 4"], lines
+
+
+def test_ctrl_c_words_and_doctor_report_on_kubernetes(k8s_api, tmp_path):
+    sleeper = "command=[python, -c, 'import time; print(\"started\", flush=True); time.sleep(300)']"
+    argv = [sys.executable, "-m", "launcher", "submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s",
+            "--nodes", "1", "--set", sleeper, "-f"]
+    code, out = run_in_pty(argv, cwd=REPO, env=dict(os.environ), answers=(("started", "\x03"),))
+    job = re.search(r"Submitted (\S+) to k8s", out).group(1)  # type: ignore[union-attr]
+    assert code == 130 and f"Ctrl-C: stopped following; {job} keeps running." in out, out
+    assert f"ddpjob logs {job} -f" in out and f"ddpjob cancel {job}" in out
+    code, out = run_in_pty([sys.executable, "-m", "launcher", "wait", job], env=dict(os.environ),
+                           answers=((f"{job}: RUNNING", "\x03"),))
+    assert code == 130 and f"wait:    ddpjob wait {job}" in out, out
+    assert k8s_api.server.job(job) is not None and ddpjob("cancel", job).returncode == 0
+
+    code, out = run_in_pty([sys.executable, "-m", "launcher", "doctor", str(REPO / "jobs" / "quickstart.yaml"),
+                            "--target", "k8s", "--nodes", "2",
+                            "--max-mib", "4", "--iters", "5"], cwd=tmp_path, env=dict(os.environ),
+                           answers=(("waiting for it...", "\x03"),))
+    doc = re.search(r"doctor: job (\S+) on k8s", out).group(1)  # type: ignore[union-attr]
+    assert code == 130 and f"report:  ddpjob doctor --report {doc}" in out, out
+    report = json.loads(ddpjob("doctor", "--report", doc, "-o", "json", timeout=300, check=True).stdout)
+    assert report["ok"] is True and [r["iters"] for r in report["results"]] == [5, 5]
+    assert "bandwidth_verdict" in report and any("busbw = algbw" in n for n in report["notes"])

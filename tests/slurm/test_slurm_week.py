@@ -4,11 +4,14 @@ private cluster (slurm/cluster.sh; fixture slurm_cluster), through the real comm
 from __future__ import annotations
 
 import json
+import os
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit import wait_for
+from testkit import run_in_pty, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.real]
 
@@ -72,3 +75,35 @@ def test_logs_tail_is_per_node_on_slurm(cli, tmp_path):
     assert cli("wait", job, "--timeout", "240", timeout=300).returncode == 0
     lines = cli("logs", job, "--tail", "1", check=True, timeout=120).stdout.splitlines()
     assert sorted(lines) == ["[node0 rank0] line 4", "[node1 rank1] line 4"], lines
+
+
+def _ddpjob(*args: str) -> list[str]:
+    return [sys.executable, "-m", "launcher", *args]
+
+
+def test_ctrl_c_words_and_doctor_report_on_slurm(slurm_cluster, cli, tmp_path):
+    spec = write_spec(tmp_path, "sleepy", command=["python", "-c", "import time; print('started', flush=True); "
+                                                   "time.sleep(300)"])
+    code, out = run_in_pty(_ddpjob("submit", str(spec), "--target", "slurm", "-f"), env=dict(os.environ),
+                           answers=(("started", "\x03"),), timeout=240)
+    job = re.search(r"Submitted (\S+) to slurm", out).group(1)  # type: ignore[union-attr]
+    assert code == 130 and f"Ctrl-C: stopped following; {job} keeps running." in out, out
+    assert f"ddpjob logs {job} -f" in out and f"ddpjob cancel {job}" in out
+    code, out = run_in_pty(_ddpjob("wait", job), env=dict(os.environ), answers=((f"{job}: RUNNING", "\x03"),),
+                           timeout=120)
+    assert code == 130 and f"wait:    ddpjob wait {job}" in out, out
+    assert json.loads(cli("status", job, "-o", "json", check=True, timeout=120).stdout)["state"] == "RUNNING"
+    assert cli("cancel", job, timeout=120).returncode == 0
+
+    doc_spec = write_spec(tmp_path, "doc", nodes=2)
+    code, out = run_in_pty(_ddpjob("doctor", str(doc_spec), "--target", "slurm", "--max-mib", "4", "--iters", "5"),
+                           cwd=tmp_path, env=dict(os.environ), answers=(("waiting for it...", "\x03"),), timeout=240)
+    doc = re.search(r"doctor: job (\S+) on slurm", out).group(1)  # type: ignore[union-attr]
+    assert code == 130 and f"report:  ddpjob doctor --report {doc}" in out, out
+    proc = cli("doctor", "--report", doc, "-o", "json", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is (report["verdict"] == []) and [r["iters"] for r in report["results"]] == [5, 5]
+    assert any("busbw = algbw" in n for n in report["notes"])
+    over_loopback = all(r["address"].startswith("127.") for r in report["ranks"])
+    assert report["bandwidth_verdict"].startswith("does not apply") is over_loopback, report["bandwidth_verdict"]
