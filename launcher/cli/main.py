@@ -39,7 +39,7 @@ def cli(debug: bool) -> None:
       ddpjob init                                    # writes ./quickstart.yaml (ddpjob init --list)
       ddpjob submit quickstart.yaml --target local --nodes 2 -f
       ddpjob submit --target local --nodes 2 -- python train.py --lr 0.1
-      ddpjob render jobs/cifar.yaml --target k8s     # what would be submitted
+      ddpjob render quickstart.yaml --target k8s     # what would be submitted
       ddpjob list;  ddpjob status ID;  ddpjob logs ID -f;  ddpjob cancel ID
 
     Jobs are recorded under $DDPJOB_HOME (default ~/.ddpjob), so any later shell can follow them.
@@ -67,10 +67,10 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
 
     \b
     Examples:
-      ddpjob submit jobs/quickstart.yaml --target local --nodes 2 -f
-      ddpjob submit jobs/sweep.yaml --target slurm
+      ddpjob submit quickstart.yaml --target local --nodes 2 -f   # ddpjob init writes it
+      ddpjob submit sweep.yaml --target slurm                     # ddpjob init sweep
       ddpjob submit --target local --nodes 2 -- python train.py --lr 0.1
-      ddpjob submit jobs/cifar.yaml -t k8s --set k8s.namespace=ml --dry-run
+      ddpjob submit my-job.yaml -t k8s --set k8s.namespace=ml --dry-run
 
     Everything after -- is the command, passed to torchrun as it is (never through a shell);
     without --, the argument is a spec file, whatever its name. The job id is printed at once.
@@ -110,7 +110,7 @@ def render(spec_file: str, target: str, nodes: int | None, procs_per_node: str |
 
     \b
     Example:
-      ddpjob render jobs/cifar.yaml --target k8s --nodes 4
+      ddpjob render my-job.yaml --target k8s --nodes 4
     """
     loaded = _load((spec_file,), _overrides(sets, nodes, procs_per_node, name))
     click.echo(_jobs().plan(loaded, target).render(), nl=False)
@@ -126,7 +126,7 @@ def validate(spec_files: tuple[str, ...], target: str | None) -> None:
 
     \b
     Example:
-      ddpjob validate jobs/*.yaml --target k8s
+      ddpjob validate *.yaml --target k8s
     """
     import math
 

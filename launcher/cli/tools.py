@@ -30,6 +30,15 @@ def complete_job_ids(ctx: click.Context, param: click.Parameter, incomplete: str
     return [CompletionItem(r.id, help=r.state.value) for r in records if r.id.startswith(incomplete)]
 
 
+def complete_examples(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """The names of the examples ``init`` writes, with what each is as help (zsh and fish show it)."""
+    from click.shell_completion import CompletionItem
+
+    from launcher.spec import examples as starters
+
+    return [CompletionItem(n, help=starters.summary(starters.text(n))) for n in starters.names() if n.startswith(incomplete)]
+
+
 def complete_spec_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Spec files: the shell completes paths."""
     from click.shell_completion import CompletionItem
@@ -162,19 +171,20 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
         job_id = jobs.submit(loaded, target).job_id
     except SubmitInterrupted as e:
         _doctor_stopped(e.submission.job_id, "it was submitted")
-    click.echo(f"doctor: job {job_id} on {target}, {loaded.spec.nodes} node(s); waiting for it...", err=True)
-    _doctor_report(jobs, job_id, output)
+    _doctor_report(jobs, job_id, output, f"doctor: job {job_id} on {target}, {loaded.spec.nodes} node(s); waiting for it...")
 
 
-def _doctor_report(jobs: Any, job_id: str, output: str) -> None:
+def _doctor_report(jobs: Any, job_id: str, output: str, announce: str = "") -> None:
     """Wait for doctor job ``job_id`` and print its report; Ctrl-C leaves it running (exit 130)."""
-    import json
+    try:  # from the first statement: a Ctrl-C right after "waiting for it..." is one too
+        if announce:
+            click.echo(announce, err=True)
+        import json
 
-    from launcher.core.errors import DdpjobError
-    from launcher.core.states import JobState
-    from launcher.doctor import run as doc
+        from launcher.core.errors import DdpjobError
+        from launcher.core.states import JobState
+        from launcher.doctor import run as doc
 
-    try:
         rec = jobs.wait(job_id)
     except KeyboardInterrupt:
         _doctor_stopped(job_id, "stopped waiting")
@@ -197,7 +207,7 @@ def _doctor_stopped(job_id: str, doing: str) -> NoReturn:
 
 
 @click.command()
-@click.argument("example", required=False, default="quickstart", metavar="[EXAMPLE]")
+@click.argument("example", required=False, default="quickstart", metavar="[EXAMPLE]", shell_complete=complete_examples)
 @click.option("--output", "-o", metavar="FILE", help="Where to write it (default: ./EXAMPLE.yaml; '-' prints it).")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("--list", "list_", is_flag=True, help="List the examples and exit.")
@@ -205,7 +215,7 @@ def _doctor_stopped(job_id: str, doing: str) -> NoReturn:
 def init(example: str, output: str | None, force: bool, list_: bool) -> None:
     """Write an example job spec to start from (default: quickstart).
 
-    The examples are the ones in the project's jobs/ folder, shipped with ddpjob: quickstart
+    The examples ship with ddpjob (a clone of the project has them in its jobs folder): quickstart
     (synthetic data, about a minute on a laptop CPU), sweep, linreg and cifar. They run ddpjob's
     reference trainer (python -m launcher.train), which needs pip install 'ddpjob[train]'.
 

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -192,3 +193,65 @@ def test_ctrl_c_on_doctor_then_its_report_again_says_ok_iterations_and_loopback(
     assert "verdict: ok: the ranks agree on their settings" in text and "bandwidth: does not apply" in text
     assert re.search(r"^\s+4Mi\s+7\s", text, re.M) and "note: with 2 ranks busbw = algbw" in text, text
     assert len(_listed(cli)) == 1  # --report ran nothing new
+
+
+# --------------------------------------------------------------------------- the pip user's path
+
+def _commands(group, prefix=()):
+    import click
+
+    yield prefix, group
+    if isinstance(group, click.Group):
+        for name, command in group.commands.items():
+            yield from _commands(command, (*prefix, name))
+
+
+def test_no_help_text_sends_a_pip_user_to_a_jobs_folder_they_do_not_have():
+    from click.testing import CliRunner
+
+    from launcher.cli.main import cli as ddpjob_cli
+
+    seen = []
+    for path, _ in _commands(ddpjob_cli):
+        result = CliRunner().invoke(ddpjob_cli, [*path, "--help"], catch_exceptions=False)
+        assert result.exit_code == 0, (path, result.output)
+        assert "jobs/" not in result.output, (path, result.output)
+        seen.append(" ".join(path))
+    assert {"rerun", "list", "cancel", "doctor", "init", "submit"} <= set(seen)
+    # The quickstart that init writes, the README's API example and the API's own docstring.
+    from launcher import api
+    from launcher.spec import examples
+
+    assert "jobs/" not in examples.text("quickstart") and "ddpjob submit quickstart.yaml" in examples.text("quickstart")
+    readme = (REPO / "README.md").read_text()
+    api_example = readme.split("### Python API", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    assert "jobs/" not in api_example and 'api.submit("quickstart.yaml"' in api_example
+    assert "jobs/" not in (api.__doc__ or "")
+
+
+def test_completion_offers_inits_example_names():
+    env = {**os.environ, "COMP_WORDS": "ddpjob init ", "COMP_CWORD": "2", "_DDPJOB_COMPLETE": "bash_complete"}
+    out = subprocess.run([sys.executable, "-m", "launcher"], env=env, capture_output=True, text=True, check=True).stdout
+    assert [line.split(",", 1)[1] for line in out.splitlines()] == ["quickstart", "cifar", "linreg", "sweep"]
+    env.update(COMP_WORDS="ddpjob init sw", _DDPJOB_COMPLETE="zsh_complete")
+    out = subprocess.run([sys.executable, "-m", "launcher"], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[:2] == ["plain", "sweep"] and "grid" in out
+
+
+def _report(addresses: list[str], world: int) -> dict:
+    ranks = [{"rank": i, "host": f"h{i}", "address": a, "env": {}} for i, a in enumerate(addresses)]
+    results = [{"bytes": 2**20, "iters": 3, "time_us": 10.0, "algbw_gbps": 1.0, "busbw_gbps": 1.0}]
+    return {"world_size": world, "ranks": ranks, "results": results}
+
+
+def test_doctor_says_when_the_bandwidth_verdict_does_not_apply_and_why_busbw_equals_algbw():
+    from launcher.doctor.run import bandwidth_verdict, notes, render
+
+    loop = _report(["127.0.0.1", "127.0.0.1"], 2)
+    assert bandwidth_verdict(loop).startswith("does not apply: the ranks reach each other over loopback (127.0.0.1)")
+    assert notes(loop) and "busbw = algbw" in notes(loop)[0]
+    apart = _report(["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"], 4)
+    assert bandwidth_verdict(apart).startswith("not judged: best busbw 1.00 GB/s") and notes(apart) == []
+    text = "\n".join(render({**loop, "bandwidth_verdict": bandwidth_verdict(loop), "notes": notes(loop)}, []))
+    assert "verdict: ok: the ranks agree on their settings" in text and "bandwidth: does not apply" in text
+    assert "bandwidth measured at every size" not in text and re.search(r"^\s+1Mi\s+3\s", text, re.M), text
