@@ -72,14 +72,16 @@ def print_submitted(done: Submission, target: str, *, quiet: bool, hints: bool) 
 
 def follow_to_end(service: Jobs, job_id: str, flt: Any = None) -> int:
     """Stream the job's lines until it ends; 0 if it SUCCEEDED, 1 otherwise, 130 on Ctrl-C."""
+    from launcher.cli import colour
     from launcher.core.progress import describe
     from launcher.targets.base import LogFilter
 
     live = sys.stderr.isatty() and sys.stdout.isatty()  # progress between the lines, on a terminal only
+    coloured = colour.enabled(sys.stdout)
     shown = time.monotonic()
     try:
         for line in service.logs(job_id, flt or LogFilter(), follow=True):
-            click.echo(line)
+            click.echo(colour.line(line, coloured))
             if live and time.monotonic() - shown > 15:
                 shown = time.monotonic()
                 progress = describe(service.progress(service.get(job_id)))
@@ -89,5 +91,6 @@ def follow_to_end(service: Jobs, job_id: str, flt: Any = None) -> int:
     except KeyboardInterrupt:
         click.echo(after_ctrl_c(job_id, doing="stopped following"), err=True)
         return 130
-    click.echo(f"{rec.id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""), err=True)
+    shown_state = colour.state(rec.state.value, rec.state.value, colour.enabled(sys.stderr))
+    click.echo(f"{rec.id}: {shown_state}" + (f": {rec.message}" if rec.message else ""), err=True)
     return 0 if rec.state is JobState.SUCCEEDED else 1

@@ -184,9 +184,10 @@ def status(job_id: str, output: str) -> None:
         data["progress"] = progress
         click.echo(json.dumps(data, indent=2, sort_keys=True))
         return
+    from launcher.cli.colour import enabled
     from launcher.cli.show import status_lines
 
-    for line in status_lines(rec, st, progress):
+    for line in status_lines(rec, st, progress, colour=enabled(sys.stdout)):
         click.echo(line)
 
 
@@ -220,8 +221,11 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
 
         code = follow_to_end(service, job_id, flt)
         sys.exit(0 if code in (0, 1) else code)
+    from launcher.cli import colour
+
+    coloured = colour.enabled(sys.stdout)
     for line in service.logs(job_id, flt, follow=False):
-        click.echo(line)
+        click.echo(colour.line(line, coloured))
 
 
 @cli.command()
@@ -256,7 +260,10 @@ def wait(job_id: str, timeout: float | None) -> None:
         sys.exit(130)
     if live:
         click.echo("\r\033[K", err=True, nl=False)
-    click.echo(f"{rec.id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""))
+    from launcher.cli import colour
+
+    shown = colour.state(rec.state.value, rec.state.value, colour.enabled(sys.stdout))
+    click.echo(f"{rec.id}: {shown}" + (f": {rec.message}" if rec.message else ""))
     sys.exit(0 if rec.state is JobState.SUCCEEDED else 1)
 
 

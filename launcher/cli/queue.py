@@ -70,7 +70,9 @@ def list_(output: str, limit: int, states: tuple[str, ...], target: str | None, 
             click.echo("no jobs yet; write an example spec with `ddpjob init`, then: "
                        "ddpjob submit quickstart.yaml --target local --nodes 2")
         return
-    for line in job_table(entries, progress, disk=du):
+    from launcher.cli.colour import enabled
+
+    for line in job_table(entries, progress, disk=du, colour=enabled(sys.stdout)):
         click.echo(line)
 
 

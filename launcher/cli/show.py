@@ -16,13 +16,16 @@ def when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
-def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] | None = None) -> list[str]:
-    """The job, its state and root cause, its progress, each run (task) and its nodes."""
+def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] | None = None, *,
+                 colour: bool = False) -> list[str]:
+    """The job, its state and root cause, its progress, each run (task) and its nodes; ``colour``:
+    states in colour (``launcher.cli.colour``, on a terminal)."""
+    from launcher.cli.colour import state as painted
     from launcher.core.progress import describe
 
     out: list[str] = []
     out.append(f"job:      {rec.id} ({rec.target})")
-    out.append(f"state:    {rec.state.value}")
+    out.append(f"state:    {painted(rec.state.value, rec.state.value, colour)}")
     if rec.message:
         out.append(f"message:  {rec.message}")
     if progress:
@@ -38,7 +41,8 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
         for t in st.tasks:
             params = " ".join(f"{k}={v}" for k, v in t.params.items())
             head = f"task {t.index}" + (f" [{t.native_id}]" if t.native_id else "")
-            out.append(f"  {head}: {t.state.value}" + (f" ({params})" if params else "") + (f": {t.message}" if t.message else ""))
+            out.append(f"  {head}: {painted(t.state.value, t.state.value, colour)}" + (f" ({params})" if params else "")
+                       + (f": {t.message}" if t.message else ""))
             for n in t.nodes:
                 extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log", "ended"))
                 out.append(f"    node {n.get('node', '?')}: {extra}")
@@ -46,10 +50,11 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
 
 
 def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] | None = None, *,
-              disk: bool = False) -> list[str]:
+              disk: bool = False, colour: bool = False) -> list[str]:
     """One row per job, columns aligned: age (since submit) and duration (submit to end, or to now
     while it runs); last, a sweep's runs ended (``runs 2/4``) and the message (or a running job's
-    progress), cut to 60."""
+    progress), cut to 60. ``colour``: the state column in colour (on a terminal)."""
+    from launcher.cli.colour import state as painted
     from launcher.core.progress import describe
     from launcher.service.cleanup import disk_use
     from launcher.service.queue import span
@@ -68,7 +73,9 @@ def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] |
                      span(e.duration_s(now)), *size, note[:60]))
     n = len(head)
     widths = [max(len(row[i]) for row in rows) for i in range(n)]
-    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[n] for row in rows]
+    state_at = head.index("STATE")
+    return ["  ".join(painted(c.ljust(w), c, colour and k > 0 and i == state_at)
+                      for i, (c, w) in enumerate(zip(row, widths))) + "  " + row[n] for k, row in enumerate(rows)]
 
 
 def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: list[str] | None = None,

@@ -255,3 +255,34 @@ def test_doctor_says_when_the_bandwidth_verdict_does_not_apply_and_why_busbw_equ
     text = "\n".join(render({**loop, "bandwidth_verdict": bandwidth_verdict(loop), "notes": notes(loop)}, []))
     assert "verdict: ok: the ranks agree on their settings" in text and "bandwidth: does not apply" in text
     assert "bandwidth measured at every size" not in text and re.search(r"^\s+1Mi\s+3\s", text, re.M), text
+
+
+# --------------------------------------------------------------------------- colour on a terminal
+
+ESC = "\x1b["
+
+
+@pytest.mark.real
+def test_colour_on_a_terminal_plain_when_piped_or_no_color(cli, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
+    env["TERM"] = "xterm"
+    code, out = run_in_pty(_ddpjob("submit", "--nodes", "2", "-f", "--", "python", "-c", "print('hi')"),
+                           cwd=tmp_path, env=env)
+    assert code == 0, out
+    job = re.search(r"Submitted (\S+) to local", out).group(1)  # type: ignore[union-attr]
+    # Each rank's prefix in its own colour, the state by its meaning.
+    assert f"{ESC}36m[node0 rank0]{ESC}0m hi" in out and f"{ESC}33m[node1 rank1]{ESC}0m hi" in out, repr(out)
+    assert f"{job}: {ESC}32mSUCCEEDED{ESC}0m" in out
+    code, out = run_in_pty(_ddpjob("logs", job), env=env)
+    assert f"{ESC}33m[node1 rank1]{ESC}0m hi" in out, repr(out)
+    code, out = run_in_pty(_ddpjob("list"), env=env)
+    assert re.search(rf"^{job}\s+local\s+{re.escape(ESC)}32mSUCCEEDED\s*{re.escape(ESC)}0m", out, re.M), repr(out)
+    code, out = run_in_pty(_ddpjob("status", job), env=env)
+    assert f"state:    {ESC}32mSUCCEEDED{ESC}0m" in out, repr(out)
+    # NO_COLOR on a terminal, and any pipe: plain text.
+    for args, shown in ((("logs", job), "[node1 rank1] hi"), (("list",), job), (("status", job), "SUCCEEDED")):
+        code, out = run_in_pty(_ddpjob(*args), env={**env, "NO_COLOR": "1"})
+        assert code == 0 and ESC not in out and shown in out, repr(out)
+        piped = cli(*args, env={"TERM": "xterm"}, check=True)
+        assert ESC not in piped.stdout + piped.stderr and shown in piped.stdout
+    assert "[node1 rank1] hi" in cli("logs", job, check=True).stdout

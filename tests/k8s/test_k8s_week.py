@@ -95,3 +95,17 @@ def test_ctrl_c_words_and_doctor_report_on_kubernetes(k8s_api, tmp_path):
     report = json.loads(ddpjob("doctor", "--report", doc, "-o", "json", timeout=300, check=True).stdout)
     assert report["ok"] is True and [r["iters"] for r in report["results"]] == [5, 5]
     assert "bandwidth_verdict" in report and any("busbw = algbw" in n for n in report["notes"])
+
+
+def test_colour_on_a_terminal_on_kubernetes(k8s_api):
+    prog = ("import torch.distributed as d; d.init_process_group('gloo'); print('hi', flush=True); d.barrier()")
+    job = submit("--nodes", "2", "--set", f"command=[python, -c, {json.dumps(prog)}]")
+    env = {**{k: v for k, v in os.environ.items() if k != "NO_COLOR"}, "TERM": "xterm"}
+    code, out = run_in_pty([sys.executable, "-m", "launcher", "logs", job, "-f"], env=env, timeout=240)
+    assert code == 0, out
+    esc = "\x1b["
+    assert f"{esc}36m[master-0 rank0]{esc}0m hi" in out and f"{esc}33m[worker-0 rank1]{esc}0m hi" in out, repr(out)
+    assert f"{job}: {esc}32mSUCCEEDED{esc}0m" in out
+    code, out = run_in_pty([sys.executable, "-m", "launcher", "logs", job], env={**env, "NO_COLOR": "1"})
+    assert code == 0 and esc not in out and "[worker-0 rank1] hi" in out, repr(out)
+    assert esc not in ddpjob("list", check=True).stdout

@@ -107,3 +107,19 @@ def test_ctrl_c_words_and_doctor_report_on_slurm(slurm_cluster, cli, tmp_path):
     assert any("busbw = algbw" in n for n in report["notes"])
     over_loopback = all(r["address"].startswith("127.") for r in report["ranks"])
     assert report["bandwidth_verdict"].startswith("does not apply") is over_loopback, report["bandwidth_verdict"]
+
+
+def test_colour_on_a_terminal_on_slurm(cli, tmp_path):
+    spec = write_spec(tmp_path, "hue", command=["python", "-c", "print('hi')"], nodes=2)
+    env = {**{k: v for k, v in os.environ.items() if k != "NO_COLOR"}, "TERM": "xterm"}
+    code, out = run_in_pty(_ddpjob("submit", str(spec), "--target", "slurm", "-f"), env=env, timeout=300)
+    assert code == 0, out
+    job = re.search(r"Submitted (\S+) to slurm", out).group(1)  # type: ignore[union-attr]
+    esc = "\x1b["
+    assert f"{esc}36m[node0 rank0]{esc}0m hi" in out and f"{esc}33m[node1 rank1]{esc}0m hi" in out, repr(out)
+    assert f"{job}: {esc}32mSUCCEEDED{esc}0m" in out
+    code, out = run_in_pty(_ddpjob("list"), env=env, timeout=120)
+    assert f"{esc}32mSUCCEEDED" in out, repr(out)
+    code, out = run_in_pty(_ddpjob("logs", job), env={**env, "NO_COLOR": "1"}, timeout=120)
+    assert code == 0 and esc not in out and "[node1 rank1] hi" in out, repr(out)
+    assert esc not in cli("logs", job, check=True, timeout=120).stdout
