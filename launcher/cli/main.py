@@ -242,7 +242,6 @@ def wait(job_id: str, timeout: float | None) -> None:
     """
     service = _jobs()
     live = sys.stderr.isatty()  # a one-line live progress on a terminal, never when piped
-    job_id = service.get(job_id).id
 
     def show(rec: Any) -> None:
         from launcher.core.progress import describe
@@ -255,6 +254,7 @@ def wait(job_id: str, timeout: float | None) -> None:
     except KeyboardInterrupt:
         from launcher.cli.follow import after_ctrl_c
 
+        job_id = service.get(job_id).id  # the whole id, from the prefix given
         click.echo(("\r\033[K" if live else "") + after_ctrl_c(job_id, doing="stopped waiting",
                                                                     again=("wait", f"ddpjob wait {job_id}")), err=True)
         sys.exit(130)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit import run_in_pty, wait_for
+from testkit import run_in_pty, wait_for, wait_for_no_job_processes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.real]
 
@@ -51,7 +51,7 @@ def test_rerun_on_slurm_with_overrides(cli, tmp_path):
     assert "pw-from-file" not in cli("status", listed[0]["id"], "-o", "json", check=True, timeout=120).stdout
 
 
-def test_queue_view_and_cancel_several_on_slurm(cli, tmp_path):
+def test_queue_view_and_cancel_several_on_slurm(cli, tmp_path, ddpjob_home):
     spec = write_spec(tmp_path, "sweep-s", command=["python", "-c", "import time; time.sleep({s})"],
                       sweep={"s": [0, 300]})
     sweep = cli("submit", "-q", str(spec), "--target", "slurm", check=True, timeout=180).stdout.strip()
@@ -67,6 +67,7 @@ def test_queue_view_and_cancel_several_on_slurm(cli, tmp_path):
     assert f"{sweep}: CANCELLED" in done and f"{lone}: CANCELLED" in done, done
     states = {j["id"]: j["state"] for j in json.loads(cli("list", "-o", "json", check=True, timeout=120).stdout)}
     assert states == {sweep: "CANCELLED", lone: "CANCELLED"}
+    wait_for_no_job_processes(ddpjob_home, "ddpjob cancel --all", timeout=120)
 
 
 def test_logs_tail_is_per_node_on_slurm(cli, tmp_path):
