@@ -1,7 +1,9 @@
 """The ``ddpjob`` command line: parse, call the service, print.
 
 Owns the entry point (``entry``: Ctrl-C while loading, no pydantic plugin scan), the click commands
-(``main``, and ``tools`` for completion, rm, prune, doctor and init), the spec options shared by
+(``main``; ``tools`` for completion, rm, prune, doctor and init; ``rerun``; ``queue`` for list and
+cancel), submitting and following a job with the Ctrl-C words (``follow``), colour on a terminal
+(``colour``), the spec options shared by
 commands (``specopts``), errors turned into messages and exit codes (``support``) and how status and
 list look (``show``). May import everything below it (``launcher.service``, ``launcher.spec``,
 ``launcher.doctor``, ``launcher.core``, and ``launcher.targets`` for target names and the typed

@@ -2,7 +2,8 @@
 
 Owns ``jobs`` (load -> target inputs -> reserve -> plan once -> submit -> record; status, list,
 wait, logs, cancel), the SQLite registry of submitted jobs (``registry``), a submitted job's shape and
-the checks of ``--task/--node/--rank`` against it (``shape``) and removing finished jobs
-(``cleanup``). May import ``launcher.core``, ``launcher.spec`` and ``launcher.targets``; never the
+the checks of ``--task/--node/--rank`` against it (``shape``), removing finished jobs
+(``cleanup``), where a job's spec came from and the spec a rerun submits (``origin``) and the queue
+view with its filters (``queue``). May import ``launcher.core``, ``launcher.spec`` and ``launcher.targets``; never the
 command line (``launcher.cli``), so the API and the CLI behave alike.
 """
