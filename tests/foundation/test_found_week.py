@@ -20,6 +20,7 @@ SHOW_ENV = """\
 import os
 print("token-ok" if os.environ.get("API_TOKEN") == "from-the-file" else "token-wrong",
       "other-ok" if os.environ.get("OTHER_SECRET") == "given-on-the-line" else "other-wrong",
+      "host=" + os.environ.get("HOST_TOKEN", "-"),
       "seed=" + os.environ.get("SEED", "-"), "rank=" + os.environ["RANK"], flush=True)
 """
 
@@ -28,7 +29,7 @@ def _spec(folder: Path) -> Path:
     (folder / "show_env.py").write_text(SHOW_ENV)
     spec = folder / "week.yaml"
     spec.write_text("name: week\ncommand: [python, show_env.py]\nnodes: 2\n"
-                    "env: {API_TOKEN: from-the-file, SEED: '1'}\n")
+                    "env: {API_TOKEN: from-the-file, SEED: '1'}\nenv_from_host: [HOST_TOKEN]\n")
     return spec
 
 
@@ -37,7 +38,8 @@ def test_rerun_submits_the_recorded_spec_again_with_secrets_from_their_sources(c
     project = tmp_path / "project"
     project.mkdir()
     spec = _spec(project)
-    first = cli("submit", "-q", "week.yaml", "--set", "env.OTHER_SECRET=given-on-the-line", cwd=project, check=True)
+    first = cli("submit", "-q", "week.yaml", "--set", "env.OTHER_SECRET=given-on-the-line", cwd=project, check=True,
+                env={"HOST_TOKEN": "shell-1"})
     first_id = first.stdout.strip()
     assert cli("wait", first_id, "--timeout", "120").returncode == 0
 
@@ -51,10 +53,14 @@ def test_rerun_submits_the_recorded_spec_again_with_secrets_from_their_sources(c
     assert "env.API_TOKEN" not in refused.stderr and "given-on-the-line" not in refused.stderr
     assert len(json.loads(cli("list", "-o", "json", check=True).stdout)) == 1  # nothing submitted
 
-    proc = cli("rerun", first_id, "--set", "env.SEED=2", "--set", "env.OTHER_SECRET=given-on-the-line", "-f",
-               cwd=elsewhere, timeout=180)
+    again = ("rerun", first_id, "--set", "env.SEED=2", "--set", "env.OTHER_SECRET=given-on-the-line", "-f")
+    no_host = cli(*again, cwd=elsewhere)
+    # env_from_host is read from the shell that reruns, as at submit: here the shell has none.
+    assert "HOST_TOKEN" not in os.environ
+    assert no_host.returncode == 2 and "HOST_TOKEN" in no_host.stderr, no_host.stdout + no_host.stderr
+    proc = cli(*again, cwd=elsewhere, timeout=180, env={"HOST_TOKEN": "shell-2"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[node1 rank1] token-ok other-ok seed=2 rank=1" in proc.stdout, proc.stdout
+    assert "[node1 rank1] token-ok other-ok host=shell-2 seed=2 rank=1" in proc.stdout, proc.stdout
     assert f"Rerunning {first_id} with env.SEED=2, env.OTHER_SECRET=***" in proc.stdout
     listed = json.loads(cli("list", "-o", "json", check=True).stdout)
     second_id = listed[0]["id"]
@@ -64,17 +70,18 @@ def test_rerun_submits_the_recorded_spec_again_with_secrets_from_their_sources(c
     assert f"rerun of: {first_id}" in cli("status", second_id, check=True).stdout
     # A rerun of a rerun finds the file's secret again; the line's still has to be given.
     third = cli("rerun", second_id, "--set", "env.OTHER_SECRET=given-on-the-line", "--nodes", "1", "-q", "-f",
-                cwd=elsewhere, timeout=180)
-    assert third.returncode == 0 and "token-ok other-ok seed=2 rank=0" in third.stdout, third.stdout + third.stderr
+                cwd=elsewhere, timeout=180, env={"HOST_TOKEN": "shell-3"})
+    assert third.returncode == 0 and "token-ok other-ok host=shell-3 seed=2 rank=0" in third.stdout, \
+        third.stdout + third.stderr
 
     # No value of a secret is in the registry.
     with sqlite3.connect(ddpjob_home / "registry.db") as db:
         dump = "\n".join(db.iterdump())
-    assert "from-the-file" not in dump and "given-on-the-line" not in dump
+    assert "from-the-file" not in dump and "given-on-the-line" not in dump and "shell-" not in dump
 
     # The file changed: its secret is gone, so the rerun says where it looked and how to give it.
     spec.write_text(spec.read_text().replace("API_TOKEN: from-the-file, ", ""))
-    gone = cli("rerun", first_id, "--set", "env.OTHER_SECRET=x", cwd=elsewhere)
+    gone = cli("rerun", first_id, "--set", "env.OTHER_SECRET=x", cwd=elsewhere, env={"HOST_TOKEN": "shell-4"})
     assert gone.returncode == 2 and f"it came from {spec}, which no longer holds it" in gone.stderr, gone.stderr
 
 
