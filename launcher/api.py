@@ -7,7 +7,7 @@ Example::
 
     from launcher import api
 
-    job = api.submit("jobs/quickstart.yaml", target="local", nodes=2)
+    job = api.submit("quickstart.yaml", target="local", nodes=2)   # `ddpjob init` writes it
     state = job.wait()                       # JobState.SUCCEEDED
     for line in job.logs(rank=1, tail=5):
         print(line)

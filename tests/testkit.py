@@ -128,3 +128,57 @@ def wait_for(check: Callable[[], T], what: str, timeout: float = 120, poll: floa
             return value
         time.sleep(poll)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {value!r})")
+
+
+def run_in_pty(argv: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
+               answers: tuple[tuple[str, str], ...] = (), timeout: float = 120) -> tuple[int, str]:
+    """Run ``argv`` with stdin, stdout and stderr on a new pseudo-terminal (what a user at a terminal
+    sees): each ``(prompt, reply)`` of ``answers`` in turn, once ``prompt`` is in the output, types
+    ``reply``; a reply of ``"\\x03"`` is Ctrl-C, which the terminal turns into SIGINT for the program
+    (the terminal is its controlling terminal, as in a shell). Returns (exit code, everything written,
+    with the terminal's \\r\\n as \\n)."""
+    import pty
+    import select
+    import subprocess
+
+    def own_terminal() -> None:
+        import fcntl
+        import termios
+
+        sigint_default()
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # fd 0 is the terminal's other end by now
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
+                            preexec_fn=own_terminal)  # noqa: PLW1509 - no threads here
+    os.close(slave)
+    out = b""
+    looked_from = 0
+    pending = list(answers)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the child's side is closed, it has exited
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if pending and pending[0][0].encode() in out[looked_from:]:
+                os.write(master, pending.pop(0)[1].encode())
+                looked_from = len(out)  # the next prompt is looked for in what comes after
+            if not ready and proc.poll() is not None:
+                break
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            out += f"\n[run_in_pty: still running after {timeout:g} s: killed]".encode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    return proc.wait(), out.decode(errors="replace").replace("\r\n", "\n")

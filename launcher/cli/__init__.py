@@ -1,8 +1,10 @@
 """The ``ddpjob`` command line: parse, call the service, print.
 
 Owns the entry point (``entry``: Ctrl-C while loading, no pydantic plugin scan), the click commands
-(``main``, ``tools`` for completion, rm, prune, doctor and init, ``results`` for results and plot,
-whose matplotlib drawing is ``figure``), the spec options shared by
+(``main``; the others in their own modules, listed in ``more``: ``tools`` for completion, rm,
+prune, doctor and init, ``config``, ``results`` for results and plot, whose matplotlib drawing is
+``figure``, ``rerun``, ``queue`` for list and cancel), submitting and following a job with its
+stages and the Ctrl-C words (``follow``), colour on a terminal (``colour``), the spec options shared by
 commands (``specopts``), errors turned into messages and exit codes (``support``) and how status and
 list look (``show``). May import everything below it (``launcher.service``, ``launcher.spec``,
 ``launcher.doctor``, ``launcher.core``, and ``launcher.targets`` for target names and the typed

@@ -9,12 +9,9 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING
 
 import click
 
-from launcher.cli.follow import follow_to_end as _follow_to_end
-from launcher.cli.follow import wait_line
 from launcher.cli.more import COMMANDS as MORE_COMMANDS
 from launcher.cli.specopts import TARGET_CHOICE, CommandAfterDashes, typed_command
 from launcher.cli.specopts import jobs_service as _jobs
@@ -29,8 +26,6 @@ from launcher.cli.tools import complete_job_ids, complete_spec_files
 from launcher.core.fields import COUNT_MAX
 from launcher.core.states import JobState
 
-if TYPE_CHECKING:
-    from launcher.service.jobs import Submission
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=exit_codes_help())
@@ -44,7 +39,7 @@ def cli(debug: bool) -> None:
       ddpjob init                                    # writes ./quickstart.yaml (ddpjob init --list)
       ddpjob submit quickstart.yaml --target local --nodes 2 -f
       ddpjob submit --target local --nodes 2 -- python train.py --lr 0.1
-      ddpjob render jobs/cifar.yaml --target k8s     # what would be submitted
+      ddpjob render quickstart.yaml --target k8s     # what would be submitted
       ddpjob list;  ddpjob status ID;  ddpjob logs ID -f;  ddpjob cancel ID
 
     Jobs are recorded under $DDPJOB_HOME (default ~/.ddpjob), so any later shell can follow them.
@@ -72,10 +67,10 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
 
     \b
     Examples:
-      ddpjob submit jobs/quickstart.yaml --target local --nodes 2 -f
-      ddpjob submit jobs/sweep.yaml --target slurm
+      ddpjob submit quickstart.yaml --target local --nodes 2 -f   # ddpjob init writes it
+      ddpjob submit sweep.yaml --target slurm                     # ddpjob init sweep
       ddpjob submit --target local --nodes 2 -- python train.py --lr 0.1
-      ddpjob submit jobs/cifar.yaml -t k8s --set k8s.namespace=ml --dry-run
+      ddpjob submit my-job.yaml -t k8s --set k8s.namespace=ml --dry-run
 
     Everything after -- is the command, passed to torchrun as it is (never through a shell);
     without --, the argument is a spec file, whatever its name. The job id is printed at once.
@@ -97,41 +92,9 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
         if dry_run == "server":
             click.echo(service.server_dry_run(plan))
         return
-    from launcher.core.interrupts import deferred_interrupt
-    from launcher.service.jobs import SubmitInterrupted
+    from launcher.cli.follow import submit_and_report
 
-    # Ctrl-C from here on waits until the job is recorded and its id printed (at most the target's
-    # own timeouts): a job is never submitted without the user learning its id.
-    with deferred_interrupt() as held:
-        try:
-            done = service.submit(loaded, target, preflight=not no_preflight)
-        except SubmitInterrupted as e:
-            done = e.submission
-            held.append(signal.SIGINT)
-        _print_submitted(done, target, quiet=quiet, hints=not follow and not held)
-    if held:
-        click.echo(f"\nCtrl-C: {done.job_id} was submitted and runs.\n  follow:  ddpjob logs {done.job_id} -f\n"
-                   f"  cancel:  ddpjob cancel {done.job_id}", err=True)
-        sys.exit(130)
-    if follow:
-        sys.exit(_follow_to_end(service, done.job_id))
-
-
-def _print_submitted(done: Submission, target: str, *, quiet: bool, hints: bool) -> None:
-    job_id, plan = done.job_id, done.plan
-    if quiet:
-        click.echo(job_id)
-        sys.stdout.flush()
-        return
-    click.echo(f"Submitted {job_id} to {target}: {plan.shape()}")
-    click.echo(f"  run dir: {plan.run_dir}")
-    job_dir = done.handle.log_dir()
-    if job_dir:
-        click.echo(f"  job dir: {job_dir}  (scripts, node logs and outputs on the cluster)")
-    if hints:
-        click.echo(f"  follow:  ddpjob logs {job_id} -f")
-        click.echo(f"  status:  ddpjob status {job_id}")
-    sys.stdout.flush()
+    submit_and_report(service, loaded, target, follow=follow, quiet=quiet, preflight=not no_preflight)
 
 
 @cli.command()
@@ -147,7 +110,7 @@ def render(spec_file: str, target: str, nodes: int | None, procs_per_node: str |
 
     \b
     Example:
-      ddpjob render jobs/cifar.yaml --target k8s --nodes 4
+      ddpjob render my-job.yaml --target k8s --nodes 4
     """
     loaded = _load((spec_file,), _overrides(sets, nodes, procs_per_node, name))
     click.echo(_jobs().plan(loaded, _target(target, loaded)).render(), nl=False)
@@ -163,7 +126,7 @@ def validate(spec_files: tuple[str, ...], target: str | None) -> None:
 
     \b
     Example:
-      ddpjob validate jobs/*.yaml --target k8s
+      ddpjob validate *.yaml --target k8s
     """
     import math
 
@@ -223,39 +186,10 @@ def status(job_id: str, output: str) -> None:
         data["progress"], data["notify"] = progress, state_of(rec)
         click.echo(json.dumps(data, indent=2, sort_keys=True))
         return
+    from launcher.cli.colour import enabled
     from launcher.cli.show import status_lines
 
-    for line in status_lines(rec, st, progress):
-        click.echo(line)
-
-
-@cli.command(name="list")
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--limit", type=click.IntRange(0, COUNT_MAX), default=50, show_default=True, help="Newest N jobs (0: all).")
-@click.option("--target", "-t", type=TARGET_CHOICE, help="Only jobs of this target.")
-@click.option("--du", is_flag=True, help="Also show the disk space each job's run directory uses.")
-@_guard
-def list_(output: str, limit: int, target: str | None, du: bool) -> None:
-    """List jobs, newest first (states of unfinished jobs are refreshed, with their progress).
-
-    -o json gives a compact record per job (id, state, shape, native ids, progress); the whole
-    spec and handle are in `ddpjob status ID -o json`.
-    """
-    import json
-
-    from launcher.cli.show import job_summary, job_table
-
-    service = _jobs()
-    fresh = service.list_jobs(limit=limit or None, target=target)
-    progress = {r.id: service.progress(r) for r in fresh if not r.state.terminal}
-    if output == "json":  # compact: the whole spec and handle stay in status -o json
-        click.echo(json.dumps([job_summary(r, progress.get(r.id), service.native_ids(r)) for r in fresh],
-                              indent=2, sort_keys=True))
-        return
-    if not fresh:
-        click.echo("no jobs yet; submit one with: ddpjob submit jobs/quickstart.yaml --target local --nodes 2")
-        return
-    for line in job_table(fresh, progress, disk=du):
+    for line in status_lines(rec, st, progress, colour=enabled(sys.stdout)):
         click.echo(line)
 
 
@@ -265,7 +199,8 @@ def list_(output: str, limit: int, target: str | None, du: bool) -> None:
 @click.option("--node", type=click.IntRange(min=0), help="Only this node (0-based).")
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
 @click.option("--task", type=click.IntRange(min=0), help="Only this run of a sweep (0-based).")
-@click.option("--tail", type=click.IntRange(0, COUNT_MAX), help="Only the last N lines of each source.")
+@click.option("--tail", type=click.IntRange(0, COUNT_MAX),
+              help="Only the last N lines of each node (of each run): N x nodes lines in all.")
 @click.option("--verbose", "-v", is_flag=True, help="Also torchrun's own log records and tracebacks (hidden by default).")
 @_guard
 def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: int | None, tail: int | None,
@@ -279,44 +214,24 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
       ddpjob logs ID -f
       ddpjob logs ID --node 1 --tail 20
       ddpjob logs ID --task 1          # one element of a sweep
+
+    --tail N is per node: the last N lines of every node's log (on Kubernetes, of every pod), so
+    a 2-node job shows up to 2N lines; with --node, N lines of that node.
     """
     from launcher.targets.base import LogFilter
 
     service = _jobs()
     flt = LogFilter(task=task, node=node, rank=rank, tail=tail, verbose=verbose)
     if follow:
-        code = _follow_to_end(service, job_id, flt)
+        from launcher.cli.follow import follow_to_end
+
+        code = follow_to_end(service, job_id, flt)
         sys.exit(0 if code in (0, 1) else code)
+    from launcher.cli import colour
+
+    coloured = colour.enabled(sys.stdout)
     for line in service.logs(job_id, flt, follow=False):
-        click.echo(line)
-
-
-@cli.command()
-@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
-@click.option("--task", type=click.IntRange(min=0), help="Cancel only this run of a sweep (Slurm array element); the others go on.")
-@_guard
-def cancel(job_id: str, task: int | None) -> None:
-    """Stop a job and every process it started. Safe to repeat.
-
-    \b
-    Examples:
-      ddpjob cancel ID
-      ddpjob cancel ID --task 2     # one element of a sweep (Slurm)
-    """
-    from launcher.service.jobs import Cancelled
-
-    service = _jobs()
-    result = service.cancel(job_id, task)
-    rec = service.get(job_id)
-    if result is Cancelled.ALREADY_ENDED:
-        click.echo(f"{rec.id} already ended: {rec.state.value}")
-    elif result is Cancelled.TASK_CANCELLED:
-        click.echo(f"{rec.id}: task {task} cancelled; the other tasks go on")
-    else:
-        click.echo(f"{rec.id}: CANCELLED")
-        note = service.cancel_note(rec.id)
-        if note:
-            click.echo(f"note: {note}", err=True)
+        click.echo(colour.line(line, coloured))
 
 
 @cli.command()
@@ -324,13 +239,32 @@ def cancel(job_id: str, task: int | None) -> None:
 @click.option("--timeout", type=float, help="Give up after this many seconds (exit 124; the job keeps running).")
 @_guard
 def wait(job_id: str, timeout: float | None) -> None:
-    """Wait until a job ends. Exit 0 only if it SUCCEEDED, 1 otherwise."""
+    """Wait until a job ends. Exit 0 only if it SUCCEEDED, 1 otherwise; Ctrl-C (exit 130) stops
+    waiting, not the job.
+
+    \b
+    Example:
+      ddpjob wait ID --timeout 3600 && echo done
+    """
+    from launcher.cli.follow import wait_line
+
     service = _jobs()
     live = sys.stderr.isatty()  # a one-line live stage or progress on a terminal, never when piped
-    rec = service.wait(job_id, timeout, on_poll=wait_line(service, time.monotonic()) if live else None)
+    try:
+        rec = service.wait(job_id, timeout, on_poll=wait_line(service, time.monotonic()) if live else None)
+    except KeyboardInterrupt:
+        from launcher.cli.follow import after_ctrl_c
+
+        job_id = service.get(job_id).id  # the whole id, from the prefix given
+        click.echo(("\r\033[K" if live else "") + after_ctrl_c(job_id, doing="stopped waiting",
+                                                                    again=("wait", f"ddpjob wait {job_id}")), err=True)
+        sys.exit(130)
     if live:
         click.echo("\r\033[K", err=True, nl=False)
-    click.echo(f"{rec.id}: {rec.state.value}" + (f": {rec.message}" if rec.message else ""))
+    from launcher.cli import colour
+
+    shown = colour.state(rec.state.value, rec.state.value, colour.enabled(sys.stdout))
+    click.echo(f"{rec.id}: {shown}" + (f": {rec.message}" if rec.message else ""))
     sys.exit(0 if rec.state is JobState.SUCCEEDED else 1)
 
 

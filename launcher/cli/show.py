@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from launcher.service.queue import Entry
     from launcher.service.registry import JobRecord
     from launcher.targets.base import JobStatus
 
@@ -15,17 +16,22 @@ def when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
-def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] | None = None) -> list[str]:
-    """The job, its state and root cause, its progress, each run (task) and its nodes."""
+def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] | None = None, *,
+                 colour: bool = False) -> list[str]:
+    """The job, its state and root cause, its progress, each run (task) and its nodes; ``colour``:
+    states in colour (``launcher.cli.colour``, on a terminal)."""
+    from launcher.cli.colour import state as painted
     from launcher.core.progress import describe
 
     out: list[str] = []
     out.append(f"job:      {rec.id} ({rec.target})")
-    out.append(f"state:    {rec.state.value}")
+    out.append(f"state:    {painted(rec.state.value, rec.state.value, colour)}")
     if rec.message:
         out.append(f"message:  {rec.message}")
     if progress:
         out.append(f"progress: {describe(progress)}" + (f" (task {progress['task']})" if "task" in progress else ""))
+    if rerun_of := (rec.origin or {}).get("rerun_of"):
+        out.append(f"rerun of: {rerun_of}")
     out.append(f"run dir:  {rec.run_dir}")
     out.append(f"created:  {when(rec.created_at)}" + (f"   ended: {when(rec.ended_at)}" if rec.ended_at else ""))
     if rec.spec.get("notify"):
@@ -40,34 +46,53 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
         for t in st.tasks:
             params = " ".join(f"{k}={v}" for k, v in t.params.items())
             head = f"task {t.index}" + (f" [{t.native_id}]" if t.native_id else "")
-            out.append(f"  {head}: {t.state.value}" + (f" ({params})" if params else "") + (f": {t.message}" if t.message else ""))
+            out.append(f"  {head}: {painted(t.state.value, t.state.value, colour)}" + (f" ({params})" if params else "")
+                       + (f": {t.message}" if t.message else ""))
             for n in t.nodes:
                 extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log", "ended"))
                 out.append(f"    node {n.get('node', '?')}: {extra}")
     return out
 
 
-def job_table(records: list[JobRecord], progress: dict[str, dict[str, Any] | None] | None = None, *,
-              disk: bool = False) -> list[str]:
-    """One row per job, columns aligned; the message (or a running job's progress) last, cut to 60."""
+def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] | None = None, *,
+              disk: bool = False, colour: bool = False) -> list[str]:
+    """One row per job, columns aligned: age (since submit) and duration (submit to end, or to now
+    while it runs); last, a sweep's runs ended (``runs 2/4``) and the message (or a running job's
+    progress), cut to 60. ``colour``: the state column in colour (on a terminal)."""
+    from launcher.cli.colour import state as painted
     from launcher.core.progress import describe
     from launcher.service.cleanup import disk_use
+    from launcher.service.queue import span
 
-    head = ("ID", "TARGET", "STATE", "NODES", "CREATED") + (("SIZE",) if disk else ())
+    now = time.time()
+    head = ("ID", "TARGET", "STATE", "NODES", "AGE", "DURATION") + (("SIZE",) if disk else ())
     rows = [(*head, "MESSAGE")]
-    for r in records:
+    for e in entries:
+        r = e.rec
         note = describe((progress or {}).get(r.id)) or r.message
+        done, total = e.runs()
+        if total > 1:
+            note = f"runs {done if done is not None else '?'}/{total}" + (f"; {note}" if note else "")
         size = (_size(disk_use(r.run_dir)),) if disk else ()
-        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), when(r.created_at), *size, note[:60]))
+        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), span(e.age_s(now)),
+                     span(e.duration_s(now)), *size, note[:60]))
     n = len(head)
     widths = [max(len(row[i]) for row in rows) for i in range(n)]
-    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[n] for row in rows]
+    state_at = head.index("STATE")
+    return ["  ".join(painted(c.ljust(w), c, colour and k > 0 and i == state_at)
+                      for i, (c, w) in enumerate(zip(row, widths))) + "  " + row[n] for k, row in enumerate(rows)]
 
 
-def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: list[str] | None = None) -> dict[str, Any]:
+def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: list[str] | None = None,
+                entry: Entry | None = None) -> dict[str, Any]:
     """The compact record of ``list -o json`` (the whole spec is in ``status -o json``); ``native``:
-    the scheduler's own ids (``Jobs.native_ids``)."""
+    the scheduler's own ids (``Jobs.native_ids``); ``entry``: the queue's view (age, duration, runs
+    ended: None when not known)."""
     shape = rec.shape or {}
+    extra = {}
+    if entry is not None:
+        extra = {"age_s": round(entry.age_s(), 1), "duration_s": round(entry.duration_s(), 1),
+                 "runs_done": entry.runs()[0]}
     return {
         "id": rec.id, "name": rec.name, "target": rec.target, "state": rec.state.value,
         "message": rec.message[:500],
@@ -75,6 +100,7 @@ def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: 
         "ended": datetime.fromtimestamp(rec.ended_at, timezone.utc).isoformat(timespec="seconds") if rec.ended_at else None,
         "nodes": shape.get("nodes", rec.spec.get("nodes")), "procs_per_node": shape.get("procs_per_node"),
         "runs": shape.get("runs"), "native_ids": native or [], "progress": progress,
+        "rerun_of": (rec.origin or {}).get("rerun_of"), **extra,
     }
 
 

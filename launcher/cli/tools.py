@@ -4,7 +4,7 @@ click at start-up; each command imports what it needs."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -29,6 +29,15 @@ def complete_job_ids(ctx: click.Context, param: click.Parameter, incomplete: str
     except Exception:  # noqa: BLE001 - completion must never print a traceback into the shell
         return []
     return [CompletionItem(r.id, help=r.state.value) for r in records if r.id.startswith(incomplete)]
+
+
+def complete_examples(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """The names of the examples ``init`` writes, with what each is as help (zsh and fish show it)."""
+    from click.shell_completion import CompletionItem
+
+    from launcher.spec import examples as starters
+
+    return [CompletionItem(n, help=starters.summary(starters.text(n))) for n in starters.names() if n.startswith(incomplete)]
 
 
 def complete_spec_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
@@ -120,29 +129,38 @@ def prune(older_than: str, states: tuple[str, ...], dry_run: bool) -> None:
               help="Largest all-reduce, in MiB (sizes from 1 MiB, x4 each step).")
 @click.option("--iters", type=click.IntRange(1, 100), default=3, show_default=True, help="Timed all-reduces per size.")
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--report", "report_of", metavar="ID", shell_complete=complete_job_ids,
+              help="Show the report of doctor job ID again (waiting for it to end); runs nothing new.")
 @guard
 def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node: str | None, max_mib: int,
-           iters: int, output: str) -> None:
+           iters: int, output: str, report_of: str | None) -> None:
     """Run a real job that shows what each rank sees and how fast the ranks all-reduce.
 
     With a SPEC, the job keeps its settings (image, env, NCCL options, resources, target options)
     and runs the check instead of its command. Each rank reports its backend, NCCL/Gloo variables,
-    network interfaces, GPUs and versions; all-reduce is timed from 1 MiB to --max-mib and reported
-    as algbw and busbw (busbw = algbw x 2(n-1)/n, as nccl-tests). The verdict warns when ranks
-    disagree on settings or the bandwidth is far below the link's. Exit 1 if the job fails.
+    network interfaces, GPUs and versions; all-reduce is timed from 1 MiB to --max-mib, --iters
+    times per size, and reported as algbw and busbw (busbw = algbw x 2(n-1)/n, as nccl-tests: equal
+    with 2 ranks). The verdict warns when ranks disagree on settings or the bandwidth is far below
+    the link's; when the ranks talk over loopback (one host) it says the bandwidth verdict does not
+    apply. -o json has "ok" (no warning), "bandwidth_verdict" and "notes". Exit 1 if the job fails.
+    Ctrl-C stops waiting, not the job: --report ID shows its report later.
 
     \b
     Examples:
       ddpjob doctor --target local --nodes 2
-      ddpjob doctor jobs/cifar.yaml --target slurm -o json
+      ddpjob doctor my-job.yaml --target slurm -o json     # with your spec's settings
+      ddpjob doctor --report doctor-ab2cd                  # a doctor job's report again
     """
     import json
 
-    from launcher.core.errors import DdpjobError
-    from launcher.core.states import JobState
-    from launcher.doctor import run as doc
-    from launcher.service.jobs import Jobs, load
+    from launcher.service.jobs import Jobs, SubmitInterrupted, load
     from launcher.spec.load import load_spec
+
+    jobs = Jobs()
+    if report_of is not None:
+        _doctor_report(jobs, jobs.get(report_of).id, output)
+        return
+    from launcher.doctor import run as doc
 
     sets = [f"command={json.dumps(doc.probe_command(max_mib, iters))}", "sweep={}", "name=doctor"]
     if nodes is not None:
@@ -150,10 +168,27 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
     if procs_per_node is not None:
         sets.append(f"procs_per_node={procs_per_node}")
     loaded = load(spec_file, overrides=sets) if spec_file else load_spec(None, overrides=sets, base=doc.spec_base(nodes))
-    jobs = Jobs()
-    job_id = jobs.submit(loaded, target).job_id
-    click.echo(f"doctor: job {job_id} on {target}, {loaded.spec.nodes} node(s); waiting for it...", err=True)
-    rec = jobs.wait(job_id)
+    try:
+        job_id = jobs.submit(loaded, target).job_id
+    except SubmitInterrupted as e:
+        _doctor_stopped(e.submission.job_id, "it was submitted")
+    _doctor_report(jobs, job_id, output, f"doctor: job {job_id} on {target}, {loaded.spec.nodes} node(s); waiting for it...")
+
+
+def _doctor_report(jobs: Any, job_id: str, output: str, announce: str = "") -> None:
+    """Wait for doctor job ``job_id`` and print its report; Ctrl-C leaves it running (exit 130)."""
+    try:  # from the first statement: a Ctrl-C right after "waiting for it..." is one too
+        if announce:
+            click.echo(announce, err=True)
+        import json
+
+        from launcher.core.errors import DdpjobError
+        from launcher.core.states import JobState
+        from launcher.doctor import run as doc
+
+        rec = jobs.wait(job_id)
+    except KeyboardInterrupt:
+        _doctor_stopped(job_id, "stopped waiting")
     if rec.state is not JobState.SUCCEEDED:
         raise DdpjobError(f"the doctor job {job_id} {rec.state.value}: {rec.message} (ddpjob logs {job_id})")
     report = doc.collect(jobs, job_id)
@@ -165,8 +200,15 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
     sys.exit(0)
 
 
+def _doctor_stopped(job_id: str, doing: str) -> NoReturn:
+    from launcher.cli.follow import after_ctrl_c
+
+    click.echo(after_ctrl_c(job_id, doing=doing, again=("report", f"ddpjob doctor --report {job_id}")), err=True)
+    sys.exit(130)
+
+
 @click.command()
-@click.argument("example", required=False, default="quickstart", metavar="[EXAMPLE]")
+@click.argument("example", required=False, default="quickstart", metavar="[EXAMPLE]", shell_complete=complete_examples)
 @click.option("--output", "-o", metavar="FILE", help="Where to write it (default: ./EXAMPLE.yaml; '-' prints it).")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("--list", "list_", is_flag=True, help="List the examples and exit.")
@@ -174,7 +216,7 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
 def init(example: str, output: str | None, force: bool, list_: bool) -> None:
     """Write an example job spec to start from (default: quickstart).
 
-    The examples are the ones in the project's jobs/ folder, shipped with ddpjob: quickstart
+    The examples ship with ddpjob (a clone of the project has them in its jobs folder): quickstart
     (synthetic data, about a minute on a laptop CPU), sweep, linreg and cifar. They run ddpjob's
     reference trainer (python -m launcher.train), which needs pip install 'ddpjob[train]'.
 

@@ -78,7 +78,7 @@ def bench(max_mib: int, iters: int, device: Any) -> list[dict[str, Any]]:
         _sync(device)
         elapsed = (time.perf_counter() - start) / iters
         algbw = nbytes / elapsed / 1e9
-        results.append({"bytes": nbytes, "time_us": round(elapsed * 1e6, 1), "algbw_gbps": round(algbw, 4),
+        results.append({"bytes": nbytes, "iters": iters, "time_us": round(elapsed * 1e6, 1), "algbw_gbps": round(algbw, 4),
                         "busbw_gbps": round(algbw * 2 * (n - 1) / n, 4) if n > 1 else round(algbw, 4)})
         mib *= 4
     return results

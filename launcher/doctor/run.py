@@ -118,11 +118,44 @@ def render(report: dict[str, Any], warnings: list[str]) -> list[str]:
         out.append(f"  rank {r.get('rank')} on {r.get('host')} (local rank {r.get('local_rank')}){via}{gpus}")
     out += node_lines(ranks)
     out.append("")
-    out.append(f"{'size':>10}  {'time (us)':>12}  {'algbw (GB/s)':>13}  {'busbw (GB/s)':>13}")
+    out.append(f"{'size':>10}  {'iters':>5}  {'time (us)':>12}  {'algbw (GB/s)':>13}  {'busbw (GB/s)':>13}")
     for r in report.get("results", []):
-        out.append(f"{r['bytes'] / 2**20:>8.0f}Mi  {r['time_us']:>12.1f}  {r['algbw_gbps']:>13.3f}  {r['busbw_gbps']:>13.3f}")
+        out.append(f"{r['bytes'] / 2**20:>8.0f}Mi  {r.get('iters', '?'):>5}  {r['time_us']:>12.1f}  "
+                   f"{r['algbw_gbps']:>13.3f}  {r['busbw_gbps']:>13.3f}")
     out.append("")
-    out += [f"warning: {w}" for w in warnings] or ["verdict: ok (the ranks agree; bandwidth measured at every size)"]
+    out += [f"warning: {w}" for w in warnings] or ["verdict: ok: the ranks agree on their settings"]
+    if report.get("bandwidth_verdict"):
+        out.append(f"bandwidth: {report['bandwidth_verdict']}")
+    out += [f"note: {n}" for n in report.get("notes", [])]
+    return out
+
+
+def bandwidth_verdict(report: dict[str, Any]) -> str:
+    """Whether the bandwidth was judged against the link, and how: ``ok: ...``, ``low: ...``, or
+    why it does not apply (loopback: no network link was measured) or could not be judged."""
+    ranks = report.get("ranks", [])
+    results = report.get("results", [])
+    own = sorted({str(r.get("address")) for r in ranks if r.get("address")})
+    if own and all(netif.is_loopback(a) for a in own):
+        return (f"does not apply: the ranks reach each other over loopback ({', '.join(own)}), so no network "
+                "link was measured; run it across hosts (--target slurm or k8s) to judge the network")
+    speed = _link_gbps(ranks[0].get("env", {}) if ranks else {})
+    if not results:
+        return "not judged: nothing was measured"
+    best = max(r["busbw_gbps"] for r in results)
+    if not speed:
+        return (f"not judged: best busbw {best:.2f} GB/s; the speed of the link in use is unknown here (name its "
+                "interface with nccl.socket_ifname)")
+    word = "low" if best < 0.1 * speed else "ok"
+    return f"{word}: best busbw {best:.2f} GB/s against the {speed:.1f} GB/s the network link should carry"
+
+
+def notes(report: dict[str, Any]) -> list[str]:
+    """What a reader may wonder about the numbers."""
+    out = []
+    if report.get("world_size") == 2:
+        out.append("with 2 ranks busbw = algbw x 2(n-1)/n = algbw x 1: the two columns are equal (each rank "
+                   "sends and receives the whole buffer once), as nccl-tests report it")
     return out
 
 
@@ -131,7 +164,10 @@ def collect(jobs: Any, job_id: str) -> dict[str, Any]:
     lines = list(jobs.logs(job_id, LogFilter(rank=0), follow=False)) or list(jobs.logs(job_id, LogFilter()))
     report = read_report(lines)
     report["job_id"] = job_id
-    report["verdict"] = verdict(report)
+    report["verdict"] = verdict(report)  # the warnings; [] when nothing looks wrong
+    report["ok"] = not report["verdict"]
+    report["bandwidth_verdict"] = bandwidth_verdict(report)
+    report["notes"] = notes(report)
     return report
 
 

@@ -15,7 +15,6 @@ shell (or process) can follow a job. Library code here raises typed errors and n
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import os
 import sys
@@ -37,6 +36,7 @@ from launcher.core.interrupts import deferred_interrupt
 from launcher.core.states import JobState
 from launcher.service.imagebuild import pin as imagebuild
 from launcher.service.loading import load as load  # the service's way in: a spec file or a command
+from launcher.service.origin import origin_of
 from launcher.service.shape import check_count, check_selection, check_timeout, plan_shape
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ class Jobs:
         fixed = spec.master_port if tgt.picks_port else None
         with deferred_interrupt() as interrupted:
             job_id, port = self.registry.reserve(spec.name, target, loaded.spec.model_dump(mode="json"), port=fixed,
-                                                 port_picker=picker)
+                                                 port_picker=picker, origin=origin_of(loaded))
             try:
                 plan = imagebuild.noted(self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True), built)
                 handle = tgt.submit(plan)
@@ -225,35 +225,10 @@ class Jobs:
 
     def list_jobs(self, *, limit: int | None = 50, target: str | None = None) -> list[JobRecord]:
         """Jobs, newest first; unfinished ones are refreshed with one batched query per target.
-        A target out of reach leaves its jobs as last known."""
-        from launcher.targets import get_target
+        A target out of reach leaves its jobs as last known (``launcher.service.queue``)."""
+        from launcher.service.queue import queue
 
-        check_count("--limit", limit)
-        records = self.registry.list(limit=limit or None, target=target)
-        live: dict[str, dict[str, Any]] = {}
-        for rec in records:
-            if not rec.state.terminal and rec.handle is not None:
-                live.setdefault(rec.target, {})[rec.id] = rec.handle
-        stale: dict[str, str] = {}
-        for tname, handles in live.items():
-            try:
-                tgt = get_target(tname)
-                statuses = tgt.status_many({j: tgt.load_handle(h) for j, h in handles.items()})
-            except DdpjobError as e:
-                stale[tname] = str(e)
-                continue
-            for job_id, st in statuses.items():
-                self.registry.update_state(job_id, st.state, st.message)
-        out = []
-        for r in records:
-            if r.target in stale and r.id in live[r.target]:
-                # Last known, not current: say so instead of passing an old state off as news.
-                r = dataclasses.replace(r, message=f"(stale: last known state; {stale[r.target]})"
-                                        + (f" {r.message}" if r.message else ""))
-            elif r.id in live.get(r.target, {}):
-                r = self.registry.get(r.id)
-            out.append(r)
-        return out
+        return [entry.rec for entry in queue(self, limit=limit, target=target)]
 
     def progress(self, rec: JobRecord) -> dict[str, Any] | None:
         """How far the job is (``launcher.core.progress``), as its target can tell: from a run's
@@ -273,8 +248,7 @@ class Jobs:
             WaitTimeout: ``timeout`` seconds passed first; the job keeps running.
         """
         check_timeout(timeout)
-        start = time.monotonic()
-        delay = 0.2
+        start, delay = time.monotonic(), 0.2
         while True:
             rec, _ = self.refresh(job_id)
             if rec.state.terminal:

@@ -28,7 +28,7 @@ def load(spec_path: str | None, *, command: list[str] | None = None, overrides: 
     if spec_path is not None:
         return load_spec(spec_path, text=text, overrides=list(overrides), defaults=layers(), values=list(values))
     if not command:
-        raise UsageError("give a spec file (ddpjob submit jobs/quickstart.yaml) or a command after -- "
+        raise UsageError("give a spec file (ddpjob init writes quickstart.yaml) or a command after -- "
                          "(ddpjob submit --nodes 2 -- python train.py)")
     words = [a if isinstance(a, str) else "-" for a in command]  # the API may pass anything: validation says what
     base = {"name": sanitize_name(os.path.splitext(os.path.basename(_named_after(words)))[0]), "command": list(command)}

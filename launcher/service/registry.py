@@ -16,7 +16,7 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,10 +44,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_at  REAL NOT NULL,
     updated_at  REAL NOT NULL,
     ended_at    REAL,
-    shape_json  TEXT
+    shape_json  TEXT,
+    origin_json TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
 """
+_ADDED_COLUMNS = {"shape_json": "ALTER TABLE jobs ADD COLUMN shape_json TEXT",
+                  "origin_json": "ALTER TABLE jobs ADD COLUMN origin_json TEXT"}
 _ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o, 1/l: ids are read aloud and typed
 _TERMINAL_SQL = tuple(s.value for s in TERMINAL)
 
@@ -69,6 +72,9 @@ class JobRecord:
     updated_at: float
     ended_at: float | None
     shape: dict[str, int] | None = None  # runs, nodes, procs_per_node of the submitted plan
+    # Where the spec came from (``launcher.service.origin``): working directory, spec file, which
+    # secret values came from where (names only), and the job a rerun came from.
+    origin: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +82,7 @@ class JobRecord:
             "message": self.message, "run_dir": self.run_dir, "port": self.port,
             "created_at": self.created_at, "updated_at": self.updated_at, "ended_at": self.ended_at,
             "handle": self.handle, "spec": mask_spec(self.spec), "shape": self.shape,
+            "origin": self.origin, "rerun_of": (self.origin or {}).get("rerun_of"),
         }
 
 
@@ -141,9 +148,10 @@ class Registry:
                 with _setup_lock(self.path):
                     conn.execute("PRAGMA journal_mode=WAL")
                     conn.executescript(_SCHEMA)
-                    if "shape_json" not in {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}:
-                        # a registry written before shapes were recorded
-                        conn.execute("ALTER TABLE jobs ADD COLUMN shape_json TEXT")
+                    have = {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
+                    for column, sql in _ADDED_COLUMNS.items():  # a registry written before they were recorded
+                        if column not in have:
+                            conn.execute(sql)
                 self._ready = True
             if write:
                 # IMMEDIATE takes the write lock up front: read-then-write (id, port) stays atomic.
@@ -167,6 +175,7 @@ class Registry:
         *,
         port: int | None = None,
         port_picker: Callable[[set[int]], int] | None = None,
+        origin: dict[str, Any] | None = None,
     ) -> tuple[str, int | None]:
         """Phase one: insert a PENDING job with a new id (and, for targets that need one, a port).
 
@@ -176,6 +185,7 @@ class Registry:
             port_picker: returns a port free on this machine and not in the ports of live jobs it is
                 given; called inside the same transaction as the insert, so two submits at the same
                 moment never get the same port.
+            origin: where the spec came from (``launcher.service.origin``; names, never values).
         Returns:
             (job id, the port recorded or None).
         """
@@ -192,11 +202,11 @@ class Registry:
                 run_dir = str(self.runs_dir() / job_id)
                 try:
                     conn.execute(
-                        "INSERT INTO jobs (id, name, target, state, spec_json, run_dir, port, created_at, updated_at)"
-                        " VALUES (:id, :name, :target, :state, :spec, :run_dir, :port, :now, :now)",
+                        "INSERT INTO jobs (id, name, target, state, spec_json, run_dir, port, created_at, updated_at,"
+                        " origin_json) VALUES (:id, :name, :target, :state, :spec, :run_dir, :port, :now, :now, :origin)",
                         {"id": job_id, "name": name, "target": target, "state": JobState.PENDING.value,
                          "spec": json.dumps(mask_spec(spec), sort_keys=True), "run_dir": run_dir, "port": port,
-                         "now": now},
+                         "now": now, "origin": json.dumps(origin, sort_keys=True) if origin else None},
                     )
                     return job_id, port
                 except sqlite3.IntegrityError:
@@ -272,12 +282,22 @@ class Registry:
 
         raise JobNotFound(job_id, difflib.get_close_matches(job_id, ids, n=3, cutoff=0.6))
 
-    def list(self, limit: int | None = None, target: str | None = None) -> list[JobRecord]:
-        sql = "SELECT * FROM jobs"
+    def list(self, limit: int | None = None, target: str | None = None, *, states: Iterable[JobState] = (),
+             name: str | None = None) -> list[JobRecord]:
+        """Jobs, newest first: of ``target``, in one of ``states``, with a name matching the glob
+        ``name`` (``sweep-*``), when given."""
+        sql = "SELECT * FROM jobs WHERE 1 = 1"
         params: dict[str, Any] = {}
         if target:
-            sql += " WHERE target = :target"
+            sql += " AND target = :target"
             params["target"] = target
+        wanted = sorted({s.value for s in states})
+        if wanted:
+            sql += f" AND state IN ({','.join(f':s{i}' for i in range(len(wanted)))})"
+            params.update({f"s{i}": v for i, v in enumerate(wanted)})
+        if name:
+            sql += " AND name GLOB :name"
+            params["name"] = name
         sql += " ORDER BY created_at DESC, id"
         if limit:
             sql += " LIMIT :limit"
@@ -293,6 +313,7 @@ def _record(row: sqlite3.Row) -> JobRecord:
         run_dir=row["run_dir"], port=row["port"], message=row["message"], created_at=row["created_at"],
         updated_at=row["updated_at"], ended_at=row["ended_at"],
         shape=json.loads(row["shape_json"]) if row["shape_json"] else None,
+        origin=json.loads(row["origin_json"]) if row["origin_json"] else None,
     )
 
 

@@ -39,6 +39,9 @@ class LoadedSpec:
     locations: dict[tuple[str | int, ...], tuple[int, int]] = field(default_factory=dict)
     override_sources: dict[tuple[str | int, ...], str] = field(default_factory=dict)
     default_target: tuple[str, str] | None = None  # (target, where): from the project file or user config
+    # A spec not read from a file of its own (a rerun): where it came from, as the registry records
+    # it (``launcher.service.origin``); None: from ``file`` and the overrides.
+    origin: dict[str, Any] | None = None
 
     def chosen_target(self, flag: str | None) -> str:
         """``flag`` (``--target``), else the project file's or user config's target, else local."""

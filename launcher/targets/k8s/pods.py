@@ -103,6 +103,17 @@ def read_chunks(resp: Any) -> Iterator[bytes]:
 
 
 def close(resp: Any) -> None:
+    """Close a log stream, also while another thread is blocked reading it (Ctrl-C on ``logs -f``):
+    the socket is shut down first, so that read returns; closing alone waits for the reader's lock,
+    for ever on a quiet stream."""
+    import socket
+
+    sock = getattr(getattr(resp, "connection", None), "sock", None)
+    if isinstance(sock, socket.socket):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
     try:
         resp.close()
         resp.release_conn()

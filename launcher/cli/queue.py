@@ -1,0 +1,162 @@
+"""The queue view: ``ddpjob list`` (age, duration, a sweep's runs, filters) and ``ddpjob cancel``
+(one job, several, or ``--all`` that match filters, confirmed). Imports only click at start-up."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from launcher.cli.specopts import TARGET_CHOICE
+from launcher.cli.specopts import jobs_service as _jobs
+from launcher.cli.support import guard
+from launcher.cli.tools import complete_job_ids
+from launcher.core.fields import COUNT_MAX
+from launcher.core.states import JobState
+
+STATE_CHOICE = click.Choice([s.value for s in JobState], case_sensitive=False)
+
+
+def _filters(fn: click.decorators.FC) -> click.decorators.FC:
+    for deco in reversed([
+        click.option("--state", "states", type=STATE_CHOICE, multiple=True,
+                     help="Only jobs in this state (repeatable; e.g. --state running --state pending)."),
+        click.option("--target", "-t", type=TARGET_CHOICE, help="Only jobs of this target."),
+        click.option("--name", help="Only jobs whose name matches this glob (e.g. 'sweep-*'; quote it)."),
+    ]):
+        fn = deco(fn)
+    return fn
+
+
+def _states(states: tuple[str, ...]) -> list[JobState]:
+    return [JobState(s.upper()) for s in states]
+
+
+@click.command(name="list")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--limit", type=click.IntRange(0, COUNT_MAX), default=50, show_default=True, help="Newest N jobs (0: all).")
+@_filters
+@click.option("--du", is_flag=True, help="Also show the disk space each job's run directory uses.")
+@guard
+def list_(output: str, limit: int, states: tuple[str, ...], target: str | None, name: str | None, du: bool) -> None:
+    """List jobs, newest first (states of unfinished jobs are refreshed, with their progress).
+
+    AGE is the time since submit, DURATION from submit to the end (to now while it runs); a sweep
+    shows how many of its runs have ended (runs 2/4). -o json gives a compact record per job (id,
+    state, shape, native ids, progress, age_s, duration_s, runs_done, rerun_of); the whole spec and
+    handle are in `ddpjob status ID -o json`.
+
+    \b
+    Examples:
+      ddpjob list --state running --state pending
+      ddpjob list --target slurm --name 'sweep-*' -o json
+    """
+    import json
+
+    from launcher.cli.show import job_summary, job_table
+    from launcher.service.queue import queue
+
+    service = _jobs()
+    entries = queue(service, limit=limit or None, target=target, states=_states(states), name=name)
+    progress = {e.rec.id: service.progress(e.rec) for e in entries if not e.rec.state.terminal}
+    if output == "json":  # compact: the whole spec and handle stay in status -o json
+        click.echo(json.dumps([job_summary(e.rec, progress.get(e.rec.id), service.native_ids(e.rec), e)
+                               for e in entries], indent=2, sort_keys=True))
+        return
+    if not entries:
+        if states or target or name:
+            click.echo("no job matches")
+        else:
+            click.echo("no jobs yet; write an example spec with `ddpjob init`, then: "
+                       "ddpjob submit quickstart.yaml --target local --nodes 2")
+        return
+    from launcher.cli.colour import enabled
+
+    for line in job_table(entries, progress, disk=du, colour=enabled(sys.stdout)):
+        click.echo(line)
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_job_ids)
+@click.option("--task", type=click.IntRange(min=0), help="Cancel only this run of a sweep (Slurm array element); the others go on.")
+@click.option("--all", "all_", is_flag=True, help="Every unfinished job matching --state/--target/--name (all of them without one).")
+@_filters
+@click.option("--yes", "-y", is_flag=True, help="Do not ask: needed to cancel several jobs when not on a terminal.")
+@guard
+def cancel(job_ids: tuple[str, ...], task: int | None, all_: bool, states: tuple[str, ...], target: str | None,
+           name: str | None, yes: bool) -> None:
+    """Stop jobs and every process they started. Safe to repeat.
+
+    Several jobs at once (several ids, or --all) are listed and confirmed first on a terminal;
+    elsewhere (a script, a pipe) give --yes. Unknown ids cancel nothing.
+
+    \b
+    Examples:
+      ddpjob cancel ID
+      ddpjob cancel ID --task 2                     # one element of a sweep (Slurm)
+      ddpjob cancel ID1 ID2
+      ddpjob cancel --all --target local --yes      # every unfinished local job
+      ddpjob cancel --all --name 'sweep-*' --state pending
+    """
+    from launcher.core.errors import DdpjobError, UsageError
+    from launcher.service.queue import queue
+
+    service = _jobs()
+    if all_ and job_ids:
+        raise UsageError("give job ids or --all, not both")
+    if not all_ and not job_ids:
+        raise UsageError("give the id of the job to cancel (ddpjob list shows them), or --all with filters")
+    if not all_ and (states or target or name):
+        raise UsageError("--state, --target and --name choose jobs for --all: ddpjob cancel --all --state running")
+    if task is not None and (all_ or len(job_ids) != 1):
+        raise UsageError("--task cancels one run of one job: give exactly one id")
+    if all_:
+        wanted = _states(states) or [s for s in JobState if not s.terminal]
+        chosen = [e.rec for e in queue(service, limit=None, target=target, states=wanted, name=name)
+                  if not e.rec.state.terminal]
+        if not chosen:
+            click.echo("no unfinished job matches; nothing to cancel")
+            return
+    else:
+        chosen = list({r.id: r for r in (service.get(j) for j in job_ids)}.values())  # all known, or none cancelled
+    if (all_ or len(chosen) > 1) and not yes:
+        _confirm([r.id + f"  ({r.target}, {r.state.value})" for r in chosen])
+    from launcher.service.jobs import Cancelled
+
+    failed = 0
+    for rec in chosen:
+        try:
+            result = service.cancel(rec.id, task)
+        except DdpjobError as e:
+            if len(chosen) == 1:
+                raise
+            click.echo(f"ddpjob: error: {rec.id}: {e}", err=True)
+            failed = failed or e.exit_code
+            continue
+        if result is Cancelled.ALREADY_ENDED:
+            click.echo(f"{rec.id} already ended: {service.get(rec.id).state.value}")
+        elif result is Cancelled.TASK_CANCELLED:
+            click.echo(f"{rec.id}: task {task} cancelled; the other tasks go on")
+        else:
+            click.echo(f"{rec.id}: CANCELLED")
+            note = service.cancel_note(rec.id)
+            if note:
+                click.echo(f"note: {note}", err=True)
+    if failed:
+        sys.exit(failed)
+
+
+def _confirm(lines: list[str]) -> None:
+    """Ask on a terminal; refuse (exit 2) without one: several jobs are never cancelled unasked."""
+    from launcher.core.errors import UsageError
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError(f"this would cancel {len(lines)} jobs; add --yes to do it without a terminal to ask on "
+                         "(nothing was cancelled)")
+    click.echo(f"These {len(lines)} jobs will be cancelled:")
+    for line in lines:
+        click.echo(f"  {line}")
+    if not click.confirm("Cancel them?", default=False):
+        click.echo("Nothing was cancelled.", err=True)
+        sys.exit(1)
+

@@ -1,0 +1,71 @@
+"""``ddpjob rerun ID``: submit a recorded job's spec again, with overrides. Imports only click at
+start-up."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from launcher.cli.specopts import TARGET_CHOICE
+from launcher.cli.specopts import jobs_service as _jobs
+from launcher.cli.specopts import overrides as _overrides
+from launcher.cli.support import guard
+from launcher.cli.tools import complete_job_ids
+
+
+@click.command()
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
+@click.option("--target", "-t", type=TARGET_CHOICE, help="Where to run (default: where ID ran).")
+@click.option("--nodes", "-n", type=int, help="Override nodes.")
+@click.option("--procs-per-node", "-p", help="Override procs_per_node (an integer or 'auto').")
+@click.option("--name", help="Override the job name.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override any field, e.g. --set env.SEED=2 (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing is submitted or recorded.")
+@click.option("--follow", "-f", is_flag=True, help="Stream logs until the job ends; exit with its result.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the new job id.")
+@click.option("--no-preflight", is_flag=True, help="Do not check first that the script or module exists.")
+@guard
+def rerun(job_id: str, target: str | None, nodes: int | None, procs_per_node: str | None, name: str | None,
+          sets: tuple[str, ...], dry_run: bool, follow: bool, quiet: bool, no_preflight: bool) -> None:
+    """Submit the spec a job ran with again, with overrides; the new job records which job it reruns.
+
+    \b
+    Examples:
+      ddpjob rerun ID                         # the same job again, where it ran
+      ddpjob rerun ID --set env.SEED=2 -f     # with a change, following its logs
+      ddpjob rerun ID --target slurm --nodes 4
+
+    The spec is the one recorded for ID (status -o json shows it), run from the folder ID was
+    submitted from. Secret values are never stored: each is read again from the spec file it
+    came from, and one that came from the command line (or the file no longer holds) must be
+    given again with --set env.NAME=VALUE; env_from_host names are read from your shell, as at
+    submit. `ddpjob status NEW` and `ddpjob list -o json` show `rerun_of`.
+    """
+    from launcher.service.origin import rerun_spec
+
+    service = _jobs()
+    rec = service.get(job_id)
+    loaded = rerun_spec(rec, _overrides(sets, nodes, procs_per_node, name))
+    where = (loaded.origin or {}).get("cwd")
+    if where and where != os.getcwd():
+        # Relative paths in the spec (the script, workdir, Slurm's folder) mean what they meant then.
+        try:
+            os.chdir(where)
+        except OSError as e:
+            click.echo(f"note: {where}, where {rec.id} was submitted from, cannot be used ({e.strerror}); "
+                       "running from here", err=True)
+            loaded.origin = {**(loaded.origin or {}), "cwd": os.getcwd()}
+    chosen = target or rec.target
+    if dry_run:
+        click.echo(service.plan(loaded, chosen).render(), nl=False)
+        return
+    from launcher.cli.follow import submit_and_report
+
+    if not quiet:
+        from launcher.spec.secrets import mask_override, printable
+
+        shown = ", ".join(printable(mask_override(s)) for s in sets)
+        click.echo(f"Rerunning {rec.id}" + (f" with {shown}" if shown else ""))
+    submit_and_report(service, loaded, chosen, follow=follow, quiet=quiet, preflight=not no_preflight)

@@ -1,0 +1,124 @@
+"""Where a job's spec came from, and the spec a rerun submits again.
+
+The registry keeps each job's spec with the values of secret-named variables masked (``***``), and
+beside it the job's *origin*: the folder it was submitted from, the spec file (absolute), for each
+secret variable where its value came from (``file``: the spec file; ``set``: a ``--set`` on the
+command line, or standard input), and, for a rerun, the job it reruns. Names only, never a value.
+
+``rerun_spec`` turns a recorded job back into a loaded spec: the recorded spec, each masked value
+read again from the same source (the spec file, still at its path) or given again with ``--set
+env.NAME=VALUE``, then the rerun's own overrides. ``env_from_host`` names are read from the
+submitting shell at submit, as for any job. A value that cannot be found again is refused (exit 2)
+with the way to give it; no value is ever stored to make a rerun possible.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from launcher.spec.secrets import MASK, is_secret
+
+if TYPE_CHECKING:
+    from launcher.service.registry import JobRecord
+    from launcher.spec.load import LoadedSpec
+
+_STDIN = "<stdin>"  # launcher.spec.load.STDIN_NAME (not imported: that module loads pydantic)
+
+
+def origin_of(loaded: LoadedSpec) -> dict[str, Any]:
+    """The origin the registry records for a job submitted from ``loaded`` (names, never values)."""
+    if loaded.origin is not None:
+        return loaded.origin
+    file = loaded.file if loaded.file not in (None, _STDIN) else None
+    spec_file = os.path.abspath(file) if file else None
+
+    def source(name: str) -> str:
+        given = ("env", name) in loaded.override_sources or ("env",) in loaded.override_sources
+        return "set" if given or spec_file is None else "file"
+
+    return {"cwd": os.getcwd(), "spec_file": spec_file,
+            "secrets": {name: source(name) for name in sorted(loaded.spec.env) if is_secret(name)}}
+
+
+def rerun_spec(rec: JobRecord, overrides: list[str]) -> LoadedSpec:
+    """The recorded spec of ``rec`` with its secret values read again and ``overrides`` applied.
+
+    Raises:
+        SpecError: a secret value that cannot be read again (each named, with how to give it), or
+            what the overrides make wrong.
+    """
+    from launcher.core.errors import Issue, SpecError
+    from launcher.spec.load import load_spec, parse_override
+
+    origin = rec.origin or {}
+    sources: dict[str, str] = dict(origin.get("secrets") or {})
+    env = dict(rec.spec.get("env") or {})
+    given = {parse_override(o)[0] for o in overrides}
+    masked = [n for n, v in env.items() if v == MASK and (n in sources or is_secret(n))]
+    missing: list[Issue] = []
+    from_file = _file_env(origin.get("spec_file")) if any(sources.get(n) == "file" for n in masked) else {}
+    for name in masked:
+        if ("env", name) in given or ("env",) in given:
+            sources[name] = "set"
+            continue
+        value = from_file.get(name) if sources.get(name) == "file" else None
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            env[name] = str(value)
+            continue
+        missing.append(Issue(("env", name), _why_missing(sources.get(name), origin.get("spec_file")),
+                             hint=f"give it again: ddpjob rerun {rec.id} --set env.{name}=VALUE (or name it "
+                             "in env_from_host, so the job takes it from your shell and ddpjob stores nothing)",
+                             source=f"the recorded spec of {rec.id}"))
+    if missing:
+        raise SpecError(None, missing)
+    data = _without_defaults({**rec.spec, "env": env})
+    loaded = load_spec(None, overrides=overrides, base=data)
+    loaded.origin = {"cwd": origin.get("cwd") or os.getcwd(), "spec_file": origin.get("spec_file"),
+                     "secrets": {n: sources.get(n, "set") for n in sorted(loaded.spec.env) if is_secret(n)},
+                     "rerun_of": rec.id}
+    return loaded
+
+
+def _without_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """The recorded spec as its author wrote it, near enough: the registry records every field, and
+    a default written out is not always the same as a field left out (``k8s.runtime`` is refused
+    on a PyTorchJob when it is given). Fields equal to their default are left out again."""
+    from launcher.spec.model import JobSpec
+
+    defaults = JobSpec.model_validate({"name": "x", "command": ["x"]}).model_dump(mode="json")
+
+    def strip(have: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, value in have.items():
+            if key in default and value == default[key]:
+                continue
+            both = isinstance(value, dict) and isinstance(default.get(key), dict)
+            out[key] = strip(value, default[key]) if both else value
+        return out
+
+    return {**strip(data, defaults), "name": data["name"], "command": data["command"]}
+
+
+def _why_missing(source: str | None, spec_file: str | None) -> str:
+    if source == "file" and spec_file:
+        return (f"a secret value, not stored by ddpjob; it came from {spec_file}, which no longer holds it "
+                "(moved, removed or changed)")
+    if source == "set":
+        return "a secret value, not stored by ddpjob; it was given on the command line (--set) or standard input"
+    return "a secret value, not stored by ddpjob, and where it came from was not recorded"
+
+
+def _file_env(path: str | None) -> dict[str, Any]:
+    """The ``env`` mapping of the spec file at ``path`` as it is now ({} when it cannot be read)."""
+    if not path:
+        return {}
+    from launcher.core.errors import SpecError
+    from launcher.spec import yamlread
+
+    try:
+        data, _, issues = yamlread.parse(yamlread.read_spec_text(path), path)
+    except (SpecError, OSError):
+        return {}
+    env = data.get("env") if isinstance(data, dict) and not issues else None
+    return env if isinstance(env, dict) else {}
