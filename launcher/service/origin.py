@@ -49,7 +49,9 @@ def rerun_spec(rec: JobRecord, overrides: list[str]) -> LoadedSpec:
             what the overrides make wrong.
     """
     from launcher.core.errors import Issue, SpecError
+    from launcher.spec.defaults import layers
     from launcher.spec.load import load_spec, parse_override
+    from launcher.spec.secrets import shown_url
 
     origin = rec.origin or {}
     sources: dict[str, str] = dict(origin.get("secrets") or {})
@@ -70,9 +72,21 @@ def rerun_spec(rec: JobRecord, overrides: list[str]) -> LoadedSpec:
                              hint=f"give it again: ddpjob rerun {rec.id} --set env.{name}=VALUE (or name it "
                              "in env_from_host, so the job takes it from your shell and ddpjob stores nothing)",
                              source=f"the recorded spec of {rec.id}"))
+    notify = dict(rec.spec.get("notify") or {})
+    masked_url = notify.get("url") if str(notify.get("url") or "").endswith("/***") else None
+    if masked_url and not {("notify", "url"), ("notify",)} & given:
+        # Read again where it can have come from: the spec file, the project file, the user config.
+        places = [_file_spec(origin.get("spec_file")), *(layer.data for layer in layers())]
+        urls = [p["notify"].get("url") for p in places if isinstance(p.get("notify"), dict)]
+        notify["url"] = next((u for u in urls if isinstance(u, str) and shown_url(u) == masked_url), None)
+        if notify["url"] is None:
+            missing.append(Issue(("notify", "url"), f"the URL ({masked_url}) is not stored by ddpjob (a webhook's "
+                                 "path is often its secret), and neither the spec file nor a defaults file holds "
+                                 "it now", hint=f"give it again: ddpjob rerun {rec.id} --set notify.url=URL",
+                                 source=f"the recorded spec of {rec.id}"))
     if missing:
         raise SpecError(None, missing)
-    data = _without_defaults({**rec.spec, "env": env})
+    data = _without_defaults({**rec.spec, "env": env, **({"notify": notify} if notify else {})})
     loaded = load_spec(None, overrides=overrides, base=data)
     loaded.origin = {"cwd": origin.get("cwd") or os.getcwd(), "spec_file": origin.get("spec_file"),
                      "secrets": {n: sources.get(n, "set") for n in sorted(loaded.spec.env) if is_secret(n)},
@@ -111,6 +125,12 @@ def _why_missing(source: str | None, spec_file: str | None) -> str:
 
 def _file_env(path: str | None) -> dict[str, Any]:
     """The ``env`` mapping of the spec file at ``path`` as it is now ({} when it cannot be read)."""
+    env = _file_spec(path).get("env")
+    return env if isinstance(env, dict) else {}
+
+
+def _file_spec(path: str | None) -> dict[str, Any]:
+    """The spec file at ``path`` as it is now, as plain data ({} when it cannot be read)."""
     if not path:
         return {}
     from launcher.core.errors import SpecError
@@ -120,5 +140,4 @@ def _file_env(path: str | None) -> dict[str, Any]:
         data, _, issues = yamlread.parse(yamlread.read_spec_text(path), path)
     except (SpecError, OSError):
         return {}
-    env = data.get("env") if isinstance(data, dict) and not issues else None
-    return env if isinstance(env, dict) else {}
+    return data if isinstance(data, dict) and not issues else {}

@@ -131,3 +131,21 @@ def test_delivery_is_claimed_once_and_a_broken_url_is_named_without_its_path(tmp
     assert first is not None and first["url"].startswith("not delivered to http://127.0.0.1:9/***")
     assert "s3cret" not in json.dumps(first) and notifier.deliver(rec, options) is None  # at most once
     assert notifier.read(str(tmp_path)) == first
+
+
+@pytest.mark.real
+def test_rerun_reads_the_webhook_url_again_or_asks_for_it(cli, tmp_path, hook):
+    """The registry keeps the URL masked: a rerun takes it again from the spec file, or asks."""
+    (tmp_path / "ok.py").write_text("print('fine')\n")
+    (tmp_path / "s.yaml").write_text(f"name: ok\ncommand: [python, ok.py]\nnotify: {{url: '{hook.url}'}}\n")
+    first = cli("submit", "-q", "s.yaml", cwd=tmp_path, check=True).stdout.strip()
+    assert cli("wait", first, "--timeout", "120").returncode == 0
+    again = cli("rerun", first, "-q", cwd=tmp_path, check=True).stdout.strip()
+    assert cli("wait", again, "--timeout", "120").returncode == 0
+    wait_for(lambda: len(hook.posts) == 2, "both notifications", timeout=60)
+    assert [(path, body["job_id"]) for path, body in hook.posts] == [("/T0/s3cret-path", first), ("/T0/s3cret-path", again)]
+    by_flag = cli("submit", "-q", "--notify-url", hook.url, "--", "python", "ok.py", cwd=tmp_path, check=True).stdout.strip()
+    assert cli("wait", by_flag, "--timeout", "120").returncode == 0
+    refused = cli("rerun", by_flag, cwd=tmp_path)
+    assert refused.returncode == 2 and "notify.url: the URL (http://127.0.0.1:" in refused.stderr, refused.stderr
+    assert f"ddpjob rerun {by_flag} --set notify.url=URL" in refused.stderr and "s3cret" not in refused.stderr
