@@ -22,6 +22,7 @@ from launcher.cli.support import DEBUG, exit_codes_help, flush_stdout
 from launcher.cli.support import guard as _guard
 from launcher.cli.support import interrupted as _interrupted
 from launcher.cli.tools import TOOLS, complete_job_ids, complete_spec_files
+from launcher.cli.ui import ui as _ui
 from launcher.core.fields import COUNT_MAX
 from launcher.core.states import JobState
 
@@ -355,6 +356,7 @@ def wait(job_id: str, timeout: float | None) -> None:
 
 for _tool in TOOLS:  # completion, rm, prune, doctor, init (launcher/cli/tools.py)
     cli.add_command(_tool)
+cli.add_command(_ui)  # the dashboard (launcher/cli/ui.py)
 
 
 def main() -> None:
