@@ -71,6 +71,8 @@ REAL_FIXTURES = {
     "k8s_api": "the loopback Kubernetes API server over HTTP (tests/k8s/conftest.py)",
     "engine_image": "podman and the training image (tests/container/conftest.py)",
     "run_torchrun": "a real torchrun (tests/train/conftest.py)",
+    "dashboard": "the ddpjob ui server (tests/ui/conftest.py)",
+    "browser": "a headless chromium (tests/ui/conftest.py)",
 }
 REAL_MARKERS = ("slurm",)  # a module marked slurm needs the cluster: real too
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 SCRIPT = """\
 "use strict";
 (function () {
+  function toEnd(el) {  // a log shows its newest lines
+    el.querySelectorAll("pre.log").forEach(function (p) { p.scrollTop = p.scrollHeight; });
+  }
   function follow(el) {
     var every = parseInt(el.getAttribute("data-every") || "2000", 10);
     function tick() {
@@ -19,11 +22,13 @@ SCRIPT = """\
         .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
         .then(function (html) {
           el.innerHTML = html;
+          toEnd(el);
           el.removeAttribute("data-stale");
           if (!el.querySelector("[data-final]")) { setTimeout(tick, every); }
         })
         .catch(function () { el.setAttribute("data-stale", "1"); setTimeout(tick, every * 2); });
     }
+    toEnd(el);
     if (!el.querySelector("[data-final]")) { setTimeout(tick, every); }
   }
   document.querySelectorAll("[data-live]").forEach(follow);

@@ -55,6 +55,7 @@ def state_badge(state: str) -> str:
 def page(title: str, body: str, token: str, home: str) -> str:
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            "<link rel=\"icon\" href=\"data:,\">"  # no favicon request (it would need the token)
             f"<title>{escape(title)}</title><link rel=\"stylesheet\" href=\"{url('/static/style.css', token)}\">"
             f"</head><body><header><a href=\"{url('/', token)}\">ddpjob</a>"
             f"<span class=\"where\">jobs in {escape(home)}</span></header><main>{body}</main>"
@@ -141,7 +142,9 @@ def runs_section(view: JobView, token: str) -> str:
                    f"{cells}<td>{link}</td></tr>")
     out.append("</tbody></table>")
     metrics = [m for m in PREFERRED if any(m in r.curves for r in runs)]
-    metrics += sorted({m for r in runs for m in r.curves} - set(metrics))
+    # Then the others that change (a constant, such as the evaluation's sample count, says nothing).
+    metrics += sorted(m for m in {m for r in runs for m in r.curves} - set(metrics)
+                      if len({v for r in runs for _, v in r.curves.get(m, [])}) > 1)
     charts = [chart(m, [(run_label(r), colour(r.index), r.curves.get(m, [])) for r in runs]) for m in metrics[:MAX_CHARTS]]
     if charts:
         out.append(f"<div class=\"charts\">{''.join(charts)}</div>")
@@ -190,8 +193,9 @@ def job_live(view: JobView, token: str, now: float | None = None) -> str:
     facts = [("state", state_badge(rec.state.value)), ("created", f"{when(rec.created_at)} ({age(now - rec.created_at)} ago)")]
     if rec.ended_at:
         facts.append(("ended", when(rec.ended_at)))
-    if view.progress:
-        facts.append(("progress", progress_cell(view.progress)))
+    if view.progress:  # no ETA once the job has ended
+        shown = {k: v for k, v in view.progress.items() if k != "eta_s" or not rec.state.terminal}
+        facts.append(("progress", progress_cell(shown)))
     facts.append(("run dir", f"<code>{escape(rec.run_dir)}</code>"))
     out = ["<dl class=\"facts\">", *(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts), "</dl>"]
     if rec.message:

@@ -33,12 +33,17 @@ class Dashboard:
 
 
 def check_installed() -> None:
-    """``TargetUnavailable`` (exit 3) naming the extra when Starlette or uvicorn is missing."""
-    import importlib.util
+    """``TargetUnavailable`` (exit 3) naming the extra when Starlette or uvicorn cannot be imported."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise TargetUnavailable(f"{EXTRA_HINT}; here: {e}") from e
 
-    missing = [m for m in ("starlette", "uvicorn") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise TargetUnavailable(f"{EXTRA_HINT}; missing here: {', '.join(missing)}")
+
+def risk(host: str, port: int) -> str | None:
+    """What listening on ``host`` exposes (None for loopback), said before the dashboard starts."""
+    return None if is_loopback(host) else RISK.format(host=url_host(host or "0.0.0.0"), port=port)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -73,7 +78,6 @@ def prepare(jobs: Jobs, host: str, port: int) -> Dashboard:
     app = create_app(jobs, token, allowed_hosts(host, actual), actual)
     shown = socket.gethostname() if host in WILDCARDS else host
     url = f"http://{url_host(shown)}:{actual}/?token={token}"
-    risk = None if is_loopback(host) else RISK.format(host=url_host(host or "0.0.0.0"), port=actual)
     # No access log: every request's URL carries the token, and the terminal is not the place for it.
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                            server_header=False))
@@ -82,4 +86,4 @@ def prepare(jobs: Jobs, host: str, port: int) -> Dashboard:
         with sock:
             server.run(sockets=[sock])
 
-    return Dashboard(sock, url, token, risk, run)
+    return Dashboard(sock, url, token, risk(host, actual), run)

@@ -104,11 +104,21 @@ def job_view(jobs: Jobs, job_id: str, task: int | None = None, tail: int = LOG_T
 
 def spec_text(rec: JobRecord) -> str:
     """The spec as submitted, as YAML, with the values of secret-looking variables masked
-    (``launcher.spec.secrets``, as ``status -o json`` shows it)."""
+    (``launcher.spec.secrets``, as ``status -o json`` shows it); unset fields and the sections of
+    other targets are left out."""
     import yaml
 
-    spec = rec.to_json()["spec"]  # masked there
-    return str(yaml.safe_dump(spec, sort_keys=False, default_flow_style=False, allow_unicode=True))
+    from launcher.targets import TARGET_NAMES
+
+    spec = {k: v for k, v in rec.to_json()["spec"].items() if k not in TARGET_NAMES or k == rec.target}
+    return str(yaml.safe_dump(_set_only(spec), sort_keys=False, default_flow_style=None, allow_unicode=True,
+                              width=100))
+
+
+def _set_only(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _set_only(v) for k, v in value.items() if v not in (None, [], {})}
+    return value
 
 
 def plan_text(rec: JobRecord) -> str | None:
