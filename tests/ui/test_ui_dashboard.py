@@ -65,9 +65,24 @@ def test_only_requests_with_the_token_and_its_own_host_are_answered(dashboard):
     assert request(dashboard, "GET", "/jobs/nope")[0] == 404
 
 
-def step_of(text: str) -> int | None:
-    found = re.search(r"step (\d+)", text)
+def step_of(text: str | None) -> int | None:
+    found = re.search(r"step (\d+)", text or "")
     return int(found.group(1)) if found else None
+
+
+# The live parts are replaced every 2 s: read them in the page, in one go, rather than through element
+# handles that go stale between finding and reading.
+def text(browser, css: str) -> str | None:
+    return browser.execute_script("const e = document.querySelector(arguments[0]); return e ? e.innerText : null", css)
+
+
+def texts(browser, css: str) -> list[str]:
+    return browser.execute_script("return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText)", css)
+
+
+def attribute(browser, css: str, name: str) -> str | None:
+    return browser.execute_script("const e = document.querySelector(arguments[0]); "
+                                  "return e ? e.getAttribute(arguments[1]) : null", css, name)
 
 
 def full_page_shot(browser, path: Path) -> None:
@@ -89,42 +104,41 @@ def test_browser_follows_a_running_job_and_cancels_it(cli, dashboard, browser, s
     # The jobs table: the job's row, its progress moving on while the page stays (no reload).
     browser.get(dashboard.url)
     row = f'tr[data-job="{job_id}"]'
-    cell = lambda: browser.find_element(By.CSS_SELECTOR, f"{row} td.progress").text  # noqa: E731
-    first = wait_for(lambda: step_of(cell()), "the jobs table to show the job's first steps", timeout=180)
-    later = wait_for(lambda: (s := step_of(cell())) is not None and s > first and s, "the progress to move on")
+    first = wait_for(lambda: step_of(text(browser, f"{row} td.progress")), "the jobs table to show the job's first steps",
+                     timeout=180)
+    later = wait_for(lambda: (s := step_of(text(browser, f"{row} td.progress"))) is not None and s > first and s,
+                     "the progress to move on")
     assert later > first
-    assert browser.find_element(By.CSS_SELECTOR, f"{row} .state").text == "RUNNING"
-    assert browser.find_element(By.CSS_SELECTOR, f"{row} td:nth-child(2)").text == "local"
-    assert re.fullmatch(r"\d+[smhd]", browser.find_element(By.CSS_SELECTOR, f"{row} td.age").text)
+    assert text(browser, f"{row} .state") == "RUNNING" and text(browser, f"{row} td:nth-child(2)") == "local"
+    assert re.fullmatch(r"\d+[smhd]", text(browser, f"{row} td.age") or "")
     browser.save_screenshot(str(shots_dir / "jobs.png"))
 
     # The job page: curves (one line per run, at least two points), nodes and ranks, each node's log.
     browser.find_element(By.CSS_SELECTOR, f"{row} a").click()
-    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "svg.chart polyline.run"), "a curve on the job page")
-    loss = wait_for(lambda: [c for c in browser.find_elements(By.CSS_SELECTOR, "svg.chart")
-                             if c.get_attribute("aria-label") == "loss by step"], "the loss chart")[0]
-    points = loss.find_element(By.CSS_SELECTOR, "polyline.run").get_attribute("points").split()
-    assert len(points) >= 2
-    log0 = lambda: browser.find_element(By.CSS_SELECTOR, 'pre.log[data-node="0"]').text  # noqa: E731
-    wait_for(lambda: re.search(r"\[node0 rank0\] epoch \d+ step \d+/\d+ loss", log0()), "node 0's log tail with steps")
-    before = step_of(log0().splitlines()[-1])
-    wait_for(lambda: step_of(log0().splitlines()[-1]) != before, "node 0's log tail to move on (live)")
-    nodes = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "table.nodes tbody tr")]
-    assert len(nodes) == 2 and nodes[0].startswith("0 0 ") and nodes[1].startswith("1 1 ")
-    assert "rank1" in browser.find_element(By.CSS_SELECTOR, 'pre.log[data-node="1"]').text
-    spec = browser.find_element(By.CSS_SELECTOR, "pre.spec").text
+    loss = 'svg.chart[aria-label="loss by step"] polyline.run'
+    points = wait_for(lambda: len((attribute(browser, loss, "points") or "").split()) >= 2 and
+                      attribute(browser, loss, "points"), "the loss curve on the job page")
+    assert len(points.split()) >= 2
+    log0 = 'pre.log[data-node="0"]'
+    wait_for(lambda: re.search(r"\[node0 rank0\] epoch \d+ step \d+/\d+ loss", text(browser, log0) or ""),
+             "node 0's log tail with steps")
+    before = (text(browser, log0) or "").splitlines()[-1]
+    wait_for(lambda: (text(browser, log0) or "").splitlines()[-1:] != [before], "node 0's log tail to move on (live)")
+    nodes = texts(browser, "table.nodes tbody tr")
+    assert len(nodes) == 2 and nodes[0].split()[:2] == ["0", "0"] and nodes[1].split()[:2] == ["1", "1"], nodes
+    assert "rank1" in (text(browser, 'pre.log[data-node="1"]') or "")
+    spec = text(browser, "pre.spec") or ""
     assert "WANDB_API_KEY: '***'" in spec and "--step-delay" in spec
     assert SECRET not in browser.page_source
     full_page_shot(browser, shots_dir / "job.png")
 
     # Cancel from the page (it asks first): the job ends CANCELLED and its processes stop.
-    browser.find_element(By.CSS_SELECTOR, "button.cancel").click()
+    browser.execute_script("document.querySelector('button.cancel').click()")
     alert = wait_for(lambda: _alert(browser), "the confirmation question")
     assert job_id in alert.text
     alert.accept()
-    wait_for(lambda: browser.find_element(By.CSS_SELECTOR, "dl.facts .state").text == "CANCELLED",
-             "the page to show CANCELLED", timeout=60)
-    assert not browser.find_elements(By.CSS_SELECTOR, "button.cancel")
+    wait_for(lambda: text(browser, "dl.facts .state") == "CANCELLED", "the page to show CANCELLED", timeout=60)
+    assert text(browser, "button.cancel") is None
     status = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
     assert status["state"] == "CANCELLED"
     wait_for_no_job_processes(ddpjob_home, "the cancel from the dashboard")
