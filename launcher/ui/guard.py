@@ -16,6 +16,7 @@ import socket
 from starlette.datastructures import Headers, MutableHeaders, QueryParams
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocketClose
 
 WILDCARDS = ("0.0.0.0", "::", "")
 
@@ -88,7 +89,10 @@ class Guard:
         self.app, self.token, self.hosts, self.port = app, token, hosts, port
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":  # the dashboard has none: refuse rather than pass one on unchecked
+            await WebSocketClose(code=1008)(scope, receive, send)
+            return
+        if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)

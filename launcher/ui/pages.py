@@ -44,6 +44,18 @@ def age(seconds: float) -> str:
     return f"{s}s"
 
 
+def duration(seconds: float | None) -> str:
+    """``0.4s``, ``12s``, ``3m05s``, ``2h10m`` ('' when unknown)."""
+    if seconds is None:
+        return ""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 def when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
@@ -138,7 +150,7 @@ def runs_section(view: JobView, token: str) -> str:
                 else f"<a href=\"{url(job_path(view.rec.id), token, task=r.index)}\">show</a>")
         out.append(f"<tr data-run=\"{r.index}\"><td><svg class=\"swatch\" viewBox=\"0 0 12 12\"><rect width=\"12\" "
                    f"height=\"12\" fill=\"{colour(r.index)}\"/></svg> {r.index}</td><td>{values}</td>"
-                   f"<td>{state_badge(r.state)}</td><td class=\"num\">{age(r.duration_s) if r.duration_s else ''}</td>"
+                   f"<td>{state_badge(r.state)}</td><td class=\"num\">{duration(r.duration_s)}</td>"
                    f"{cells}<td>{link}</td></tr>")
     out.append("</tbody></table>")
     metrics = [m for m in PREFERRED if any(m in r.curves for r in runs)]
@@ -199,8 +211,9 @@ def job_live(view: JobView, token: str, now: float | None = None) -> str:
     facts.append(("run dir", f"<code>{escape(rec.run_dir)}</code>"))
     out = ["<dl class=\"facts\">", *(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts), "</dl>"]
     if rec.message:
-        label = "Root cause" if rec.state.value == "FAILED" else "Message"
-        out.append(f"<h2>{label}</h2><div class=\"cause\">{escape(rec.message)}</div>")
+        failed = rec.state.value == "FAILED"
+        out.append(f"<h2>{'Root cause' if failed else 'Message'}</h2>"
+                   f"<div class=\"{'cause' if failed else 'note'}\">{escape(rec.message)}</div>")
     for problem in view.problems:
         out.append(f"<p class=\"cause\">{escape(problem)}</p>")
     if rec.state.terminal:

@@ -142,3 +142,22 @@ def test_ui_without_the_extra_names_it(monkeypatch):
     result = CliRunner().invoke(cli, ["ui", "--port", "0"])
     assert result.exit_code == 3, result.output
     assert "pip install 'ddpjob[ui]'" in result.output and "Traceback" not in result.output
+
+
+def test_spec_is_shown_masked_without_unset_fields_or_other_targets(tmp_path):
+    from launcher.ui.view import plan_text, spec_text
+
+    spec = {"name": "demo", "command": ["python", "t.py"], "env": {"API_TOKEN": "hunter2", "SEED": "1"},
+            "image": None, "sweep": {}, "local": {"container": "none"}, "slurm": {"partition": None}, "k8s": {"api": "x"}}
+    text = spec_text(record(spec=spec, run_dir=str(tmp_path)))
+    assert "hunter2" not in text and "API_TOKEN: '***'" in text and "SEED: '1'" in text
+    assert "local:" in text and "slurm" not in text and "k8s" not in text and "image" not in text and "sweep" not in text
+    assert plan_text(record(run_dir=str(tmp_path))) is None
+    (tmp_path / "plan.txt").write_text("x" * (70 * 1024))
+    cut = plan_text(record(run_dir=str(tmp_path))) or ""
+    assert len(cut) < 66 * 1024 and cut.endswith("(cut: the whole plan is in plan.txt)\n")
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [(None, ""), (0.42, "0.4s"), (12.7, "12s"), (185, "3m05s"), (7800, "2h10m")])
+def test_durations(seconds, shown):
+    assert pages.duration(seconds) == shown
