@@ -3,6 +3,7 @@ starts, and ``--port 0`` learns the port the system chose), then hand it to uvic
 
 from __future__ import annotations
 
+import errno
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,9 +60,11 @@ def bind(host: str, port: int) -> socket.socket:
         sock.listen(128)
     except OSError as e:
         sock.close()
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise UsageError(f"--host {host}: not an address of this machine ({e.strerror})") from e
         raise TargetUnavailable(f"cannot listen on {url_host(host)}:{port}: {e.strerror}"
                                 + ("; another program uses that port: give another with --port (0: any free one)"
-                                   if e.errno == 98 else "")) from e
+                                   if e.errno == errno.EADDRINUSE else "")) from e
     return sock
 
 
@@ -80,7 +83,7 @@ def prepare(jobs: Jobs, host: str, port: int) -> Dashboard:
     url = f"http://{url_host(shown)}:{actual}/?token={token}"
     # No access log: every request's URL carries the token, and the terminal is not the place for it.
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                           server_header=False))
+                                           server_header=False, timeout_graceful_shutdown=5))
 
     def run() -> None:
         with sock:

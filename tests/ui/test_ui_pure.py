@@ -161,3 +161,19 @@ def test_spec_is_shown_masked_without_unset_fields_or_other_targets(tmp_path):
 @pytest.mark.parametrize(("seconds", "shown"), [(None, ""), (0.42, "0.4s"), (12.7, "12s"), (185, "3m05s"), (7800, "2h10m")])
 def test_durations(seconds, shown):
     assert pages.duration(seconds) == shown
+
+
+def test_a_busy_port_or_a_foreign_address_is_a_clear_error():
+    import socket
+
+    from launcher.cli.main import cli
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["ui", "--port", str(port)])
+    assert result.exit_code == 3, result.output
+    assert f"cannot listen on 127.0.0.1:{port}" in result.output and "--port" in result.output
+    result = CliRunner().invoke(cli, ["ui", "--port", "0", "--host", "192.0.2.1"])  # TEST-NET-1: not this machine's
+    assert result.exit_code == 2 and "--host 192.0.2.1: not an address of this machine" in result.output, result.output
