@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from launcher.core.states import JobState
 from launcher.service.registry import JobRecord
-from launcher.service.results import RunResult, read_run
+from launcher.service.results import RunResult
 from launcher.ui import guard, pages, svg
 from launcher.ui.serve import risk
 from launcher.ui.view import JobRow, JobView
@@ -116,14 +116,6 @@ def test_job_page_draws_runs_and_offers_cancel_only_while_it_runs():
     assert "&lt;b&gt;hi&lt;/b&gt;" in live and "(nothing yet)" in live
     ended = pages.job_live(JobView(record(state=JobState.FAILED, message="rank 1 exited 1"), None, None, [], 0, []), "T")
     assert "data-final" in ended and "cancel" not in ended and "Root cause" in ended
-
-
-def test_read_run_keeps_numbers_by_step(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 1, "loss": 2.0, "time": 10.0, "total_steps": 3}\nnot json\n{"step": 2, "loss": 1.0, '
-                    '"time": 14.5, "eval_accuracy": 0.5, "flag": true}\n{"loss": 9}\n{"step": 3, "loss": NaN}\n')
-    curves, duration = read_run(str(path))
-    assert curves == {"loss": [(1, 2.0), (2, 1.0)], "eval_accuracy": [(2, 0.5)]} and duration == 4.5
 
 
 def test_cli_start_up_loads_no_web_framework():
