@@ -169,3 +169,53 @@ def test_a_busy_port_or_a_foreign_address_is_a_clear_error():
     assert f"cannot listen on 127.0.0.1:{port}" in result.output and "--port" in result.output
     result = CliRunner().invoke(cli, ["ui", "--port", "0", "--host", "192.0.2.1"])  # TEST-NET-1: not this machine's
     assert result.exit_code == 2 and "--host 192.0.2.1: not an address of this machine" in result.output, result.output
+
+
+def _read_all_then_tail(path, tail, final):
+    """What read_lines gave before it read only the end: the whole file, then its last lines."""
+    data = path.read_bytes()
+    end = len(data) if final else data.rfind(b"\n") + 1
+    lines = data[:end].decode("utf-8", "replace").splitlines()
+    return (lines[-tail:] if tail else []), end
+
+
+@pytest.mark.parametrize("final", [False, True])
+@pytest.mark.parametrize("tail", [0, 1, 3, 40, 5000])
+@pytest.mark.parametrize("shape", ["short", "long", "long lines", "no newline", "progress bars", "empty"])
+def test_log_tail_reads_the_end_only_and_agrees_with_the_whole_file(tmp_path, monkeypatch, shape, tail, final):
+    """The job page polls each node's last lines every 2 s: ``read_lines`` with a tail reads the end of
+    the file (growing its window until it holds enough lines), with the lines and offset of a whole read."""
+    from launcher.targets.shared import logtail
+
+    monkeypatch.setattr(logtail, "_TAIL_CHUNK", 1024)  # small windows: several growths on these files
+    body = {"short": "a\nb\nc\n", "long": "".join(f"line {i} ü\n" for i in range(20_000)),
+            "long lines": "".join(("x" * 3000) + f" {i}\n" for i in range(50)),
+            "no newline": "z" * 5000, "progress bars": "".join(f"{i}%\r" for i in range(3000)) + "done\n",
+            "empty": ""}[shape]
+    path = tmp_path / "node-0.log"
+    path.write_bytes(body.encode() + b"partial, being written")
+    assert logtail.read_lines(str(path), tail, final) == _read_all_then_tail(path, tail, final)
+    read: list[int] = []
+
+    class Counting:  # the file object read_lines gets, counting the bytes it reads
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def read(self, *a):
+            data = self.f.read(*a)
+            read.append(len(data))
+            return data
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    monkeypatch.setattr(logtail, "open", lambda *a, **k: Counting(open(*a, **k)), raising=False)  # noqa: SIM115
+    assert logtail.read_lines(str(path), 3, final) == _read_all_then_tail(path, 3, final)
+    if shape == "long":
+        assert sum(read) <= 1024 < path.stat().st_size // 100
