@@ -87,7 +87,8 @@ def progress_cell(progress: dict[str, object] | None) -> str:
     step, total = progress.get("step"), progress.get("total_steps")
     bar = (f'<progress max="{total}" value="{min(step, total)}"></progress>'
            if isinstance(step, int) and isinstance(total, int) and total > 0 else "")
-    return bar + escape(describe(progress))
+    run = f" (run {progress['task']})" if isinstance(progress.get("task"), int) else ""
+    return bar + escape(describe(progress) + run)
 
 
 def jobs_table(rows: list[JobRow], token: str, now: float | None = None) -> str:

@@ -94,12 +94,12 @@ def record(**kw) -> JobRecord:
 
 
 def test_jobs_table_shows_state_progress_age_target_and_escapes():
-    rows = [JobRow(record(message="<img src=x onerror=alert(1)>"), {"step": 30, "total_steps": 120, "loss": 0.5}),
+    rows = [JobRow(record(message="<img src=x onerror=alert(1)>"), {"step": 30, "total_steps": 120, "loss": 0.5, "task": 1}),
             JobRow(record(id="old-zzzzz", state=JobState.FAILED, created_at=time.time() - 3 * 86400), None)]
     html = pages.jobs_table(rows, "TOKEN")
     assert "<img" not in html and "&lt;img" in html
     assert 'href="/jobs/demo-ab2cd?token=TOKEN"' in html
-    assert '<progress max="120" value="30">' in html and "step 30/120, loss 0.5000" in html
+    assert '<progress max="120" value="30">' in html and "step 30/120, loss 0.5000 (run 1)" in html
     assert ">2m<" in html and ">3d<" in html and "state-FAILED" in html and ">local<" in html
     assert "No jobs yet" in pages.jobs_table([], "TOKEN")
 
