@@ -63,6 +63,7 @@ def test_only_requests_with_the_token_and_its_own_host_are_answered(dashboard):
                               headers={"Origin": f"http://127.0.0.1:{dashboard.port}"})
     assert status == 404 and "no job with id" in body
     assert request(dashboard, "GET", "/jobs/nope")[0] == 404
+    assert request(dashboard, "GET", "/no/such/page")[0] == 404
 
 
 def step_of(text: str | None) -> int | None:
@@ -83,6 +84,12 @@ def texts(browser, css: str) -> list[str]:
 def attribute(browser, css: str, name: str) -> str | None:
     return browser.execute_script("const e = document.querySelector(arguments[0]); "
                                   "return e ? e.getAttribute(arguments[1]) : null", css, name)
+
+
+def page_errors(browser) -> list[str]:
+    """What the browser's console reported as errors: a script or style the page's policy blocked,
+    a request refused (403), a script error."""
+    return [e["message"] for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
 
 
 def full_page_shot(browser, path: Path) -> None:
@@ -112,6 +119,7 @@ def test_browser_follows_a_running_job_and_cancels_it(cli, dashboard, browser, s
     assert text(browser, f"{row} .state") == "RUNNING" and text(browser, f"{row} td:nth-child(2)") == "local"
     assert re.fullmatch(r"\d+[smhd]", text(browser, f"{row} td.age") or "")
     browser.save_screenshot(str(shots_dir / "jobs.png"))
+    assert page_errors(browser) == []
 
     # The job page: curves (one line per run, at least two points), nodes and ranks, each node's log.
     browser.find_element(By.CSS_SELECTOR, f"{row} a").click()
@@ -131,6 +139,7 @@ def test_browser_follows_a_running_job_and_cancels_it(cli, dashboard, browser, s
     assert "WANDB_API_KEY: '***'" in spec and "--step-delay" in spec
     assert SECRET not in browser.page_source
     full_page_shot(browser, shots_dir / "job.png")
+    assert page_errors(browser) == []
 
     # Cancel from the page (it asks first): the job ends CANCELLED and its processes stop.
     browser.execute_script("document.querySelector('button.cancel').click()")

@@ -219,3 +219,15 @@ def test_log_tail_reads_the_end_only_and_agrees_with_the_whole_file(tmp_path, mo
     assert logtail.read_lines(str(path), 3, final) == _read_all_then_tail(path, 3, final)
     if shape == "long":
         assert sum(read) <= 1024 < path.stat().st_size // 100
+
+
+def test_pages_hold_nothing_their_policy_blocks():
+    """The pages' Content-Security-Policy allows only the dashboard's own script and style files:
+    an inline script, style or event handler would silently not work."""
+    runs = [RunResult(0, {}, "RUNNING", 1.0, {"loss": 1.0}, {"loss": 1.0}, {"loss": [(1, 2.0), (2, 1.0)]}, None)]
+    view = JobView(record(), None, {"step": 2, "total_steps": 9}, runs, 0, [(0, ["x"])])
+    live = pages.job_live(view, "T")
+    for html in (pages.jobs_page("T", "/h", pages.jobs_table([JobRow(record(), None)], "T")),
+                 pages.job_page(view, "T", "/h", live, "name: demo\n", "plan"), live):
+        assert not re.search(r"<script(?![^>]*\ssrc=)", html) and "<style" not in html
+        assert not re.search(r"\sstyle=|\son[a-z]+=|javascript:", html)
