@@ -15,9 +15,10 @@ from testkit import wait_for, wait_for_no_job_processes
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-value-for-the-ui-test"
 # The quickstart, shrunk and slowed (the trainer's test-only --step-delay) so that it is still
-# running while the browser looks: 8 steps an epoch, a metrics line every step.
+# running while the browser looks (400 s at least; the test cancels it): 8 steps an epoch, a metrics
+# line every step.
 SLOW_TRAINER = ("command=[python, -m, launcher.train, --dataset, synthetic, --model, mlp, --train-size, '512', "
-                "--eval-size, '64', --epochs, '40', --batch-size, '32', --log-every, '1', --step-delay, '0.25']")
+                "--eval-size, '64', --epochs, '200', --batch-size, '32', --log-every, '1', --step-delay, '0.25']")
 
 
 def request(dash, method: str, path: str, *, host: str | None = None, token: str | None = "",
