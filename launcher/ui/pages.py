@@ -195,6 +195,9 @@ def logs_section(view: JobView) -> str:
         text = "\n".join(lines) if lines else "(nothing yet)"
         out.append(f"<div><h3>node {node}</h3><pre class=\"log\" data-node=\"{node}\">{escape(text)}</pre></div>")
     out.append("</div>")
+    if view.nodes > len(view.logs):
+        out.append(f"<p class=\"muted\">Nodes {len(view.logs)}..{view.nodes - 1} are not shown here: "
+                   f"<code>ddpjob logs {escape(view.rec.id)} --node N</code></p>")
     return "".join(out)
 
 

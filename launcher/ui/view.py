@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from launcher.targets.base import JobStatus
 
 LOG_TAIL = 40  # lines of each node's log on the job page
+LOG_NODES = 8  # nodes whose logs the job page shows (the others: ddpjob logs ID --node N)
 _PLAN_MAX = 64 * 1024
 
 
@@ -37,6 +38,7 @@ class JobView:
     task: int
     logs: list[tuple[int, list[str]]]  # (node, its last lines)
     problems: list[str] = field(default_factory=list)
+    nodes: int = 1
 
     @property
     def procs_per_node(self) -> int | None:
@@ -93,13 +95,13 @@ def job_view(jobs: Jobs, job_id: str, task: int | None = None, tail: int = LOG_T
         task = max(started) if started else 0
     logs: list[tuple[int, list[str]]] = []
     if rec.handle is not None:
-        for node in range(_nodes_of(rec)):
+        for node in range(min(_nodes_of(rec), LOG_NODES)):
             flt = LogFilter(task=task if count > 1 else None, node=node, tail=tail)
             try:
                 logs.append((node, list(jobs.logs(rec.id, flt, follow=False))))
             except DdpjobError as e:
                 problems.append(f"logs of node {node}: {e}")
-    return JobView(rec, st, progress, runs or [], task, logs, problems)
+    return JobView(rec, st, progress, runs or [], task, logs, problems, _nodes_of(rec))
 
 
 def spec_text(rec: JobRecord) -> str:

@@ -114,6 +114,9 @@ def test_job_page_draws_runs_and_offers_cancel_only_while_it_runs():
     assert "eval_samples" not in live  # a constant is not charted
     assert 'method="post" action="/jobs/demo-ab2cd/cancel?token=TOKEN"' in live and "data-final" not in live
     assert "&lt;b&gt;hi&lt;/b&gt;" in live and "(nothing yet)" in live
+    assert "not shown here" not in live
+    many = pages.job_live(JobView(record(), None, None, runs, 0, [(n, ["x"]) for n in range(8)], nodes=64), "T")
+    assert many.count('<pre class="log"') == 8 and "Nodes 8..63 are not shown here" in many
     ended = pages.job_live(JobView(record(state=JobState.FAILED, message="rank 1 exited 1"), None, None, [], 0, []), "T")
     assert "data-final" in ended and "cancel" not in ended and "Root cause" in ended
 
