@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 _TORCHRUN_PREFIX = re.compile(r"^\[([A-Za-z_]+?)(\d+)\]:")
+_TAIL_CHUNK = 64 * 1024  # read_lines with a tail reads this much of the end first
 
 
 @dataclass(frozen=True)
@@ -105,16 +106,31 @@ def read_lines(path: str, tail: int | None, final: bool = False) -> tuple[list[s
 
     A last line without a newline is left for later unless ``final`` (the writer has finished).
     """
+    start = 0
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            if tail is None:
+                data = f.read()
+            else:  # only the end of the file: a long log costs no more than a short one (the dashboard polls it)
+                size = os.fstat(f.fileno()).st_size
+                chunk = _TAIL_CHUNK
+                while True:
+                    start = max(0, size - chunk)
+                    f.seek(start)
+                    data = f.read()
+                    if start == 0 or data.count(b"\n") > tail:
+                        break
+                    chunk *= 4
+                if start:  # drop the partial line the chunk starts in
+                    cut = data.index(b"\n") + 1
+                    data, start = data[cut:], start + cut
     except FileNotFoundError:
         return [], 0
     end = len(data) if final else data.rfind(b"\n") + 1
     lines = data[:end].decode("utf-8", "replace").splitlines()
     if tail is not None:
         lines = list(deque(lines, maxlen=tail)) if tail > 0 else []
-    return lines, end
+    return lines, start + end
 
 
 def follow_files(

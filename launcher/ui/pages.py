@@ -1,0 +1,230 @@
+"""The dashboard's HTML: the jobs table and the job page, each a page around a live part that the
+page's script replaces every two seconds with a fresh render of the same function. Every value
+from a job (names, messages, log lines, the spec) is escaped."""
+
+from __future__ import annotations
+
+import time
+from html import escape
+from typing import TYPE_CHECKING
+from urllib.parse import quote, urlencode
+
+from launcher.core.progress import describe
+from launcher.ui.svg import chart, colour, legend
+
+if TYPE_CHECKING:
+    from launcher.service.results import RunResult
+    from launcher.ui.view import JobRow, JobView
+
+# Charts first for these metrics, in this order, then any other the runs write (at most MAX_CHARTS).
+PREFERRED = ("loss", "eval_loss", "eval_accuracy", "samples_per_s", "lr")
+MAX_CHARTS = 6
+SUMMARY_METRICS = ("loss", "eval_loss", "eval_accuracy", "samples_per_s")
+
+
+def link(path: str, token: str, **params: object) -> str:
+    """``path`` with the token (and ``params`` that are not None) as its query."""
+    return f"{path}?{urlencode({'token': token, **{k: v for k, v in params.items() if v is not None}})}"
+
+
+def url(path: str, token: str, **params: object) -> str:
+    """``link`` escaped for an HTML attribute."""
+    return escape(link(path, token, **params))
+
+
+def job_path(job_id: str) -> str:
+    return f"/jobs/{quote(job_id, safe='')}"
+
+
+def age(seconds: float) -> str:
+    s = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def duration(seconds: float | None) -> str:
+    """``0.4s``, ``12s``, ``3m05s``, ``2h10m`` ('' when unknown)."""
+    if seconds is None:
+        return ""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def state_badge(state: str) -> str:
+    return f'<span class="state state-{escape(state)}">{escape(state)}</span>'
+
+
+def page(title: str, body: str, token: str, home: str) -> str:
+    return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            "<link rel=\"icon\" href=\"data:,\">"  # no favicon request (it would need the token)
+            f"<title>{escape(title)}</title><link rel=\"stylesheet\" href=\"{url('/static/style.css', token)}\">"
+            f"</head><body><header><a href=\"{url('/', token)}\">ddpjob</a>"
+            f"<span class=\"where\">jobs in {escape(home)}</span></header><main>{body}</main>"
+            f"<script src=\"{url('/static/app.js', token)}\"></script></body></html>")
+
+
+# --------------------------------------------------------------------------- the jobs table
+
+def jobs_page(token: str, home: str, live: str) -> str:
+    body = (f"<h1>Jobs</h1><div id=\"jobs\" data-live=\"{url('/live/jobs', token)}\">{live}</div>")
+    return page("ddpjob: jobs", body, token, home)
+
+
+def progress_cell(progress: dict[str, object] | None) -> str:
+    if not progress:
+        return ""
+    step, total = progress.get("step"), progress.get("total_steps")
+    bar = (f'<progress max="{total}" value="{min(step, total)}"></progress>'
+           if isinstance(step, int) and isinstance(total, int) and total > 0 else "")
+    run = f" (run {progress['task']})" if isinstance(progress.get("task"), int) else ""
+    return bar + escape(describe(progress) + run)
+
+
+def jobs_table(rows: list[JobRow], token: str, now: float | None = None) -> str:
+    """The jobs, newest first: id, name, target, state, progress, nodes, age and message."""
+    if not rows:
+        return ('<p class="muted">No jobs yet. Submit one with <code>ddpjob submit jobs/quickstart.yaml '
+                '--target local --nodes 2</code>; it appears here.</p>')
+    now = time.time() if now is None else now
+    out = ["<table class=\"jobs\"><thead><tr><th>ID</th><th>Target</th><th>State</th><th>Progress</th>"
+           "<th>Nodes</th><th>Age</th><th>Message</th></tr></thead><tbody>"]
+    for row in rows:
+        r = row.rec
+        nodes = (r.shape or {}).get("nodes", r.spec.get("nodes", ""))
+        out.append(f"<tr data-job=\"{escape(r.id)}\"><td><a href=\"{url(job_path(r.id), token)}\">{escape(r.id)}</a></td>"
+                   f"<td>{escape(r.target)}</td><td class=\"state-cell\">{state_badge(r.state.value)}</td>"
+                   f"<td class=\"progress\">{progress_cell(row.progress)}</td><td class=\"num\">{escape(str(nodes))}</td>"
+                   f"<td class=\"age\" title=\"{escape(when(r.created_at))}\">{age(now - r.created_at)}</td>"
+                   f"<td class=\"message\">{escape(r.message[:200])}</td></tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- one job
+
+def job_page(view: JobView, token: str, home: str, live: str, spec: str, plan: str | None,
+             chosen: int | None = None) -> str:
+    """The job page; its live part follows run ``chosen``, or else always the latest run started."""
+    rec = view.rec
+    parts = [f"<h1>{escape(rec.id)} <span class=\"muted\">({escape(rec.target)})</span></h1>",
+             f"<div id=\"job\" data-live=\"{url(job_path(rec.id) + '/live', token, task=chosen)}\">{live}</div>",
+             f"<h2>Spec</h2><p class=\"muted\">As submitted; secret-looking values are shown as ***.</p>"
+             f"<pre class=\"spec\">{escape(spec)}</pre>"]
+    if plan:
+        parts.append(f"<details><summary>Plan (what was submitted: plan.txt)</summary><pre class=\"spec\">{escape(plan)}</pre>"
+                     "</details>")
+    return page(f"ddpjob: {rec.id}", "".join(parts), token, home)
+
+
+def run_label(run: RunResult) -> str:
+    values = " ".join(f"{k}={v}" for k, v in run.values.items())
+    return f"run {run.index}" + (f": {values}" if values else "")
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
+def runs_section(view: JobView, token: str) -> str:
+    runs = view.runs
+    if not runs:
+        return "<h2>Runs</h2><p class=\"muted\">No run has written metrics here yet.</p>"
+    shown = [m for m in SUMMARY_METRICS if any(m in r.final for r in runs)]
+    head = "".join(f"<th>{escape(m)} (last / best)</th>" for m in shown)
+    out = [f"<h2>Runs</h2><table class=\"runs\"><thead><tr><th>Run</th><th>Values</th><th>State</th><th>Duration</th>{head}"
+           "<th>Logs</th></tr></thead><tbody>"]
+    for r in runs:
+        values = escape(" ".join(f"{k}={v}" for k, v in r.values.items())) or "-"
+        cells = "".join(f"<td class=\"num\">{_num(r.final.get(m))} / {_num(r.best.get(m))}</td>" for m in shown)
+        link = ("shown below" if r.index == view.task
+                else f"<a href=\"{url(job_path(view.rec.id), token, task=r.index)}\">show</a>")
+        out.append(f"<tr data-run=\"{r.index}\"><td><svg class=\"swatch\" viewBox=\"0 0 12 12\"><rect width=\"12\" "
+                   f"height=\"12\" fill=\"{colour(r.index)}\"/></svg> {r.index}</td><td>{values}</td>"
+                   f"<td>{state_badge(r.state)}</td><td class=\"num\">{duration(r.duration_s)}</td>"
+                   f"{cells}<td>{link}</td></tr>")
+    out.append("</tbody></table>")
+    metrics = [m for m in PREFERRED if any(m in r.curves for r in runs)]
+    # Then the others that change (a constant, such as the evaluation's sample count, says nothing).
+    metrics += sorted(m for m in {m for r in runs for m in r.curves} - set(metrics)
+                      if len({v for r in runs for _, v in r.curves.get(m, [])}) > 1)
+    charts = [chart(m, [(run_label(r), colour(r.index), r.curves.get(m, [])) for r in runs]) for m in metrics[:MAX_CHARTS]]
+    if charts:
+        out.append(f"<div class=\"charts\">{''.join(charts)}</div>")
+        out.append(legend([(run_label(r), colour(r.index)) for r in runs]))
+    return "".join(out)
+
+
+def nodes_section(view: JobView) -> str:
+    st = view.status
+    task = next((t for t in st.tasks if t.index == view.task), None) if st else None
+    title = f"<h2>Nodes and ranks{f' of run {view.task}' if len(view.runs) > 1 else ''}</h2>"
+    if task is None or not task.nodes:
+        return title + "<p class=\"muted\">No node has started yet.</p>"
+    ppn = view.procs_per_node
+    out = [title, "<table class=\"nodes\"><thead><tr><th>Node</th><th>Ranks</th><th>Details</th><th>Log</th></tr></thead><tbody>"]
+    for n in task.nodes:
+        node = n.get("node")
+        ranks = (f"{node * ppn}" + (f"-{node * ppn + ppn - 1}" if ppn > 1 else "")
+                 if isinstance(node, int) and ppn else "?")
+        extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log", "ended") and v not in (None, ""))
+        out.append(f"<tr><td>{escape(str(node))}</td><td>{ranks}</td><td>{escape(extra)}</td>"
+                   f"<td><code>{escape(str(n.get('log', '')))}</code></td></tr>")
+    out.append("</tbody></table>")
+    if task.message:
+        out.append(f"<p>Run {task.index}: {escape(task.message)}</p>")
+    return "".join(out)
+
+
+def logs_section(view: JobView) -> str:
+    if not view.logs:
+        return ""
+    out = [f"<h2>Logs <span class=\"muted\">(last lines of each node; <code>ddpjob logs {escape(view.rec.id)}"
+           f"{' --task ' + str(view.task) if len(view.runs) > 1 else ''} -f</code> follows them)</span></h2><div class=\"logs\">"]
+    for node, lines in view.logs:
+        text = "\n".join(lines) if lines else "(nothing yet)"
+        out.append(f"<div><h3>node {node}</h3><pre class=\"log\" data-node=\"{node}\">{escape(text)}</pre></div>")
+    out.append("</div>")
+    if view.nodes > len(view.logs):
+        out.append(f"<p class=\"muted\">Nodes {len(view.logs)}..{view.nodes - 1} are not shown here: "
+                   f"<code>ddpjob logs {escape(view.rec.id)} --node N</code></p>")
+    return "".join(out)
+
+
+def job_live(view: JobView, token: str, now: float | None = None) -> str:
+    """The part of the job page that follows the job: state, root cause, progress, cancel, runs with
+    their curves, nodes and ranks, and each node's last log lines."""
+    rec = view.rec
+    now = time.time() if now is None else now
+    facts = [("state", state_badge(rec.state.value)), ("created", f"{when(rec.created_at)} ({age(now - rec.created_at)} ago)")]
+    if rec.ended_at:
+        facts.append(("ended", when(rec.ended_at)))
+    if view.progress:  # no ETA once the job has ended
+        shown = {k: v for k, v in view.progress.items() if k != "eta_s" or not rec.state.terminal}
+        facts.append(("progress", progress_cell(shown)))
+    facts.append(("run dir", f"<code>{escape(rec.run_dir)}</code>"))
+    out = ["<dl class=\"facts\">", *(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts), "</dl>"]
+    if rec.message:
+        failed = rec.state.value == "FAILED"
+        out.append(f"<h2>{'Root cause' if failed else 'Message'}</h2>"
+                   f"<div class=\"{'cause' if failed else 'note'}\">{escape(rec.message)}</div>")
+    for problem in view.problems:
+        out.append(f"<p class=\"cause\">{escape(problem)}</p>")
+    if rec.state.terminal:
+        out.append("<span data-final=\"1\"></span>")
+    else:
+        out.append(f"<form class=\"cancel\" method=\"post\" action=\"{url(job_path(rec.id) + '/cancel', token)}\" "
+                   f"data-confirm=\"Cancel {escape(rec.id)}? Every process of the job is stopped.\">"
+                   "<button class=\"cancel\" type=\"submit\">Cancel job</button></form>")
+    out += [runs_section(view, token), nodes_section(view), logs_section(view)]
+    return "".join(out)

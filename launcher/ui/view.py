@@ -1,0 +1,135 @@
+"""What the dashboard shows, gathered from the service: the same calls ``ddpjob list``, ``status``,
+``logs`` and ``results`` make (``launcher.service``), so the pages and the commands never disagree.
+A part that cannot be read (a scheduler out of reach) is named in ``problems`` instead of failing
+the page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from launcher.core.errors import DdpjobError
+
+if TYPE_CHECKING:
+    from launcher.service.jobs import Jobs
+    from launcher.service.registry import JobRecord
+    from launcher.service.results import RunResult
+    from launcher.targets.base import JobStatus
+
+LOG_TAIL = 40  # lines of each node's log on the job page
+LOG_NODES = 8  # nodes whose logs the job page shows (the others: ddpjob logs ID --node N)
+_PLAN_MAX = 64 * 1024
+
+
+@dataclass
+class JobRow:
+    rec: JobRecord
+    progress: dict[str, Any] | None
+
+
+@dataclass
+class JobView:
+    """One job as its page shows it; ``task`` is the run whose nodes and logs are shown."""
+
+    rec: JobRecord
+    status: JobStatus | None
+    progress: dict[str, Any] | None
+    runs: list[RunResult]
+    task: int
+    logs: list[tuple[int, list[str]]]  # (node, its last lines)
+    problems: list[str] = field(default_factory=list)
+    nodes: int = 1
+
+    @property
+    def procs_per_node(self) -> int | None:
+        value = (self.rec.shape or {}).get("procs_per_node")
+        return value if isinstance(value, int) else None
+
+
+def job_rows(jobs: Jobs, limit: int = 100) -> list[JobRow]:
+    """The newest jobs, unfinished ones refreshed, with their progress (``ddpjob list``)."""
+    rows = []
+    for rec in jobs.list_jobs(limit=limit):
+        progress = None
+        if not rec.state.terminal:
+            try:
+                progress = jobs.progress(rec)
+            except DdpjobError:
+                progress = None
+        rows.append(JobRow(rec, progress))
+    return rows
+
+
+def _runs_of(rec: JobRecord) -> int:
+    value = (rec.shape or {}).get("runs")
+    return value if isinstance(value, int) and value > 0 else 1
+
+
+def _nodes_of(rec: JobRecord) -> int:
+    value = (rec.shape or {}).get("nodes", rec.spec.get("nodes"))
+    return value if isinstance(value, int) and value > 0 else 1
+
+
+def job_view(jobs: Jobs, job_id: str, task: int | None = None, tail: int = LOG_TAIL) -> JobView:
+    """The job's record, status, progress, runs with their curves, and the last lines of each node
+    of run ``task`` (default: the latest run that has started). ``JobNotFound`` for an unknown id."""
+    from launcher.service.results import job_results
+    from launcher.targets.base import LogFilter
+
+    problems: list[str] = []
+    rec = jobs.get(job_id)
+    try:
+        rec, st = jobs.refresh(rec.id)
+    except DdpjobError as e:
+        st = None
+        problems.append(f"status: {e}")
+    progress = runs = None
+    try:
+        progress = jobs.progress(rec)
+        runs = job_results(jobs, rec.id)
+    except DdpjobError as e:
+        problems.append(f"results: {e}")
+    count = _runs_of(rec)
+    if task is None or not 0 <= task < count:
+        started = [t.index for t in (st.tasks if st else []) if t.state.value != "PENDING"]
+        task = max(started) if started else 0
+    logs: list[tuple[int, list[str]]] = []
+    if rec.handle is not None:
+        for node in range(min(_nodes_of(rec), LOG_NODES)):
+            flt = LogFilter(task=task if count > 1 else None, node=node, tail=tail)
+            try:
+                logs.append((node, list(jobs.logs(rec.id, flt, follow=False))))
+            except DdpjobError as e:
+                problems.append(f"logs of node {node}: {e}")
+    return JobView(rec, st, progress, runs or [], task, logs, problems, _nodes_of(rec))
+
+
+def spec_text(rec: JobRecord) -> str:
+    """The spec as submitted, as YAML, with the values of secret-looking variables masked
+    (``launcher.spec.secrets``, as ``status -o json`` shows it); unset fields and the sections of
+    other targets are left out."""
+    import yaml
+
+    from launcher.targets import TARGET_NAMES
+
+    spec = {k: v for k, v in rec.to_json()["spec"].items() if k not in TARGET_NAMES or k == rec.target}
+    return str(yaml.safe_dump(_set_only(spec), sort_keys=False, default_flow_style=None, allow_unicode=True,
+                              width=100))
+
+
+def _set_only(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _set_only(v) for k, v in value.items() if v not in (None, [], {})}
+    return value
+
+
+def plan_text(rec: JobRecord) -> str | None:
+    """The run directory's ``plan.txt`` (what was submitted, secret values masked), cut to 64 KiB."""
+    import os
+
+    try:
+        with open(os.path.join(rec.run_dir, "plan.txt"), encoding="utf-8", errors="replace") as f:
+            text = f.read(_PLAN_MAX + 1)
+    except OSError:
+        return None
+    return text if len(text) <= _PLAN_MAX else text[:_PLAN_MAX] + "\n... (cut: the whole plan is in plan.txt)\n"
