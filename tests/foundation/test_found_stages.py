@@ -34,10 +34,10 @@ SLOW = "import os, time\ntime.sleep(3)\nprint('rank', os.environ['RANK'], 'hello
 
 
 def on_a_terminal(args: list[str], cwd: Path) -> str:
-    """The real command line with stdout and stderr on a pseudo-terminal; all it wrote."""
+    """The real command line with stdout and stderr on a pseudo-terminal (colours off: NO_COLOR); all it wrote."""
     main, sub = os.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=sub, stderr=sub, env={**os.environ, "TERM": "xterm"})
+                            stdout=sub, stderr=sub, env={**os.environ, "TERM": "xterm", "NO_COLOR": "1"})
     os.close(sub)
     out = b""
     while True:
