@@ -6,10 +6,11 @@ Ctrl-C anywhere else, not a traceback from whichever module Python was importing
 
 from __future__ import annotations
 
+# Only what Python has loaded already (gc, sys) at the top: until main()'s own handling begins, a
+# Ctrl-C gives Python's traceback, so this module keeps that window to the interpreter's own
+# start-up (typing alone takes ~5 ms to load; it and types are imported where used).
 import gc
 import sys
-import types
-from typing import Any
 
 PYDANTIC_PLUGIN_LOADER = "pydantic.plugin._loader"
 
@@ -27,6 +28,8 @@ def without_pydantic_plugins() -> None:
     """
     if PYDANTIC_PLUGIN_LOADER in sys.modules:  # pydantic is already in use here: leave it as it is
         return
+    import types
+
     loader = types.ModuleType(PYDANTIC_PLUGIN_LOADER, "ddpjob: no pydantic plugins in the CLI process")
     loader.get_plugins = lambda *args, **kwargs: ()  # type: ignore[attr-defined]
     sys.modules[PYDANTIC_PLUGIN_LOADER] = loader
@@ -56,7 +59,7 @@ def interrupts_never_lost() -> None:
     ``ddpjob`` process it is delivered again instead, where it stops ddpjob (or is held) as usual."""
     previous = sys.unraisablehook
 
-    def hook(unraisable: Any) -> None:
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
             import _thread
             import signal
