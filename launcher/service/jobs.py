@@ -232,8 +232,9 @@ class Jobs:
 
     def progress(self, rec: JobRecord) -> dict[str, Any] | None:
         """How far the job is (``launcher.core.progress``), as its target can tell: from a run's
-        metrics file read here (local, Slurm), from the pods' logs (Kubernetes)."""
-        if rec.handle is None:
+        metrics file read here (local, Slurm), from the pods' logs (Kubernetes). A job still PENDING
+        has none, and its target is not asked (``list`` stays one query per target)."""
+        if rec.handle is None or rec.state is JobState.PENDING:
             return None
         tgt, handle = self._target_and_handle(rec)
         return tgt.progress(handle)

