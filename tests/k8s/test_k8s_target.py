@@ -354,3 +354,23 @@ def test_a_starting_job_shows_its_pods_phases_and_events(k8s_api):
         assert line.startswith("PENDING: ") and "Pending: FailedScheduling: 0/3 nodes are available" in line, line
     finally:
         run("cancel", job_id)
+
+
+def test_defaults_from_a_project_file_reach_the_created_pytorchjob(k8s_api, tmp_path, monkeypatch):
+    """A project file's target and k8s settings fill what the spec leaves out, on the object the
+    API server receives (issue 25 item 6); the spec's own values and the flags win."""
+    (tmp_path / ".ddpjob.yaml").write_text("target: k8s\nk8s: {queue: team-q}\nenv: {FROM_PROJECT: p}\n"
+                                           "max_restarts: 2\n")
+    (tmp_path / "job.yaml").write_text("name: cfg\nimage: img:1\ncommand: [python, -c, print(1)]\nmax_restarts: 1\n")
+    monkeypatch.setenv("DDPJOB_CONFIG", str(tmp_path / "user.yaml"))
+    (tmp_path / "user.yaml").write_text("k8s: {queue: user-q, labels: {team: ml}}\n")
+    proc = subprocess.run([sys.executable, "-m", "launcher", "submit", "job.yaml", "--env", "FROM_FLAG=f"], cwd=tmp_path,
+                          env=dict(os.environ), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    obj = k8s_api.server.job(job_id_of(proc.stdout))  # no --target: the project file's
+    assert obj is not None and obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-q"
+    assert obj["metadata"]["labels"]["team"] == "ml"  # from the user config: nothing higher sets labels
+    env = {e["name"]: e.get("value") for e in obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+           ["containers"][0]["env"]}
+    assert env["FROM_PROJECT"] == "p" and env["FROM_FLAG"] == "f"
+    assert '"--max-restarts", "1"' in json.dumps(obj)  # the spec's own value over the project file's 2

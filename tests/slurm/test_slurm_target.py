@@ -386,3 +386,19 @@ def test_a_pending_job_shows_its_reason_and_place_in_the_queue(slurm_cluster, cl
     finally:
         for job_id in (first, second):
             cli("cancel", job_id, timeout=60)
+
+
+def test_defaults_from_a_user_config_reach_the_slurm_job(slurm_cluster, cli, tmp_path):
+    """The user config's target and Slurm settings fill what the spec leaves out, in the job Slurm
+    runs (issue 25 item 6)."""
+    spec = write_spec(tmp_path, "cfg", ["python", "-c", "import os; print('from-user', os.environ['FROM_USER'])"])
+    (tmp_path / "user.yaml").write_text("target: slurm\nslurm: {sbatch: {comment: from-user-config}}\n"
+                                        "env: {FROM_USER: yes-u}\n")
+    proc = cli("submit", str(spec), "-q", env={"DDPJOB_CONFIG": str(tmp_path / "user.yaml")}, timeout=180)
+    assert proc.returncode == 0, proc.stderr  # no --target: the user config's
+    job_id = proc.stdout.strip()
+    data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=150)
+    assert data["state"] == "SUCCEEDED" and data["target"] == "slurm", data
+    script = Path(data["handle"]["submission_file"]).read_text()  # what sbatch ran
+    assert "#SBATCH --comment=from-user-config" in script, script
+    assert "from-user yes-u" in cli("logs", job_id).stdout
