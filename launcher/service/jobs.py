@@ -34,9 +34,7 @@ from launcher.core.errors import (
 )
 from launcher.core.interrupts import deferred_interrupt
 from launcher.core.states import JobState
-from launcher.service.imagebuild import pin as imagebuild
 from launcher.service.loading import load as load  # the service's way in: a spec file or a command
-from launcher.service.origin import origin_of
 from launcher.service.shape import check_count, check_selection, check_timeout, plan_shape
 
 if TYPE_CHECKING:
@@ -119,9 +117,9 @@ class Jobs:
         from launcher.targets import get_target
 
         tgt = get_target(target)
-        loaded, built = imagebuild.for_target(tgt, loaded, build=False)  # build: looked up, never built
+        loaded, built = _pinned(tgt, loaded, build=False)  # build: looked up, never built
         ctx = self.context(f"{loaded.spec.name}-xxxxx", inputs=tgt.inputs(loaded, online=online))
-        return imagebuild.noted(self._plan(tgt, loaded, ctx, submitting=False), built)
+        return _noted(self._plan(tgt, loaded, ctx, submitting=False), built)
 
     def _plan(self, tgt: AnyTarget, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan[Any]:
         """The target's plan, with the text people see (and ``plan.txt`` holds): secret values
@@ -155,7 +153,7 @@ class Jobs:
         Args:
             preflight: first check on this machine what the target can (a missing script).
         """
-        from launcher.service import notifier
+        from launcher.service import notifier, origin
         from launcher.targets import get_target
 
         tgt, spec = get_target(target), loaded.spec
@@ -163,15 +161,15 @@ class Jobs:
             issues = tgt.preflight(loaded, self.context(f"{spec.name}-xxxxx"))
             if issues:
                 raise loaded.error(issues)
-        loaded, built = imagebuild.for_target(tgt, loaded, build=True)  # build:, push, pin the digest
+        loaded, built = _pinned(tgt, loaded, build=True)  # build:, push, pin the digest
         inputs = tgt.inputs(loaded, online=True)  # before the reservation: a refusal leaves no trace
         picker = tgt.pick_port if tgt.picks_port and spec.master_port is None else None
         fixed = spec.master_port if tgt.picks_port else None
         with deferred_interrupt() as interrupted:
             job_id, port = self.registry.reserve(spec.name, target, loaded.spec.model_dump(mode="json"), port=fixed,
-                                                 port_picker=picker, origin=origin_of(loaded))
+                                                 port_picker=picker, origin=origin.origin_of(loaded))
             try:
-                plan = imagebuild.noted(self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True), built)
+                plan = _noted(self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True), built)
                 handle = tgt.submit(plan)
             except (SpecError, TargetUnavailable, SubmitRejected):
                 self._release(job_id)  # nothing was submitted: not a job, nothing to list
@@ -318,3 +316,20 @@ class Jobs:
         tgt = get_target(rec.target)
         assert rec.handle is not None
         return tgt, tgt.load_handle(rec.handle)
+
+
+def _pinned(tgt: AnyTarget, loaded: LoadedSpec, *, build: bool) -> tuple[LoadedSpec, str]:
+    """``build:``'s image (``service/imagebuild``, loaded only for a spec that has one: ~10 ms)."""
+    if loaded.spec.build is None:
+        return loaded, ""
+    from launcher.service.imagebuild import pin
+
+    return pin.for_target(tgt, loaded, build=build)
+
+
+def _noted(plan: Plan[Any], note: str) -> Plan[Any]:
+    if not note:
+        return plan
+    from launcher.service.imagebuild import pin
+
+    return pin.noted(plan, note)
