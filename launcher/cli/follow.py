@@ -31,8 +31,9 @@ CLEAR = "\r\033[K"
 
 
 def elapsed(start: float) -> str:
-    s = int(time.monotonic() - start)
-    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s"
+    from launcher.core.progress import duration
+
+    return duration(time.monotonic() - start)
 
 
 class StageLine:

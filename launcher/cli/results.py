@@ -46,12 +46,9 @@ def _number(value: float | None, metric: str = "") -> str:
 
 def duration_text(seconds: float | None) -> str:
     """``4.8s``, ``1m20s``, ``2h05m`` (``-`` when unknown)."""
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    s = round(seconds)
-    return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+    from launcher.core.progress import duration
+
+    return "-" if seconds is None else duration(seconds, tenths_below=60)
 
 
 def run_label(run: RunResult, single: bool) -> str:

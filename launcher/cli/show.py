@@ -60,9 +60,8 @@ def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] |
     while it runs); last, a sweep's runs ended (``runs 2/4``) and the message (or a running job's
     progress), cut to 60. ``colour``: the state column in colour (on a terminal)."""
     from launcher.cli.colour import state as painted
-    from launcher.core.progress import describe
+    from launcher.core.progress import describe, duration
     from launcher.service.cleanup import disk_use
-    from launcher.service.queue import span
 
     now = time.time()
     head = ("ID", "TARGET", "STATE", "NODES", "AGE", "DURATION") + (("SIZE",) if disk else ())
@@ -74,8 +73,8 @@ def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] |
         if total > 1:
             note = f"runs {done if done is not None else '?'}/{total}" + (f"; {note}" if note else "")
         size = (_size(disk_use(r.run_dir)),) if disk else ()
-        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), span(e.age_s(now)),
-                     span(e.duration_s(now)), *size, note[:60]))
+        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), duration(e.age_s(now)),
+                     duration(e.duration_s(now)), *size, note[:60]))
     n = len(head)
     widths = [max(len(row[i]) for row in rows) for i in range(n)]
     state_at = head.index("STATE")

@@ -99,14 +99,20 @@ def describe(progress: dict[str, Any] | None) -> str:
     if "samples_per_s" in progress:
         parts.append(f"{progress['samples_per_s']:.0f} samples/s")
     if "eta_s" in progress:
-        parts.append(f"ETA {_duration(progress['eta_s'])}")
+        parts.append(f"ETA {duration(progress['eta_s'])}")
     return ", ".join(parts)
 
 
-def _duration(seconds: float) -> str:
-    s = round(seconds)
+def duration(seconds: float, *, tenths_below: float = 0.0) -> str:
+    """A duration in a column or a line: ``4.8s`` (under ``tenths_below`` seconds), ``42s``,
+    ``3m05s``, ``2h04m``, ``3d07h``. Every command and the dashboard write durations this way."""
+    if seconds < tenths_below:
+        return f"{max(0.0, seconds):.1f}s"
+    s = max(0, int(seconds))
     if s < 60:
         return f"{s}s"
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

@@ -84,15 +84,3 @@ def queue(jobs: Jobs, *, limit: int | None = 50, target: str | None = None, stat
         if not wanted or r.state in wanted:
             out.append(Entry(r, fresh.get(r.id)))
     return out[:limit] if limit else out
-
-
-def span(seconds: float) -> str:
-    """``42s``, ``3m05s``, ``2h04m``, ``3d07h``: a duration in a column."""
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

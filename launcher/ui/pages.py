@@ -46,14 +46,9 @@ def age(seconds: float) -> str:
 
 def duration(seconds: float | None) -> str:
     """``0.4s``, ``12s``, ``3m05s``, ``2h10m`` ('' when unknown)."""
-    if seconds is None:
-        return ""
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    s = int(seconds)
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    from launcher.core.progress import duration as written
+
+    return "" if seconds is None else written(seconds, tenths_below=10)
 
 
 def when(ts: float | None) -> str:
