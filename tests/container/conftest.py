@@ -28,32 +28,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from enginekit import SKIP_CODES, engine_sh, job_containers, job_networks, podman
+from enginekit import engine_sh, engine_up, job_containers, job_networks, podman, skip_or_fail
 
 from launcher.targets.local import network
 
 
-def _skip_or_fail(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"container tests cannot run under CI=true: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def engine_image() -> str:
-    if os.environ.get("DDPJOB_CONTAINER_SKIP"):
-        pytest.skip(os.environ["DDPJOB_CONTAINER_SKIP"])  # set by .ci/run: the build did not fit its budget
-    if os.geteuid() != 0:
-        _skip_or_fail("docker/engine.sh up needs root (apt-get, /etc/containers, rootful podman)")
-    ran = os.environ.get("DDPJOB_ENGINE_UP_RC")  # .ci/run ran `up` already (its output is in the CI log)
-    if ran is not None:
-        code, said = int(ran), "see the CI log above the tests"
-    else:
-        proc = engine_sh("up")
-        code, said = proc.returncode, proc.stderr
-    if code in SKIP_CODES:
-        _skip_or_fail(f"{SKIP_CODES[code]} (docker/engine.sh up exit {code}): {said}")
-    assert code == 0, f"docker/engine.sh up exited {code}: {said}"
+    engine_up()
     first = engine_sh("env").stdout.splitlines()[0]
     assert first.startswith("export DDPJOB_TEST_IMAGE="), first
     return first.split("=", 1)[1]
@@ -66,10 +48,10 @@ def bridge_image(engine_image: str) -> str:
     name = network.network_name(probe)
     subnet = network.pick_subnet(probe, network.used_subnets("podman"))
     if subnet is None:
-        _skip_or_fail(f"no free /{network.PREFIX} of {network.POOL} on this machine for a bridge network")
+        skip_or_fail(f"no free /{network.PREFIX} of {network.POOL} on this machine for a bridge network")
     why = network.create(network.create_argv("podman", name, str(subnet), probe))
     if why is not None:
-        _skip_or_fail(f"podman cannot make a bridge network here: {why}")
+        skip_or_fail(f"podman cannot make a bridge network here: {why}")
     try:
         server, client = network.node_address(str(subnet), 0), network.node_address(str(subnet), 1)
         listen = ("import socket; s = socket.socket(); s.bind(('', 5000)); s.listen(); c, a = s.accept(); "
@@ -81,7 +63,7 @@ def bridge_image(engine_image: str) -> str:
         proc = podman("run", "--rm", "--name", f"{name}-0-1", "--network", name, "--ip", client, engine_image,
                       "python", "-c", talk, check=False)
         if proc.returncode != 0 or proc.stdout.strip() != client:
-            _skip_or_fail(f"two containers on a podman bridge network cannot talk here: {proc.stderr.strip()}")
+            skip_or_fail(f"two containers on a podman bridge network cannot talk here: {proc.stderr.strip()}")
     finally:
         podman("rm", "-f", "-t", "0", f"{name}-0-0", f"{name}-0-1", check=False)
         network.remove("podman", name)

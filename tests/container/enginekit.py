@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_SH = REPO / "docker" / "engine.sh"
@@ -13,6 +16,31 @@ SKIP_CODES = {4: "podman cannot be installed here", 5: "podman cannot run a cont
 def engine_sh(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", str(ENGINE_SH), *args], stdin=subprocess.DEVNULL, capture_output=True,
                           text=True, timeout=timeout, check=False)
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip with the reason; under CI=true (where the engine must work) fail instead."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"container tests cannot run under CI=true: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def engine_up() -> None:
+    """``docker/engine.sh up`` (podman and the images), or the result .ci/run already had of it;
+    skips (fails under CI=true) where the machine cannot, and where .ci/run said to."""
+    if os.environ.get("DDPJOB_CONTAINER_SKIP"):
+        pytest.skip(os.environ["DDPJOB_CONTAINER_SKIP"])  # set by .ci/run: the build did not fit its budget
+    if os.geteuid() != 0:
+        skip_or_fail("docker/engine.sh up needs root (apt-get, /etc/containers, rootful podman)")
+    ran = os.environ.get("DDPJOB_ENGINE_UP_RC")  # .ci/run ran `up` already (its output is in the CI log)
+    if ran is not None:
+        code, said = int(ran), "see the CI log above the tests"
+    else:
+        proc = engine_sh("up")
+        code, said = proc.returncode, proc.stderr
+    if code in SKIP_CODES:
+        skip_or_fail(f"{SKIP_CODES[code]} (docker/engine.sh up exit {code}): {said}")
+    assert code == 0, f"docker/engine.sh up exited {code}: {said}"
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ sys.path.insert(0, str(HERE.parent / "k8s"))
 sys.path.insert(0, str(HERE.parent / "container"))
 
 import fake_apiserver  # noqa: E402
-from enginekit import SKIP_CODES, engine_sh  # noqa: E402
+from enginekit import engine_up  # noqa: E402
 from registrykit import Registry, skip_or_fail, start, stop  # noqa: E402
 
 BASE_IMAGE = "localhost/ddpjob-base:bookworm"
@@ -45,17 +45,7 @@ def base_image() -> str:
     if shutil.which("podman") and subprocess.run(["podman", "image", "exists", BASE_IMAGE],
                                                  capture_output=True, check=False).returncode == 0:
         return BASE_IMAGE
-    if os.geteuid() != 0:
-        skip_or_fail("docker/engine.sh up needs root (apt-get, /etc/containers, rootful podman)")
-    ran = os.environ.get("DDPJOB_ENGINE_UP_RC")
-    if ran is not None:
-        code, said = int(ran), "see the CI log above the tests"
-    else:
-        proc = engine_sh("up")
-        code, said = proc.returncode, proc.stderr
-    if code in SKIP_CODES:
-        skip_or_fail(f"{SKIP_CODES[code]} (docker/engine.sh up exit {code}): {said}")
-    assert code == 0, f"docker/engine.sh up exited {code}: {said}"
+    engine_up()
     return BASE_IMAGE
 
 

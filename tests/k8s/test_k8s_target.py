@@ -21,7 +21,7 @@ from launcher.cli.main import cli as ddpjob_cli
 REPO = Path(__file__).resolve().parents[2]
 
 
-def ddpjob(*args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
+def ddpjob(*args: str, timeout: float = 180, check: bool = False) -> subprocess.CompletedProcess[str]:
     """The real command line in a subprocess (what users run); KUBECONFIG/DDPJOB_HOME come from the fixtures."""
     proc = subprocess.run([sys.executable, "-m", "launcher", *args], cwd=REPO, env=dict(os.environ),
                           capture_output=True, text=True, timeout=timeout)

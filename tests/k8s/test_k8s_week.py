@@ -6,22 +6,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 from testkit import run_in_pty, wait_for
 
+from tests.k8s.test_k8s_target import ddpjob
+
 REPO = Path(__file__).resolve().parents[2]
 PRINT_SEED = "[python, -c, 'import os; print(\"seed=\" + os.environ[\"SEED\"], flush=True)']"
-
-
-def ddpjob(*args: str, timeout: float = 180, check: bool = False) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "launcher", *args], cwd=REPO, env=dict(os.environ),
-                          capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"ddpjob {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 def submit(*args: str) -> str:
