@@ -2,6 +2,7 @@
 
 Owns the job's spec and the report's verdict (``run``, on the submitting side, through the service)
 and the program every rank runs under torchrun (``probe``: ``python -m launcher.doctor.probe``,
-standard library and torch only). ``run`` may import ``launcher.core``, ``launcher.spec``,
-``launcher.service`` and ``launcher.targets.base``; ``probe`` imports nothing of ddpjob.
+standard library and torch). ``run`` may import ``launcher.core``, ``launcher.spec``,
+``launcher.service`` and ``launcher.targets``; ``probe`` imports only ``launcher.targets.shared.netif``
+and the trainer's device rule (``launcher.train.placement``), so both place ranks alike.
 """

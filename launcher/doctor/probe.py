@@ -26,7 +26,7 @@ _ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "MASTER_
                  "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
 
-def rank_info(backend: str) -> dict[str, Any]:
+def rank_info(backend: str, device: Any = None, note: str | None = None) -> dict[str, Any]:
     import torch
 
     gpus = []
@@ -42,6 +42,7 @@ def rank_info(backend: str) -> dict[str, Any]:
         "rank": int(os.environ.get("RANK", "0")), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
         "host": socket.gethostname(), "backend": backend, "python": platform.python_version(),
         "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "gpus": gpus,
+        "device": str(device) if device is not None else None, "note": note,
         "interfaces": sorted(name for _, name in socket.if_nameindex()),
         **_network(),
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)},
@@ -99,13 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if backend == "nccl" else torch.device("cpu")
-    if backend == "nccl":
+    from launcher.train.placement import SHARED_GPUS_ENV, placement
+
+    # The trainer's rule: one GPU per rank with NCCL; ranks sharing GPUs use Gloo (NCCL refuses them).
+    place = placement(torch.cuda.device_count() if torch.cuda.is_available() else 0,
+                      int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                      shared_elsewhere=os.environ.get(SHARED_GPUS_ENV) == "1")
+    device = torch.device("cpu") if place.device_index is None else torch.device("cuda", place.device_index)
+    if place.device_index is not None:
         torch.cuda.set_device(device)
-    dist.init_process_group(backend)
+    dist.init_process_group(place.backend, device_id=device if place.backend == "nccl" else None)
     infos: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(infos, rank_info(backend))
+    dist.all_gather_object(infos, rank_info(place.backend, device, place.note))
     results = bench(args.max_mib, args.iters, device)
     if dist.get_rank() == 0:
         print(f"{MARKER} " + json.dumps({"world_size": dist.get_world_size(), "ranks": infos, "results": results},

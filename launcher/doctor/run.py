@@ -57,8 +57,12 @@ def verdict(report: dict[str, Any]) -> list[str]:
         if best < 0.1 * speed:
             out.append(f"bus bandwidth {best:.2f} GB/s is under 10% of the {speed:.1f} GB/s the network link "
                        "should carry: check NCCL_SOCKET_IFNAME / the interface in use, and NCCL_IB_DISABLE")
-    if results and min(r["busbw_gbps"] for r in results) <= 0:
+    if results and report.get("world_size", 0) > 1 and min(r["busbw_gbps"] for r in results) <= 0:
         out.append("an all-reduce measured no bandwidth")
+    shared = next((r["note"] for r in ranks if r.get("note")), None)
+    if shared:
+        out.append(f"{shared}. NCCL was not checked: run the doctor with one rank per GPU (e.g. --nodes 1 "
+                   "--procs-per-node auto) to check it")
     return out
 
 
@@ -114,6 +118,7 @@ def render(report: dict[str, Any], warnings: list[str]) -> list[str]:
            + (f", CUDA {first['cuda']}" if first.get("cuda") else "") + (f", NCCL {first['nccl']}" if first.get("nccl") else "")]
     for r in ranks:
         gpus = f", GPUs: {', '.join(r['gpus'])}" if r.get("gpus") else ""
+        gpus += f", uses {r['device']}" if str(r.get("device") or "").startswith("cuda") else ""
         via = f", address {r['address']} ({r.get('interface') or '?'})" if r.get("address") else ""
         out.append(f"  rank {r.get('rank')} on {r.get('host')} (local rank {r.get('local_rank')}){via}{gpus}")
     out += node_lines(ranks)
@@ -153,6 +158,9 @@ def bandwidth_verdict(report: dict[str, Any]) -> str:
 def notes(report: dict[str, Any]) -> list[str]:
     """What a reader may wonder about the numbers."""
     out = []
+    if report.get("world_size") == 1:
+        out.append("with 1 rank nothing crosses a link: a one-rank all-reduce moves no data, so algbw is no "
+                   "bandwidth and busbw = algbw x 2(n-1)/n = 0; use 2 or more ranks to measure one")
     if report.get("world_size") == 2:
         out.append("with 2 ranks busbw = algbw x 2(n-1)/n = algbw x 1: the two columns are equal (each rank "
                    "sends and receives the whole buffer once), as nccl-tests report it")

@@ -183,9 +183,12 @@ def _run(cfg: TrainConfig) -> int:
 
     print(
         f"rank {info.rank}/{info.world_size} (local rank {info.local_rank}) on {socket.gethostname()}, "
-        f"device {info.device}, rendezvous {os.environ.get('MASTER_ADDR', '-')}:{os.environ.get('MASTER_PORT', '-')}",
+        f"device {info.device}, backend {info.backend}, "
+        f"rendezvous {os.environ.get('MASTER_ADDR', '-')}:{os.environ.get('MASTER_PORT', '-')}",
         flush=True,
     )
+    if info.note and info.local_rank == 0:
+        print(f"note: {info.note}", flush=True)
     try:
         summary = evaluation.evaluate_checkpoint(cfg, cfg.eval_only, info) if cfg.eval_only else loop.train(cfg, info)
     except (DataError, CheckpointError) as e:

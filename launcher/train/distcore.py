@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
+from launcher.train.placement import SHARED_GPUS_ENV, placement
+
 if TYPE_CHECKING:
     # Where the store classes are defined: torch.distributed re-exports them only implicitly.
     from torch._C._distributed_c10d import Store
@@ -22,6 +24,8 @@ class DistInfo:
     local_rank: int
     device: torch.device
     distributed: bool
+    backend: str = "gloo"
+    note: str | None = None  # why the backend is not the usual one (ranks sharing a GPU), for the log
 
     @property
     def is_main(self) -> bool:
@@ -39,22 +43,27 @@ def setup() -> DistInfo:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = torch.cuda.is_available()
-    device = torch.device(f"cuda:{local_rank}") if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
     distributed = "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+    place = placement(torch.cuda.device_count() if torch.cuda.is_available() else 0, local_rank,
+                      int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                      shared_elsewhere=distributed and os.environ.get(SHARED_GPUS_ENV) == "1")
+    device = torch.device("cpu") if place.device_index is None else torch.device("cuda", place.device_index)
+    if place.device_index is not None:
+        torch.cuda.set_device(device)
     if distributed:
-        backend = "nccl" if cuda else "gloo"
         store = _restart_safe_store(world)
         timeout = collective_timeout()
+        # NCCL told its rank's GPU: else it guesses it from the global rank ("can cause a hang") and warns.
+        device_id = device if place.backend == "nccl" else None
         if store is None:
-            dist.init_process_group(backend=backend, init_method="env://", timeout=timeout)
+            dist.init_process_group(backend=place.backend, init_method="env://", timeout=timeout, device_id=device_id)
         else:
             _STORES.append(store)  # kept alive until teardown: the process group's threads use it
-            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, timeout=timeout)
+            dist.init_process_group(backend=place.backend, store=store, rank=rank, world_size=world, timeout=timeout,
+                                    device_id=device_id)
         rank, world = dist.get_rank(), dist.get_world_size()
-    return DistInfo(rank, world, local_rank, device, distributed)
+    return DistInfo(rank, world, local_rank, device, distributed, place.backend if distributed else "none",
+                    place.note if distributed else None)
 
 
 def collective_timeout() -> timedelta | None:

@@ -126,7 +126,7 @@ ALLOWED = {
     "targets.options": {"core", "targets.names"},
     "targets": {"core", "spec", "targets.names", "targets.options"},
     "service": {"core", "spec", "targets", "targets.names", "targets.options"},
-    "doctor": {"core", "spec", "targets", "targets.names", "service"},
+    "doctor": {"core", "spec", "targets", "targets.names", "service", "train"},
     "ui": {"core", "spec", "targets", "targets.names", "service"},
     "cli": {"core", "spec", "targets", "targets.names", "service", "doctor", "ui"},
     "api": {"core", "spec", "targets", "targets.names", "service"},

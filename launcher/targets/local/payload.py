@@ -64,6 +64,7 @@ class LocalPayload:
     # local.network: bridge: the job's own network, made at submit by ``network_create`` (see network.py).
     network_name: str | None = None
     network_create: list[str] = field(default_factory=list)
+    gpu_note: str = ""  # the ranks share this machine's GPUs (targets.shared.dist.shared_gpus_note)
 
 
 @dataclass
@@ -97,6 +98,8 @@ def render_local(payload: LocalPayload, masked: frozenset[str] = frozenset()) ->
     if payload.container != "none":
         out.append(f"# each node runs in its own {payload.container} container, named below and removed at its end "
                    "and by cancel; the engine passes each variable named by --env from the env below")
+    if payload.gpu_note:
+        out.append(f"# note: {payload.gpu_note}")
     if payload.network_create:
         out.append("# each container has its own address (--ip) on the job's own internal network (nothing leaves "
                    f"this machine; a free /{net.PREFIX} of {net.POOL} chosen for the job's id), made at submit and "

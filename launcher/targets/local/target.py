@@ -127,11 +127,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                 error_file = f"{task_dir}/node-{node}.error.json"
                 env = run_env(env_base, el.env, job_id=ctx.job_id, sweep_index=el.index,
                               output_dir=el.output_dir, error_file=error_file)
-                if ctx.gpu_count >= spec.nodes * procs_per_node and ctx.gpu_count > 0:
-                    # Give each simulated node its own GPUs, as separate machines would have.
-                    first = node * procs_per_node
-                    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + procs_per_node))
-                    env = dict(sorted(env.items()))
+                env = dict(sorted({**env, **dist.node_gpu_env(ctx.gpu_count, spec.nodes, procs_per_node, node)}.items()))
                 log_dir = f"{task_dir}/torchrun-node-{node}"
                 argv = torchrun_argv(
                     worker_command(el.command, python), launcher=[python, "-m", "torch.distributed.run"],
@@ -151,7 +147,8 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
             elements.append(LocalElement(el.index, el.params, el.output_dir, nodes))
         payload = LocalPayload(ctx.job_id, ctx.run_dir, spec.nodes, procs_per_node, port,
                                spec.local.stop_on_failure, elements, port_fixed=spec.master_port is not None,
-                               container=engine, port_command=list(ctx.port_command), master_addr=addresses[0])
+                               container=engine, port_command=list(ctx.port_command), master_addr=addresses[0],
+                               gpu_note=dist.shared_gpus_note(ctx.gpu_count, spec.nodes, procs_per_node))
         if subnet:
             payload.network_name = net.network_name(ctx.job_id)
             payload.network_create = net.create_argv(engine, payload.network_name, subnet, ctx.job_id)

@@ -19,6 +19,35 @@ def resolve_procs_per_node(spec: JobSpec, gpus_per_node: int) -> int:
     return spec.procs_per_node
 
 
+# The trainer and the doctor's probe read it (launcher.train.placement.SHARED_GPUS_ENV): ranks that
+# share a GPU cannot use NCCL, and ranks of other simulated nodes on the same GPUs are invisible to them.
+SHARED_GPUS_ENV = "DDPJOB_GPUS_SHARED"
+
+
+def node_gpu_env(gpus: int, nodes: int, procs_per_node: int, node: int) -> dict[str, str]:
+    """Env for simulated node ``node`` of a job on one machine with ``gpus`` GPUs: its own GPUs
+    (CUDA_VISIBLE_DEVICES) when there are enough for every rank, as separate machines would have;
+    else the nodes share them and every rank is told so (a node's own ranks beyond its GPUs the
+    trainer sees itself: LOCAL_WORLD_SIZE)."""
+    if gpus <= 0:
+        return {}
+    if gpus >= nodes * procs_per_node:
+        first = node * procs_per_node
+        return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in range(first, first + procs_per_node))}
+    return {SHARED_GPUS_ENV: "1"} if nodes > 1 else {}
+
+
+def shared_gpus_note(gpus: int, nodes: int, procs_per_node: int) -> str:
+    """What the plan says when the job's ranks share this machine's GPUs; "" when they do not."""
+    ranks = nodes * procs_per_node
+    if not 0 < gpus < ranks:
+        return ""
+    return (f"{ranks} ranks share this machine's {gpus} GPU(s): NCCL takes one rank per GPU (two on one fail "
+            f"with 'Duplicate GPU detected'), so the reference trainer and the doctor talk over gloo here "
+            f"({SHARED_GPUS_ENV}=1); a program of your own must do the same, or run --nodes 1 with one "
+            "process per GPU")
+
+
 def omp_threads(cpus_per_node: int | None, procs_per_node: int) -> int:
     """Threads per process so that the processes of one node share its cores without oversubscribing.
 
