@@ -56,6 +56,11 @@ DRAIN_GRACE = 15.0
 OUTAGE_LIMIT = 120.0
 
 
+def _done_mark(attempt: Path) -> Path:
+    """Beside an attempt file: the run it holds has ended and was saved whole."""
+    return attempt.with_name(attempt.name + ".done")
+
+
 class PodLogs:
     """Log reader for one ddpjob job (all its PyTorchJobs)."""
 
@@ -132,21 +137,36 @@ class PodLogs:
                 continue
             lock = PodLock(self.pods_dir / name)
             try:
-                if not lock.held:
-                    continue  # a follower is writing this pod's files as we speak
-                restarts = int(cs.get("restartCount") or 0)
-                prev = attempt_file(self.pods_dir, pod, restarts - 1) if restarts else None
-                if prev is not None and not prev.exists():
-                    data = self.kube.pod_log(name, previous=True)
-                    if data is not None:
-                        atomic_write(prev, data)
-                data = self.kube.pod_log(name)
-                if data is not None:
-                    atomic_write(attempt_file(self.pods_dir, pod, restarts), data)
+                if lock.held:  # else a follower is writing this pod's files as we speak
+                    self._save_runs(name, pod, int(cs.get("restartCount") or 0))
             finally:
                 lock.release()
         for pod_name, files in self._persisted().items():
             yield from self._saved_lines(pod_name, files)
+
+    def _save_runs(self, name: str, pod: dict[str, Any], restarts: int) -> None:
+        """Save the pod's current run and the whole run before it, each to its own attempt file.
+
+        A run saved while it ran is incomplete once it has ended, so the run before the current one
+        is fetched whole (the API's previous log) until a ``.done`` mark says that was done. The
+        status (``restarts``) and the logs are read apart, and a container restarted in between
+        would put the new run's lines in the old run's file: the restart count is read again after
+        the logs, and nothing is written when it moved (the next read takes the new run).
+        """
+        data = self.kube.pod_log(name)
+        prev = attempt_file(self.pods_dir, pod, restarts - 1) if restarts else None
+        old = None
+        if prev is not None and not _done_mark(prev).exists():
+            old = self.kube.pod_log(name, previous=True)
+        now = self.kube.get_pod(name)  # None: deleted meanwhile, which starts no new run
+        if now is not None and int((container(now, self.api.container) or {}).get("restartCount") or 0) != restarts:
+            return
+        if prev is not None and old is not None:
+            atomic_write(prev, old)
+            _done_mark(prev).touch()
+        current = attempt_file(self.pods_dir, pod, restarts)
+        if data is not None and not _done_mark(current).exists():  # a status behind the kubelet's
+            atomic_write(current, data)
 
     def _saved_lines(self, pod_name: str, files: list[Path]) -> Iterator[str]:
         """A pod's persisted lines (its attempts in order), honouring --tail, formatted and filtered."""
