@@ -100,12 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from launcher.train.placement import SHARED_GPUS_ENV, placement
+    from launcher.train.placement import placement_from_env
 
     # The trainer's rule: one GPU per rank with NCCL; ranks sharing GPUs use Gloo (NCCL refuses them).
-    place = placement(torch.cuda.device_count() if torch.cuda.is_available() else 0,
-                      int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                      shared_elsewhere=os.environ.get(SHARED_GPUS_ENV) == "1")
+    place = placement_from_env(torch.cuda.device_count() if torch.cuda.is_available() else 0)
     device = torch.device("cpu") if place.device_index is None else torch.device("cuda", place.device_index)
     if place.device_index is not None:
         torch.cuda.set_device(device)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from launcher.train.placement import SHARED_GPUS_ENV, placement
+from launcher.train.placement import placement_from_env
 
 if TYPE_CHECKING:
     # Where the store classes are defined: torch.distributed re-exports them only implicitly.
@@ -44,9 +44,7 @@ def setup() -> DistInfo:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     distributed = "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
-    place = placement(torch.cuda.device_count() if torch.cuda.is_available() else 0, local_rank,
-                      int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                      shared_elsewhere=distributed and os.environ.get(SHARED_GPUS_ENV) == "1")
+    place = placement_from_env(torch.cuda.device_count() if torch.cuda.is_available() else 0)
     device = torch.device("cpu") if place.device_index is None else torch.device("cuda", place.device_index)
     if place.device_index is not None:
         torch.cuda.set_device(device)

@@ -3,6 +3,8 @@ doctor's probe and the tests use it too)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # Set by ddpjob's local target when its simulated nodes share GPUs (launcher.targets.shared.dist).
@@ -35,3 +37,10 @@ def placement(gpus: int, local_rank: int, local_world: int, *, shared_elsewhere:
         return Placement("gloo", index, "; ".join(why) + ": NCCL takes one rank per GPU, so the ranks talk over gloo "
                          "(slower); give every rank its own GPU for NCCL")
     return Placement("nccl", index)
+
+
+def placement_from_env(gpus: int, env: Mapping[str, str] = os.environ) -> Placement:
+    """``placement`` for this process under torchrun: its LOCAL_RANK and LOCAL_WORLD_SIZE, and whether
+    ddpjob's local target said the machine's GPUs are shared by other simulated nodes."""
+    return placement(gpus, int(env.get("LOCAL_RANK", "0")), int(env.get("LOCAL_WORLD_SIZE", "1")),
+                     shared_elsewhere=env.get(SHARED_GPUS_ENV) == "1")

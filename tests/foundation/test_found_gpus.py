@@ -17,7 +17,7 @@ from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
 from launcher.targets.local.target import LocalTarget
 from launcher.targets.shared.dist import SHARED_GPUS_ENV as PLAN_ENV
-from launcher.train.placement import SHARED_GPUS_ENV, placement
+from launcher.train.placement import SHARED_GPUS_ENV, placement, placement_from_env
 
 CTX = PlanContext(job_id="demo-abcde", run_dir="/home/u/.ddpjob/runs/demo-abcde", port=29501, cpu_count=4,
                   gpu_count=0, home="/home/u", cwd="/work/proj", python="/usr/bin/python3")
@@ -44,6 +44,13 @@ def test_one_gpu_per_rank_with_nccl_else_gloo_with_a_note(gpus, local_rank, loca
 
 def test_the_plan_and_the_trainer_agree_on_the_variable():
     assert PLAN_ENV == SHARED_GPUS_ENV == "DDPJOB_GPUS_SHARED"
+
+
+def test_a_rank_reads_its_place_from_torchruns_env_and_the_plans_flag():
+    assert placement_from_env(1, {}) == placement(1, 0, 1)
+    assert placement_from_env(2, {"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"}) == placement(2, 3, 4)
+    assert placement_from_env(1, {SHARED_GPUS_ENV: "1"}).backend == "gloo"
+    assert placement_from_env(1, {SHARED_GPUS_ENV: "0"}).backend == "nccl"
 
 
 def _plan(gpus: int, nodes: int, procs: int | str = "auto"):
