@@ -10,6 +10,7 @@ import click
 
 from launcher.cli.support import guard
 from launcher.cli.tools import complete_job_ids
+from launcher.core.stepsplit import MEMORY_KEY, StepSplit, run_split
 
 if TYPE_CHECKING:
     from launcher.service.results import RunResult
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
 # Shown first in the text table, in this order, when any run has them; samples/s last, final only.
 MAIN_METRICS = ("loss", "eval_loss", "eval_accuracy")
 RATE = "samples_per_s"
-# The trainer's bookkeeping, left out of the text table (still in -o json and csv).
-TEXT_HIDDEN = frozenset({"lr", "step_time"})
+# The trainer's bookkeeping, left out of the text table's metric columns (still in -o json and csv);
+# the step split and the peak memory get columns of their own.
+TEXT_HIDDEN = frozenset({"lr", "step_time", "data_ms", "compute_ms", "comm_ms", "peak_memory_mb"})
 
 
 def _load(job_id: str) -> tuple[str, str, list[RunResult]]:
@@ -106,6 +108,12 @@ def text_table(runs: list[RunResult]) -> list[str]:
         header += [m, f"best {m}"]
     if RATE in have:
         header.append("samples/s")
+    splits = {r.index: run_split(r.curves) for r in runs}
+    if any(splits.values()):
+        header.append("data/compute/comm")
+    memory = MEMORY_KEY in have
+    if memory:
+        header.append("peak MiB")
     rows = [header]
     for r in runs:
         row = [str(r.index), *(str(r.values.get(k, "-")) for k in keys), r.state, duration_text(r.duration_s)]
@@ -113,6 +121,12 @@ def text_table(runs: list[RunResult]) -> list[str]:
             row += [_number(r.final.get(m), m), _number(r.best.get(m), m)]
         if RATE in have:
             row.append(_number(r.final.get(RATE), RATE))
+        if any(splits.values()):
+            split = splits[r.index]
+            row.append("/".join(f"{round(100 * v)}%" for v in split.shares().values()) if split else "-")
+        if memory:
+            peak = max((v for _, v in r.curves.get(MEMORY_KEY, [])), default=None)
+            row.append(_number(peak, RATE))
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
@@ -125,7 +139,27 @@ def _finite(value: float) -> float | None:
 def as_json(runs: list[RunResult]) -> list[dict[str, Any]]:
     return [{"index": r.index, "values": r.values, "state": r.state, "duration_s": r.duration_s,
              "final": {k: _finite(v) for k, v in sorted(r.final.items())},
-             "best": {k: _finite(v) for k, v in sorted(r.best.items())}, "output_dir": r.output_dir} for r in runs]
+             "best": {k: _finite(v) for k, v in sorted(r.best.items())}, "output_dir": r.output_dir,
+             "step_split": _split_json(run_split(r.curves))} for r in runs]
+
+
+def _split_json(split: StepSplit | None) -> dict[str, Any] | None:
+    """A run's step split for -o json: milliseconds per step, shares, the bound part and the advice."""
+    if split is None:
+        return None
+    return {"data_ms": round(split.data_ms, 3), "compute_ms": round(split.compute_ms, 3),
+            "comm_ms": round(split.comm_ms, 3), "shares": {k: round(v, 3) for k, v in split.shares().items()},
+            "bound": split.bound(), "advice": split.advice()}
+
+
+def advice_lines(runs: list[RunResult]) -> list[str]:
+    """One line of advice per run whose steps wait mostly for data or for the network."""
+    out = []
+    for r in runs:
+        split = run_split(r.curves)
+        if split is not None and (hint := split.advice()):
+            out.append(f"{run_label(r, len(runs) == 1)}: {hint}")
+    return out
 
 
 def as_csv(runs: list[RunResult]) -> str:
@@ -168,7 +202,9 @@ def _notes(target: str, runs: list[RunResult]) -> list[str]:
 @guard
 def results(job_id: str, sort_key: str | None, output: str) -> None:
     """Compare a job's runs: one row per run (each sweep element) with its sweep values, state,
-    duration, and the final and best value of each metric its metrics file holds.
+    duration, the final and best value of each metric its metrics file holds, and where its steps'
+    time went (data/compute/comm: waiting for batches, computing, waiting on the all-reduce the
+    backward did not hide), with one line of advice for a run that waits mostly on data or network.
 
     \b
     Examples:
@@ -192,6 +228,8 @@ def results(job_id: str, sort_key: str | None, output: str) -> None:
         click.echo(as_csv(runs), nl=False)
     else:
         for line in text_table(runs):
+            click.echo(line)
+        for line in advice_lines(runs):
             click.echo(line)
     for note in _notes(target, runs):
         click.echo(note, err=True)

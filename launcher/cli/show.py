@@ -21,7 +21,7 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
     """The job, its state and root cause, its progress, each run (task) and its nodes; ``colour``:
     states in colour (``launcher.cli.colour``, on a terminal)."""
     from launcher.cli.colour import state as painted
-    from launcher.core.progress import describe
+    from launcher.core.progress import advice, describe
 
     out: list[str] = []
     out.append(f"job:      {rec.id} ({rec.target})")
@@ -30,6 +30,8 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
         out.append(f"message:  {rec.message}")
     if progress:
         out.append(f"progress: {describe(progress)}" + (f" (task {progress['task']})" if "task" in progress else ""))
+        if hint := advice(progress):
+            out.append(f"advice:   {hint}")
     if rerun_of := (rec.origin or {}).get("rerun_of"):
         out.append(f"rerun of: {rerun_of}")
     out.append(f"run dir:  {rec.run_dir}")

@@ -7,8 +7,9 @@ append JSON lines to it; the reference trainer does. A line counts when it has a
     {"step": 120, "total_steps": 300, "loss": 0.41, "samples_per_s": 2100.0, "time": 1764000000.5}
 
 ``time`` (seconds since the epoch) dates the line; without it the file's modification time dates
-the last one. ``status``, ``list`` and ``wait`` show step/total, the last loss, the throughput and
-an ETA from the steps per second between the first and the last line. Only the file's first and
+the last one. ``status``, ``list`` and ``wait`` show step/total, the last loss, the throughput, an
+ETA from the steps per second between the first and the last line, and the last window's step split
+(``data_ms``, ``compute_ms``, ``comm_ms``: ``launcher.core.stepsplit``). Only the file's first and
 last 64 KiB are read, so a long run costs no more than a short one.
 """
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
+
+from launcher.core.stepsplit import MEMORY_KEY, SPLIT_KEYS, StepSplit
 
 METRICS_FILE = "metrics.jsonl"
 _CHUNK = 64 * 1024
@@ -77,6 +80,10 @@ def _progress(head: list[dict[str, Any]], last_records: list[dict[str, Any]], mt
         value = next((r[key] for r in reversed(last_records) if isinstance(r.get(key), (int, float))), None)
         if value is not None:
             progress[key] = value
+    # The step split (launcher.core.stepsplit) of the last window that has one, all keys from one line.
+    split_line = next((r for r in reversed(last_records) if all(k in r for k in SPLIT_KEYS)), None)
+    if split_line is not None:
+        progress.update({k: split_line[k] for k in (*SPLIT_KEYS, MEMORY_KEY) if _number(split_line.get(k))})
     last_time = last.get("time")
     updated: float = last_time if isinstance(last_time, (int, float)) else mtime
     progress["updated"] = updated
@@ -100,7 +107,20 @@ def describe(progress: dict[str, Any] | None) -> str:
         parts.append(f"{progress['samples_per_s']:.0f} samples/s")
     if "eta_s" in progress:
         parts.append(f"ETA {duration(progress['eta_s'])}")
+    split = StepSplit.of(progress)
+    if split is not None:
+        parts.append(f"step: {split.text()}")
     return ", ".join(parts)
+
+
+def advice(progress: dict[str, Any] | None) -> str | None:
+    """The step split's advice (``StepSplit.advice``) for a run's progress, or None."""
+    split = StepSplit.of(progress) if progress else None
+    return split.advice() if split is not None else None
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def duration(seconds: float, *, tenths_below: float = 0.0) -> str:

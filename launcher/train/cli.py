@@ -75,6 +75,10 @@ def _model_options(m: argparse._ArgumentGroup) -> None:
     m.add_argument("--weight-decay", type=float, default=0.0)
     m.add_argument("--amp", choices=get_args(Amp), default="off",
                    help="mixed precision with torch.autocast; bf16 works on CPU, fp16 needs a GPU (GradScaler)")
+    m.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (needs a C compiler; the first step compiles: it is logged apart as "
+                        "a 'compile' event and left out of the throughput windows). On a GPU convolutional models "
+                        "also run channels_last with cudnn.benchmark, and SGD is fused, with or without it")
     m.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (DDP no_sync on all but the last)")
     m.add_argument("--strategy", choices=get_args(Strategy), default="ddp",
                    help="ddp: DistributedDataParallel (recommended); dp: single-process nn.DataParallel baseline")
@@ -122,6 +126,9 @@ def _harness_options(p: argparse.ArgumentParser) -> None:
     """Options for tests and benchmarks only (config.HarnessConfig): they work but stay out of --help."""
     p.add_argument("--step-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: slow steps down
     p.add_argument("--bench-no-sync", action="store_true", help=argparse.SUPPRESS)  # benchmark: DDP without gradient sync
+    p.add_argument("--bench-data-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: a slow data loader
+    p.add_argument("--bench-comm-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: a slow all-reduce
+    p.add_argument("--bench-no-split", action="store_true", help=argparse.SUPPRESS)  # benchmark: no step split
 
 
 def check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
@@ -141,8 +148,21 @@ def check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
         p.error("--dataset linreg needs --model linear")
     if args.tensorboard and importlib.util.find_spec("tensorboard") is None:
         p.error("--tensorboard needs the tensorboard package: pip install 'ddpjob[tensorboard]' (or pip install tensorboard)")
+    if args.compile and not args.eval_only and not compiler():
+        p.error("--compile needs a C compiler (torch.compile builds its kernels with one): install gcc "
+                "(e.g. apt-get install gcc python3-dev), or set CC, or leave --compile out")
     if args.strategy == "dp" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         p.error("--strategy dp is single-process; run it without torchrun (or use --strategy ddp)")
+
+
+def compiler() -> str | None:
+    """The C compiler torch.compile would use ($CC, else cc, gcc or clang on PATH), or None."""
+    import shutil
+
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and (found := shutil.which(name)):
+            return found
+    return None
 
 
 def parse(argv: list[str] | None = None) -> TrainConfig:

@@ -79,6 +79,9 @@ class HarnessConfig:
 
     step_delay: float  # seconds of sleep after each step: tests slow a run down to signal it mid-way
     bench_no_sync: bool  # every backward inside DDP's no_sync(): the benchmark's bound without communication
+    bench_data_delay: float  # seconds of sleep before each batch is ready: a data loader slowed on purpose
+    bench_comm_delay: float  # seconds each gradient all-reduce is held before DDP sees it done: a slow network
+    bench_no_split: bool  # no step split (StepClock): what measuring it costs
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class TrainConfig:
     model: ModelName  # the model trained (--model, default mlp); --eval-only reads eval_only.model
     seed: int  # model initialisation, shuffling, synthetic data and augmentation
     amp: Amp
+    compile: bool  # torch.compile the model (--compile)
     data: DataConfig
     optim: OptimConfig
     ddp: DDPConfig
@@ -107,6 +111,7 @@ class TrainConfig:
         """The command line as the flat ``{dest: value}`` dict argparse gave (a checkpoint's ``"args"``)."""
         record: dict[str, object] = {
             "model": self.eval_only.model if self.eval_only else self.model, "seed": self.seed, "amp": self.amp,
+            "compile": self.compile,
             "eval_only": self.eval_only is not None, "resume": self.eval_only.resume if self.eval_only else None,
         }
         for group in (self.data, self.optim, self.ddp, self.output, self.harness):
@@ -117,7 +122,7 @@ class TrainConfig:
 def from_namespace(ns: argparse.Namespace) -> TrainConfig:
     """The config of a parsed (and checked) command line."""
     return TrainConfig(
-        model=ns.model or "mlp", seed=ns.seed, amp=ns.amp,
+        model=ns.model or "mlp", seed=ns.seed, amp=ns.amp, compile=ns.compile,
         data=_group(DataConfig, ns), optim=_group(OptimConfig, ns), ddp=_group(DDPConfig, ns),
         output=_group(OutputConfig, ns), harness=_group(HarnessConfig, ns),
         eval_only=EvalOnlyConfig(resume=ns.resume, model=ns.model) if ns.eval_only else None,

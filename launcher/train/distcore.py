@@ -31,6 +31,12 @@ class DistInfo:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def collective(self) -> bool:
+        """Whether there is anyone to talk to: under torchrun with world size 1 every collective would be
+        a no-op that still costs a launch (and, read back, a host sync), so none is made."""
+        return self.distributed and self.world_size > 1
+
 
 def setup() -> DistInfo:
     """Join the process group from ``env://`` (torchrun, a PyTorchJob and Slurm all set it up).
@@ -102,27 +108,31 @@ def teardown(info: DistInfo) -> None:
 
 
 def barrier(info: DistInfo) -> None:
-    if info.distributed:
+    if info.collective:
         dist.barrier()
 
 
 def all_reduce_sum_(info: DistInfo, t: torch.Tensor) -> torch.Tensor:
     """Sum a tensor over all ranks, in place (no-op for one process); returns it."""
-    if info.distributed:
+    if info.collective:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
 
 
-def mean_over_ranks(info: DistInfo, value: torch.Tensor) -> float:
-    """The mean over ranks of a scalar on the device: one small all-reduce (float64) and one host read."""
+def mean_over_ranks(info: DistInfo, value: torch.Tensor, *more: float) -> list[float]:
+    """The means over ranks of a scalar on the device and of ``more`` numbers of the host: one small
+    all-reduce (float64) and one host read."""
     t = value.detach().to(torch.float64, copy=True).reshape(1)
-    return all_reduce_sum_(info, t).item() / info.world_size
+    if more:
+        t = torch.cat([t, torch.tensor(more, dtype=torch.float64).to(t.device, non_blocking=True)])
+    return [v / info.world_size for v in all_reduce_sum_(info, t).tolist()]
 
 
-def eval_shard(n: int, rank: int, world: int) -> list[int]:
-    """Indices of the evaluation set this rank scores: every index exactly once across ranks.
+def eval_shard(rank: int, world: int) -> slice:
+    """The evaluation samples this rank scores: every ``world``-th from ``rank``, so every sample
+    exactly once across ranks.
 
     DistributedSampler pads the set with repeated samples so every rank gets the same count, which
     counts some samples twice; strided sharding without padding does not.
     """
-    return list(range(rank, n, world))
+    return slice(rank, None, world)

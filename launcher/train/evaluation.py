@@ -8,7 +8,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from launcher.train import checkpoint, data, models
 from launcher.train.config import EvalOnlyConfig, TrainConfig
@@ -24,7 +23,7 @@ def broadcast_buffers(model: nn.Module, info: DistInfo) -> None:
     this, ranks would score their shards with different models, none of them the one rank 0
     checkpoints.
     """
-    if not info.distributed:
+    if not info.collective:
         return
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for b in models.unwrap(model).buffers():
@@ -37,30 +36,37 @@ def broadcast_buffers(model: nn.Module, info: DistInfo) -> None:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, split: data.Split, cfg: TrainConfig, info: DistInfo) -> dict[str, float | int | None]:
+def evaluate(model: nn.Module, split: data.Split, cfg: TrainConfig, info: DistInfo,
+             model_name: str | None = None) -> dict[str, float | int | None]:
     """Exact distributed evaluation of rank 0's model: each sample once, sums reduced over ranks.
 
     Sums stay on the device (float64) and are read once, after the all-reduce.
     """
     broadcast_buffers(model, info)
-    net = models.unwrap(model)  # evaluation needs no gradient sync
+    net = models.unwrap(model)  # evaluation needs no gradient sync, nor the compiled training graph
     was_training = net.training
     net.eval()
-    idx = eval_shard(len(split), info.rank, info.world_size)
-    loader = DataLoader(Subset(TensorDataset(split.inputs, split.targets), idx), batch_size=cfg.data.eval_batch_size,
-                        pin_memory=info.device.type == "cuda")
+    # cuDNN's heuristics, not its timing runs, choose the kernels: the same in every process, so this
+    # equals a later --eval-only of the checkpoint.
+    benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+    # This rank's share, every sample once, batched by slicing: no per-sample collation.
+    share = eval_shard(info.rank, info.world_size)
+    inputs, targets = split.inputs[share], split.targets[share]
     regression = cfg.data.dataset == "linreg"
     criterion = nn.MSELoss(reduction="sum") if regression else nn.CrossEntropyLoss(reduction="sum")
     sums = torch.zeros(3, dtype=torch.float64, device=info.device)  # loss, correct, count
-    for x, y in loader:
-        x = prepare(x, cfg.data.dataset, info.device, None)
-        y = y.to(info.device, non_blocking=True)
+    cl = models.channels_last(model_name or cfg.model, info.device)
+    bs = cfg.data.eval_batch_size
+    for start in range(0, len(targets), bs):
+        x = prepare(inputs[start:start + bs], cfg.data.dataset, info.device, None, cl)
+        y = targets[start:start + bs].to(info.device, non_blocking=True)
         with autocast(info.device, cfg.amp):
             out = net(x)
         sums[0] += criterion(out.float(), y)
         if not regression:
             sums[1] += (out.argmax(1) == y).sum()
         sums[2] += len(y)
+    torch.backends.cudnn.benchmark = benchmark
     loss_sum, correct, count = all_reduce_sum_(info, sums).tolist()
     net.train(was_training)
     return {
@@ -86,12 +92,12 @@ def evaluate_checkpoint(cfg: TrainConfig, eval_only: EvalOnlyConfig, info: DistI
     barrier(info)
     dataset = cfg.data.dataset
     try:
-        model = models.build(model_name, dataset).to(info.device)
+        model = models.place(models.build(model_name, dataset), model_name, info.device)
         model.load_state_dict(ckpt["model"])
     except (RuntimeError, ValueError) as e:
         raise checkpoint.CheckpointError(
             f"{path} ({model_name}, trained on {trained.get('dataset', '?')}) does not fit --dataset {dataset}: {e}"
         ) from e
-    ev = evaluate(model, data.load_eval(cfg.data, cfg.seed), cfg, info)
+    ev = evaluate(model, data.load_eval(cfg.data, cfg.seed), cfg, info, model_name)
     return {**ev, "eval_only": True, "checkpoint": str(path), "steps": ckpt.get("step"), "model": model_name,
             "dataset": dataset, "world_size": info.world_size, "amp": cfg.amp}

@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DistributedSampler, TensorDataset
 
 from launcher.train import checkpoint, data, evaluation, models, parallel, step
+from launcher.train.batches import EpochBatches, InMemoryBatches, LoaderBatches
 from launcher.train.config import OptimConfig, TrainConfig
 from launcher.train.distcore import DistInfo, barrier, mean_over_ranks
 from launcher.train.metrics import Metrics, eval_line
 from launcher.train.preempt import StopAgreement
+from launcher.train.stepclock import StepClock
 
 
 def lr_lambda(optim: OptimConfig, total_steps: int) -> Callable[[int], float]:
@@ -45,30 +47,45 @@ class Trainer:
         barrier(info)
         self.metrics = Metrics(info, self.output_dir, tensorboard=cfg.output.tensorboard)
         train_split, self.eval_split = data.load(cfg.data, cfg.seed)
-        self.model = parallel.wrap(models.build(cfg.model, cfg.data.dataset).to(info.device), cfg, info)
+        if info.device.type == "cuda":
+            # Training shapes never change (the last partial batch is dropped): cuDNN may time its kernels
+            # once and keep the fastest. Evaluation turns it off (evaluation.evaluate).
+            torch.backends.cudnn.benchmark = True
+        self.clock = StepClock(info.device, enabled=not cfg.harness.bench_no_split)
+        net = models.place(models.build(cfg.model, cfg.data.dataset), cfg.model, info.device)
+        self.model = parallel.wrap(net, cfg, info, self.clock)
         optim = cfg.optim
         lr = optim.lr * (info.world_size if optim.scale_lr else 1)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=optim.momentum,
-                                         weight_decay=optim.weight_decay)
+                                         weight_decay=optim.weight_decay, **fused_sgd(info.device))
         self.scaler = torch.amp.GradScaler(info.device.type) if cfg.amp == "fp16" else None
-        self._build_loader(train_split)
+        self._build_batches(train_split)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(optim, self.total_steps))
         self.criterion = step.loss_fn(cfg.data.dataset)
         self.stop = StopAgreement(info, cfg.ddp.stop_check_every)
         self.set_to_none = parallel.zero_grad_to_none(self.model)
         self.step = self.start_epoch = self.skip_steps = 0
         self.last_loss = float("nan")
+        self.compile_s: float | None = None
+        self.excluded_s = 0.0  # checkpoint and evaluation time inside the current window: not training
+        self.paused_s = 0.0  # the same over the whole run
 
-    def _build_loader(self, split: data.Split) -> None:
+    def _build_batches(self, split: data.Split) -> None:
         optim, info = self.cfg.optim, self.info
-        dataset = TensorDataset(split.inputs, split.targets)
-        self.sampler: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=info.world_size, rank=info.rank, shuffle=True,
-                                          seed=self.cfg.seed, drop_last=False)
-        self.loader = DataLoader(dataset, batch_size=optim.batch_size, sampler=self.sampler, drop_last=True,
-                                 num_workers=self.cfg.data.num_workers, pin_memory=info.device.type == "cuda")
-        self.steps_per_epoch = len(self.loader) // optim.grad_accum
+        sampler: DistributedSampler[int] = DistributedSampler(
+            TensorDataset(split.inputs, split.targets), num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=self.cfg.seed,
+            drop_last=False)
+        self.batches: EpochBatches
+        if self.cfg.data.num_workers > 0:
+            self.batches = LoaderBatches(split, sampler, optim.batch_size, info.device, self.cfg.data.num_workers)
+        else:
+            # CIFAR-10's training batches are augmented (on uint8, before normalising): they stay raw.
+            self.batches = InMemoryBatches(split, sampler, optim.batch_size, info.device,
+                                           normalize=self.cfg.data.dataset != "cifar10",
+                                           channels_last=models.channels_last(self.cfg.model, info.device))
+        self.steps_per_epoch = len(self.batches) // optim.grad_accum
         if self.steps_per_epoch == 0:
-            raise ValueError(f"not one step per epoch: {len(self.loader)} batch(es) of {optim.batch_size} per process "
+            raise ValueError(f"not one step per epoch: {len(self.batches)} batch(es) of {optim.batch_size} per process "
                              f"with --grad-accum {optim.grad_accum}; lower --batch-size or add data")
         self.total_steps = self.steps_per_epoch * optim.epochs
         if optim.max_steps:
@@ -81,6 +98,8 @@ class Trainer:
             return
         models.unwrap(self.model).load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
+        for group in self.optimizer.param_groups:  # this device's implementation, not the one that saved it
+            group["fused"] = fused_sgd(self.info.device).get("fused")
         self.scheduler.load_state_dict(ckpt["scheduler"])
         if self.scaler is not None and ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])
@@ -111,43 +130,51 @@ class Trainer:
         preempted = False
         last_eval: tuple[int, dict[str, Any]] | None = None
         self.model.train()
+        if self.info.is_main:
+            print(f"batches: {self.batches.where}", flush=True)
         for epoch in range(self.start_epoch, self.cfg.optim.epochs):
             if self.step >= self.total_steps:
                 break
             preempted = self.train_epoch(epoch)
             if preempted:
                 break
+            paused = time.perf_counter()
             self.save_checkpoint(epoch, self.steps_per_epoch, "epoch_end")
             ev = evaluation.evaluate(self.model, self.eval_split, self.cfg, self.info)
             last_eval = (self.step, ev)
             self.metrics.log({"event": "eval", "step": self.step, "epoch": epoch, **ev}, f"epoch {epoch} eval {eval_line(ev)}")
+            self.pause(paused)
         run_time = time.perf_counter() - run_start
         # The last epoch's evaluation already scored these weights; do not pay for it twice.
         if last_eval is not None and last_eval[0] == self.step:
             ev = last_eval[1]
         else:
             ev = evaluation.evaluate(self.model, self.eval_split, self.cfg, self.info)
+        if self.compile_s is not None:  # the compiling step is no training throughput
+            run_time, first_step = run_time - self.compile_s, first_step + 1
+        run_time -= self.paused_s  # nor are checkpoints and evaluations
         return self.summary(ev, preempted, trained=self.step - first_step, run_time=run_time)
 
     def train_epoch(self, epoch: int) -> bool:
         """Train one epoch (the rest of it after a resume); True if the run was preempted."""
         k, every = self.cfg.optim.grad_accum, self.cfg.output.checkpoint_every
-        self.sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
-        batches = iter(self.loader)
         first = self.skip_steps if epoch == self.start_epoch else 0
-        for _ in range(first * k):
-            next(batches)  # a resumed epoch skips what was already trained on
+        batches = self.batches.epoch(epoch, skip=first * k)  # a resumed epoch skips what was already trained on
         for step_in_epoch in range(first, self.steps_per_epoch):
             if self.step >= self.total_steps:
                 break
             t0 = time.perf_counter()
             loss = self.train_step(batches)
+            if self.cfg.compile and self.compile_s is None:
+                self.compiled(loss, t0)
             if self.cfg.harness.step_delay:
                 time.sleep(self.cfg.harness.step_delay)
             self.log_step(epoch, loss, time.perf_counter() - t0)
             done_in_epoch = step_in_epoch + 1
             if every and self.step % every == 0 and done_in_epoch < self.steps_per_epoch:
+                paused = time.perf_counter()
                 self.save_checkpoint(epoch, done_in_epoch, "every")
+                self.pause(paused)
             if self.stop.should_stop(self.step, boundary=done_in_epoch == self.steps_per_epoch or self.step == self.total_steps):
                 self.save_checkpoint(epoch, done_in_epoch, "preempted")
                 self.metrics.log({"event": "preempted", "step": self.step},
@@ -155,39 +182,73 @@ class Trainer:
                 return True
         return False
 
+    def pause(self, since: float) -> None:
+        """Time since ``since`` went to checkpoints or evaluation: out of samples/s."""
+        spent = time.perf_counter() - since
+        self.excluded_s += spent
+        self.paused_s += spent
+
+    def compiled(self, loss: torch.Tensor, t0: float) -> None:
+        """The first step under ``--compile`` compiled the model: its time is logged apart and kept out of
+        the throughput windows, the step split and the summary's samples/s."""
+        loss.item()  # the compiled kernels have run
+        self.compile_s = time.perf_counter() - t0
+        self.clock.read()  # a window of its own, dropped
+        self.window_start, self.window_steps = time.perf_counter(), -1  # log_step counts this step: 0
+        self.metrics.log({"event": "compile", "step": self.step, "seconds": round(self.compile_s, 3)},
+                         f"compiled the model in {self.compile_s:.1f}s (the first step; not in samples/s)")
+
     def train_step(self, batches: Any) -> torch.Tensor:
         """One optimizer step over ``--grad-accum`` micro-batches; the mean loss, still on the device."""
         cfg, k = self.cfg, self.cfg.optim.grad_accum
+        self.clock.begin(self.step)
         self.optimizer.zero_grad(set_to_none=self.set_to_none)
-        micro = step.micro_batches(batches, k, cfg, self.info, self.step)
+        micro = step.micro_batches(batches, k, cfg, self.info, self.step, self.clock)
         loss = step.accumulate_gradients(self.model, micro, k, self.criterion, self.info.device, cfg.amp,
-                                         self.scaler, sync=not cfg.harness.bench_no_sync)
+                                         self.scaler, sync=not cfg.harness.bench_no_sync, clock=self.clock)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
+        self.clock.step_done()
         self.scheduler.step()
         self.step += 1
         return loss
 
     def log_step(self, epoch: int, loss: torch.Tensor, step_time: float) -> None:
-        """Every ``--log-every`` steps (and the first and last): the only place the loss is read back."""
+        """Every ``--log-every`` steps (and the first and last): the only place the loss is read back.
+
+        Besides loss and throughput, the window's step split (``stepclock``): milliseconds per step
+        spent waiting for data (``data_ms``), computing (``compute_ms``) and waiting on communication
+        the backward did not hide (``comm_ms``), means over the ranks; and the device's peak memory.
+        """
         self.window_steps += 1
         s = self.step
         if not (s % self.cfg.output.log_every == 0 or s == self.total_steps or s == 1):
             return
-        mean_loss = mean_over_ranks(self.info, loss)
+        split = self.clock.read()
+        parts = (split.data_ms, split.compute_ms, split.comm_ms) if split else ()
+        mean_loss, *means = mean_over_ranks(self.info, loss, *parts)
         self.last_loss = mean_loss
-        elapsed = time.perf_counter() - self.window_start
-        rate = self.samples_per_step * self.window_steps / elapsed if elapsed > 0 else 0.0
+        elapsed = time.perf_counter() - self.window_start - self.excluded_s
+        rate = self.samples_per_step * self.window_steps / elapsed if elapsed > 0 and self.window_steps > 0 else None
         lr = self.scheduler.get_last_lr()[0]
+        record: dict[str, Any] = {
+            "event": "step", "step": s, "total_steps": self.total_steps, "epoch": epoch, "loss": mean_loss, "lr": lr,
+            "step_time": step_time, "world_size": self.info.world_size}
+        if rate is not None:  # none for a window that held only the compiling step
+            record["samples_per_s"] = rate
+        if means:
+            record.update(zip(("data_ms", "compute_ms", "comm_ms"), (round(v, 3) for v in means)))
+        if (peak := peak_memory_mb(self.info.device)) is not None:
+            record["peak_memory_mb"] = peak
         self.metrics.log(
-            {"event": "step", "step": s, "total_steps": self.total_steps, "epoch": epoch, "loss": mean_loss, "lr": lr,
-             "samples_per_s": rate, "step_time": step_time, "world_size": self.info.world_size},
-            f"epoch {epoch} step {s}/{self.total_steps} loss {mean_loss:.4f} lr {lr:.4g} {rate:.0f} samples/s (global)",
+            record, f"epoch {epoch} step {s}/{self.total_steps} loss {mean_loss:.4f} lr {lr:.4g}"
+            + (f" {rate:.0f} samples/s (global)" if rate is not None else "")
+            + (f", step: {split_text(means)}" if means else ""),
         )
-        self.window_start, self.window_steps = time.perf_counter(), 0
+        self.window_start, self.window_steps, self.excluded_s = time.perf_counter(), 0, 0.0
 
     @property
     def samples_per_step(self) -> int:
@@ -200,14 +261,39 @@ class Trainer:
             "world_size": self.info.world_size, "preempted": preempted, "dataset": cfg.data.dataset, "model": cfg.model,
             "samples_per_s": self.samples_per_step * trained / run_time if trained and run_time > 0 else None,
             "strategy": cfg.ddp.strategy, "amp": cfg.amp, "grad_compression": cfg.ddp.grad_compression,
-            "bucket_cap_mb": cfg.ddp.bucket_cap_mb, "sync_bn": cfg.ddp.sync_bn,
+            "bucket_cap_mb": cfg.ddp.bucket_cap_mb, "sync_bn": cfg.ddp.sync_bn, "compile": cfg.compile,
         }
+        if self.compile_s is not None:
+            out["compile_s"] = round(self.compile_s, 3)
         if cfg.model == "linear" and cfg.data.dataset == "linreg":
             lin = models.unwrap(self.model)
             assert isinstance(lin, torch.nn.Linear)  # models.build: linreg's only model
             out["weight"] = float(lin.weight.detach().flatten()[0])
             out["bias"] = float(lin.bias.detach().flatten()[0])
         return out
+
+
+def fused_sgd(device: torch.device) -> dict[str, bool]:
+    """SGD's one-kernel implementation where the device has it (CUDA): one launch per step instead of a
+    few per parameter group. Elsewhere torch's default."""
+    return {"fused": True} if device.type == "cuda" else {}
+
+
+def peak_memory_mb(device: torch.device) -> float | None:
+    """The device's peak allocated memory since the last call, in MiB (the GPU's; None on the CPU)."""
+    if device.type != "cuda":
+        return None
+    peak = torch.cuda.max_memory_allocated(device) / 2**20
+    torch.cuda.reset_peak_memory_stats(device)
+    return round(peak, 1)
+
+
+def split_text(means: list[float]) -> str:
+    """``data 3% compute 85% comm 12%`` of the window's step split."""
+    total = sum(means)
+    if total <= 0:
+        return "-"
+    return " ".join(f"{name} {100 * v / total:.0f}%" for name, v in zip(("data", "compute", "comm"), means))
 
 
 def train(cfg: TrainConfig, info: DistInfo) -> dict[str, Any]:

@@ -42,11 +42,11 @@ class StopAgreement:
         self.every = every
 
     def due(self, step: int, boundary: bool) -> bool:
-        return not self.info.distributed or boundary or step % self.every == 0
+        return not self.info.collective or boundary or step % self.every == 0
 
     def agreed(self) -> bool:
         flag = 1.0 if _stop["requested"] else 0.0
-        if self.info.distributed:
+        if self.info.collective:
             t = torch.tensor([flag], device=self.info.device if self.info.device.type == "cuda" else "cpu")
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             flag = t.item()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode
 
 from launcher.core.progress import describe
+from launcher.core.stepsplit import StepSplit, run_split
 from launcher.ui.svg import chart, colour, legend
 
 if TYPE_CHECKING:
@@ -137,11 +138,16 @@ def runs_section(view: JobView, token: str) -> str:
         return "<h2>Runs</h2><p class=\"muted\">No run has written metrics here yet.</p>"
     shown = [m for m in SUMMARY_METRICS if any(m in r.final for r in runs)]
     head = "".join(f"<th>{escape(m)} (last / best)</th>" for m in shown)
+    splits = {r.index: run_split(r.curves) for r in runs}
+    if any(splits.values()):
+        head += "<th title=\"where each step's time went: waiting for data, computing, waiting on the all-reduce the backward did not hide\">Step: data / compute / comm</th>"
     out = [f"<h2>Runs</h2><table class=\"runs\"><thead><tr><th>Run</th><th>Values</th><th>State</th><th>Duration</th>{head}"
            "<th>Logs</th></tr></thead><tbody>"]
     for r in runs:
         values = escape(" ".join(f"{k}={v}" for k, v in r.values.items())) or "-"
         cells = "".join(f"<td class=\"num\">{_num(r.final.get(m))} / {_num(r.best.get(m))}</td>" for m in shown)
+        if any(splits.values()):
+            cells += f"<td class=\"num\">{split_cell(splits[r.index])}</td>"
         link = ("shown below" if r.index == view.task
                 else f"<a href=\"{url(job_path(view.rec.id), token, task=r.index)}\">show</a>")
         out.append(f"<tr data-run=\"{r.index}\"><td><svg class=\"swatch\" viewBox=\"0 0 12 12\"><rect width=\"12\" "
@@ -149,6 +155,10 @@ def runs_section(view: JobView, token: str) -> str:
                    f"<td>{state_badge(r.state)}</td><td class=\"num\">{duration(r.duration_s)}</td>"
                    f"{cells}<td>{link}</td></tr>")
     out.append("</tbody></table>")
+    for r in runs:
+        split = splits[r.index]
+        if split is not None and (hint := split.advice()):
+            out.append(f"<p class=\"note advice\">{escape(run_label(r))}: {escape(hint)}</p>")
     metrics = [m for m in PREFERRED if any(m in r.curves for r in runs)]
     # Then the others that change (a constant, such as the evaluation's sample count, says nothing).
     metrics += sorted(m for m in {m for r in runs for m in r.curves} - set(metrics)
@@ -158,6 +168,13 @@ def runs_section(view: JobView, token: str) -> str:
         out.append(f"<div class=\"charts\">{''.join(charts)}</div>")
         out.append(legend([(run_label(r), colour(r.index)) for r in runs]))
     return "".join(out)
+
+
+def split_cell(split: StepSplit | None) -> str:
+    """``3% / 85% / 12%`` of a run's step split ('-' without one)."""
+    if split is None:
+        return "-"
+    return " / ".join(f"{round(100 * v)}%" for v in split.shares().values())
 
 
 def nodes_section(view: JobView) -> str:
@@ -207,6 +224,9 @@ def job_live(view: JobView, token: str, now: float | None = None) -> str:
     if view.progress:  # no ETA once the job has ended
         shown = {k: v for k, v in view.progress.items() if k != "eta_s" or not rec.state.terminal}
         facts.append(("progress", progress_cell(shown)))
+        if (split := StepSplit.of(view.progress)) is not None:
+            facts.append(("step", escape(split.text()) + "".join(
+                f"<div class=\"note advice\">{escape(hint)}</div>" for hint in [split.advice()] if hint)))
     facts.append(("run dir", f"<code>{escape(rec.run_dir)}</code>"))
     out = ["<dl class=\"facts\">", *(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts), "</dl>"]
     if rec.message:

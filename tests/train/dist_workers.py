@@ -6,19 +6,24 @@ import os
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from launcher.train import cli, distcore, loop, models, parallel, step
 from launcher.train.distcore import DistInfo
 from launcher.train.metrics import write_summary
+from launcher.train.stepclock import StepClock
 
 MICRO, K = 4, 3  # samples per micro-batch, micro-batches per step
 
 
-def counting_allreduce(calls: list, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP's own all-reduce, recording each bucket it reduces (DDP checks these annotations: no __future__ import)."""
-    calls.append(bucket.index())
-    return default_hooks.allreduce_hook(None, bucket)
+class CountingClock(StepClock):
+    """The trainer's step clock, counting the buckets its DDP hook hands to the all-reduce."""
+
+    def __init__(self) -> None:
+        super().__init__(torch.device("cpu"))
+        self.buckets = 0
+
+    def bucket_ready(self) -> None:
+        self.buckets += 1
 
 
 def accumulate_with_no_sync(rank: int, world: int, store: str) -> None:
@@ -32,14 +37,13 @@ def accumulate_with_no_sync(rank: int, world: int, store: str) -> None:
         nn.functional.cross_entropy(ref(x), y).backward()  # the whole global batch in one process
 
         cfg = cli.parse(["--grad-accum", str(K)])  # DDP, 25 MiB buckets, no compression
-        model = parallel.wrap(base, cfg, DistInfo(rank, world, rank, torch.device("cpu"), True))
-        calls: list[int] = []
-        model.register_comm_hook(calls, counting_allreduce)
+        clock = CountingClock()
+        model = parallel.wrap(base, cfg, DistInfo(rank, world, rank, torch.device("cpu"), True), clock)
         mine = slice(rank * K * MICRO, (rank + 1) * K * MICRO)
         micro = zip(x[mine].split(MICRO), y[mine].split(MICRO))
         step.accumulate_gradients(model, micro, K, nn.CrossEntropyLoss(), torch.device("cpu"), "off", None)
         # The model fits one bucket: with no_sync on the first K-1 micro-batches it is reduced once, not K times.
-        assert calls == [0], f"rank {rank}: buckets all-reduced {calls}, expected [0] (one all-reduce per step)"
+        assert clock.buckets == 1, f"rank {rank}: {clock.buckets} buckets all-reduced, expected 1 (one per step)"
         for got, want in zip((p.grad for p in models.unwrap(model).parameters()), (p.grad for p in ref.parameters())):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     finally:

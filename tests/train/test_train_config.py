@@ -14,7 +14,8 @@ ARGVS = [
     [],
     ["--dataset", "linreg", "--model", "linear", "--lr", "0.1", "--grad-accum", "2", "--amp", "bf16"],
     ["--dataset", "cifar10", "--data-dir", "/d", "--model", "resnet18", "--sync-bn", "--grad-compression", "fp16",
-     "--checkpoint-every", "5", "--output-dir", "/o", "--step-delay", "0.5", "--bench-no-sync"],
+     "--checkpoint-every", "5", "--output-dir", "/o", "--step-delay", "0.5", "--bench-no-sync", "--compile",
+     "--bench-data-delay", "0.1", "--bench-comm-delay", "0.2", "--bench-no-split"],
     ["--eval-only", "--resume", "/o/checkpoint.pt", "--dataset", "synthetic", "--seed", "3"],
 ]
 
@@ -27,15 +28,18 @@ def test_help_lists_no_hidden_option():
     p = cli.parser()
     text = p.format_help()  # what --help prints
     harness = {f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(HarnessConfig)}
-    assert hidden_options(p) == harness == {"--step-delay", "--bench-no-sync"}
+    assert hidden_options(p) == harness == {"--step-delay", "--bench-no-sync", "--bench-data-delay",
+                                            "--bench-comm-delay", "--bench-no-split"}
     for opt in harness:
         assert opt not in text, opt
     assert "--log-every" in text and "--stop-check-every" in text  # the user's options are there
 
 
 def test_hidden_options_still_work():
-    assert cli.parse(["--step-delay", "0.25", "--bench-no-sync"]).harness == HarnessConfig(0.25, True)
-    assert cli.parse([]).harness == HarnessConfig(step_delay=0.0, bench_no_sync=False)
+    assert cli.parse(["--step-delay", "0.25", "--bench-no-sync", "--bench-data-delay", "0.5", "--bench-comm-delay",
+                      "0.125", "--bench-no-split"]).harness == HarnessConfig(0.25, True, 0.5, 0.125, True)
+    assert cli.parse([]).harness == HarnessConfig(step_delay=0.0, bench_no_sync=False, bench_data_delay=0.0,
+                                                  bench_comm_delay=0.0, bench_no_split=False)
 
 
 @pytest.mark.parametrize("argv", ARGVS)

@@ -25,7 +25,8 @@ def test_two_processes_write_tensorboard_events_of_their_metrics(run_torchrun, t
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     expected: dict[str, list[tuple[int, float]]] = {}
     for rec in lines:
-        for key in ("loss", "lr", "samples_per_s", "step_time", "eval_loss", "eval_accuracy"):
+        for key in ("loss", "lr", "samples_per_s", "step_time", "eval_loss", "eval_accuracy", "data_ms",
+                    "compute_ms", "comm_ms"):
             if key in rec:
                 expected.setdefault(key, []).append((rec["step"], rec[key]))
     acc = EventAccumulator(str(out))

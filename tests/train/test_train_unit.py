@@ -21,7 +21,7 @@ pytestmark = pytest.mark.real
 
 @pytest.mark.parametrize("n,world", [(51, 2), (10, 3), (7, 4), (3, 8), (100, 1)])
 def test_eval_shards_cover_every_sample_once(n, world):
-    shards = [distcore.eval_shard(n, r, world) for r in range(world)]
+    shards = [list(range(n))[distcore.eval_shard(r, world)] for r in range(world)]
     flat = sorted(i for s in shards for i in s)
     assert flat == list(range(n))
 
@@ -117,7 +117,8 @@ def test_grad_accumulation_equals_a_doubled_batch():
     for g_acc, g_ref in zip((p.grad for p in model.parameters()), (p.grad for p in ref.parameters())):
         torch.testing.assert_close(g_acc, g_ref, rtol=1e-5, atol=1e-6)
     assert halves.dtype == torch.float64 and halves.device == cpu  # the loss stays a tensor: no host sync
-    torch.testing.assert_close(halves, whole.detach())
+    assert whole.dtype == torch.float32  # one micro-batch: the loss itself, no float64 sum (fewer kernels)
+    torch.testing.assert_close(halves, whole.detach(), check_dtype=False)
 
 
 def test_stop_agreement_schedule():

@@ -1,0 +1,104 @@
+"""Why a job is slow, in one line: the step split a training program writes on its metrics lines.
+
+The reference trainer writes, on each logged step line, where its steps' time went over the window
+(milliseconds per step, means over the ranks)::
+
+    {"step": 120, ..., "data_ms": 0.4, "compute_ms": 31.2, "comm_ms": 9.8, "peak_memory_mb": 5120.0}
+
+``data_ms``: waiting for the batch (loading, copying, preparing it); ``compute_ms``: forward, backward
+and optimizer; ``comm_ms``: waiting on the gradient all-reduce after the backward's compute had ended
+(communication the backward did not hide). Any program may write the same keys. ``status``, ``wait``,
+``results`` and the dashboard show the shares, and one sentence of advice when waiting for data or for
+the network takes ``BOUND_SHARE`` of the step or more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SPLIT_KEYS = ("data_ms", "compute_ms", "comm_ms")
+MEMORY_KEY = "peak_memory_mb"
+BOUND_SHARE = 0.3
+
+ADVICE = {
+    "data": ("data-bound: {pct}% of each step waits for its batch; keep the data set in memory or on the GPU "
+             "when it fits (the reference trainer does), else add loader workers (--num-workers) or read from "
+             "faster storage"),
+    "comm": ("communication-bound: {pct}% of each step waits for the gradient all-reduce the backward pass did "
+             "not hide; try a larger batch per GPU or --grad-accum, --grad-compression bf16, a larger "
+             "--bucket-cap-mb, and check the link between nodes (ddpjob doctor)"),
+}
+
+
+@dataclass(frozen=True)
+class StepSplit:
+    """Milliseconds per step waiting for data, computing and waiting on communication not hidden."""
+
+    data_ms: float
+    compute_ms: float
+    comm_ms: float
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> StepSplit | None:
+        """The split on a metrics line (or a progress record), or None when it has none."""
+        values = [record.get(k) for k in SPLIT_KEYS]
+        numbers = [float(v) for v in values if _number(v)]  # type: ignore[arg-type]  # _number checked it
+        if len(numbers) != len(SPLIT_KEYS) or min(numbers) < 0:
+            return None
+        split = cls(*numbers)
+        return split if split.total > 0 else None
+
+    @classmethod
+    def mean(cls, splits: Iterable[StepSplit]) -> StepSplit | None:
+        """The mean of several windows' splits (a whole run's), or None of none."""
+        got = list(splits)
+        if not got:
+            return None
+        n = len(got)
+        return cls(sum(s.data_ms for s in got) / n, sum(s.compute_ms for s in got) / n, sum(s.comm_ms for s in got) / n)
+
+    @property
+    def total(self) -> float:
+        return self.data_ms + self.compute_ms + self.comm_ms
+
+    def shares(self) -> dict[str, float]:
+        return {"data": self.data_ms / self.total, "compute": self.compute_ms / self.total,
+                "comm": self.comm_ms / self.total}
+
+    def bound(self) -> str | None:
+        """``data`` or ``comm`` when it takes ``BOUND_SHARE`` of the step or more (the larger of the two),
+        else None (compute-bound: the GPU or CPU is doing the work, as it should)."""
+        shares = self.shares()
+        part = max(("data", "comm"), key=lambda k: shares[k])
+        return part if shares[part] >= BOUND_SHARE else None
+
+    def text(self) -> str:
+        """``data 3% compute 85% comm 12%`` (and `` (data-bound)`` when one part dominates)."""
+        shares = self.shares()
+        words = " ".join(f"{k} {round(100 * v)}%" for k, v in shares.items())
+        bound = self.bound()
+        return words + (f" ({'communication' if bound == 'comm' else bound}-bound)" if bound else "")
+
+    def advice(self) -> str | None:
+        """One sentence of what to try, when waiting for data or the network dominates; None otherwise."""
+        bound = self.bound()
+        if bound is None:
+            return None
+        return ADVICE[bound].format(pct=round(100 * self.shares()[bound]))
+
+
+def run_split(curves: Mapping[str, list[tuple[int, float]]]) -> StepSplit | None:
+    """A run's split from its metric curves (``service.results``): the mean over its logged windows, the
+    first left out (start-up: the first step's allocations, a compile)."""
+    points = [dict(curves.get(k, [])) for k in SPLIT_KEYS]
+    steps = sorted(set(points[0]) & set(points[1]) & set(points[2]))
+    windows = [StepSplit.of(dict(zip(SPLIT_KEYS, (p[s] for p in points)))) for s in steps]
+    kept = [w for w in windows if w is not None]
+    return StepSplit.mean(kept[1:] or kept)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
