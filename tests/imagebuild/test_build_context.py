@@ -11,7 +11,7 @@ import pytest
 from launcher.core.errors import SpecError
 from launcher.service.imagebuild import context as buildctx
 from launcher.service.imagebuild import engine as buildengine
-from launcher.service.imagebuild import pin
+from launcher.service.imagebuild import ignores, pin
 from launcher.spec.load import load_spec
 
 
@@ -30,7 +30,7 @@ from launcher.spec.load import load_spec
     ("[!ab].py", "c.py", True),
 ])
 def test_ignore_rules_follow_dockerignore(rules, path, out):
-    assert buildctx.excluded(path, buildctx.parse_rules(rules)) is out
+    assert ignores.excluded(path, ignores.parse_rules(rules)) is out
 
 
 def make_tree(root: Path) -> Path:

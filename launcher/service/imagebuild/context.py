@@ -1,79 +1,23 @@
-"""A build context: the folder's entries after ``.ddpjobignore`` (else ``.dockerignore``), their content
-hash, and a staged copy that holds exactly those entries for the engine.
+"""A build context: the folder's entries after ``.ddpjobignore`` (else ``.dockerignore``; their
+syntax: ``ignores``), their content hash, and a staged copy that holds exactly those entries for the
+engine.
 
-The ignore files use ``.dockerignore``'s syntax: one pattern per line, ``#`` comments, ``*`` and ``?``
-within one path segment, ``**`` across segments, ``!`` to take a path back; the last matching line
-wins, and a pattern that matches a folder leaves out everything in it. The engine is given the staged
-copy (hard links where possible), so what is hashed is exactly what is built, whichever ignore file
-was used and whichever engine builds.
+The engine is given the staged copy (hard links where possible), so what is hashed is exactly what
+is built, whichever ignore file was used and whichever engine builds.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-IGNORE_FILES = (".ddpjobignore", ".dockerignore")
-# Without an ignore file: what never belongs in an image and changes on every commit or run.
-DEFAULT_IGNORES = (".git", ".venv", "**/__pycache__", "**/*.pyc", ".mypy_cache", ".pytest_cache", ".ruff_cache")
+from launcher.service.imagebuild.ignores import excluded, rules_of
+
 HASH_FORMAT = "ddpjob-build-1"
-
-
-@dataclass(frozen=True)
-class Rule:
-    pattern: re.Pattern[str]
-    keep: bool  # a ``!`` line: the path is taken back
-
-
-def _translate(pattern: str) -> re.Pattern[str]:
-    out, i = "", 0
-    while i < len(pattern):
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out, i = out + "(?:.*/)?", i + 3
-        elif pattern.startswith("**", i):
-            out, i = out + ".*", i + 2
-        elif c == "*":
-            out, i = out + "[^/]*", i + 1
-        elif c == "?":
-            out, i = out + "[^/]", i + 1
-        elif c == "[" and (end := pattern.find("]", i + 1)) > i + 1:
-            body = pattern[i + 1:end]
-            body = "^" + body[1:] if body.startswith("!") else body
-            out, i = out + "[" + body.replace("\\", "\\\\") + "]", end + 1
-        else:
-            out, i = out + re.escape(c), i + 1
-    return re.compile(out + r"\Z")
-
-
-def parse_rules(text: str) -> list[Rule]:
-    rules = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        keep = line.startswith("!")
-        line = line[1:].strip() if keep else line
-        line = os.path.normpath(line.lstrip("/")) if line.lstrip("/") else ""
-        if line and line != ".":
-            rules.append(Rule(_translate(line), keep))
-    return rules
-
-
-def excluded(rel: str, rules: list[Rule]) -> bool:
-    """Whether ``rel`` (``a/b/c``) is left out: the last rule matching it or one of its folders."""
-    parts = rel.split("/")
-    prefixes = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
-    out = False
-    for rule in rules:
-        if any(rule.pattern.match(p) for p in prefixes):
-            out = not rule.keep
-    return out
 
 
 @dataclass
@@ -99,14 +43,6 @@ class Context:
 
     def largest(self, count: int = 5) -> list[Entry]:
         return sorted((e for e in self.entries if e.kind == "f"), key=lambda e: (-e.size, e.rel))[:count]
-
-
-def rules_of(root: Path) -> tuple[list[Rule], str | None]:
-    for name in IGNORE_FILES:
-        path = root / name
-        if path.is_file():
-            return parse_rules(path.read_text(errors="replace")), name
-    return parse_rules("\n".join(DEFAULT_IGNORES)), None
 
 
 def scan(root: Path, *, limit: int | None = None) -> Context:
