@@ -161,13 +161,12 @@ def test_render_without_an_engine_says_a_build_is_needed(tmp_path, monkeypatch, 
 
 def test_an_unreadable_file_in_the_context_is_named(tmp_path, monkeypatch):
     root = make_tree(tmp_path / "ctx")
-    secret = root / "private.key"
-    secret.write_text("x")
+    (root / "private.dat").write_text("x")
 
     def refuse(path):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(buildctx, "_file_sha", refuse)  # root reads every file: the refusal is simulated
+    monkeypatch.setattr(buildctx, "_read", refuse)  # root reads every file: the refusal is simulated
     with pytest.raises(SpecError) as e:
         pin.prepare(load_spec(spec_file(root)))
     assert "cannot be read" in e.value.render() and ".ddpjobignore" in e.value.render()

@@ -1,11 +1,11 @@
-"""A build context: the folder's entries after ``.ddpjobignore`` (else ``.dockerignore``; their
-syntax: ``ignores``), their content hash, and a staged copy that holds exactly those entries for the
-engine.
+"""A build context: the folder's entries after the ignore file (``ignores``) and the secret-looking
+defaults (``secretfiles``), what was left out and why, their content hash, and a staged copy that
+holds exactly those entries for the engine.
 
 The engine is given the staged copy (hard links where possible), so what is hashed is exactly what
-is built, whichever ignore file was used and whichever engine builds. The modes hashed are the modes
-staged: every file and folder readable by any user of the image (its files belong to root there),
-executable where the owner's copy is, and without set-id bits.
+is built, whichever ignore file was used and whichever engine builds. The modes hashed are the
+modes staged: every file and folder readable by any user of the image (its files belong to root
+there), executable where the owner's copy is, and without set-id bits.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import hashlib
 import os
 import shutil
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.service.imagebuild.ignores import excluded, rules_of
+from launcher.service.imagebuild import secretfiles
+from launcher.service.imagebuild.ignores import Rule, excluded, prefixes, rules_of
 
-HASH_FORMAT = "ddpjob-build-2"  # 2: modes as staged
+HASH_FORMAT = "ddpjob-build-2"  # 2: modes as staged, secret-looking files left out
 
 
 @dataclass
@@ -31,17 +33,37 @@ class Entry:
     digest: str = ""  # a file's sha256, a link's target
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """A path kept out of the image (a folder stands for everything in it)."""
+
+    rel: str
+    kind: str
+    why: str
+    size: int = 0
+    secret: bool = False  # by ddpjob's secret-looking rule or --env-file, not the user's ignore file
+
+    @property
+    def shown(self) -> str:
+        return self.rel + "/" if self.kind == "d" else self.rel
+
+
 @dataclass
 class Context:
-    """The entries of a context, sorted by path, and where their rules came from."""
+    """The entries of a context, sorted by path, what was left out, and where their rules came from."""
 
     root: Path
     entries: list[Entry] = field(default_factory=list)
     ignore_file: str | None = None
+    left_out: list[LeftOut] = field(default_factory=list)
 
     @property
     def size(self) -> int:
         return sum(e.size for e in self.entries)
+
+    @property
+    def secret_left_out(self) -> list[LeftOut]:
+        return [o for o in self.left_out if o.secret]
 
     def largest(self, count: int = 5) -> list[Entry]:
         return sorted((e for e in self.entries if e.kind == "f"), key=lambda e: (-e.size, e.rel))[:count]
@@ -58,11 +80,41 @@ def image_mode(kind: str, mode: int) -> int:
     return 0o777
 
 
-def scan(root: Path, *, limit: int | None = None) -> Context:
-    """The context's entries (contents hashed only when the total stays within ``limit``)."""
+class _Walk:
+    """What leaves a path out, and the record of it (paths in a left-out folder are not listed one by one)."""
+
+    def __init__(self, ctx: Context, rules: list[Rule], env_files: set[str]) -> None:
+        self.ctx, self.rules, self.env_files = ctx, rules, env_files
+        self.ignored = f"ignored by {ctx.ignore_file or 'the default ignores'}"
+        self.gone: dict[str, str] = {}  # left-out folders and why
+
+    def why_out(self, rel: str, *, folder: bool) -> tuple[str, bool] | None:
+        """(why, secret) when ``rel`` stays out of the image; None when it goes in."""
+        if excluded(rel, self.rules):
+            return self.ignored, False
+        if rel in self.env_files and not secretfiles.taken_back(rel, rel, self.rules):
+            return secretfiles.ENV_FILE_WHY, True
+        hit = secretfiles.by_name(rel, folder=folder)
+        if hit is not None and not secretfiles.taken_back(rel, hit[0], self.rules):
+            return f"secret-looking: {hit[1]}", True
+        return None
+
+    def leave(self, rel: str, kind: str, why: str, secret: bool, size: int = 0) -> None:
+        """Record ``rel`` as left out, unless a folder above it is, for the same reason."""
+        if not any(self.gone.get(p) == why for p in prefixes(rel)[:-1]):
+            self.ctx.left_out.append(LeftOut(rel, kind, why, size, secret))
+        if kind == "d":
+            self.gone[rel] = why
+
+
+def scan(root: Path, *, limit: int | None = None, env_files: Iterable[str] = ()) -> Context:
+    """The context's entries and what was left out. Contents are read (hashed, their first bytes
+    checked for a private key) only when the total stays within ``limit``. ``env_files``: the
+    ``--env-file`` paths given, wherever they are."""
     rules, ignore_file = rules_of(root)
     prune = not any(r.keep for r in rules)  # without ``!`` lines a left-out folder is not entered
     ctx = Context(root, ignore_file=ignore_file)
+    walk = _Walk(ctx, rules, env_rels(root, env_files))
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         base = Path(dirpath).relative_to(root).as_posix()
         base = "" if base == "." else base + "/"
@@ -72,36 +124,71 @@ def scan(root: Path, *, limit: int | None = None) -> Context:
             st = os.lstat(full)
             if stat.S_ISLNK(st.st_mode):
                 dirnames.remove(name)  # a link to a folder is a link, as the engines copy it
-                if not excluded(rel, rules):
-                    ctx.entries.append(Entry(rel, "l", 0o777, 0, os.readlink(full)))
-            elif excluded(rel, rules):
+                _add_file(walk, rel, full, st)
+            elif (out := walk.why_out(rel, folder=True)) is not None:
+                walk.leave(rel, "d", *out)
                 if prune:
                     dirnames.remove(name)
             else:
                 ctx.entries.append(Entry(rel, "d", image_mode("d", st.st_mode)))
         for name in sorted(filenames):
             rel, full = base + name, os.path.join(dirpath, name)
-            if excluded(rel, rules):
-                continue
-            st = os.lstat(full)
-            if stat.S_ISLNK(st.st_mode):
-                ctx.entries.append(Entry(rel, "l", 0o777, 0, os.readlink(full)))
-            elif stat.S_ISREG(st.st_mode):
-                ctx.entries.append(Entry(rel, "f", image_mode("f", st.st_mode), st.st_size))
+            _add_file(walk, rel, full, os.lstat(full))
     ctx.entries.sort(key=lambda e: e.rel)
     if limit is None or ctx.size <= limit:
-        for e in ctx.entries:
-            if e.kind == "f":
-                e.digest = _file_sha(root / e.rel)
+        _read_contents(walk)
+    ctx.left_out.sort(key=lambda o: o.rel)
     return ctx
 
 
-def _file_sha(path: Path) -> str:
-    h = hashlib.sha256()
+def _add_file(walk: _Walk, rel: str, full: str, st: os.stat_result) -> None:
+    link = stat.S_ISLNK(st.st_mode)
+    if not link and not stat.S_ISREG(st.st_mode):
+        return  # sockets, pipes, devices: no engine copies them
+    kind = "l" if link else "f"
+    out = walk.why_out(rel, folder=False)
+    if out is not None:
+        walk.leave(rel, kind, *out, size=0 if link else st.st_size)
+    elif link:
+        walk.ctx.entries.append(Entry(rel, "l", 0o777, 0, os.readlink(full)))
+    else:
+        walk.ctx.entries.append(Entry(rel, "f", image_mode("f", st.st_mode), st.st_size))
+
+
+def _read_contents(walk: _Walk) -> None:
+    ctx, kept = walk.ctx, []
+    for e in ctx.entries:
+        if e.kind == "f":
+            e.digest, head = _read(ctx.root / e.rel)
+            why = secretfiles.by_content(head)
+            if why is not None and not secretfiles.taken_back(e.rel, e.rel, walk.rules):
+                walk.leave(e.rel, "f", f"secret-looking: {why}", True, e.size)
+                continue
+        kept.append(e)
+    ctx.entries = kept
+
+
+def _read(path: Path) -> tuple[str, bytes]:
+    """A file's sha256 and its first bytes."""
+    h, head = hashlib.sha256(), b""
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    return h.hexdigest()
+            head = head or chunk[:secretfiles.HEAD_BYTES]
+    return h.hexdigest(), head
+
+
+def env_rels(root: Path, paths: Iterable[str]) -> set[str]:
+    """The context-relative paths of ``paths`` that lie in ``root`` (``root`` resolved), as named and
+    as their links resolve."""
+    out = set()
+    for path in paths:
+        given = os.path.abspath(path)
+        for candidate in (Path(os.path.realpath(os.path.dirname(given))) / os.path.basename(given),
+                          Path(os.path.realpath(given))):
+            if candidate.is_relative_to(root) and candidate != root:
+                out.add(candidate.relative_to(root).as_posix())
+    return out
 
 
 def content_tag(base: str, dockerfile: str, ctx: Context) -> str:

@@ -1,0 +1,93 @@
+"""Files left out of every build context as secret-looking, whatever the ignore file says.
+
+An image is readable by everyone who can pull it, so what commonly holds a password, a token or a
+key stays out by default: env files, private keys, cloud, cluster and registry logins
+(``SECRET_FILES``, by name at any depth), any file that begins as a private key does (by its first
+bytes), and the files given to ``--env-file`` (``context.scan``). A user who wants one in takes it
+back with a ``!`` line in the ignore file that names the path itself, or a path inside a
+secret-looking folder: a ``!`` line for a folder above it (``!config``) is not enough, so a broad
+``*`` / ``!src`` pair never lets ``src/.env`` in by accident.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from launcher.service.imagebuild.ignores import Rule, prefixes, translate
+
+ENV, KEY, CLOUD, CLUSTER, LOGIN, TOKEN = ("env file", "private key", "cloud credentials", "kubeconfig",
+                                          "registry or package login", "token or password file")
+# (pattern in .dockerignore syntax, matched at any depth; a trailing / matches folders, the rest
+# files and links; why it looks secret)
+SECRET_FILES: tuple[tuple[str, str], ...] = (
+    # What dotenv, direnv and --env-file read.
+    (".env", ENV), (".env.*", ENV), ("*.env", ENV), (".envrc", ENV),
+    # Private keys and the stores that hold them.
+    ("id_rsa", KEY), ("id_dsa", KEY), ("id_ecdsa", KEY), ("id_ed25519", KEY), ("id_ecdsa_sk", KEY),
+    ("id_ed25519_sk", KEY), ("*.pem", KEY), ("*.key", KEY), ("*.p12", KEY), ("*.pfx", KEY), ("*.p8", KEY),
+    ("*.ppk", KEY), ("*.jks", KEY), ("*.keystore", KEY), ("*.keytab", KEY), ("*.kdbx", KEY), (".ssh/", KEY),
+    (".gnupg/", KEY),
+    # Cloud accounts (a training folder that is a home folder, or a copy of one, holds these).
+    (".aws/", CLOUD), (".azure/", CLOUD), (".config/gcloud/", CLOUD), (".oci/", CLOUD),
+    ("application_default_credentials.json", CLOUD), ("credentials.json", CLOUD), ("client_secret*.json", CLOUD),
+    (".boto", CLOUD), (".s3cfg", CLOUD), (".passwd-s3fs", CLOUD), (".databrickscfg", CLOUD), ("rclone.conf", CLOUD),
+    ("*.tfstate", CLOUD), ("*.tfstate.backup", CLOUD), (".terraform.d/credentials.tfrc.json", CLOUD),
+    # Clusters.
+    (".kube/", CLUSTER), ("kubeconfig", CLUSTER), ("kubeconfig.*", CLUSTER), ("*.kubeconfig", CLUSTER),
+    # Registries, package indexes and git hosts (wandb login writes its key to .netrc).
+    (".docker/config.json", LOGIN), (".netrc", LOGIN), ("_netrc", LOGIN), (".pypirc", LOGIN),
+    (".git-credentials", LOGIN), (".npmrc", LOGIN), (".cargo/credentials", LOGIN),
+    (".cargo/credentials.toml", LOGIN), (".gem/credentials", LOGIN), (".config/gh/hosts.yml", LOGIN),
+    # Tokens and passwords of the tools a training job meets.
+    ("*huggingface/token", TOKEN), ("*huggingface/stored_tokens", TOKEN), (".kaggle/", TOKEN),
+    ("kaggle.json", TOKEN), (".vault-token", TOKEN), (".pgpass", TOKEN), (".my.cnf", TOKEN), (".htpasswd", TOKEN),
+    ("secrets.yaml", TOKEN), ("secrets.yml", TOKEN), ("secrets.json", TOKEN), ("secrets.toml", TOKEN),
+)
+ENV_FILE_WHY = "given to --env-file"
+HEAD_BYTES = 256  # what ``by_content`` reads of a file
+MAX_NAMED = 12  # paths named in the one line; the count says how many in all
+
+
+@functools.cache
+def _compiled() -> tuple[tuple[re.Pattern[str], bool, str], ...]:
+    return tuple((translate("**/" + pattern.rstrip("/")), pattern.endswith("/"), why) for pattern, why in SECRET_FILES)
+
+
+def by_name(rel: str, *, folder: bool) -> tuple[str, str] | None:
+    """``(path, why)`` when ``rel`` looks secret by its name or a folder it is in (``path`` is the
+    one that matched: ``.aws`` for ``.aws/config``); None otherwise."""
+    paths = prefixes(rel)
+    for path in paths:
+        is_folder = path != rel or folder
+        for pattern, folder_pattern, why in _compiled():
+            if folder_pattern == is_folder and pattern.match(path):
+                return path, why
+    return None
+
+
+def by_content(head: bytes) -> str | None:
+    """Why a file whose first bytes are ``head`` looks secret (a PEM, OpenSSH, PGP or PuTTY private
+    key, whatever its name), or None."""
+    first = head.lstrip()[:HEAD_BYTES].split(b"\n", 1)[0]
+    if first.startswith(b"-----BEGIN ") and b"PRIVATE KEY" in first:
+        return f"{KEY} (its first line)"
+    if first.startswith(b"PuTTY-User-Key-File-"):
+        return f"{KEY} (its first line)"
+    return None
+
+
+def taken_back(rel: str, matched: str, rules: list[Rule]) -> bool:
+    """Whether a ``!`` line takes ``rel`` back: one matching ``matched`` (the secret-looking path)
+    or a path between it and ``rel``, never a folder above it."""
+    paths = [p for p in prefixes(rel) if len(p) >= len(matched)]
+    return any(rule.keep and any(rule.pattern.match(p) for p in paths) for rule in rules)
+
+
+def summary(shown: list[str], ignore_file: str | None) -> str:
+    """The one line that names what was left out as secret-looking ("" when nothing was)."""
+    if not shown:
+        return ""
+    named = ", ".join(shown[:MAX_NAMED]) + (", ..." if len(shown) > MAX_NAMED else "")
+    return (f"left out of the image as secret-looking: {named} ({len(shown)}); take one back with a '!' line "
+            f"in {ignore_file or '.ddpjobignore'}")
