@@ -40,7 +40,8 @@ def build(spec_file: str, sets: tuple[str, ...], list_: bool, quiet: bool) -> No
     *.env), the --env-file files, private keys (id_rsa, *.pem, *.key, *.p12, .ssh/), cloud,
     cluster and registry logins (.aws/, .config/gcloud/, .kube/, .docker/config.json, .netrc,
     .pypirc ...). One line on stderr names them; a '!' line in the ignore file naming the path
-    takes one back (!certs/ca.pem).
+    takes one back (!certs/ca.pem). A spec file that goes in holding a secret env value is refused
+    (exit 2): give the value with env_from_host or an --env-file outside the context.
 
     \b
     Examples:

@@ -1,6 +1,7 @@
 """Nothing secret ships (pure tier: no engine, no registry): secret-looking files stay out of the
 build context even where an ignore file does not name them, the ``--env-file`` files too, a ``!``
-line takes one back, ``build --list`` shows what goes in and why the rest does not, and every path in the image is readable by
+line takes one back, a spec whose secret values would go into the image is refused (exit 2), ``build
+--list`` shows what goes in and why the rest does not, and every path in the image is readable by
 its user."""
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from launcher.core.errors import SpecError
 from launcher.service.imagebuild import context as buildctx
 from launcher.service.imagebuild import pin, secretfiles
+from launcher.spec.load import load_spec
 
 
 def put(root: Path, rel: str, text: str = "x\n", mode: int | None = None) -> Path:
@@ -190,6 +193,76 @@ def test_submit_build_and_render_say_what_was_left_out(tmp_path, cli):
     built = cli("build", str(root / "job.yaml"), "-q", "--env-file", "config/vars.txt", cwd=root, env=empty)
     assert built.returncode == 3 and built.stderr.startswith(
         "left out of the image as secret-looking: .env, config/vars.txt (2); take one back"), built.stderr
+
+
+# ---------------------------------------------------------------------------- secret values in the image
+
+
+def test_a_spec_in_the_context_with_a_secret_value_is_refused_before_any_engine(tmp_path, cli):
+    root = project(tmp_path, "env:\n  SEED: '1'\n  WANDB_API_KEY: wk-0123456789abcdef\n")
+    proc = cli("build", str(root / "job.yaml"), cwd=root, env={"PATH": str(tmp_path / "empty")})
+    assert proc.returncode == 2, proc.stderr  # 3 would mean it went on to look for podman
+    assert f"{root / 'job.yaml'}:7:3: env.WANDB_API_KEY: is a secret value, and this spec file goes into the image" \
+        in proc.stderr
+    assert "env_from_host: [WANDB_API_KEY]" in proc.stderr and "--env-file" in proc.stderr
+    assert "leave job.yaml out with a line in .ddpjobignore" in proc.stderr
+    assert "wk-0123456789abcdef" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+    assert "SEED" not in proc.stderr
+    # submit --build: the same refusal, nothing submitted.
+    sub = cli("submit", str(root / "job.yaml"), "--target", "k8s", cwd=root, env={"PATH": str(tmp_path / "empty")})
+    assert sub.returncode == 2 and "env.WANDB_API_KEY: is a secret value" in sub.stderr, sub.stderr
+    # Left out of the image by the ignore file, the spec is no longer a problem (podman is, here).
+    put(root, ".ddpjobignore", "job.yaml\n")
+    ignored = cli("build", str(root / "job.yaml"), cwd=root, env={"PATH": str(tmp_path / "empty")})
+    assert ignored.returncode == 3 and "podman or docker is not installed" in ignored.stderr, ignored.stderr
+
+
+def test_the_secret_rule_is_the_one_k8s_uses(tmp_path, monkeypatch):
+    root = project(tmp_path, "env: {MY_DSN: postgres://u:p@db/x}\n")
+    pin.prepare(load_spec(root / "job.yaml"))  # not a secret-looking name: builds
+    monkeypatch.setenv("DDPJOB_SECRET_ENV", "*_DSN")  # the same setting that masks it and keeps it out of a PyTorchJob
+    with pytest.raises(SpecError) as e:
+        pin.prepare(load_spec(root / "job.yaml"))
+    assert e.value.exit_code == 2 and "env.MY_DSN: is a secret value" in e.value.render()
+    assert "postgres://" not in e.value.render()
+
+
+def test_a_notify_url_in_a_spec_that_goes_in_is_refused_too(tmp_path):
+    root = project(tmp_path, "notify: {url: 'https://hooks.example.com/services/T0/B0/abcdef'}\n")
+    with pytest.raises(SpecError) as e:
+        pin.prepare(load_spec(root / "job.yaml"))
+    text = e.value.render()
+    assert f"{root / 'job.yaml'}:5:10: notify.url: is a secret value" in text and "--notify-url" in text
+    assert "abcdef" not in text
+
+
+def test_a_file_in_the_context_holding_a_secret_value_is_refused(tmp_path, cli):
+    root = project(tmp_path)
+    put(tmp_path, "outside/wandb.env", "WANDB_API_KEY=wk-0123456789abcdef\nDB_PASSWORD=abc\n")
+    put(root, "notes/setup.txt", "my key: wk-0123456789abcdef\n")
+    put(root, "notes/short.txt", "abc\n")  # too short to be searched: ordinary text would match
+    proc = cli("build", str(root / "job.yaml"), "--env-file", str(tmp_path / "outside/wandb.env"), cwd=root,
+               env={"PATH": str(tmp_path / "empty")})
+    assert proc.returncode == 2, proc.stderr
+    assert (f"--env-file {tmp_path / 'outside/wandb.env'}:1: env.WANDB_API_KEY: its value is written in "
+            f"{root / 'notes/setup.txt'}, which goes into the image") in proc.stderr
+    assert "short.txt" not in proc.stderr and "DB_PASSWORD" not in proc.stderr
+    assert "wk-0123456789abcdef" not in proc.stderr and "1 problem found" in proc.stderr
+    # --list shows the context, then the same problem (exit 2).
+    listed = cli("build", str(root / "job.yaml"), "--list", "--env-file", str(tmp_path / "outside/wandb.env"),
+                 cwd=root, env={"PATH": str(tmp_path / "empty")})
+    assert listed.returncode == 2 and "notes/setup.txt" in listed.stdout and "tag " not in listed.stdout
+    assert "its value is written in" in listed.stderr
+
+
+def test_a_value_across_two_reads_is_found(tmp_path):
+    root = tmp_path / "ctx"
+    value = b"s3cr3t-value-0123456789"
+    cut = (1 << 20) - 5  # the file is read in 1 MiB pieces
+    root.mkdir()
+    (root / "big.bin").write_bytes(b"\0" * cut + value + b"\0" * 10)
+    ctx = buildctx.scan(root, needles={"env.API_TOKEN": value, "env.OTHER_TOKEN": b"not-there-at-all"})
+    assert ctx.holding == [("big.bin", "env.API_TOKEN")]
 
 
 # ---------------------------------------------------------------------------- build --list

@@ -14,7 +14,7 @@ import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +56,8 @@ class Context:
     entries: list[Entry] = field(default_factory=list)
     ignore_file: str | None = None
     left_out: list[LeftOut] = field(default_factory=list)
+    # (path, label) for each file holding one of the values ``scan`` was asked to look for.
+    holding: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -107,10 +109,11 @@ class _Walk:
             self.gone[rel] = why
 
 
-def scan(root: Path, *, limit: int | None = None, env_files: Iterable[str] = ()) -> Context:
+def scan(root: Path, *, limit: int | None = None, env_files: Iterable[str] = (),
+         needles: Mapping[str, bytes] | None = None) -> Context:
     """The context's entries and what was left out. Contents are read (hashed, their first bytes
-    checked for a private key) only when the total stays within ``limit``. ``env_files``: the
-    ``--env-file`` paths given, wherever they are."""
+    checked for a private key, searched for each of ``needles``: label -> value) only when the total
+    stays within ``limit``. ``env_files``: the ``--env-file`` paths given, wherever they are."""
     rules, ignore_file = rules_of(root)
     prune = not any(r.keep for r in rules)  # without ``!`` lines a left-out folder is not entered
     ctx = Context(root, ignore_file=ignore_file)
@@ -136,7 +139,7 @@ def scan(root: Path, *, limit: int | None = None, env_files: Iterable[str] = ())
             _add_file(walk, rel, full, os.lstat(full))
     ctx.entries.sort(key=lambda e: e.rel)
     if limit is None or ctx.size <= limit:
-        _read_contents(walk)
+        _read_contents(walk, needles or {})
     ctx.left_out.sort(key=lambda o: o.rel)
     return ctx
 
@@ -155,27 +158,34 @@ def _add_file(walk: _Walk, rel: str, full: str, st: os.stat_result) -> None:
         walk.ctx.entries.append(Entry(rel, "f", image_mode("f", st.st_mode), st.st_size))
 
 
-def _read_contents(walk: _Walk) -> None:
+def _read_contents(walk: _Walk, needles: Mapping[str, bytes]) -> None:
     ctx, kept = walk.ctx, []
     for e in ctx.entries:
         if e.kind == "f":
-            e.digest, head = _read(ctx.root / e.rel)
+            e.digest, head, found = _read(ctx.root / e.rel, needles)
             why = secretfiles.by_content(head)
             if why is not None and not secretfiles.taken_back(e.rel, e.rel, walk.rules):
                 walk.leave(e.rel, "f", f"secret-looking: {why}", True, e.size)
                 continue
+            ctx.holding.extend((e.rel, label) for label in sorted(found))
         kept.append(e)
     ctx.entries = kept
 
 
-def _read(path: Path) -> tuple[str, bytes]:
-    """A file's sha256 and its first bytes."""
-    h, head = hashlib.sha256(), b""
+def _read(path: Path, needles: Mapping[str, bytes]) -> tuple[str, bytes, set[str]]:
+    """A file's sha256, its first bytes, and the labels of the ``needles`` found in it."""
+    h, head, tail = hashlib.sha256(), b"", b""
+    found: set[str] = set()
+    overlap = max((len(v) for v in needles.values()), default=1) - 1  # a value across two chunks
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
             head = head or chunk[:secretfiles.HEAD_BYTES]
-    return h.hexdigest(), head
+            if needles:
+                window = tail + chunk
+                found.update(label for label, value in needles.items() if value in window)
+                tail = window[-overlap:] if overlap else b""
+    return h.hexdigest(), head, found
 
 
 def env_rels(root: Path, paths: Iterable[str]) -> set[str]:

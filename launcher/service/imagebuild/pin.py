@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import Issue, TargetUnavailable
 from launcher.service.imagebuild import context as buildctx
-from launcher.service.imagebuild import secretfiles
+from launcher.service.imagebuild import secretfiles, secretvalues
 from launcher.service.imagebuild.engine import Engine
 from launcher.targets.shared.container import IMAGE_RE
 
@@ -86,7 +86,7 @@ def generated_dockerfile(base: str, workdir: str) -> str:
 
 def prepare(loaded: LoadedSpec) -> Prepared:
     """The build's inputs and content tag; spec problems (no registry, no base, a context that is
-    missing or too large) as one ``SpecError``."""
+    missing or too large, a secret value that would go into the image) as one ``SpecError``."""
     prep, issues = survey(loaded)
     if issues:
         raise loaded.error(issues)
@@ -132,7 +132,7 @@ def survey(loaded: LoadedSpec, *, registry_needed: bool = True) -> tuple[Prepare
             issues.append(Issue(("build", "dockerfile"), f"{dockerfile_path} cannot be read: {e}"))
     limit = opts.max_context_bytes
     try:
-        ctx = buildctx.scan(root, limit=limit, env_files=loaded.env_files)
+        ctx = buildctx.scan(root, limit=limit, env_files=loaded.env_files, needles=secretvalues.needles(spec))
     except OSError as e:  # a file or folder this user cannot read
         raise loaded.error([*issues, Issue(("build", "context"), f"the build context {root} cannot be read: {e}",
                                            hint="leave the unreadable path out in .ddpjobignore")]) from e
@@ -142,6 +142,7 @@ def survey(loaded: LoadedSpec, *, registry_needed: bool = True) -> tuple[Prepare
         issues.append(Issue(("build", "max_context"), f"the build context {root} holds {buildctx.human(ctx.size)} "
                             f"after ignores, more than build.max_context ({opts.max_context}); largest: {largest}",
                             hint=f"leave them out in {root / ignore}, or raise build.max_context"))
+    issues += secretvalues.issues(loaded, ctx)  # over the limit, only the spec file's own fields (nothing was read)
     tag = buildctx.content_tag(spec.image or "", text, ctx)
     return Prepared(opts, repository, spec.image or "", root, text, dockerfile_path, ctx, tag), issues
 
