@@ -128,6 +128,11 @@ def test_a_bang_line_naming_the_path_takes_it_back_and_a_folder_above_it_does_no
     assert not {"src/.env", "certs/server.pem", ".aws/credentials"} & inside(ctx)
     assert {o.rel for o in ctx.secret_left_out} == {"src/.env", "certs/server.pem"}
     assert why(ctx, ".aws") == "ignored by .ddpjobignore"  # the user's '*': .aws/credentials with it
+    # Inside a secret-looking folder, only what a '!' line names comes back.
+    put(root, ".ddpjobignore", "!.aws/config\n")
+    ctx = buildctx.scan(root)
+    assert ".aws/config" in inside(ctx) and ".aws/credentials" not in inside(ctx)
+    assert why(ctx, ".aws") == "secret-looking: cloud credentials"
     # A secret-looking file inside a folder the user leaves out and partly takes back is named as such.
     put(root, "data/sub/.env")
     put(root, ".ddpjobignore", "data\n!data/sub\n")

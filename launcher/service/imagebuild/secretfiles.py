@@ -50,20 +50,36 @@ MAX_NAMED = 12  # paths named in the one line; the count says how many in all
 
 
 @functools.cache
-def _compiled() -> tuple[tuple[re.Pattern[str], bool, str], ...]:
-    return tuple((translate("**/" + pattern.rstrip("/")), pattern.endswith("/"), why) for pattern, why in SECRET_FILES)
+def _compiled() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """One expression for the file patterns and one for the folder patterns (a scan asks every
+    path); the group ``gN`` that matched is ``SECRET_FILES[N]``."""
+    files: list[str] = []
+    folders: list[str] = []
+    for n, (pattern, _) in enumerate(SECRET_FILES):
+        body = translate("**/" + pattern.rstrip("/")).pattern
+        (folders if pattern.endswith("/") else files).append(f"(?P<g{n}>{body})")
+    return re.compile("|".join(files)), re.compile("|".join(folders))
+
+
+def _why(expression: re.Pattern[str], path: str) -> str | None:
+    m = expression.match(path)
+    return SECRET_FILES[int(m.lastgroup[1:])][1] if m and m.lastgroup else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _folder_why(path: str) -> str | None:
+    return _why(_compiled()[1], path)
 
 
 def by_name(rel: str, *, folder: bool) -> tuple[str, str] | None:
     """``(path, why)`` when ``rel`` looks secret by its name or a folder it is in (``path`` is the
     one that matched: ``.aws`` for ``.aws/config``); None otherwise."""
-    paths = prefixes(rel)
-    for path in paths:
-        is_folder = path != rel or folder
-        for pattern, folder_pattern, why in _compiled():
-            if folder_pattern == is_folder and pattern.match(path):
-                return path, why
-    return None
+    for path in prefixes(rel)[:-1]:
+        why = _folder_why(path)
+        if why is not None:
+            return path, why
+    why = _folder_why(rel) if folder else _why(_compiled()[0], rel)
+    return (rel, why) if why is not None else None
 
 
 def by_content(head: bytes) -> str | None:
