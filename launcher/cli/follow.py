@@ -108,6 +108,8 @@ def submit_and_report(service: Jobs, loaded: LoadedSpec, target: str, *, follow:
 
 def print_submitted(done: Submission, target: str, *, quiet: bool, hints: bool) -> None:
     job_id, plan = done.job_id, done.plan
+    for notice in done.notices:  # what the build left out of the image: said even with -q (stdout keeps the id)
+        click.echo(notice, err=True)
     if quiet:
         click.echo(job_id)
         sys.stdout.flush()

@@ -27,8 +27,7 @@ def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--name", help="Override the job name."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Override any field, e.g. --set resources.cpus=4 --set env.SEED=1 (repeatable)."),
-        click.option("--env-file", multiple=True, metavar="FILE", expose_value=False, callback=_keep,
-                     help="Set env variables from a dotenv file (NAME=value lines; repeatable)."),
+        ENV_FILE_OPTION,
         click.option("--env", multiple=True, metavar="NAME=VALUE", expose_value=False, callback=_keep,
                      help="Set one env variable, its value taken as written (repeatable; wins over --env-file)."),
         click.option("--notify", metavar="CMD", expose_value=False, callback=_keep,
@@ -50,6 +49,11 @@ def _keep(ctx: click.Context, param: click.Parameter, value: tuple[str, ...] | s
     """``--env-file``, ``--env``, ``--notify``, ``--notify-url``: kept for ``load`` (they reach no
     command's signature)."""
     ctx.meta[f"ddpjob.{param.name}"] = value
+
+
+ENV_FILE_OPTION = click.option("--env-file", multiple=True, metavar="FILE", expose_value=False, callback=_keep,
+                               help="Set env variables from a dotenv file (NAME=value lines; repeatable). A build "
+                               "leaves the file out of the image.")
 
 
 def _values(ctx: click.Context) -> list[tuple[tuple[str, ...], Any, str]]:
@@ -117,11 +121,16 @@ def typed_command() -> tuple[str, ...] | None:
 def load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] | None = None, *,
          command_hint: bool = False) -> LoadedSpec:
     """A spec file (``SPEC``; ``-`` reads it from standard input) or a command typed after ``--``,
-    with a ``build:`` section when ``--build`` was given.
+    with the ``--env-file`` paths it read and a ``build:`` section when ``--build`` was given.
 
     What the user typed decides, never a file's name: without ``--`` every argument is a spec."""
     loaded = _load(args, overrides, command, command_hint=command_hint)
     ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get("ddpjob.env_file"):
+        import dataclasses
+        import os
+
+        loaded = dataclasses.replace(loaded, env_files=tuple(os.path.abspath(p) for p in ctx.meta["ddpjob.env_file"]))
     if ctx is not None and ctx.meta.get(BUILD_KEY):
         from launcher.service.imagebuild.pin import with_build
 

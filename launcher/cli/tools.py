@@ -226,6 +226,8 @@ def init(example: str, output: str | None, force: bool, list_: bool) -> None:
       ddpjob init sweep -o my-sweep.yaml
       ddpjob init --list
     """
+    import os
+
     from launcher.core.errors import FileUnusable, UsageError
     from launcher.spec import examples as starters
 
@@ -243,6 +245,8 @@ def init(example: str, output: str | None, force: bool, list_: bool) -> None:
     path = output or f"{example}.yaml"
     try:
         with open(path, "w" if force else "x", encoding="utf-8") as f:
+            # 0644 whatever the umask: a spec is built into images (build:), whose user is not its owner.
+            os.fchmod(f.fileno(), 0o644)
             f.write(text)
     except FileExistsError:
         raise UsageError(f"{path} exists and was left as it is; choose another file with -o, or add --force") from None

@@ -38,6 +38,7 @@ from launcher.service.loading import load as load  # the service's way in: a spe
 from launcher.service.shape import check_count, check_selection, check_timeout, plan_shape
 
 if TYPE_CHECKING:
+    from launcher.service.imagebuild.pin import Resolved
     from launcher.service.registry import JobRecord, Registry
     from launcher.spec.load import LoadedSpec
     from launcher.targets.base import AnyTarget, Handle, JobStatus, LogFilter, Plan, PlanContext
@@ -53,6 +54,8 @@ class Submission:
     job_id: str
     plan: Plan[Any]
     handle: Handle
+    # Lines for the person submitting (on stderr): what the build left out of the image as secret-looking.
+    notices: tuple[str, ...] = ()
 
 
 class SubmitInterrupted(KeyboardInterrupt):
@@ -117,9 +120,10 @@ class Jobs:
         from launcher.targets import get_target
 
         tgt = get_target(target)
-        loaded, built = _pinned(tgt, loaded, build=False)  # build: looked up, never built
+        pinned = _pinned(tgt, loaded, build=False)  # build: looked up, never built
+        loaded = pinned.loaded if pinned else loaded
         ctx = self.context(f"{loaded.spec.name}-xxxxx", inputs=tgt.inputs(loaded, online=online))
-        return _noted(self._plan(tgt, loaded, ctx, submitting=False), built)
+        return _noted(self._plan(tgt, loaded, ctx, submitting=False), pinned)
 
     def _plan(self, tgt: AnyTarget, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan[Any]:
         """The target's plan, with the text people see (and ``plan.txt`` holds): secret values
@@ -161,7 +165,8 @@ class Jobs:
             issues = tgt.preflight(loaded, self.context(f"{spec.name}-xxxxx"))
             if issues:
                 raise loaded.error(issues)
-        loaded, built = _pinned(tgt, loaded, build=True)  # build:, push, pin the digest
+        pinned = _pinned(tgt, loaded, build=True)  # build:, push, pin the digest
+        loaded = pinned.loaded if pinned else loaded
         inputs = tgt.inputs(loaded, online=True)  # before the reservation: a refusal leaves no trace
         picker = tgt.pick_port if tgt.picks_port and spec.master_port is None else None
         fixed = spec.master_port if tgt.picks_port else None
@@ -169,7 +174,7 @@ class Jobs:
             job_id, port = self.registry.reserve(spec.name, target, loaded.spec.model_dump(mode="json"), port=fixed,
                                                  port_picker=picker, origin=origin.origin_of(loaded))
             try:
-                plan = _noted(self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True), built)
+                plan = _noted(self._plan(tgt, loaded, self.context(job_id, port, inputs), submitting=True), pinned)
                 handle = tgt.submit(plan)
             except (SpecError, TargetUnavailable, SubmitRejected):
                 self._release(job_id)  # nothing was submitted: not a job, nothing to list
@@ -178,7 +183,7 @@ class Jobs:
                 self.registry.update_state(job_id, JobState.FAILED, f"submit failed: {e}")
                 raise
             self.registry.record_handle(job_id, handle.to_json(), shape=plan_shape(plan))
-            done = Submission(job_id, plan, handle)
+            done = Submission(job_id, plan, handle, pinned.notices if pinned else ())
             if spec.notify is not None:  # a watcher sends it when the job ends (service/notifier.py)
                 notifier.start(str(self.registry.home), job_id, plan.run_dir, spec.notify)
         if interrupted:
@@ -318,18 +323,18 @@ class Jobs:
         return tgt, tgt.load_handle(rec.handle)
 
 
-def _pinned(tgt: AnyTarget, loaded: LoadedSpec, *, build: bool) -> tuple[LoadedSpec, str]:
+def _pinned(tgt: AnyTarget, loaded: LoadedSpec, *, build: bool) -> Resolved | None:
     """``build:``'s image (``service/imagebuild``, loaded only for a spec that has one: ~10 ms)."""
     if loaded.spec.build is None:
-        return loaded, ""
+        return None
     from launcher.service.imagebuild import pin
 
     return pin.for_target(tgt, loaded, build=build)
 
 
-def _noted(plan: Plan[Any], note: str) -> Plan[Any]:
-    if not note:
+def _noted(plan: Plan[Any], pinned: Resolved | None) -> Plan[Any]:
+    if pinned is None or not pinned.note:
         return plan
     from launcher.service.imagebuild import pin
 
-    return pin.noted(plan, note)
+    return pin.noted(plan, pinned.note)

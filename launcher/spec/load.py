@@ -42,6 +42,8 @@ class LoadedSpec:
     # A spec not read from a file of its own (a rerun): where it came from, as the registry records
     # it (``launcher.service.origin``); None: from ``file`` and the overrides.
     origin: dict[str, Any] | None = None
+    # The ``--env-file`` files given (absolute paths): a build leaves them out of the image.
+    env_files: tuple[str, ...] = ()
 
     def chosen_target(self, flag: str | None) -> str:
         """``flag`` (``--target``), else the project file's or user config's target, else local."""

@@ -11,7 +11,7 @@ import pytest
 from launcher.core.errors import SpecError
 from launcher.service.imagebuild import context as buildctx
 from launcher.service.imagebuild import engine as buildengine
-from launcher.service.imagebuild import pin
+from launcher.service.imagebuild import ignores, pin
 from launcher.spec.load import load_spec
 
 
@@ -30,7 +30,7 @@ from launcher.spec.load import load_spec
     ("[!ab].py", "c.py", True),
 ])
 def test_ignore_rules_follow_dockerignore(rules, path, out):
-    assert buildctx.excluded(path, buildctx.parse_rules(rules)) is out
+    assert ignores.excluded(path, ignores.parse_rules(rules)) is out
 
 
 def make_tree(root: Path) -> Path:
@@ -161,13 +161,12 @@ def test_render_without_an_engine_says_a_build_is_needed(tmp_path, monkeypatch, 
 
 def test_an_unreadable_file_in_the_context_is_named(tmp_path, monkeypatch):
     root = make_tree(tmp_path / "ctx")
-    secret = root / "private.key"
-    secret.write_text("x")
+    (root / "private.dat").write_text("x")
 
-    def refuse(path):
+    def refuse(path, needles):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(buildctx, "_file_sha", refuse)  # root reads every file: the refusal is simulated
+    monkeypatch.setattr(buildctx, "_read", refuse)  # root reads every file: the refusal is simulated
     with pytest.raises(SpecError) as e:
         pin.prepare(load_spec(spec_file(root)))
     assert "cannot be read" in e.value.render() and ".ddpjobignore" in e.value.render()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import Issue, TargetUnavailable
 from launcher.service.imagebuild import context as buildctx
+from launcher.service.imagebuild import secretfiles, secretvalues
 from launcher.service.imagebuild.engine import Engine
 from launcher.targets.shared.container import IMAGE_RE
 
@@ -47,6 +48,15 @@ class Prepared:
     def tag_ref(self) -> str:
         return f"{self.repository}:{self.tag}"
 
+    @property
+    def left_out_line(self) -> str:
+        """The one line naming what was left out as secret-looking ("" when nothing was)."""
+        return secretfiles.summary([o.shown for o in self.ctx.secret_left_out], self.ctx.ignore_file)
+
+    def noted(self, line: str) -> str:
+        """``line`` of the plan's notes, and the left-out line after it."""
+        return line + (f"# build: {self.left_out_line}\n" if self.left_out_line else "")
+
 
 @dataclass(frozen=True)
 class Pinned:
@@ -63,11 +73,11 @@ class Pinned:
     def note(self) -> str:
         p = self.prepared
         if self.digest is None:
-            return (f"# build: {p.tag_ref} is not in the registry yet: submit builds and pushes it (or ddpjob build "
-                    f"SPEC), then the job names it by digest; context {p.root} ({len(p.ctx.entries)} entries, "
-                    f"{buildctx.human(p.ctx.size)})\n")
+            return p.noted(f"# build: {p.tag_ref} is not in the registry yet: submit builds and pushes it (or ddpjob "
+                           f"build SPEC), then the job names it by digest; context {p.root} ({len(p.ctx.entries)} "
+                           f"entries, {buildctx.human(p.ctx.size)})\n")
         how = "built and pushed now" if self.built else "found in the registry (nothing to build)"
-        return f"# build: {p.tag_ref} {how}; the job runs on {self.ref}\n"
+        return p.noted(f"# build: {p.tag_ref} {how}; the job runs on {self.ref}\n")
 
 
 def generated_dockerfile(base: str, workdir: str) -> str:
@@ -76,7 +86,17 @@ def generated_dockerfile(base: str, workdir: str) -> str:
 
 def prepare(loaded: LoadedSpec) -> Prepared:
     """The build's inputs and content tag; spec problems (no registry, no base, a context that is
-    missing or too large) as one ``SpecError``."""
+    missing or too large, a secret value that would go into the image) as one ``SpecError``."""
+    prep, issues = survey(loaded)
+    if issues:
+        raise loaded.error(issues)
+    return prep
+
+
+def survey(loaded: LoadedSpec, *, registry_needed: bool = True) -> tuple[Prepared, list[Issue]]:
+    """What ``prepare`` finds, problems returned rather than raised (``ddpjob build --list`` shows
+    the context first); only a context that cannot be read at all raises. ``registry_needed``:
+    False where nothing is pushed (the listing). The tag is meaningful only without problems."""
     spec = loaded.spec
     opts = spec.build
     assert opts is not None
@@ -84,10 +104,10 @@ def prepare(loaded: LoadedSpec) -> Prepared:
     repository = opts.registry or os.environ.get(REGISTRY_ENV, "").strip()
     from launcher.spec.build import valid_repository
 
-    if not repository:
+    if not repository and registry_needed:
         issues.append(Issue(("build", "registry"), "build: needs a repository to push to",
                             hint=f"set build.registry (e.g. ghcr.io/you/train) or ${REGISTRY_ENV}"))
-    elif not valid_repository(repository):
+    elif repository and not valid_repository(repository):
         issues.append(Issue(("build", "registry"), f"${REGISTRY_ENV}={repository!r} is not a repository without tag",
                             hint="e.g. ghcr.io/you/train"))
     if spec.image and not IMAGE_RE.match(spec.image):  # it reaches the engine's command line: never an option
@@ -112,7 +132,7 @@ def prepare(loaded: LoadedSpec) -> Prepared:
             issues.append(Issue(("build", "dockerfile"), f"{dockerfile_path} cannot be read: {e}"))
     limit = opts.max_context_bytes
     try:
-        ctx = buildctx.scan(root, limit=limit)
+        ctx = buildctx.scan(root, limit=limit, env_files=loaded.env_files, needles=secretvalues.needles(spec))
     except OSError as e:  # a file or folder this user cannot read
         raise loaded.error([*issues, Issue(("build", "context"), f"the build context {root} cannot be read: {e}",
                                            hint="leave the unreadable path out in .ddpjobignore")]) from e
@@ -122,10 +142,9 @@ def prepare(loaded: LoadedSpec) -> Prepared:
         issues.append(Issue(("build", "max_context"), f"the build context {root} holds {buildctx.human(ctx.size)} "
                             f"after ignores, more than build.max_context ({opts.max_context}); largest: {largest}",
                             hint=f"leave them out in {root / ignore}, or raise build.max_context"))
-    if issues:
-        raise loaded.error(issues)
+    issues += secretvalues.issues(loaded, ctx)  # over the limit, only the spec file's own fields (nothing was read)
     tag = buildctx.content_tag(spec.image or "", text, ctx)
-    return Prepared(opts, repository, spec.image or "", root, text, dockerfile_path, ctx, tag)
+    return Prepared(opts, repository, spec.image or "", root, text, dockerfile_path, ctx, tag), issues
 
 
 def pinned(prep: Prepared, *, build: bool) -> Pinned:
@@ -157,31 +176,47 @@ def pinned(prep: Prepared, *, build: bool) -> Pinned:
     return done
 
 
-def for_target(target: AnyTarget, loaded: LoadedSpec, *, build: bool) -> tuple[LoadedSpec, str]:
+@dataclass(frozen=True)
+class Resolved:
+    """A spec with its image pinned, the plan's lines about the image (``note``) and the line for
+    people about what the build left out as secret-looking (``left_out``, "" when nothing)."""
+
+    loaded: LoadedSpec
+    note: str = ""
+    left_out: str = ""
+
+    @property
+    def notices(self) -> tuple[str, ...]:
+        """What the command line says on stderr after a submit."""
+        return (self.left_out,) if self.left_out else ()
+
+
+def for_target(target: AnyTarget, loaded: LoadedSpec, *, build: bool) -> Resolved:
     """``resolve`` where ``target`` runs the spec's image; elsewhere ``build:`` is only noted."""
     if loaded.spec.build is not None and not target.runs_image(loaded.spec):
-        return loaded, (f"# build: not used: the {target.name} target does not run the spec's image with these "
-                        "settings (local.container, slurm.container.runtime podman or oci, and k8s do)\n")
+        return Resolved(loaded, f"# build: not used: the {target.name} target does not run the spec's image with "
+                        "these settings (local.container, slurm.container.runtime podman or oci, and k8s do)\n")
     return resolve(loaded, build=build)
 
 
-def resolve(loaded: LoadedSpec, *, build: bool) -> tuple[LoadedSpec, str]:
+def resolve(loaded: LoadedSpec, *, build: bool) -> Resolved:
     """``loaded`` with ``image`` pinned by ``build:``, and the plan's note about it.
 
     ``build``: submitting; the image is built and pushed when the registry lacks it, and any
     engine or registry failure raises (exit 3). Otherwise (render, --dry-run) nothing is built and
     such a failure only becomes the note."""
     if loaded.spec.build is None:
-        return loaded, ""
+        return Resolved(loaded)
     prep = prepare(loaded)
     try:
         pin = pinned(prep, build=build)
     except TargetUnavailable as e:
         if build:
             raise
-        return _with_image(loaded, prep.tag_ref), (f"# build: {prep.tag_ref}; whether the registry has it is unknown "
-                                                   f"({e}); submit builds it if needed\n")
-    return _with_image(loaded, pin.ref), pin.note()
+        return Resolved(_with_image(loaded, prep.tag_ref), prep.noted(
+            f"# build: {prep.tag_ref}; whether the registry has it is unknown ({e}); submit builds it if needed\n"),
+            prep.left_out_line)
+    return Resolved(_with_image(loaded, pin.ref), pin.note(), prep.left_out_line)
 
 
 def with_build(loaded: LoadedSpec) -> LoadedSpec:
