@@ -43,7 +43,8 @@ class EpochBatches(Protocol):
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[Batch]:
         """The epoch's batches after the first ``skip`` (a resumed epoch), inputs not yet prepared
-        unless they are floating point (``step.prepare``)."""
+        unless they are floating point (``step.prepare``). A batch is valid until the next one is
+        drawn (on the CPU the next is gathered into the same tensors)."""
 
 
 class InMemoryBatches:
@@ -88,12 +89,21 @@ class InMemoryBatches:
                 yield xs[i * bs:(i + 1) * bs], ys[i * bs:(i + 1) * bs]
             return
         # On the host a gather per step: one for the epoch would fault in a fresh copy of the data set
-        # (on 2 cores 4-15x slower than gathering each step's rows as they are used).
+        # (on 2 cores 4-15x slower than gathering each step's rows as they are used). A CPU step is done
+        # with its batch before the next is drawn, so each is gathered into the same two tensors: a
+        # fresh 3 MB batch each step cost ~0.9 ms of page faults, 7% of an MLP step (0.2 ms reused).
+        reuse = self.device.type == "cpu"
+        out_x = torch.empty((bs, *self.inputs.shape[1:]), dtype=self.inputs.dtype) if reuse else None
+        out_y = torch.empty((bs, *self.targets.shape[1:]), dtype=self.targets.dtype) if reuse else None
         for i in range(skip, len(self)):
             idx = order[i * bs:(i + 1) * bs]
-            x, y = self.inputs.index_select(0, idx), self.targets.index_select(0, idx)
-            if self.device.type == "cuda":
-                x, y = x.pin_memory(), y.pin_memory()  # the step's copy then runs beside the compute
+            if out_x is not None and out_y is not None:
+                x = torch.index_select(self.inputs, 0, idx, out=out_x)
+                y = torch.index_select(self.targets, 0, idx, out=out_y)
+            else:
+                # To a GPU: fresh pinned tensors (the caching host allocator knows when each copy is done),
+                # so the step's copy runs beside the compute.
+                x, y = self.inputs.index_select(0, idx).pin_memory(), self.targets.index_select(0, idx).pin_memory()
             yield x, y
 
 

@@ -40,23 +40,32 @@ def test_in_memory_batches_are_the_dataloaders_batches(world, rank, bs, skip, pe
     for epoch in (0, 1):
         ref = _reference(split, world, rank, bs, epoch)
         assert len(raw) == len(ref) and len(ref) > skip
-        got_raw = list(raw.epoch(epoch, skip=skip))
-        got_norm = list(norm.epoch(epoch, skip=skip))
-        assert len(got_raw) == len(got_norm) == len(ref) - skip
-        for (x, y), (xn, yn), (rx, ry) in zip(got_raw, got_norm, ref[skip:]):
+        seen = 0
+        # Drawn one at a time, as the loop does: a batch is valid until the next is drawn.
+        for (x, y), (xn, yn), (rx, ry) in zip(raw.epoch(epoch, skip=skip), norm.epoch(epoch, skip=skip), ref[skip:]):
             assert torch.equal(x, rx) and torch.equal(y, ry) and torch.equal(yn, ry)
             # Normalised once up front: the very values normalising each batch gives.
             assert torch.equal(xn, data.normalize(rx))
             assert torch.equal(step.prepare(xn, "synthetic", cpu, None), step.prepare(rx, "synthetic", cpu, None))
+            seen += 1
+        assert seen == len(ref) - skip == sum(1 for _ in raw.epoch(epoch, skip=skip))
 
 
 def test_epochs_differ_and_ranks_split_the_data():
     split = data.synthetic(64, seed=0, split="train")
     cpu = torch.device("cpu")
     per_rank = [batches.InMemoryBatches(split, _sampler(split, 2, r), 8, cpu, normalize=False) for r in (0, 1)]
-    e0 = [torch.cat([y for _, y in b.epoch(0)]) for b in per_rank]
-    assert not torch.equal(torch.cat([y for _, y in per_rank[0].epoch(1)]), e0[0])  # a new shuffle each epoch
+    e0 = [torch.cat([y.clone() for _, y in b.epoch(0)]) for b in per_rank]
+    assert not torch.equal(torch.cat([y.clone() for _, y in per_rank[0].epoch(1)]), e0[0])  # a new shuffle each epoch
     assert sorted(torch.cat(e0).tolist()) == sorted(split.targets.tolist())  # 64 = 2 x 4 x 8: every sample once
+
+
+def test_a_cpu_batch_is_gathered_into_the_same_tensors_each_step():
+    split = data.synthetic(64, seed=0, split="train")
+    held = batches.InMemoryBatches(split, _sampler(split, 1, 0), 16, torch.device("cpu"), normalize=True)
+    it = held.epoch(0)
+    (x1, y1), (x2, y2) = next(it), next(it)
+    assert x1.data_ptr() == x2.data_ptr() and y1.data_ptr() == y2.data_ptr()  # no allocation per step
 
 
 def test_cifar_batches_stay_raw_for_augmentation(tiny_cifar):
