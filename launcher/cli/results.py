@@ -153,12 +153,23 @@ def _split_json(split: StepSplit | None) -> dict[str, Any] | None:
 
 
 def advice_lines(runs: list[RunResult]) -> list[str]:
-    """One line of advice per run whose steps wait mostly for data or for the network."""
-    out = []
+    """One line of advice per kind of bound (data, communication), naming the runs that have it: a
+    sweep whose runs all wait on the network gets one line, not one per run."""
+    from launcher.core.stepsplit import advice_text
+
+    groups: dict[str, list[tuple[RunResult, int]]] = {}
     for r in runs:
         split = run_split(r.curves)
-        if split is not None and (hint := split.advice()):
-            out.append(f"{run_label(r, len(runs) == 1)}: {hint}")
+        bound = split.bound() if split is not None else None
+        if split is not None and bound is not None:
+            groups.setdefault(bound, []).append((r, round(100 * split.shares()[bound])))
+    out = []
+    for bound, members in groups.items():
+        pcts = sorted(p for _, p in members)
+        pct = str(pcts[0]) if pcts[0] == pcts[-1] else f"{pcts[0]}-{pcts[-1]}"
+        who = ("every run" if len(members) == len(runs) > 1
+               else ", ".join(run_label(r, len(runs) == 1) for r, _ in members))
+        out.append(f"{who}: {advice_text(bound, pct)}")
     return out
 
 

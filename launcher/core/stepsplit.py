@@ -87,7 +87,12 @@ class StepSplit:
         bound = self.bound()
         if bound is None:
             return None
-        return ADVICE[bound].format(pct=round(100 * self.shares()[bound]))
+        return advice_text(bound, str(round(100 * self.shares()[bound])))
+
+
+def advice_text(bound: str, pct: str) -> str:
+    """The advice for a ``bound`` part (``data`` or ``comm``) taking ``pct`` percent (``43``, ``41-44``)."""
+    return ADVICE[bound].format(pct=pct)
 
 
 def run_split(curves: Mapping[str, list[tuple[int, float]]]) -> StepSplit | None:

@@ -126,6 +126,16 @@ def test_results_show_the_split_and_advise_per_run():
     assert "10%/40%/50%" in table[2] and table[2].rstrip().endswith("-")  # run 1 wrote no peak memory
     hints = cli_results.advice_lines(runs)
     assert len(hints) == 1 and hints[0].startswith("lr=0.2: communication-bound: 50% of each step")
+    # A sweep whose runs all wait on the network: one line, with the range.
+    sweep = [_run(0, 1.0, 5.0, 4.0), _run(1, 1.0, 4.0, 5.0), _run(2, 1.0, 5.5, 3.5)]
+    assert cli_results.advice_lines(sweep) == [
+        "every run: communication-bound: 35-50% of each step waits for the gradient all-reduce the backward pass "
+        "did not hide; try a larger batch per GPU or --grad-accum, --grad-compression bf16, a larger --bucket-cap-mb, "
+        "and check the link between nodes (ddpjob doctor)"]
+    mixed = [_run(0, 6.0, 4.0, 0.0), _run(1, 1.0, 4.0, 5.0), _run(2, 0.5, 9.0, 0.5)]
+    assert [h.split(":", 2)[:2] for h in cli_results.advice_lines(mixed)] == [["lr=0.1", " data-bound"],
+                                                                            ["lr=0.2", " communication-bound"]]
+    assert cli_results.advice_lines([_run(0, 6.0, 4.0, 0.0)])[0].startswith("lr=0.1: data-bound: 60%")
     as_json = cli_results.as_json(runs)
     assert as_json[0]["step_split"]["bound"] is None and as_json[1]["step_split"]["bound"] == "comm"
     assert as_json[1]["step_split"]["comm_ms"] == 5.0 and as_json[1]["step_split"]["advice"] == hints[0].split(": ", 1)[1]
