@@ -10,7 +10,7 @@ import click
 
 from launcher.cli.support import guard
 from launcher.cli.tools import complete_job_ids
-from launcher.core.stepsplit import MEMORY_KEY, StepSplit, run_split
+from launcher.core.stepsplit import MEMORY_KEY, StepSplit, grouped_advice, run_split
 
 if TYPE_CHECKING:
     from launcher.service.results import RunResult
@@ -153,24 +153,8 @@ def _split_json(split: StepSplit | None) -> dict[str, Any] | None:
 
 
 def advice_lines(runs: list[RunResult]) -> list[str]:
-    """One line of advice per kind of bound (data, communication), naming the runs that have it: a
-    sweep whose runs all wait on the network gets one line, not one per run."""
-    from launcher.core.stepsplit import advice_text
-
-    groups: dict[str, list[tuple[RunResult, int]]] = {}
-    for r in runs:
-        split = run_split(r.curves)
-        bound = split.bound() if split is not None else None
-        if split is not None and bound is not None:
-            groups.setdefault(bound, []).append((r, round(100 * split.shares()[bound])))
-    out = []
-    for bound, members in groups.items():
-        pcts = sorted(p for _, p in members)
-        pct = str(pcts[0]) if pcts[0] == pcts[-1] else f"{pcts[0]}-{pcts[-1]}"
-        who = ("every run" if len(members) == len(runs) > 1
-               else ", ".join(run_label(r, len(runs) == 1) for r, _ in members))
-        out.append(f"{who}: {advice_text(bound, pct)}")
-    return out
+    """The runs' advice (``stepsplit.grouped_advice``): one line per kind of bound, naming the runs."""
+    return grouped_advice([(run_label(r, len(runs) == 1), run_split(r.curves)) for r in runs])
 
 
 def as_csv(runs: list[RunResult]) -> str:

@@ -95,6 +95,23 @@ def advice_text(bound: str, pct: str) -> str:
     return ADVICE[bound].format(pct=pct)
 
 
+def grouped_advice(runs: list[tuple[str, StepSplit | None]]) -> list[str]:
+    """One line of advice per kind of bound among ``(label, split)`` runs, naming them (``every run``
+    when all have it): a sweep whose runs all wait on the network gets one line, not one per run."""
+    groups: dict[str, list[tuple[str, int]]] = {}
+    for label, split in runs:
+        bound = split.bound() if split is not None else None
+        if split is not None and bound is not None:
+            groups.setdefault(bound, []).append((label, round(100 * split.shares()[bound])))
+    out = []
+    for bound, members in groups.items():
+        pcts = sorted(p for _, p in members)
+        pct = str(pcts[0]) if pcts[0] == pcts[-1] else f"{pcts[0]}-{pcts[-1]}"
+        who = "every run" if len(members) == len(runs) > 1 else ", ".join(label for label, _ in members)
+        out.append(f"{who}: {advice_text(bound, pct)}")
+    return out
+
+
 def run_split(curves: Mapping[str, list[tuple[int, float]]]) -> StepSplit | None:
     """A run's split from its metric curves (``service.results``): the mean over its logged windows, the
     first left out (start-up: the first step's allocations, a compile)."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode
 
 from launcher.core.progress import describe
-from launcher.core.stepsplit import StepSplit, run_split
+from launcher.core.stepsplit import StepSplit, grouped_advice, run_split
 from launcher.ui.svg import chart, colour, legend
 
 if TYPE_CHECKING:
@@ -155,10 +155,8 @@ def runs_section(view: JobView, token: str) -> str:
                    f"<td>{state_badge(r.state)}</td><td class=\"num\">{duration(r.duration_s)}</td>"
                    f"{cells}<td>{link}</td></tr>")
     out.append("</tbody></table>")
-    for r in runs:
-        split = splits[r.index]
-        if split is not None and (hint := split.advice()):
-            out.append(f"<p class=\"note advice\">{escape(run_label(r))}: {escape(hint)}</p>")
+    for hint in grouped_advice([(run_label(r), splits[r.index]) for r in runs]):
+        out.append(f"<p class=\"note advice\">{escape(hint)}</p>")
     metrics = [m for m in PREFERRED if any(m in r.curves for r in runs)]
     # Then the others that change (a constant, such as the evaluation's sample count, says nothing).
     metrics += sorted(m for m in {m for r in runs for m in r.curves} - set(metrics)
