@@ -27,8 +27,9 @@ ADVICE = {
     "data": ("data-bound: {pct}% of each step waits for its batch; keep the data set in memory or on the GPU "
              "when it fits (the reference trainer does), else add loader workers (--num-workers) or read from "
              "faster storage"),
-    "comm": ("communication-bound: {pct}% of each step waits for the gradient all-reduce the backward pass did "
-             "not hide; try a larger batch per GPU or --grad-accum, --grad-compression bf16, a larger "
+    "comm": ("communication-bound: {pct}% of each step waits for the gradient all-reduce after the backward "
+             "pass (on the network, or on a slower rank: ranks sharing a machine's cores wait on each other); "
+             "try a larger batch per process or --grad-accum, --grad-compression bf16, a larger "
              "--bucket-cap-mb, and check the link between nodes (ddpjob doctor)"),
 }
 

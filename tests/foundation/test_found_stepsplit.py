@@ -129,9 +129,10 @@ def test_results_show_the_split_and_advise_per_run():
     # A sweep whose runs all wait on the network: one line, with the range.
     sweep = [_run(0, 1.0, 5.0, 4.0), _run(1, 1.0, 4.0, 5.0), _run(2, 1.0, 5.5, 3.5)]
     assert cli_results.advice_lines(sweep) == [
-        "every run: communication-bound: 35-50% of each step waits for the gradient all-reduce the backward pass "
-        "did not hide; try a larger batch per GPU or --grad-accum, --grad-compression bf16, a larger --bucket-cap-mb, "
-        "and check the link between nodes (ddpjob doctor)"]
+        "every run: communication-bound: 35-50% of each step waits for the gradient all-reduce after the backward "
+        "pass (on the network, or on a slower rank: ranks sharing a machine's cores wait on each other); try a "
+        "larger batch per process or --grad-accum, --grad-compression bf16, a larger --bucket-cap-mb, and check the "
+        "link between nodes (ddpjob doctor)"]
     mixed = [_run(0, 6.0, 4.0, 0.0), _run(1, 1.0, 4.0, 5.0), _run(2, 0.5, 9.0, 0.5)]
     assert [h.split(":", 2)[:2] for h in cli_results.advice_lines(mixed)] == [["lr=0.1", " data-bound"],
                                                                             ["lr=0.2", " communication-bound"]]
