@@ -10,9 +10,9 @@ import click
 
 from launcher.cli.support import guard
 from launcher.cli.tools import complete_job_ids
-from launcher.core.stepsplit import MEMORY_KEY, StepSplit, grouped_advice, run_split
 
 if TYPE_CHECKING:
+    from launcher.core.stepsplit import StepSplit
     from launcher.service.results import RunResult
 
 # Shown first in the text table, in this order, when any run has them; samples/s last, final only.
@@ -98,7 +98,10 @@ def _value_order(value: object) -> tuple[int, float, str]:
 
 
 def text_table(runs: list[RunResult]) -> list[str]:
-    """One line per run: sweep values, state, duration, final and best of the main metrics, samples/s."""
+    """One line per run: sweep values, state, duration, final and best of the main metrics, samples/s,
+    the step split and the peak memory."""
+    from launcher.core.stepsplit import MEMORY_KEY, run_split
+
     have = set(metric_names(runs))
     shown = [m for m in MAIN_METRICS if m in have]
     shown += [m for m in sorted(have) if m not in MAIN_METRICS and m not in TEXT_HIDDEN and m != RATE]
@@ -123,7 +126,7 @@ def text_table(runs: list[RunResult]) -> list[str]:
             row.append(_number(r.final.get(RATE), RATE))
         if any(splits.values()):
             split = splits[r.index]
-            row.append("/".join(f"{round(100 * v)}%" for v in split.shares().values()) if split else "-")
+            row.append(split.percents() if split else "-")
         if memory:
             peak = max((v for _, v in r.curves.get(MEMORY_KEY, [])), default=None)
             row.append(_number(peak, RATE))
@@ -137,6 +140,8 @@ def _finite(value: float) -> float | None:
 
 
 def as_json(runs: list[RunResult]) -> list[dict[str, Any]]:
+    from launcher.core.stepsplit import run_split
+
     return [{"index": r.index, "values": r.values, "state": r.state, "duration_s": r.duration_s,
              "final": {k: _finite(v) for k, v in sorted(r.final.items())},
              "best": {k: _finite(v) for k, v in sorted(r.best.items())}, "output_dir": r.output_dir,
@@ -154,6 +159,8 @@ def _split_json(split: StepSplit | None) -> dict[str, Any] | None:
 
 def advice_lines(runs: list[RunResult]) -> list[str]:
     """The runs' advice (``stepsplit.grouped_advice``): one line per kind of bound, naming the runs."""
+    from launcher.core.stepsplit import grouped_advice, run_split
+
     return grouped_advice([(run_label(r, len(runs) == 1), run_split(r.curves)) for r in runs])
 
 

@@ -19,8 +19,6 @@ import json
 import os
 from typing import Any
 
-from launcher.core.stepsplit import MEMORY_KEY, SPLIT_KEYS, StepSplit
-
 METRICS_FILE = "metrics.jsonl"
 _CHUNK = 64 * 1024
 
@@ -81,9 +79,11 @@ def _progress(head: list[dict[str, Any]], last_records: list[dict[str, Any]], mt
         if value is not None:
             progress[key] = value
     # The step split (launcher.core.stepsplit) of the last window that has one, all keys from one line.
+    from launcher.core.stepsplit import MEMORY_KEY, SPLIT_KEYS, is_number
+
     split_line = next((r for r in reversed(last_records) if all(k in r for k in SPLIT_KEYS)), None)
     if split_line is not None:
-        progress.update({k: split_line[k] for k in (*SPLIT_KEYS, MEMORY_KEY) if _number(split_line.get(k))})
+        progress.update({k: split_line[k] for k in (*SPLIT_KEYS, MEMORY_KEY) if is_number(split_line.get(k))})
     last_time = last.get("time")
     updated: float = last_time if isinstance(last_time, (int, float)) else mtime
     progress["updated"] = updated
@@ -107,6 +107,8 @@ def describe(progress: dict[str, Any] | None) -> str:
         parts.append(f"{progress['samples_per_s']:.0f} samples/s")
     if "eta_s" in progress:
         parts.append(f"ETA {duration(progress['eta_s'])}")
+    from launcher.core.stepsplit import StepSplit
+
     split = StepSplit.of(progress)
     if split is not None:
         parts.append(f"step: {split.text()}")
@@ -115,12 +117,10 @@ def describe(progress: dict[str, Any] | None) -> str:
 
 def advice(progress: dict[str, Any] | None) -> str | None:
     """The step split's advice (``StepSplit.advice``) for a run's progress, or None."""
+    from launcher.core.stepsplit import StepSplit
+
     split = StepSplit.of(progress) if progress else None
     return split.advice() if split is not None else None
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def duration(seconds: float, *, tenths_below: float = 0.0) -> str:

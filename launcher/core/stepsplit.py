@@ -46,7 +46,7 @@ class StepSplit:
     def of(cls, record: Mapping[str, Any]) -> StepSplit | None:
         """The split on a metrics line (or a progress record), or None when it has none."""
         values = [record.get(k) for k in SPLIT_KEYS]
-        numbers = [float(v) for v in values if _number(v)]  # type: ignore[arg-type]  # _number checked it
+        numbers = [float(v) for v in values if is_number(v)]  # type: ignore[arg-type]  # is_number checked it
         if len(numbers) != len(SPLIT_KEYS) or min(numbers) < 0:
             return None
         split = cls(*numbers)
@@ -75,6 +75,10 @@ class StepSplit:
         shares = self.shares()
         part = max(("data", "comm"), key=lambda k: shares[k])
         return part if shares[part] >= BOUND_SHARE else None
+
+    def percents(self, sep: str = "/") -> str:
+        """``3%/85%/12%``: the shares of data, compute and comm, in that order."""
+        return sep.join(f"{round(100 * v)}%" for v in self.shares().values())
 
     def text(self) -> str:
         """``data 3% compute 85% comm 12%`` (and `` (data-bound)`` when one part dominates)."""
@@ -123,5 +127,6 @@ def run_split(curves: Mapping[str, list[tuple[int, float]]]) -> StepSplit | None
     return StepSplit.mean(kept[1:] or kept)
 
 
-def _number(value: object) -> bool:
+def is_number(value: object) -> bool:
+    """A finite int or float, not a boolean: what a metrics line's number must be to count."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

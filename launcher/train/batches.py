@@ -5,8 +5,9 @@ batches never go through a DataLoader: per-sample indexing and collation of 256 
 host, then a copy per step, is what kept a GPU waiting (issue 32). ``InMemoryBatches`` instead holds
 the split where the model computes (on the GPU when it fits there); on a GPU it gathers the rank's
 shard of each epoch in one indexing operation and hands out each step's batch as a slice of it (no
-copy, no kernel and no host work per step); on the CPU it gathers each step's rows in one operation. Images that need no augmentation are normalised once, up front (the same
-elementwise operation as per batch, so the same values). The batches, their order and what a resumed
+copy, no kernel and no host work per step); on the CPU it gathers each step's rows in one operation.
+Images that need no augmentation are normalised once, up front (the same elementwise operation as
+per batch, so the same values). The batches, their order and what a resumed
 epoch skips are exactly those of a ``DataLoader`` over a ``DistributedSampler`` with ``drop_last``:
 tests/train check them against it.
 
@@ -92,19 +93,19 @@ class InMemoryBatches:
         # (on 2 cores 4-15x slower than gathering each step's rows as they are used). A CPU step is done
         # with its batch before the next is drawn, so each is gathered into the same two tensors: a
         # fresh 3 MB batch each step cost ~0.9 ms of page faults, 7% of an MLP step (0.2 ms reused).
-        reuse = self.device.type == "cpu"
-        out_x = torch.empty((bs, *self.inputs.shape[1:]), dtype=self.inputs.dtype) if reuse else None
-        out_y = torch.empty((bs, *self.targets.shape[1:]), dtype=self.targets.dtype) if reuse else None
+        if self.device.type == "cpu":
+            out_x = torch.empty((bs, *self.inputs.shape[1:]), dtype=self.inputs.dtype)
+            out_y = torch.empty((bs, *self.targets.shape[1:]), dtype=self.targets.dtype)
+            for i in range(skip, len(self)):
+                idx = order[i * bs:(i + 1) * bs]
+                yield (torch.index_select(self.inputs, 0, idx, out=out_x),
+                       torch.index_select(self.targets, 0, idx, out=out_y))
+            return
+        # To a GPU too small to hold the split: fresh pinned tensors (the caching host allocator knows
+        # when each copy is done), so the step's copy runs beside the compute.
         for i in range(skip, len(self)):
             idx = order[i * bs:(i + 1) * bs]
-            if out_x is not None and out_y is not None:
-                x = torch.index_select(self.inputs, 0, idx, out=out_x)
-                y = torch.index_select(self.targets, 0, idx, out=out_y)
-            else:
-                # To a GPU: fresh pinned tensors (the caching host allocator knows when each copy is done),
-                # so the step's copy runs beside the compute.
-                x, y = self.inputs.index_select(0, idx).pin_memory(), self.targets.index_select(0, idx).pin_memory()
-            yield x, y
+            yield self.inputs.index_select(0, idx).pin_memory(), self.targets.index_select(0, idx).pin_memory()
 
 
 class LoaderBatches:

@@ -289,7 +289,8 @@ def peak_memory_mb(device: torch.device) -> float | None:
 
 
 def split_text(means: list[float]) -> str:
-    """``data 3% compute 85% comm 12%`` of the window's step split."""
+    """``data 3% compute 85% comm 12%`` of the window's step split (for the log line; the trainer may not
+    import launcher.core, whose stepsplit writes the same words for ddpjob's commands)."""
     total = sum(means)
     if total <= 0:
         return "-"

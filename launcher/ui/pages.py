@@ -170,9 +170,7 @@ def runs_section(view: JobView, token: str) -> str:
 
 def split_cell(split: StepSplit | None) -> str:
     """``3% / 85% / 12%`` of a run's step split ('-' without one)."""
-    if split is None:
-        return "-"
-    return " / ".join(f"{round(100 * v)}%" for v in split.shares().values())
+    return "-" if split is None else split.percents(" / ")
 
 
 def nodes_section(view: JobView) -> str:
