@@ -192,6 +192,12 @@ def trainer_argv(model: str, size: Size, output_dir: str | None, procs: int = 1)
     return argv + (["--output-dir", output_dir] if output_dir else [])
 
 
+def compile_seconds(metrics_files: list[Path]) -> float | None:
+    """The trainer's logged warm-up under --compile (its ``compile`` event), or None."""
+    rows = [json.loads(line) for f in metrics_files for line in f.read_text().splitlines() if line.startswith("{")]
+    return next((r.get("seconds") for r in rows if r.get("event") == "compile"), None)
+
+
 def window_rates(metrics_files: list[Path]) -> tuple[list[float], dict[str, Any]]:
     """Images/s of every logged window after step 1 (step 1 is logged alone: start-up), and the last
     step line's split (what the trainer says its steps were made of)."""
@@ -199,9 +205,6 @@ def window_rates(metrics_files: list[Path]) -> tuple[list[float], dict[str, Any]
     steps = [r for r in rows if r.get("event") == "step" and r.get("step", 0) > 1]
     last = steps[-1] if steps else {}
     split = {k: last[k] for k in ("data_ms", "compute_ms", "comm_ms", "peak_memory_mb") if k in last}
-    compiled = [r for r in rows if r.get("event") == "compile"]
-    if compiled:
-        split["compile_s"] = compiled[0].get("seconds")
     return [float(r["samples_per_s"]) for r in steps], split
 
 
@@ -224,9 +227,11 @@ def run_trainer(side: str, model: str, size: Size, env: dict[str, str], gpus: in
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         files = sorted(Path(tmp).rglob("metrics.jsonl"))
         rates, split = window_rates(files[:1])
+        compile_s = compile_seconds(files[:1])
     if not rates:
         raise SystemExit(f"{side}: no step windows logged in {files}")
-    return {"windows": [round(r, 1) for r in rates], **({"split": split} if split else {})}
+    return {"windows": [round(r, 1) for r in rates], **({"split": split} if split else {}),
+            **({"compile_s": compile_s} if compile_s is not None else {})}
 
 
 def run_hand(side: str, model: str, size: Size, device: str, env: dict[str, str]) -> dict[str, Any]:
