@@ -147,8 +147,16 @@ class Engine:
             raise BuildUnavailable(f"docker is installed but its daemon does not answer ({last_line(stderr)}); "
                                    "start it (systemctl start docker), or set build.engine: podman")
 
-    def build(self, context_dir: str, dockerfile: str, tag: str, base: str) -> None:
+    def image_user(self, image: str) -> str:
+        """The user ``image`` runs as (its USER; ``root`` when it sets none)."""
+        shown = self.run(["image", "inspect", "--format", "{{.Config.User}}", image])
+        return (shown.stdout.strip() if shown.returncode == 0 else "") or "root"
+
+    def build(self, context_dir: str, dockerfile: str, tag: str, base: str,
+              build_args: dict[str, str] | None = None) -> None:
         args = ["build", "-f", dockerfile, "-t", tag, "--build-arg", f"BASE_IMAGE={base}"]
+        for name, value in sorted((build_args or {}).items()):
+            args += ["--build-arg", f"{name}={value}"]
         if self.name == "podman":
             args.append("--pull=never")  # the base was checked (and pulled) just before
         done = self.run_long([*args, context_dir])
