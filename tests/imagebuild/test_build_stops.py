@@ -90,4 +90,6 @@ def test_ctrl_c_during_a_build_leaves_no_container(registry, base_image, tmp_pat
     assert "Stopped." in err and "Traceback" not in err, err
     assert external() == before
     assert runtime_containers() == runtime_before
+    listed = subprocess.run(["podman", "images"], capture_output=True, text=True, check=True, timeout=60)
+    assert "incomplete" not in listed.stderr.lower(), listed.stderr  # no half-written layer left either
     assert registry.pushes(REPO_PATH) == 0
