@@ -72,7 +72,7 @@ def run(argv: Sequence[str], *, timeout: float, no_progress: float | None = None
     with ``stalled`` (the message) and the limit; ``timeout``: stop it then in any case
     (``subprocess.TimeoutExpired``). ``on_interrupt``: called after the process is stopped on Ctrl-C."""
     proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, errors="replace", start_new_session=True)
     out: list[str] = []
     err: list[str] = []
     last = [time.monotonic()]
