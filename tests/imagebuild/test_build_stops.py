@@ -75,17 +75,26 @@ def test_ctrl_c_during_a_build_leaves_no_container(registry, base_image, tmp_pat
     root = project(tmp_path, base_image, f"{registry.host}/{REPO_PATH}",
                    "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo ddpjob-ctrl-c-step && sleep 120\n")
     before, runtime_before = external(), runtime_containers()
+    bystander = f"ddpjob-test-bystander-{os.getpid()}"
     proc = start_build(root)
     try:
         wait_for(lambda: (len(external()) > len(before) and len(runtime_containers()) > len(runtime_before))
                  or proc.poll() is not None, "the build's RUN step to start", timeout=240, poll=0.3)
         assert proc.poll() is None, proc.communicate()
+        # A container of the user's, created while the build runs, is not the build's to remove.
+        subprocess.run(["podman", "create", "--name", bystander, base_image, "true"], capture_output=True,
+                       check=True, timeout=60)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+    try:
+        kept = subprocess.run(["podman", "container", "exists", bystander], timeout=60).returncode == 0
+    finally:
+        subprocess.run(["podman", "rm", "-f", bystander], capture_output=True, timeout=60)
+    assert kept, "a container created during the build was removed by its Ctrl-C clean-up"
     assert proc.returncode == 130, err
     assert "Stopped." in err and "Traceback" not in err, err
     assert external() == before

@@ -129,8 +129,13 @@ def leftovers(engine: str) -> set[str]:
     """What a stopped build can leave: the engine's external (working) containers and the OCI
     runtimes' containers of RUN steps (``buildah-*``), as ``kind:id`` strings."""
     found: set[str] = set()
-    listed = _quiet([engine, "ps", "-a", "--external", "--format", "{{.ID}}"])
-    found.update(f"ctr:{line.strip()}" for line in listed.splitlines() if line.strip())
+    # Only the build's working containers (the engine shows them in state "storage"): a container
+    # the user (or a job) created meanwhile is none of the build's business.
+    listed = _quiet([engine, "ps", "-a", "--external", "--format", "{{.ID}} {{.State}}"])
+    for line in listed.splitlines():
+        cid, _, state = line.strip().partition(" ")
+        if cid and state.strip().lower() == "storage":
+            found.add(f"ctr:{cid}")
     for runtime in ("runc", "crun"):
         path = shutil.which(runtime)
         if path is None:
