@@ -75,6 +75,7 @@ REAL_FIXTURES = {
     "registry_with_login": "a real image registry that requires a login (tests/imagebuild/conftest.py)",
     "registry_tls": "a real image registry over HTTPS, its certificate trusted by podman (tests/imagebuild/conftest.py)",
     "base_image": "podman and its small base image (tests/imagebuild/conftest.py)",
+    "train_image": "podman and the training image, with Python and pip (tests/imagebuild/conftest.py)",
     "dashboard": "the ddpjob ui server (tests/ui/conftest.py)",
     "browser": "a headless chromium (tests/ui/conftest.py)",
 }

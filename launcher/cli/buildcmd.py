@@ -43,6 +43,9 @@ def build(spec_file: str, sets: tuple[str, ...], list_: bool, quiet: bool) -> No
     takes one back (!certs/ca.pem). A spec file that goes in holding a secret env value is refused
     (exit 2): give the value with env_from_host or an --env-file outside the context.
 
+    build.requirements (a requirements file in the context, or pyproject.toml) is installed with
+    pip in a layer of its own that is rebuilt only when the requirements change.
+
     \b
     Examples:
       ddpjob build train.yaml --list          # what goes in, what is left out and why

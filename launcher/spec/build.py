@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from launcher.core.fields import no_control
 
@@ -19,6 +19,8 @@ from launcher.core.fields import no_control
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 REPOSITORY_RE = re.compile(rf"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{{1,5}})?/)?{_COMPONENT}(?:/{_COMPONENT})*$")
 DEFAULT_MAX_CONTEXT = "2Gi"
+# A path in the context that a generated Dockerfile names (COPY, WORKDIR): no wildcards, no spaces.
+CONTEXT_PATH_RE = re.compile(r"^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*$")
 
 
 class BuildOptions(BaseModel):
@@ -69,6 +71,15 @@ class BuildOptions(BaseModel):
         "refused, naming its largest files (add them to .ddpjobignore).",
     )
 
+    requirements: str | None = Field(
+        None,
+        description="What your code needs beyond the base image, installed with pip (python3 -m pip, as root) "
+        "into a layer of its own that the engine's cache keeps until they change: a requirements file in the "
+        "context (e.g. 'requirements.txt', pip's syntax; its local paths, such as ./wheels/x.whl, -f wheels or "
+        "-r more.txt, are relative to the file and go in with it), or a pyproject.toml in the context for its "
+        "[project] dependencies. Relative to the context. Not with build.dockerfile (yours installs what it needs).",
+    )
+
     @field_validator("registry")
     @classmethod
     def _registry(cls, v: str | None) -> str | None:
@@ -85,6 +96,21 @@ class BuildOptions(BaseModel):
             if not v.strip():
                 raise ValueError("is empty")
         return v
+
+    @field_validator("requirements")
+    @classmethod
+    def _requirements(cls, v: str | None) -> str | None:
+        if v is not None and (not CONTEXT_PATH_RE.match(v) or ".." in v.split("/")):
+            raise ValueError("must be a path inside the context of letters, digits, '.', '_', '-' and '/', e.g. "
+                             "'requirements.txt' or 'pyproject.toml'")
+        return v
+
+    @model_validator(mode="after")
+    def _requirements_need_generated_dockerfile(self) -> BuildOptions:
+        if self.requirements is not None and self.dockerfile is not None:
+            raise ValueError("build.requirements goes with the generated Dockerfile only: with build.dockerfile, "
+                             "install them in your Dockerfile (RUN pip install -r ...), or drop build.dockerfile")
+        return self
 
     @field_validator("image_workdir")
     @classmethod

@@ -49,6 +49,18 @@ def base_image() -> str:
     return BASE_IMAGE
 
 
+@pytest.fixture(scope="session")
+def train_image() -> str:
+    """podman, and the training image the engine script builds (Python and pip in /opt/venv, USER 1000)."""
+    if os.environ.get("DDPJOB_CONTAINER_SKIP"):
+        pytest.skip(os.environ["DDPJOB_CONTAINER_SKIP"])
+    image = os.environ.get("DDPJOB_TEST_IMAGE", "localhost/ddpjob-train:cpu")
+    if not (shutil.which("podman") and subprocess.run(["podman", "image", "exists", image],
+                                                      capture_output=True, check=False).returncode == 0):
+        engine_up()
+    return image
+
+
 @pytest.fixture
 def registry(tmp_path: Path) -> Iterator[Registry]:
     """A plain-HTTP registry on a free 127.0.0.1 port (tests/registrykit.py), stopped after the test."""

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from launcher.core.errors import TargetUnavailable
+from launcher.service.imagebuild import watch
 
 LOOKUP_TIMEOUT_S = 60.0
 BUILD_TIMEOUT_S = 3600.0
@@ -71,6 +72,20 @@ class Engine:
         except OSError as e:
             raise BuildUnavailable(f"{self.name} cannot be run ({self.path}): {e}") from e
 
+    def run_long(self, args: Sequence[str], *, stalled: str | None = None) -> subprocess.CompletedProcess[str]:
+        """A pull, build or push (``watch.run``): ``stalled`` (what it does, naming the registry)
+        turns on the no-progress limit; a build stopped by Ctrl-C leaves no container behind."""
+        limit = watch.no_progress_limit() if stalled else None
+        before = watch.leftovers(self.name) if args[0] == "build" and self.name == "podman" else None
+        cleanup = (lambda: watch.clean(self.name, before)) if before is not None else None
+        try:
+            return watch.run([self.path, *args], timeout=BUILD_TIMEOUT_S, no_progress=limit, stalled=stalled or "",
+                             on_interrupt=cleanup)
+        except subprocess.TimeoutExpired as e:
+            raise BuildUnavailable(f"{self.name} {args[0]} did not end within {BUILD_TIMEOUT_S:g} s") from e
+        except OSError as e:
+            raise BuildUnavailable(f"{self.name} cannot be run ({self.path}): {e}") from e
+
     # ------------------------------------------------------------------ the registry
     def remote_digest(self, ref: str) -> str | None:
         """The digest of ``ref`` (``repo:tag``) in its registry, or None when the tag is not there.
@@ -119,7 +134,7 @@ class Engine:
             return
         self._check_daemon(found.stderr)
         tls = self._tls() if base.split("/")[0] == registry_host else []
-        pulled = self.run(["pull", *tls, base], timeout=BUILD_TIMEOUT_S)
+        pulled = self.run_long(["pull", *tls, base], stalled=f"the pull of {base} from {base.split('/')[0]}")
         if pulled.returncode != 0:
             self._check_daemon(pulled.stderr)
             raise ImageMissing(f"the base image {base} (image:) is not on this machine and {self.name} cannot pull it: "
@@ -132,22 +147,32 @@ class Engine:
             raise BuildUnavailable(f"docker is installed but its daemon does not answer ({last_line(stderr)}); "
                                    "start it (systemctl start docker), or set build.engine: podman")
 
-    def build(self, context_dir: str, dockerfile: str, tag: str, base: str) -> None:
+    def image_user(self, image: str) -> str:
+        """The user ``image`` runs as (its USER; ``root`` when it sets none)."""
+        shown = self.run(["image", "inspect", "--format", "{{.Config.User}}", image])
+        return (shown.stdout.strip() if shown.returncode == 0 else "") or "root"
+
+    def build(self, context_dir: str, dockerfile: str, tag: str, base: str,
+              build_args: dict[str, str] | None = None) -> None:
         args = ["build", "-f", dockerfile, "-t", tag, "--build-arg", f"BASE_IMAGE={base}"]
+        for name, value in sorted((build_args or {}).items()):
+            args += ["--build-arg", f"{name}={value}"]
         if self.name == "podman":
             args.append("--pull=never")  # the base was checked (and pulled) just before
-        done = self.run([*args, context_dir], timeout=BUILD_TIMEOUT_S)
+        done = self.run_long([*args, context_dir])
         if done.returncode != 0:
             self._check_daemon(done.stderr)
             tail = "\n".join(done.stderr.strip().splitlines()[-15:])
             raise BuildUnavailable(f"{self.name} build of {tag} failed (exit {done.returncode}):\n{tail}")
 
     def push(self, ref: str, digest_file: str) -> str:
-        """Push ``ref`` (``repo:tag``); returns the digest the registry stored."""
+        """Push ``ref`` (``repo:tag``); returns the digest the registry stored. ``watch.Stalled``
+        when the registry stops answering (no progress for the limit)."""
+        stalled = f"the push of {ref} to the registry {ref.split('/')[0]}"
         if self.name == "podman":
-            done = self.run(["push", *self._tls(), "--digestfile", digest_file, ref], timeout=BUILD_TIMEOUT_S)
+            done = self.run_long(["push", *self._tls(), "--digestfile", digest_file, ref], stalled=stalled)
         else:
-            done = self.run(["push", ref], timeout=BUILD_TIMEOUT_S)
+            done = self.run_long(["push", ref], stalled=stalled)
         if done.returncode != 0:
             raise registry_error(self, ref, done.stderr, classify(done.stderr), pushing=True)
         if self.name == "podman":

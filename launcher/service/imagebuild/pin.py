@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import Issue, TargetUnavailable
 from launcher.service.imagebuild import context as buildctx
-from launcher.service.imagebuild import secretfiles, secretvalues
+from launcher.service.imagebuild import requirements, secretfiles, secretvalues
 from launcher.service.imagebuild.engine import Engine
 from launcher.targets.shared.container import IMAGE_RE
 
@@ -80,8 +80,10 @@ class Pinned:
         return p.noted(f"# build: {p.tag_ref} {how}; the job runs on {self.ref}\n")
 
 
-def generated_dockerfile(base: str, workdir: str) -> str:
-    return f"FROM {base}\nWORKDIR {workdir}\nCOPY . {workdir}\n"
+def generated_dockerfile(base: str, workdir: str, reqs: requirements.Requirements | None = None) -> str:
+    """FROM the base, the requirements' install step (``requirements``) if any, the context."""
+    install = reqs.dockerfile_lines() if reqs is not None else ""
+    return f"FROM {base}\n{install}WORKDIR {workdir}\nCOPY . {workdir}\n"
 
 
 def prepare(loaded: LoadedSpec) -> Prepared:
@@ -143,6 +145,11 @@ def survey(loaded: LoadedSpec, *, registry_needed: bool = True) -> tuple[Prepare
                             f"after ignores, more than build.max_context ({opts.max_context}); largest: {largest}",
                             hint=f"leave them out in {root / ignore}, or raise build.max_context"))
     issues += secretvalues.issues(loaded, ctx)  # over the limit, only the spec file's own fields (nothing was read)
+    if opts.requirements is not None and opts.dockerfile is None:
+        reqs = requirements.read(root, opts.requirements, {e.rel for e in ctx.entries})
+        issues += [Issue(("build", "requirements"), problem, hint="name a file in the context (build.context), and "
+                         "keep it and the paths it names out of .ddpjobignore") for problem in reqs.problems]
+        text = generated_dockerfile(spec.image or "", opts.image_workdir, reqs)
     tag = buildctx.content_tag(spec.image or "", text, ctx)
     return Prepared(opts, repository, spec.image or "", root, text, dockerfile_path, ctx, tag), issues
 
@@ -169,7 +176,8 @@ def pinned(prep: Prepared, *, build: bool) -> Pinned:
         if dockerfile is None:
             dockerfile = Path(scratch) / "Dockerfile"
             dockerfile.write_text(prep.dockerfile_text)
-        engine.build(str(staged), str(dockerfile), prep.tag_ref, prep.base)
+        user_arg = {requirements.USER_ARG: engine.image_user(prep.base)} if requirements.USER_ARG in prep.dockerfile_text else {}
+        engine.build(str(staged), str(dockerfile), prep.tag_ref, prep.base, user_arg)
         digest = engine.push(prep.tag_ref, str(Path(scratch) / "digest"))
     done = Pinned(prep, digest, built=True)
     engine.remember(done.ref)
