@@ -1,4 +1,4 @@
-"""The local target under faults of its own processes and its disk: a full disk under the supervisor,
+"""The local target under faults of its own processes and its disk: a full $DDPJOB_HOME under the supervisor,
 an agent or a node wrapper killed from outside, a worker's child that escapes the job's session and
 environment, a stopped supervisor. Real processes throughout."""
 
@@ -25,25 +25,22 @@ def _cannot(reason: str) -> None:
 
 
 @pytest.fixture
-def small_runs(ddpjob_home: Path) -> Iterator[Path]:
-    """The run directories of $DDPJOB_HOME (``runs/``, all the supervisor writes) on a real 2 MiB
-    filesystem (tmpfs), unmounted after the test's processes stop. The registry stays beside it:
-    SQLite cannot open a database on a full disk at all (status says so, exit 3)."""
-    runs = ddpjob_home / "runs"
-    runs.mkdir(mode=0o700)
+def small_home(ddpjob_home: Path) -> Iterator[Path]:
+    """The whole $DDPJOB_HOME (the registry and the run directories) on a real 4 MiB filesystem
+    (tmpfs), unmounted after the test's processes stop."""
     if os.geteuid() != 0:
-        _cannot("mounting a small tmpfs for $DDPJOB_HOME/runs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(runs)],
+        _cannot("mounting a small tmpfs for $DDPJOB_HOME needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(ddpjob_home)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         _cannot(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
-        yield runs
+        yield ddpjob_home
     finally:
         stop_leftovers(ddpjob_home)
-        subprocess.run(["umount", str(runs)], check=False)
-        if os.path.ismount(runs):  # a process that outlived the stop still holds a file there
-            subprocess.run(["umount", "-l", str(runs)], check=False)
+        subprocess.run(["umount", str(ddpjob_home)], check=False)
+        if os.path.ismount(ddpjob_home):  # a process that outlived the stop still holds a file there
+            subprocess.run(["umount", "-l", str(ddpjob_home)], check=False)
 
 
 def fill(path: Path) -> None:
@@ -67,37 +64,46 @@ while not os.path.exists(os.path.join(marks, "go-" + sys.argv[1])):
 
 
 @pytest.mark.real
-def test_a_full_disk_does_not_stop_the_supervisor(cli, tmp_path, small_runs):
-    """The disk of the run directories fills up during the first run of a sweep: the supervisor keeps the state in
-    memory, says why in status, starts the second run, leaves no temporary file, and writes the
-    final state once there is room again."""
+def test_a_full_disk_does_not_stop_the_supervisor(cli, tmp_path, small_home):
+    """$DDPJOB_HOME fills up during the first run of a sweep and stays full past the job's end: the
+    supervisor keeps the state in memory, starts the second run, stays until it can write the final
+    state (not exit 120 on its unwritable log), and writes every run's true state once there is room
+    again. Meanwhile status, list and logs work, read-only, and status says why the state is stale."""
+    from launcher.targets.shared import procs
+
     marks = tmp_path / "marks"  # outside the small filesystem
     marks.mkdir()
     (tmp_path / "stage.py").write_text(STAGE)
     (tmp_path / "job.yaml").write_text(
         f"name: full\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
     job_id = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True).stdout.strip()
-    run_dir = small_runs / job_id
+    run_dir = small_home / "runs" / job_id
     wait_for((marks / "started-0").exists, "the first run to start")
-    filler = small_runs / "filler"
+    filler = small_home / "filler"
     fill(filler)
     (marks / "go-0").touch()  # the first run ends: its state cannot be written
     wait_for((marks / "started-1").exists, "the second run to start on the full disk")
 
-    def says_why() -> dict | None:
+    def status(saying: str = "") -> dict | None:
         st = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
-        return st if "could not write state.json" in (st["message"] or "") else None
+        return st if saying in (st["message"] or "") else None
 
-    status = wait_for(says_why, "status to say why the state is stale")
-    assert "No space left on device" in status["message"], status
+    stale = wait_for(lambda: status("could not write state.json"), "status to say why the state is stale")
+    assert "No space left on device" in stale["message"], stale
+    assert job_id in cli("list", check=True).stdout
+    cli("logs", job_id, check=True)  # exit 0, no longer 3 (the registry unreadable on a full disk)
     assert not list(run_dir.glob("*.tmp*")), list(run_dir.iterdir())
+    (marks / "go-1").touch()  # the job ends on the full disk
+    ended = wait_for(lambda: status("the job has ended"), "status to say the job has ended")
+    assert "SUCCEEDED" in ended["message"] and ended["state"] == "RUNNING", ended  # not final until written
+    supervisor = (ended["handle"]["pid"], ended["handle"]["start"])
+    assert procs.alive(*supervisor), "the supervisor exited before it could write the final state"
     filler.unlink()
-    (marks / "go-1").touch()
     done = cli("wait", job_id, "--timeout", "120")
     assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
-    state = json.loads((run_dir / "state.json").read_text())  # written again, by the supervisor
+    state = json.loads((run_dir / "state.json").read_text())  # written by the supervisor, not rebuilt by status
     assert [e["state"] for e in state["elements"]] == ["SUCCEEDED", "SUCCEEDED"], state
-    assert "could not write state.json" in (run_dir / "supervisor.log").read_text()
+    assert state["state"] == "SUCCEEDED" and "supervisor was gone" not in (status() or {})["message"], state
     assert not list(run_dir.glob("**/*.tmp*"))
 
 

@@ -249,7 +249,18 @@ class Supervisor:
         self.state["message"] = message
         self.state["ended"] = time.time()
         self.save()
+        self._final_write()
         return 0 if final == JobState.SUCCEEDED else 1
+
+    def _final_write(self) -> None:
+        """Stay until the final state is written: a full disk refused it (a supervisor that ended
+        now would leave a stale state.json, and status would rebuild the runs from the nodes' exit
+        records, which that disk may have refused too). A cancel ends the wait."""
+        from launcher.targets.local.statefile import RETRY_EVERY
+
+        while self.files.failed is not None and not self.cancelled():
+            time.sleep(RETRY_EVERY)
+            self.files.save(self.state)
 
     def run_element(self, el: LocalElement, st: dict[str, Any], started: Started | None = None) -> None:
         """Run one element's nodes to their end; ``started``: its nodes, already started from the raw
@@ -371,6 +382,7 @@ class Supervisor:
 
 def main(argv: list[str], from_submit: bool = False) -> int:
     """Run the job of the run dir ``argv[0]``; ``from_submit``: started by submit (see read_plan)."""
+    node_wrapper.unbuffered_output()  # its output goes to supervisor.log: a full disk must not make it exit 120
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
