@@ -217,3 +217,55 @@ def test_cancel_says_what_it_cannot_reach_where_no_cgroup_held_the_job(tmp_path)
     assert note is not None and "(no cgroup v2 here)" in note and "may still run" in note
     (tmp_path / "state.json").write_text(json.dumps({"cgroup": "/sys/fs/cgroup/x", "cgroup_unavailable": None}))
     assert LocalTarget().cancel_note(handle) is None
+
+
+@pytest.mark.real
+def test_torchrun_failing_before_its_ranks_start_is_the_root_cause(cli, tmp_path):
+    """A spec env torchrun itself rejects (LOGLEVEL=debug: not a level name) fails every node's
+    torchrun before any rank starts: that error is the cause, on the node that had it, not "node 1
+    failed"; a node stopped as it failed the same way shows its own error beside the stop's code."""
+    (tmp_path / "x.py").write_text("print('never printed')\n")
+    job_id = cli("submit", "-q", "--nodes", "2", "--set", "env.LOGLEVEL=debug", "--", "python", "x.py",
+                 cwd=tmp_path, check=True).stdout.strip()
+    done = cli("wait", job_id, "--timeout", "120")
+    assert done.returncode == 1 and "FAILED" in done.stdout, done.stdout + done.stderr
+    st = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+    cause = "torchrun failed before any rank started: ValueError: Unknown level: 'debug'"
+    assert cause in st["message"] and cause in st["status"]["tasks"][0]["message"], st["message"]
+    for n in st["status"]["tasks"][0]["nodes"]:  # each failed on its own: its exit code, or its own error
+        assert n["exit_code"] == 1 or "Unknown level: 'debug'" in n.get("error", ""), n
+
+
+TORCHRUN_CRASH = """\
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File ".../torch/distributed/run.py", line 442, in <module>
+    raise ValueError("Unknown level: %r" % level)
+ValueError: Unknown level: 'debug'
+"""
+WORKER_FAILED = """\
+[default0]:Traceback (most recent call last):
+[default0]:ValueError: the user's own
+Traceback (most recent call last):
+  File ".../torch/distributed/run.py", line 892, in main
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+"""
+
+
+def test_torchrun_own_error_is_told_from_a_worker_failure(tmp_path):
+    """torchrun's own traceback names the cause; the one it raises because a worker failed does not.
+    A node stopped by SIGTERM as it failed the same way gets that error in its record."""
+    from launcher.targets.shared.rootcause import agent_error, own_errors
+
+    assert agent_error(TORCHRUN_CRASH.splitlines()) == "ValueError: Unknown level: 'debug'"
+    assert agent_error(WORKER_FAILED.splitlines()) is None
+    assert agent_error(["torchrun: error: argument --nnodes: invalid value"]) == \
+        "torchrun: error: argument --nnodes: invalid value"
+    logs = [tmp_path / "node-0.log", tmp_path / "node-1.log", tmp_path / "node-2.log"]
+    logs[0].write_text(TORCHRUN_CRASH)
+    logs[1].write_text(TORCHRUN_CRASH)
+    logs[2].write_text(WORKER_FAILED)
+    records = [{"node": 0, "exit_code": 1}, {"node": 1, "exit_code": -15}, {"node": 2, "exit_code": -15}]
+    message = own_errors(records, [str(p) for p in logs], 0, "node 0: torchrun failed: ValueError: Unknown level: 'debug'")
+    assert message.endswith("(node 1 failed the same way)"), message
+    assert records[1]["error"] == "ValueError: Unknown level: 'debug'" and "error" not in records[2], records

@@ -173,6 +173,11 @@ def run(exit_file: str, argv: list[str], cgroup: str | None = None) -> int:
     created = _record(exit_file, {"exit_code": None, "started": started, "pid": agent}, create=True)
     _, status = os.waitpid(agent, 0)
     child[0] = 0
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # Nothing left to forward to. Ignored, not merely unforwarded: Python restores the default
+        # action of the signals it handles as it exits, and the supervisor's SIGTERM to stop the
+        # job's other nodes would then kill this wrapper (exit -15) after its agent failed on its own.
+        signal.signal(sig, signal.SIG_IGN)
     code = os.waitstatus_to_exitcode(status)
     sig_name = signal.Signals(-code).name if code < 0 else None
     _record(exit_file, {"exit_code": code, "signal": sig_name, "ended": time.time(), "pid": agent},

@@ -249,18 +249,12 @@ class Supervisor:
         self.state["message"] = message
         self.state["ended"] = time.time()
         self.save()
-        self._final_write()
-        return 0 if final == JobState.SUCCEEDED else 1
-
-    def _final_write(self) -> None:
-        """Stay until the final state is written: a full disk refused it (a supervisor that ended
-        now would leave a stale state.json, and status would rebuild the runs from the nodes' exit
-        records, which that disk may have refused too). A cancel ends the wait."""
-        from launcher.targets.local.statefile import RETRY_EVERY
-
+        # Until the final state is written (a full disk refused it), or a cancel: status would read
+        # a stale state.json, or rebuild the runs from exit records that disk may have refused too.
         while self.files.failed is not None and not self.cancelled():
-            time.sleep(RETRY_EVERY)
+            time.sleep(1.0)
             self.files.save(self.state)
+        return 0 if final == JobState.SUCCEEDED else 1
 
     def run_element(self, el: LocalElement, st: dict[str, Any], started: Started | None = None) -> None:
         """Run one element's nodes to their end; ``started``: its nodes, already started from the raw
@@ -303,13 +297,14 @@ class Supervisor:
         elif failed_node is not None:
             self._stop(running, st)
             st["state"] = JobState.FAILED.value
-            from launcher.targets.shared.rootcause import killed_node, node_failure
+            from launcher.targets.shared.rootcause import killed_node, node_failure, own_errors
 
             record = node_wrapper.read_record(node_wrapper.exit_file(failed_node.log))
             st["message"] = killed_node(node=failed_node.node, nodes=len(el.nodes), wrapper_pid=failed[0],
                                         wrapper_code=failed[1], record=record) or node_failure(
                 node=failed_node.node, procs_per_node=self.plan.procs_per_node, log=failed_node.log,
                 error_file=failed_node.error_file, torchrun_log_dir=failed_node.torchrun_log_dir)
+            st["message"] = own_errors(st["nodes"], [n.log for n in el.nodes], failed_node.node, st["message"])
         else:
             st["state"] = JobState.SUCCEEDED.value
         st["ended"] = time.time()
