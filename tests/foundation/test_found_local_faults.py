@@ -107,6 +107,28 @@ def test_a_full_disk_does_not_stop_the_supervisor(cli, tmp_path, small_home):
     assert not list(run_dir.glob("**/*.tmp*"))
 
 
+@pytest.mark.real
+def test_a_run_on_a_full_disk_is_not_called_not_run_when_the_supervisor_is_gone(cli, tmp_path, small_home):
+    """The supervisor is killed while the second run of a sweep goes on on a full disk, whose exit
+    records the disk refused: status, reading the nodes' files, says that run ran, not "not run"."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "stage.py").write_text(STAGE)
+    (tmp_path / "job.yaml").write_text(
+        f"name: full\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
+    job_id = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True).stdout.strip()
+    wait_for((marks / "started-0").exists, "the first run to start")
+    fill(small_home / "filler")
+    (marks / "go-0").touch()
+    wait_for((marks / "started-1").exists, "the second run to start on the full disk")
+    os.kill(json.loads(cli("status", job_id, "-o", "json", check=True).stdout)["handle"]["pid"], signal.SIGKILL)
+    (marks / "go-1").touch()
+    done = cli("wait", job_id, "--timeout", "120")
+    assert done.returncode == 1, done.stdout + done.stderr
+    tasks = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)["status"]["tasks"]
+    assert tasks[1]["message"].startswith("ran, but left no exit record"), tasks
+
+
 WAITER = """
 import os, time
 print("waiting", os.environ["RANK"], flush=True)
