@@ -218,8 +218,7 @@ class Jobs:
         tgt, handle = self._target_and_handle(rec)
         st = tgt.status(handle)
         if not rec.state.terminal:
-            self.registry.update_state(rec.id, st.state, st.message)
-            rec = self.registry.get(rec.id)
+            rec = self.registry.note_state(rec, st.state, st.message)
         return rec, st
 
     def recorded(self, *, limit: int = 200) -> list[JobRecord]:

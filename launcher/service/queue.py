@@ -71,8 +71,6 @@ def queue(jobs: Jobs, *, limit: int | None = 50, target: str | None = None, stat
             fresh.update(tgt.status_many({j: tgt.load_handle(h) for j, h in handles.items()}))
         except DdpjobError as e:
             stale[tname] = str(e)
-    for job_id, st in fresh.items():
-        jobs.registry.update_state(job_id, st.state, st.message)
     out = []
     for r in records:
         if r.target in stale and r.id in live[r.target]:
@@ -80,7 +78,7 @@ def queue(jobs: Jobs, *, limit: int | None = 50, target: str | None = None, stat
             r = dataclasses.replace(r, message=f"(stale: last known state; {stale[r.target]})"
                                     + (f" {r.message}" if r.message else ""))
         elif r.id in fresh:
-            r = jobs.registry.get(r.id)
+            r = jobs.registry.note_state(r, fresh[r.id].state, fresh[r.id].message)
         if not wanted or r.state in wanted:
             out.append(Entry(r, fresh.get(r.id)))
     return out[:limit] if limit else out

@@ -53,6 +53,9 @@ _ADDED_COLUMNS = {"shape_json": "ALTER TABLE jobs ADD COLUMN shape_json TEXT",
                   "origin_json": "ALTER TABLE jobs ADD COLUMN origin_json TEXT"}
 _ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o, 1/l: ids are read aloud and typed
 _TERMINAL_SQL = tuple(s.value for s in TERMINAL)
+# Below this many free bytes a read would fail on a full disk (SQLite grows the WAL's -shm index to
+# 32 KiB): the registry is read without that index (Registry._read_only).
+_ROOM_TO_WRITE = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -134,10 +137,39 @@ class Registry:
                 raise
             raise HomeUnusable(str(self.home), f"{self.path}: {e}") from e
 
+    def _full(self) -> bool:
+        """Whether the registry's disk has no room left (and a database with its tables is there to be
+        read: a new home on a full disk is refused as before)."""
+        try:
+            fs = os.statvfs(self.home)
+            return fs.f_bavail * fs.f_frsize < _ROOM_TO_WRITE and self.path.stat().st_size > 0
+        except OSError:
+            return False
+
+    @contextmanager
+    def _read_only(self) -> Iterator[sqlite3.Connection]:
+        """A reading connection that needs no new byte on disk: in EXCLUSIVE locking mode SQLite
+        keeps the WAL index in its own memory, not in the -shm file (it holds the database's lock
+        until the connection closes: one short read). Not ``mode=ro``: a read-only connection to a
+        WAL database needs the -shm file all the same."""
+        import sqlite3
+
+        conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+            yield conn
+        finally:
+            conn.close()
+
     @contextmanager
     def _connection(self, write: bool) -> Iterator[sqlite3.Connection]:
         import sqlite3
 
+        if not write and self._full():
+            with self._read_only() as conn:
+                yield conn
+            return
         if not self._ready:
             self._prepare()
         conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
@@ -254,6 +286,20 @@ class Registry:
                 {"state": state.value, "msg": message, "now": now, "terminal": state in TERMINAL, "id": job_id,
                  **{f"t{i}": v for i, v in enumerate(_TERMINAL_SQL)}},
             )
+
+    def note_state(self, rec: JobRecord, state: JobState, message: str | None = None) -> JobRecord:
+        """``update_state``, then the record as stored; where the home takes no write (a full disk),
+        the record with that state in memory only: status and list still answer, and the next call
+        with room stores it."""
+        try:
+            self.update_state(rec.id, state, message)
+        except HomeUnusable:
+            if rec.state.terminal:
+                return rec
+            import dataclasses
+
+            return dataclasses.replace(rec, state=state, message=rec.message if message is None else message)
+        return self.get(rec.id)
 
     def get(self, job_id: str) -> JobRecord:
         """The job with this id, or with an id that starts with it when only one does.

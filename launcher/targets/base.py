@@ -319,7 +319,11 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
 
     def progress(self, handle: HandleT) -> dict[str, Any] | None:
         """How far the job is (``launcher.core.progress``): the latest run whose metrics file this
-        machine can read and that reports steps (``task`` says which, for a sweep)."""
+        machine can read and that reports steps (``task`` says which, for a sweep). None while a
+        later run has started and reports no step yet, once that one has reached its last step: the
+        run that trains now has no progress to show, not its predecessor's "step 16/16, ETA 0s"."""
+        import os
+
         from launcher.core.progress import read_progress
 
         files = self.metrics_files(handle)
@@ -327,7 +331,14 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         if not found:
             return None
         index, progress = found[-1]
-        return {**progress, "task": index} if len(files) > 1 else progress
+        if len(files) == 1:
+            return progress
+        total = progress.get("total_steps")
+        if not isinstance(total, int) or progress["step"] >= total:  # it may have ended: has a later run started?
+            started = [i for i, nodes in enumerate(self.startup_files(handle)) if any(os.path.exists(log) for log, _ in nodes)]
+            if started and started[-1] > index:
+                return None
+        return {**progress, "task": index}
 
     def stage(self, handle: HandleT, status: JobStatus) -> str:
         """One line for a live display while the job starts: where it is (waiting in a queue, nodes

@@ -1,4 +1,4 @@
-"""The local target under faults of its own processes and its disk: a full disk under the supervisor,
+"""The local target under faults of its own processes and its disk: a full $DDPJOB_HOME under the supervisor,
 an agent or a node wrapper killed from outside, a worker's child that escapes the job's session and
 environment, a stopped supervisor. Real processes throughout."""
 
@@ -25,25 +25,22 @@ def _cannot(reason: str) -> None:
 
 
 @pytest.fixture
-def small_runs(ddpjob_home: Path) -> Iterator[Path]:
-    """The run directories of $DDPJOB_HOME (``runs/``, all the supervisor writes) on a real 2 MiB
-    filesystem (tmpfs), unmounted after the test's processes stop. The registry stays beside it:
-    SQLite cannot open a database on a full disk at all (status says so, exit 3)."""
-    runs = ddpjob_home / "runs"
-    runs.mkdir(mode=0o700)
+def small_home(ddpjob_home: Path) -> Iterator[Path]:
+    """The whole $DDPJOB_HOME (the registry and the run directories) on a real 4 MiB filesystem
+    (tmpfs), unmounted after the test's processes stop."""
     if os.geteuid() != 0:
-        _cannot("mounting a small tmpfs for $DDPJOB_HOME/runs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(runs)],
+        _cannot("mounting a small tmpfs for $DDPJOB_HOME needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(ddpjob_home)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         _cannot(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
-        yield runs
+        yield ddpjob_home
     finally:
         stop_leftovers(ddpjob_home)
-        subprocess.run(["umount", str(runs)], check=False)
-        if os.path.ismount(runs):  # a process that outlived the stop still holds a file there
-            subprocess.run(["umount", "-l", str(runs)], check=False)
+        subprocess.run(["umount", str(ddpjob_home)], check=False)
+        if os.path.ismount(ddpjob_home):  # a process that outlived the stop still holds a file there
+            subprocess.run(["umount", "-l", str(ddpjob_home)], check=False)
 
 
 def fill(path: Path) -> None:
@@ -67,38 +64,69 @@ while not os.path.exists(os.path.join(marks, "go-" + sys.argv[1])):
 
 
 @pytest.mark.real
-def test_a_full_disk_does_not_stop_the_supervisor(cli, tmp_path, small_runs):
-    """The disk of the run directories fills up during the first run of a sweep: the supervisor keeps the state in
-    memory, says why in status, starts the second run, leaves no temporary file, and writes the
-    final state once there is room again."""
+def test_a_full_disk_does_not_stop_the_supervisor(cli, tmp_path, small_home):
+    """$DDPJOB_HOME fills up during the first run of a sweep and stays full past the job's end: the
+    supervisor keeps the state in memory, starts the second run, stays until it can write the final
+    state (not exit 120 on its unwritable log), and writes every run's true state once there is room
+    again. Meanwhile status, list and logs work, read-only, and status says why the state is stale."""
+    from launcher.targets.shared import procs
+
     marks = tmp_path / "marks"  # outside the small filesystem
     marks.mkdir()
     (tmp_path / "stage.py").write_text(STAGE)
     (tmp_path / "job.yaml").write_text(
         f"name: full\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
     job_id = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True).stdout.strip()
-    run_dir = small_runs / job_id
+    run_dir = small_home / "runs" / job_id
     wait_for((marks / "started-0").exists, "the first run to start")
-    filler = small_runs / "filler"
+    filler = small_home / "filler"
     fill(filler)
     (marks / "go-0").touch()  # the first run ends: its state cannot be written
     wait_for((marks / "started-1").exists, "the second run to start on the full disk")
 
-    def says_why() -> dict | None:
+    def status(saying: str = "") -> dict | None:
         st = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
-        return st if "could not write state.json" in (st["message"] or "") else None
+        return st if saying in (st["message"] or "") else None
 
-    status = wait_for(says_why, "status to say why the state is stale")
-    assert "No space left on device" in status["message"], status
+    stale = wait_for(lambda: status("could not write state.json"), "status to say why the state is stale")
+    assert "No space left on device" in stale["message"], stale
+    assert job_id in cli("list", check=True).stdout
+    cli("logs", job_id, check=True)  # exit 0, no longer 3 (the registry unreadable on a full disk)
     assert not list(run_dir.glob("*.tmp*")), list(run_dir.iterdir())
+    (marks / "go-1").touch()  # the job ends on the full disk
+    ended = wait_for(lambda: status("the job has ended"), "status to say the job has ended")
+    assert "SUCCEEDED" in ended["message"] and ended["state"] == "RUNNING", ended  # not final until written
+    supervisor = (ended["handle"]["pid"], ended["handle"]["start"])
+    assert procs.alive(*supervisor), "the supervisor exited before it could write the final state"
     filler.unlink()
-    (marks / "go-1").touch()
     done = cli("wait", job_id, "--timeout", "120")
     assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
-    state = json.loads((run_dir / "state.json").read_text())  # written again, by the supervisor
+    state = json.loads((run_dir / "state.json").read_text())  # written by the supervisor, not rebuilt by status
     assert [e["state"] for e in state["elements"]] == ["SUCCEEDED", "SUCCEEDED"], state
-    assert "could not write state.json" in (run_dir / "supervisor.log").read_text()
+    assert state["state"] == "SUCCEEDED" and "supervisor was gone" not in (status() or {})["message"], state
     assert not list(run_dir.glob("**/*.tmp*"))
+
+
+@pytest.mark.real
+def test_a_run_on_a_full_disk_is_not_called_not_run_when_the_supervisor_is_gone(cli, tmp_path, small_home):
+    """The supervisor is killed while the second run of a sweep goes on on a full disk, whose exit
+    records the disk refused: status, reading the nodes' files, says that run ran, not "not run"."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "stage.py").write_text(STAGE)
+    (tmp_path / "job.yaml").write_text(
+        f"name: full\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
+    job_id = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True).stdout.strip()
+    wait_for((marks / "started-0").exists, "the first run to start")
+    fill(small_home / "filler")
+    (marks / "go-0").touch()
+    wait_for((marks / "started-1").exists, "the second run to start on the full disk")
+    os.kill(json.loads(cli("status", job_id, "-o", "json", check=True).stdout)["handle"]["pid"], signal.SIGKILL)
+    (marks / "go-1").touch()
+    done = cli("wait", job_id, "--timeout", "120")
+    assert done.returncode == 1, done.stdout + done.stderr
+    tasks = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)["status"]["tasks"]
+    assert tasks[1]["message"].startswith("ran, but left no exit record"), tasks
 
 
 WAITER = """
@@ -211,3 +239,58 @@ def test_cancel_says_what_it_cannot_reach_where_no_cgroup_held_the_job(tmp_path)
     assert note is not None and "(no cgroup v2 here)" in note and "may still run" in note
     (tmp_path / "state.json").write_text(json.dumps({"cgroup": "/sys/fs/cgroup/x", "cgroup_unavailable": None}))
     assert LocalTarget().cancel_note(handle) is None
+
+
+@pytest.mark.real
+def test_torchrun_failing_before_its_ranks_start_is_the_root_cause(cli, tmp_path):
+    """A spec env torchrun itself rejects (LOGLEVEL=debug: not a level name) fails every node's
+    torchrun before any rank starts: that error is the cause, on the node that had it, not "node 1
+    failed"; a node stopped as it failed the same way shows its own error beside the stop's code."""
+    (tmp_path / "x.py").write_text("print('never printed')\n")
+    job_id = cli("submit", "-q", "--nodes", "2", "--set", "env.LOGLEVEL=debug", "--", "python", "x.py",
+                 cwd=tmp_path, check=True).stdout.strip()
+    done = cli("wait", job_id, "--timeout", "120")
+    assert done.returncode == 1 and "FAILED" in done.stdout, done.stdout + done.stderr
+    st = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+    cause = "torchrun failed before any rank started: ValueError: Unknown level: 'debug'"
+    assert cause in st["message"] and cause in st["status"]["tasks"][0]["message"], st["message"]
+    for n in st["status"]["tasks"][0]["nodes"]:
+        # A node that reached the error shows it (its exit code, or its own error beside the stop's
+        # code); one the stop's SIGTERM reached first (still importing torch) was merely stopped.
+        if "Unknown level: 'debug'" in Path(n["log"]).read_text():
+            assert n["exit_code"] == 1 or "Unknown level: 'debug'" in n.get("error", ""), n
+
+
+TORCHRUN_CRASH = """\
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File ".../torch/distributed/run.py", line 442, in <module>
+    raise ValueError("Unknown level: %r" % level)
+ValueError: Unknown level: 'debug'
+"""
+WORKER_FAILED = """\
+[default0]:Traceback (most recent call last):
+[default0]:ValueError: the user's own
+Traceback (most recent call last):
+  File ".../torch/distributed/run.py", line 892, in main
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+"""
+
+
+def test_torchrun_own_error_is_told_from_a_worker_failure(tmp_path):
+    """torchrun's own traceback names the cause; the one it raises because a worker failed does not.
+    A node stopped by SIGTERM as it failed the same way gets that error in its record."""
+    from launcher.targets.shared.rootcause import agent_error, own_errors
+
+    assert agent_error(TORCHRUN_CRASH.splitlines()) == "ValueError: Unknown level: 'debug'"
+    assert agent_error(WORKER_FAILED.splitlines()) is None
+    assert agent_error(["torchrun: error: argument --nnodes: invalid value"]) == \
+        "torchrun: error: argument --nnodes: invalid value"
+    logs = [tmp_path / "node-0.log", tmp_path / "node-1.log", tmp_path / "node-2.log"]
+    logs[0].write_text(TORCHRUN_CRASH)
+    logs[1].write_text(TORCHRUN_CRASH)
+    logs[2].write_text(WORKER_FAILED)
+    records = [{"node": 0, "exit_code": 1}, {"node": 1, "exit_code": -15}, {"node": 2, "exit_code": -15}]
+    message = own_errors(records, [str(p) for p in logs], 0, "node 0: torchrun failed: ValueError: Unknown level: 'debug'")
+    assert message.endswith("(node 1 failed the same way)"), message
+    assert records[1]["error"] == "ValueError: Unknown level: 'debug'" and "error" not in records[2], records

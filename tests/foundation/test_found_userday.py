@@ -74,6 +74,57 @@ def test_progress_while_the_quickstart_runs_and_a_compact_list(cli):
     assert json.loads(cli("list", "-o", "json", check=True).stdout)[0]["state"] == "SUCCEEDED"
 
 
+SWEEP_STAGE = """
+import json, os, sys, time
+i, marks = sys.argv[1], os.environ["MARKS"]
+if i == "1":  # the second run: starting, no step yet, until the test lets it write one
+    open(os.path.join(marks, "started-1"), "w").close()
+    while not os.path.exists(os.path.join(marks, "go-1")):
+        time.sleep(0.1)
+steps = [(1, 16), (16, 16)] if i == "0" else [(3, 16)]
+with open(os.environ["DDPJOB_METRICS_FILE"], "a") as f:
+    for step, total in steps:
+        f.write(json.dumps({"step": step, "total_steps": total, "time": time.time()}) + "\\n")
+if i == "1":
+    while not os.path.exists(os.path.join(marks, "go-2")):
+        time.sleep(0.1)
+"""
+
+
+@pytest.mark.real
+def test_a_sweeps_progress_is_the_run_that_trains_now(cli, tmp_path):
+    """Once the first run of a sweep has finished ("step 16/16, ETA 0s"), the progress is the second
+    run's: nothing while it starts, then its own steps."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "stage.py").write_text(SWEEP_STAGE)
+    (tmp_path / "job.yaml").write_text(
+        f"name: prog\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
+    job_id = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True).stdout.strip()
+    deadline = time.monotonic() + 120
+    while not (marks / "started-1").exists():
+        assert time.monotonic() < deadline, "the second run did not start"
+        time.sleep(0.1)
+
+    def progress() -> dict | None:
+        data = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+        assert data["state"] == "RUNNING", data
+        return data["progress"]
+
+    try:
+        assert progress() is None  # not the first run's last step
+        (marks / "go-1").touch()
+        deadline = time.monotonic() + 60
+        while (now := progress()) is None:
+            assert time.monotonic() < deadline, "no progress from the second run"
+            time.sleep(0.1)
+        assert (now["task"], now["step"]) == (1, 3), now
+    finally:
+        (marks / "go-1").touch()
+        (marks / "go-2").touch()
+    assert cli("wait", job_id, "--timeout", "120").returncode == 0
+
+
 @pytest.mark.real
 def test_completion_lists_job_ids_newest_first(cli, tmp_path):
     ids = [cli("submit", "-q", "--no-preflight", "--name", f"c{i}", "--", "python", "-c", "pass", cwd=tmp_path,

@@ -23,6 +23,35 @@ import time
 RECORD_SIZE = 256  # bytes allocated up front; a record is far smaller
 
 
+class LogStream:
+    """``sys.stdout``/``sys.stderr`` of the node wrapper and of the supervisor: each write goes
+    straight to the file descriptor, and one the disk refuses is dropped. Python flushes both
+    streams at exit and exits with 120 when that fails: with a full disk under the log, a buffered
+    line that could not be written turned a node that succeeded, or the supervisor, into exit 120.
+    Nothing is ever left in a buffer here."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, text: str) -> int:
+        try:
+            os.write(self.fd, text.encode("utf-8", "replace"))
+        except OSError:
+            pass
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return self.fd
+
+
+def unbuffered_output() -> None:
+    """Replace ``sys.stdout`` and ``sys.stderr`` with ``LogStream``s (see there)."""
+    sys.stdout, sys.stderr = LogStream(1), LogStream(2)
+
+
 def command(python: str, exit_file: str, argv: list[str], cgroup: str | None = None) -> list[str]:
     """The command line that runs ``argv`` as one node, recording how it ends in ``exit_file``;
     with ``cgroup``, the node's processes run in that cgroup (launcher.targets.local.cgroups)."""
@@ -144,6 +173,11 @@ def run(exit_file: str, argv: list[str], cgroup: str | None = None) -> int:
     created = _record(exit_file, {"exit_code": None, "started": started, "pid": agent}, create=True)
     _, status = os.waitpid(agent, 0)
     child[0] = 0
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # Nothing left to forward to. Ignored, not merely unforwarded: Python restores the default
+        # action of the signals it handles as it exits, and the supervisor's SIGTERM to stop the
+        # job's other nodes would then kill this wrapper (exit -15) after its agent failed on its own.
+        signal.signal(sig, signal.SIG_IGN)
     code = os.waitstatus_to_exitcode(status)
     sig_name = signal.Signals(-code).name if code < 0 else None
     _record(exit_file, {"exit_code": code, "signal": sig_name, "ended": time.time(), "pid": agent},
@@ -170,6 +204,7 @@ def _say(text: str) -> None:
 
 
 def main(args: list[str]) -> int:
+    unbuffered_output()
     cgroup = args[2] if len(args) > 3 and args[1] == "--cgroup" else None
     if cgroup:
         args = [args[0], *args[3:]]

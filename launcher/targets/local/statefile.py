@@ -40,6 +40,7 @@ class StateFile:
         self.path = os.path.join(run_dir, "state.json")
         self.note = os.path.join(run_dir, NOTE)
         self.failed: str | None = None  # why the last write failed; None when the file is current
+        self.ended = False  # whether the note says the job has ended
         self.tried = 0.0
         try:
             with open(self.note, "wb") as f:
@@ -57,8 +58,13 @@ class StateFile:
             reason = f"could not write state.json: {e.strerror or e}"
             if reason != self.failed:
                 say(f"[ddpjob] {reason}; the supervisor keeps the state in memory and writes it when it can")
-                self._write_note({"reason": reason, "since": time.time()})
-            self.failed = reason
+            ended = state.get("ended") is not None
+            if reason != self.failed or ended != self.ended:  # the job's end too: status says it has ended
+                note = {"reason": reason, "since": time.time()}
+                if ended:
+                    note["ended"] = f"{state.get('state')}" + (f": {state['message']}" if state.get("message") else "")
+                self._write_note(note)
+            self.failed, self.ended = reason, ended
             return False
         if self.failed is not None:
             self.failed = None
@@ -74,7 +80,11 @@ class StateFile:
     def _write_note(self, note: dict[str, Any] | None) -> None:
         if not self.has_note:
             return
-        data = json.dumps(note).encode()[:NOTE_SIZE].ljust(NOTE_SIZE)
+        data = json.dumps(note).encode()
+        if len(data) > NOTE_SIZE and note is not None and "ended" in note:  # a long message: cut, still JSON
+            note = {**note, "ended": note["ended"][:NOTE_SIZE // 2] + "..."}
+            data = json.dumps(note).encode()
+        data = data[:NOTE_SIZE].ljust(NOTE_SIZE)
         try:
             with open(self.note, "r+b") as f:  # in place: no new block is needed
                 f.write(data)
@@ -83,10 +93,13 @@ class StateFile:
 
 
 def read_note(run_dir: str) -> str | None:
-    """Why the supervisor's ``state.json`` is stale, or None when it is current."""
+    """Why the supervisor's ``state.json`` is stale, or None when it is current; with how the job
+    ended when it has (the supervisor waits to write that)."""
     try:
         with open(os.path.join(run_dir, NOTE), "rb") as f:
             note = json.loads(f.read().decode("utf-8", "replace").strip() or "null")
     except (OSError, ValueError):
         return None
-    return str(note["reason"]) if isinstance(note, dict) and note.get("reason") else None
+    if not isinstance(note, dict) or not note.get("reason"):
+        return None
+    return str(note["reason"]) + (f" (the job has ended, {note['ended']})" if note.get("ended") else "")

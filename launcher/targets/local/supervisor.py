@@ -249,6 +249,11 @@ class Supervisor:
         self.state["message"] = message
         self.state["ended"] = time.time()
         self.save()
+        # Until the final state is written (a full disk refused it), or a cancel: status would read
+        # a stale state.json, or rebuild the runs from exit records that disk may have refused too.
+        while self.files.failed is not None and not self.cancelled():
+            time.sleep(1.0)
+            self.files.save(self.state)
         return 0 if final == JobState.SUCCEEDED else 1
 
     def run_element(self, el: LocalElement, st: dict[str, Any], started: Started | None = None) -> None:
@@ -292,13 +297,14 @@ class Supervisor:
         elif failed_node is not None:
             self._stop(running, st)
             st["state"] = JobState.FAILED.value
-            from launcher.targets.shared.rootcause import killed_node, node_failure
+            from launcher.targets.shared.rootcause import killed_node, node_failure, own_errors
 
             record = node_wrapper.read_record(node_wrapper.exit_file(failed_node.log))
             st["message"] = killed_node(node=failed_node.node, nodes=len(el.nodes), wrapper_pid=failed[0],
                                         wrapper_code=failed[1], record=record) or node_failure(
                 node=failed_node.node, procs_per_node=self.plan.procs_per_node, log=failed_node.log,
                 error_file=failed_node.error_file, torchrun_log_dir=failed_node.torchrun_log_dir)
+            st["message"] = own_errors(st["nodes"], [n.log for n in el.nodes], failed_node.node, st["message"])
         else:
             st["state"] = JobState.SUCCEEDED.value
         st["ended"] = time.time()
@@ -371,6 +377,7 @@ class Supervisor:
 
 def main(argv: list[str], from_submit: bool = False) -> int:
     """Run the job of the run dir ``argv[0]``; ``from_submit``: started by submit (see read_plan)."""
+    node_wrapper.unbuffered_output()  # its output goes to supervisor.log: a full disk must not make it exit 120
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

@@ -367,9 +367,10 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
     for el in plan.elements:
         records = [(n, read_record(exit_file(n.log))) for n in el.nodes]
         nodes = [{"node": n.node, "exit_code": r["exit_code"] if r else None, "log": n.log} for n, r in records]
-        if all(r is None for _, r in records):
-            tasks.append(TaskStatus(el.index, JobState.FAILED, "not run: the supervisor stopped before it started",
-                                    nodes, el.params))
+        if all(r is None for _, r in records):  # a node's log says it started: its record was refused (a full disk)
+            ran = any(os.path.exists(n.log) for n in el.nodes)
+            tasks.append(TaskStatus(el.index, JobState.FAILED, "ran, but left no exit record (a full disk?): see its logs"
+                                    if ran else "not run: the supervisor stopped before it started", nodes, el.params))
             continue
         failed = [(n, r) for n, r in records if r is None or r["exit_code"] != 0]
         if not failed:

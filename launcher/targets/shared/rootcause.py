@@ -14,6 +14,7 @@ import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from launcher.targets.shared.logtail import split_torchrun_prefix
 
@@ -80,6 +81,10 @@ def node_failure(*, node: int, procs_per_node: int, log: str, error_file: str, t
         worker = [t for lr, t in map(split_torchrun_prefix, lines) if lr is not None and (local_rank is None or lr == local_rank)]
         tail = [t for t in worker if t.strip()][-3:]
     rank = node * procs_per_node + local_rank if local_rank is not None else None
+    own = agent_error(lines) if rank is None else None
+    if own is not None:  # torchrun itself failed: its error, not a worker's lines, is the cause
+        when = "" if any(lr is not None for lr, _ in map(split_torchrun_prefix, lines)) else " before any rank started"
+        return f"node {node}: torchrun failed{when}: {own}"
     if rank is None:
         head = f"node {node} failed"
     elif exitcode is not None and exitcode < 0:
@@ -87,6 +92,52 @@ def node_failure(*, node: int, procs_per_node: int, log: str, error_file: str, t
     else:
         head = f"rank {rank} exited with code {exitcode}"
     return head + (": " + " | ".join(t.strip() for t in tail) if tail else "")
+
+
+# The exceptions torchrun raises because of its workers or a signal: consequences, not its own error.
+_AGENT_CONSEQUENCES = ("ChildFailedError", "SignalException")
+
+
+def agent_error(lines: list[str]) -> str | None:
+    """The exception that ended torchrun itself (the last line of its own last traceback, e.g.
+    ``ValueError: Unknown level: 'debug'`` for ``LOGLEVEL=debug``), or its usage error; None when it
+    has none, or raised only because a worker failed or a signal came."""
+    own = [ln for lr, ln in map(split_torchrun_prefix, lines) if lr is None]
+    starts = [i for i, ln in enumerate(own) if ln.startswith("Traceback (most recent call last):")]
+    if starts:
+        for ln in own[starts[-1] + 1:]:
+            if ln.strip() and not ln[0].isspace():
+                return None if any(c in ln for c in _AGENT_CONSEQUENCES) else ln.strip()
+        return None
+    usage = [ln.strip() for ln in own if re.match(r"^(torchrun|\S+\.py): error: ", ln)]
+    return usage[-1] if usage else None
+
+
+def own_error(log: str) -> str | None:
+    """``agent_error`` of the last 64 KiB of a node's log (where torchrun's last traceback is)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 65536))
+            return agent_error(f.read().decode("utf-8", "replace").splitlines())
+    except OSError:
+        return None
+
+
+def own_errors(records: list[dict[str, Any]], logs: list[str], failed: int, message: str) -> str:
+    """``message`` (the cause, on node ``failed``), saying which other nodes failed the same way. A
+    spec torchrun rejects fails every node alike, and the SIGTERM that stops the others may reach
+    one as it exits: such a node's ``records`` entry gets its own ``error``, not only the exit code
+    of the stop."""
+    same = []
+    for rec, log in zip(records, logs):
+        if rec["node"] == failed or rec.get("exit_code") in (None, 0):
+            continue
+        error = own_error(log)
+        if error is not None:
+            rec["error"] = error
+            if error in message:
+                same.append(str(rec["node"]))
+    return message + (f" (node{'s' if len(same) > 1 else ''} {', '.join(same)} failed the same way)" if same else "")
 
 
 def killed_node(*, node: int, nodes: int, wrapper_pid: int | None, wrapper_code: int | None,
