@@ -37,7 +37,8 @@ def config_group() -> None:
 @guard
 def show(spec_file: str | None, output: str) -> None:
     """Show every default the files set and where it comes from; with SPEC, also which of them the
-    spec sets itself (the spec wins). Values of secret-named env variables are shown as ***.
+    spec sets itself (the spec wins). Values of secret-named env variables are shown as ***, a
+    notify URL as scheme://host/*** (a webhook's path is often its secret).
 
     \b
     Examples:
@@ -45,8 +46,6 @@ def show(spec_file: str | None, output: str) -> None:
       ddpjob config show train.yaml -o json
     """
     from launcher.spec import defaults, yamlread
-    from launcher.spec.secrets import is_secret
-
     found = defaults.layers()
     in_spec: dict[tuple[str | int, ...], tuple[int, int]] = {}
     if spec_file is not None:
@@ -57,8 +56,7 @@ def show(spec_file: str | None, output: str) -> None:
         entries += defaults.leaves({k: v for k, v in layer.data.items() if k != "target"}, ())
         for path, value in entries:
             key = ".".join(str(p) for p in path)
-            secret = len(path) == 2 and path[0] == "env" and is_secret(str(path[1]))
-            row = rows.setdefault(key, {"key": key, "value": "***" if secret else value,
+            row = rows.setdefault(key, {"key": key, "value": _shown(path, value),
                                         "from": layer.source(path), "spec_sets_it": path in in_spec})
             if row["from"] != layer.source(path):
                 row.setdefault("hidden", []).append(layer.source(path))
@@ -81,6 +79,17 @@ def show(spec_file: str | None, output: str) -> None:
     for key, row in rows.items():
         line = f"{key:<{width}}  {shown[key]:<{value_width}}  {row['from']}"
         click.echo(line + ("  (the spec sets its own: the spec wins)" if row["spec_sets_it"] else ""))
+
+
+def _shown(path: tuple[str, ...], value: Any) -> Any:
+    """A default's value as shown: secrets masked as everywhere else (``launcher.spec.secrets``)."""
+    from launcher.spec.secrets import MASK, is_secret, shown_url
+
+    if len(path) == 2 and path[0] == "env" and is_secret(path[1]):
+        return MASK
+    if path == ("notify", "url"):
+        return shown_url(value) if isinstance(value, str) else MASK
+    return value
 
 
 PRECEDENCE = ["flags", "spec", "project file", "user config", "built-in"]

@@ -195,7 +195,7 @@ def status(job_id: str, output: str) -> None:
 
 @cli.command()
 @click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
-@click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
+@click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends; exit 1 if it FAILED or was CANCELLED (as wait).")
 @click.option("--node", type=click.IntRange(min=0), help="Only this node (0-based).")
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
 @click.option("--task", type=click.IntRange(min=0), help="Only this run of a sweep (0-based).")
@@ -207,7 +207,8 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
          verbose: bool) -> None:
     """Print a job's output; every line is prefixed with its node and rank. torchrun's own
     tracebacks and log records are left out (a failed or stopped rank makes every agent raise one);
-    ddpjob's root cause names the rank, and --verbose shows them.
+    ddpjob's root cause names the rank, and --verbose shows them. With -f, it follows until the
+    job ends and exits like `wait`: 0 if it SUCCEEDED, 1 if it FAILED or was CANCELLED.
 
     \b
     Examples:
@@ -225,8 +226,7 @@ def logs(job_id: str, follow: bool, node: int | None, rank: int | None, task: in
     if follow:
         from launcher.cli.follow import follow_to_end
 
-        code = follow_to_end(service, job_id, flt)
-        sys.exit(0 if code in (0, 1) else code)
+        sys.exit(follow_to_end(service, job_id, flt))
     from launcher.cli import colour
 
     coloured = colour.enabled(sys.stdout)

@@ -7,7 +7,7 @@ import os
 
 import click
 
-from launcher.cli.specopts import TARGET_CHOICE
+from launcher.cli.specopts import ENV_FILE_OPTION, ENV_OPTION, TARGET_CHOICE
 from launcher.cli.specopts import jobs_service as _jobs
 from launcher.cli.specopts import overrides as _overrides
 from launcher.cli.support import guard
@@ -22,6 +22,8 @@ from launcher.cli.tools import complete_job_ids
 @click.option("--name", help="Override the job name.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override any field, e.g. --set env.SEED=2 (repeatable).")
+@ENV_FILE_OPTION
+@ENV_OPTION
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing is submitted or recorded.")
 @click.option("--follow", "-f", is_flag=True, help="Stream logs until the job ends; exit with its result.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the new job id.")
@@ -36,18 +38,20 @@ def rerun(job_id: str, target: str | None, nodes: int | None, procs_per_node: st
       ddpjob rerun ID                         # the same job again, where it ran
       ddpjob rerun ID --set env.SEED=2 -f     # with a change, following its logs
       ddpjob rerun ID --target slurm --nodes 4
+      ddpjob rerun ID --env-file .env         # env variables (secrets too) from a dotenv file
 
     The spec is the one recorded for ID (status -o json shows it), run from the folder ID was
     submitted from. Secret values are never stored: each is read again from the spec file it
     came from, and one that came from the command line (or the file no longer holds) must be
-    given again with --set env.NAME=VALUE; env_from_host names are read from your shell, as at
+    given again (--set env.NAME=VALUE, --env or --env-file); env_from_host names are read from your shell, as at
     submit. `ddpjob status NEW` and `ddpjob list -o json` show `rerun_of`.
     """
+    from launcher.cli.specopts import given_values, with_env_files
     from launcher.service.origin import rerun_spec
 
     service = _jobs()
     rec = service.get(job_id)
-    loaded = rerun_spec(rec, _overrides(sets, nodes, procs_per_node, name))
+    loaded = with_env_files(rerun_spec(rec, _overrides(sets, nodes, procs_per_node, name), given_values()))
     where = (loaded.origin or {}).get("cwd")
     if where and where != os.getcwd():
         # Relative paths in the spec (the script, workdir, Slurm's folder) mean what they meant then.

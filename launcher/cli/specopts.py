@@ -28,8 +28,7 @@ def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Override any field, e.g. --set resources.cpus=4 --set env.SEED=1 (repeatable)."),
         ENV_FILE_OPTION,
-        click.option("--env", multiple=True, metavar="NAME=VALUE", expose_value=False, callback=_keep,
-                     help="Set one env variable, its value taken as written (repeatable; wins over --env-file)."),
+        ENV_OPTION,
         click.option("--notify", metavar="CMD", expose_value=False, callback=_keep,
                      help="Run CMD once the job ends (split like a shell line, run without one; "
                      "DDPJOB_JOB_ID, DDPJOB_STATE, DDPJOB_MESSAGE in its environment): notify.command."),
@@ -51,6 +50,8 @@ def _keep(ctx: click.Context, param: click.Parameter, value: tuple[str, ...] | s
     ctx.meta[f"ddpjob.{param.name}"] = value
 
 
+ENV_OPTION = click.option("--env", multiple=True, metavar="NAME=VALUE", expose_value=False, callback=_keep,
+                          help="Set one env variable, its value taken as written (repeatable; wins over --env-file).")
 ENV_FILE_OPTION = click.option("--env-file", multiple=True, metavar="FILE", expose_value=False, callback=_keep,
                                help="Set env variables from a dotenv file (NAME=value lines; repeatable). A build "
                                "leaves the file out of the image.")
@@ -124,18 +125,30 @@ def load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] |
     with the ``--env-file`` paths it read and a ``build:`` section when ``--build`` was given.
 
     What the user typed decides, never a file's name: without ``--`` every argument is a spec."""
-    loaded = _load(args, overrides, command, command_hint=command_hint)
+    loaded = with_env_files(_load(args, overrides, command, command_hint=command_hint))
     ctx = click.get_current_context(silent=True)
-    if ctx is not None and ctx.meta.get("ddpjob.env_file"):
-        import dataclasses
-        import os
-
-        loaded = dataclasses.replace(loaded, env_files=tuple(os.path.abspath(p) for p in ctx.meta["ddpjob.env_file"]))
     if ctx is not None and ctx.meta.get(BUILD_KEY):
         from launcher.service.imagebuild.pin import with_build
 
         loaded = with_build(loaded)
     return loaded
+
+
+def with_env_files(loaded: LoadedSpec) -> LoadedSpec:
+    """``loaded`` knowing the ``--env-file`` paths it read (a build leaves them out of the image)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or not ctx.meta.get("ddpjob.env_file"):
+        return loaded
+    import dataclasses
+    import os
+
+    return dataclasses.replace(loaded, env_files=tuple(os.path.abspath(p) for p in ctx.meta["ddpjob.env_file"]))
+
+
+def given_values() -> list[tuple[tuple[str, ...], Any, str]]:
+    """The current command's ``--env-file``, ``--env``, ``--notify`` and ``--notify-url`` values
+    (``load_spec``'s ``values``)."""
+    return _values(click.get_current_context())
 
 
 def _load(args: tuple[str, ...], overrides: list[str], command: tuple[str, ...] | None, *,

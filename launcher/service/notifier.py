@@ -68,7 +68,7 @@ def deliver(rec: JobRecord, options: NotifyOptions) -> dict[str, Any] | None:
             done = subprocess.run(options.command, env=env, cwd=rec.run_dir, stdin=subprocess.DEVNULL,
                                   timeout=COMMAND_TIMEOUT_S, check=False)
             claimed["command"] = f"exit {done.returncode}"
-        except (OSError, subprocess.TimeoutExpired) as e:
+        except (OSError, subprocess.TimeoutExpired, ValueError) as e:
             claimed["command"] = f"failed: {e}"
     if options.url:
         claimed["url"] = _post(options.url, data)
@@ -78,21 +78,42 @@ def deliver(rec: JobRecord, options: NotifyOptions) -> dict[str, Any] | None:
 
 
 def _post(url: str, data: dict[str, Any]) -> str:
+    """POST ``data`` to ``url``; what happened, in words that never hold the URL's path."""
     import urllib.error
     import urllib.request
 
     from launcher.spec.secrets import shown_url
 
-    request = urllib.request.Request(url, data=json.dumps(data).encode(), method="POST",
-                                     headers={"Content-Type": "application/json", "User-Agent": "ddpjob"})
     try:
+        request = urllib.request.Request(url, data=json.dumps(data).encode(), method="POST",
+                                         headers={"Content-Type": "application/json", "User-Agent": "ddpjob"})
         with urllib.request.urlopen(request, timeout=URL_TIMEOUT_S) as response:
             return f"HTTP {response.status}"
     except urllib.error.HTTPError as e:
         return f"HTTP {e.code} from {shown_url(url)}"
-    except (OSError, ValueError) as e:  # unreachable, refused, timed out: said without the URL's path
-        reason = getattr(e, "reason", e)
-        return f"not delivered to {shown_url(url)}: {reason}"
+    except Exception as e:  # noqa: BLE001 - unreachable, refused, timed out, a URL http.client refuses: said, never raised
+        reason = getattr(e, "reason", None) or e  # URLError's: the OSError underneath
+        said = str(reason) if isinstance(e, OSError) else f"{type(e).__name__}: {e}"
+        return f"not delivered to {shown_url(url)}: {scrub(said, url)}"
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (an exception's words) without ``url``, its path or its query: each becomes ***."""
+    from urllib.parse import urlsplit
+
+    from launcher.spec.secrets import MASK
+
+    pieces = [url]
+    try:
+        parts = urlsplit(url)
+        pieces += [parts.path + (f"?{parts.query}" if parts.query else ""), parts.path, parts.query, parts.fragment,
+                   parts.netloc.rpartition("@")[0]]
+    except ValueError:
+        pass
+    pieces += [repr(p)[1:-1] for p in pieces]  # as an exception's repr() of it writes it
+    for piece in sorted((p for p in set(pieces) if p and p != "/"), key=len, reverse=True):
+        text = text.replace(piece, MASK)
+    return text
 
 
 def _claim(run_dir: str, record: dict[str, Any]) -> dict[str, Any] | None:
@@ -139,6 +160,8 @@ def state_of(rec: JobRecord) -> dict[str, Any] | None:
         return None
     sent = read(rec.run_dir)
     if sent is not None:
+        if "started" in sent and "ended" not in sent and not watcher_alive(rec.run_dir):
+            return {**sent, "stopped": "the watcher stopped while sending (its notifier.log says why)"}
         return sent
     return {"waiting": watcher_alive(rec.run_dir) or (not rec.state.terminal and "watcher gone: nothing will be sent")}
 
@@ -149,5 +172,17 @@ def describe(state: dict[str, Any]) -> str:
         return f"not sent: {state['skipped']}"
     if "waiting" in state:
         return "waiting for the job's end" if state["waiting"] is True else "the watcher is gone: nothing will be sent"
+    if "stopped" in state:
+        return f"not sent: {state['stopped']}"
+    if "ended" not in state:
+        return "being sent"
     parts = [f"command {state['command']}" if "command" in state else "", f"url {state['url']}" if "url" in state else ""]
-    return "sent: " + "; ".join(p for p in parts if p) if "ended" in state else "being sent"
+    return ("sent: " if delivered(state) else "FAILED: ") + "; ".join(p for p in parts if p)
+
+
+def delivered(state: dict[str, Any]) -> bool:
+    """Whether every part of an ended notification went through: the command exited 0, the URL
+    answered 2xx."""
+    import re
+
+    return state.get("command", "exit 0") == "exit 0" and bool(re.fullmatch(r"HTTP 2\d\d", state.get("url", "HTTP 200")))

@@ -41,8 +41,10 @@ def origin_of(loaded: LoadedSpec) -> dict[str, Any]:
             "secrets": {name: source(name) for name in sorted(loaded.spec.env) if is_secret(name)}}
 
 
-def rerun_spec(rec: JobRecord, overrides: list[str]) -> LoadedSpec:
-    """The recorded spec of ``rec`` with its secret values read again and ``overrides`` applied.
+def rerun_spec(rec: JobRecord, overrides: list[str],
+               values: list[tuple[tuple[str, ...], Any, str]] = ()) -> LoadedSpec:  # type: ignore[assignment]
+    """The recorded spec of ``rec`` with its secret values read again, ``values`` (``--env-file``,
+    ``--env``: ``load_spec``'s) set over it and ``overrides`` applied.
 
     Raises:
         SpecError: a secret value that cannot be read again (each named, with how to give it), or
@@ -56,7 +58,7 @@ def rerun_spec(rec: JobRecord, overrides: list[str]) -> LoadedSpec:
     origin = rec.origin or {}
     sources: dict[str, str] = dict(origin.get("secrets") or {})
     env = dict(rec.spec.get("env") or {})
-    given = {parse_override(o)[0] for o in overrides}
+    given = {parse_override(o)[0] for o in overrides} | {tuple(path) for path, _, _ in values}
     masked = [n for n, v in env.items() if v == MASK and (n in sources or is_secret(n))]
     missing: list[Issue] = []
     from_file = _file_env(origin.get("spec_file")) if any(sources.get(n) == "file" for n in masked) else {}
@@ -69,7 +71,7 @@ def rerun_spec(rec: JobRecord, overrides: list[str]) -> LoadedSpec:
             env[name] = str(value)
             continue
         missing.append(Issue(("env", name), _why_missing(sources.get(name), origin.get("spec_file")),
-                             hint=f"give it again: ddpjob rerun {rec.id} --set env.{name}=VALUE (or name it "
+                             hint=f"give it again: ddpjob rerun {rec.id} --set env.{name}=VALUE, or --env-file FILE (or name it "
                              "in env_from_host, so the job takes it from your shell and ddpjob stores nothing)",
                              source=f"the recorded spec of {rec.id}"))
     notify = dict(rec.spec.get("notify") or {})
@@ -87,7 +89,7 @@ def rerun_spec(rec: JobRecord, overrides: list[str]) -> LoadedSpec:
     if missing:
         raise SpecError(None, missing)
     data = _without_defaults({**rec.spec, "env": env, **({"notify": notify} if notify else {})})
-    loaded = load_spec(None, overrides=overrides, base=data)
+    loaded = load_spec(None, overrides=overrides, base=data, values=values)
     loaded.origin = {"cwd": origin.get("cwd") or os.getcwd(), "spec_file": origin.get("spec_file"),
                      "secrets": {n: sources.get(n, "set") for n in sorted(loaded.spec.env) if is_secret(n)},
                      "rerun_of": rec.id}

@@ -290,8 +290,9 @@ def _issues_from_pydantic(e: ValidationError, data: Any) -> list[Issue]:
                 msgs.append(msg)
         message = " or ".join(msgs) if len(msgs) > 1 else msgs[0]
         value = first.get("input")
-        # env as a whole (`--set env=...` taken as text) may hold a secret's value too.
-        secret = path[:1] == ("env",) and (len(path) == 1 or is_secret(str(path[1])))
+        # env as a whole (`--set env=...` taken as text) may hold a secret's value too; a notify URL's
+        # path is often a webhook's secret.
+        secret = (path[:1] == ("env",) and (len(path) == 1 or is_secret(str(path[1])))) or path[:2] == ("notify", "url")
         if not secret and isinstance(value, (int, float, str, bool)) and len(repr(value)) <= 60 and repr(value) not in message:
             message += f" (got {value!r})"
         hint = None

@@ -8,7 +8,6 @@ apart from ``model.py`` so that module stays small.
 from __future__ import annotations
 
 from typing import Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -41,9 +40,9 @@ class NotifyOptions(BaseModel):
     @classmethod
     def _url(cls, v: str | None) -> str | None:
         if v is not None:
-            parts = urlsplit(v)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError("must be an http:// or https:// URL with a host, e.g. https://hooks.example.com/T0/abc")
+            problem = url_problem(v)
+            if problem:
+                raise ValueError(problem)
         return v
 
     @model_validator(mode="after")
@@ -59,3 +58,24 @@ class NotifyOptions(BaseModel):
             raise ValueError("the first word is the program to run: it cannot be empty")
         return v
 
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be POSTed to, in words that never repeat its path (a webhook's secret);
+    None when it can. Checked when the spec is loaded, so the watcher never meets a URL it cannot
+    send to."""
+    from urllib.parse import urlsplit
+
+    bad = next((i for i, c in enumerate(url) if c.isspace() or not c.isprintable()), None)
+    if bad is not None:
+        what = "a space" if url[bad] == " " else "a control character" if not url[bad].isspace() else "white space"
+        return (f"holds {what} (character {bad + 1}): write it URL-encoded (a space as %20), and without "
+                "spaces around the URL")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as e:  # "Invalid IPv6 URL", "Port out of range 0-65535": no part of the URL in it
+        return f"is not a valid URL ({e}), e.g. https://hooks.example.com/T0/abc"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host, e.g. https://hooks.example.com/T0/abc"
+    return None

@@ -68,18 +68,26 @@ def shown_url(url: str) -> str:
     (a webhook's path is often its secret)."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL at all (e.g. "http://[::1/x"): nothing of it is shown
+        return MASK
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/***"
 
 
 def mask_override(text: str) -> str:
     """``env.API_TOKEN=abc`` -> ``env.API_TOKEN=***`` (how a ``--set`` is shown in messages); a
-    whole ``env={...}`` naming a secret variable is shown as ``env=***``."""
+    whole ``env={...}`` naming a secret variable is shown as ``env=***``; ``notify.url=URL`` as
+    ``notify.url=https://host/***`` and a whole ``notify={...}`` with a URL as ``notify=***``."""
     m = _SET_ENV.match(text)
     if m and is_secret(m.group(2).strip()):
         return f"{m.group(1)}{m.group(2)}{m.group(3)}{MASK}"
     key, sep, value = text.partition("=")
     if sep and key.strip() == "env" and any(is_secret(w) for w in _WORD.findall(value)):
+        return f"{key}={MASK}"
+    if sep and key.strip() == "notify.url":
+        return f"{key}={shown_url(value.strip())}"
+    if sep and key.strip() == "notify" and "url" in value:
         return f"{key}={MASK}"
     return text
 

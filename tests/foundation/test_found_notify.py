@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -116,11 +117,78 @@ def test_notify_when_only_some_states_sends_nothing_for_the_others(cli, tmp_path
     (["--notify", "'unclosed"], "--notify: notify.command: cannot split the command"),
     (["--notify", ""], "notify.command: List should have at least 1 item"),
     (["--set", "notify={}"], "--set notify={}: notify: give notify.command, notify.url or both"),
+    # Issue 33 item 7: the URL is checked whole up front, and never printed whole.
+    (["--notify-url", "http://[::1/s3cret"], "--notify-url ***: notify.url: is not a valid URL (Invalid IPv6 URL)"),
+    (["--notify-url", "http://h.example:99999/s3cret"], "notify.url: is not a valid URL (Port out of range"),
+    (["--notify-url", "https://h.example/T0/s3cret path"],
+     "--notify-url https://h.example/***: notify.url: holds a space (character 28): write it URL-encoded (a space as %20)"),
+    (["--set", "notify.url=https://h.example/s3cret\tx"], "--set notify.url=https://h.example/***: notify.url: holds white space"),
+    (["--set", "notify={url: ftp://h.example/s3cret}"], "--set notify=***: notify.url: must be an http:// or https://"),
 ])
 def test_bad_notify_settings_are_refused_and_nothing_is_submitted(cli, tmp_path, args, words):
     proc = cli("submit", *args, "--", "python", "x.py", cwd=tmp_path)
     assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "s3cret" not in proc.stderr + proc.stdout
     assert json.loads(cli("list", "-o", "json").stdout) == []
+
+
+def test_a_bad_url_in_a_spec_or_defaults_file_is_named_at_its_line_without_its_path(cli, tmp_path):
+    (tmp_path / "s.yaml").write_text("name: j\ncommand: [python, x.py]\nnotify:\n  url: 'https://h.example/T0/s3cret x'\n")
+    proc = cli("submit", "s.yaml", cwd=tmp_path)
+    assert proc.returncode == 2 and "s.yaml:4:3: notify.url: holds a space" in proc.stderr, proc.stderr
+    assert "s3cret" not in proc.stderr and "Traceback" not in proc.stderr
+    (tmp_path / "config.yaml").write_text("notify:\n  url: 'https://hooks.example/T0/s3cret'\n")
+    for out in ("text", "json"):  # config show: the user config's webhook, masked like any secret
+        shown = cli("config", "show", "-o", out, cwd=tmp_path, env={"DDPJOB_CONFIG": str(tmp_path / "config.yaml")})
+        assert shown.returncode == 0 and "https://hooks.example/***" in shown.stdout, shown.stdout + shown.stderr
+        assert "s3cret" not in shown.stdout + shown.stderr
+
+
+def test_a_url_urllib_refuses_is_a_failed_delivery_said_without_its_path(tmp_path):
+    """A URL that reached the watcher unchecked (a record from before the check, or one urllib
+    refuses for its own reasons) is a failed delivery with the reason, never an exception."""
+    rec = JobRecord(id="j-abcde", name="j", target="local", state=JobState.FAILED, spec={"notify": {"url": "x"}},
+                    handle=None, run_dir=str(tmp_path), port=None, message="", created_at=0.0, updated_at=0.0, ended_at=1.0)
+    options = NotifyOptions.model_construct(command=None, url="http://127.0.0.1:9/T0/s3cret path?k=v", when=["failed"])
+    sent = notifier.deliver(rec, options)
+    assert sent is not None and sent["url"].startswith("not delivered to http://127.0.0.1:9/***: InvalidURL"), sent
+    assert "s3cret" not in json.dumps(sent)
+    assert notifier.describe(notifier.state_of(rec) or {}).startswith("FAILED: url not delivered to http://127.0.0.1:9/***")
+
+
+def test_a_watcher_that_stopped_while_sending_is_not_being_sent_for_ever(tmp_path):
+    rec = JobRecord(id="j-abcde", name="j", target="local", state=JobState.FAILED, spec={"notify": {"url": "x"}},
+                    handle=None, run_dir=str(tmp_path), port=None, message="", created_at=0.0, updated_at=0.0, ended_at=1.0)
+    (tmp_path / notifier.RECORD).write_text(json.dumps({"state": "FAILED", "started": 1.0}))
+    (tmp_path / "notifier.pid").write_text(str(os.getpid()))  # a live watcher: still sending
+    assert notifier.describe(notifier.state_of(rec) or {}) == "being sent"
+    (tmp_path / "notifier.pid").write_text("999999999")  # no such process: it stopped
+    said = notifier.describe(notifier.state_of(rec) or {})
+    assert said == "not sent: the watcher stopped while sending (its notifier.log says why)", said
+
+
+def test_the_watcher_never_dies_with_a_traceback_nor_logs_the_url(tmp_path):
+    """Settings it cannot use (here, a URL the check refuses): one line in its log, exit 1."""
+    env = {**os.environ, notifier.NOTIFY_ENV: json.dumps({"url": "https://h.example/T0/s3cret path"})}
+    proc = subprocess.run([sys.executable, "-m", "launcher.service.notifywatch", str(tmp_path), "j-abcde"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "notifier: stopped: ValidationError" in out, out
+    assert "Traceback" not in out and "s3cret" not in out
+
+
+@pytest.mark.real
+def test_a_delivery_that_fails_is_shown_in_status_with_its_reason(cli, tmp_path, ddpjob_home):
+    (tmp_path / "ok.py").write_text("print('fine')\n")
+    url = "http://127.0.0.1:9/T0/s3cret-path"  # port 9 (discard): refused
+    job_id = cli("submit", "-q", "--notify-url", url, "--", "python", "ok.py", cwd=tmp_path, check=True).stdout.strip()
+    assert cli("wait", job_id, "--timeout", "120").returncode == 0
+    wait_for(lambda: "FAILED: url" in cli("status", job_id).stdout, "the failed delivery in status", timeout=30)
+    said = cli("status", job_id).stdout
+    assert "notify:   FAILED: url not delivered to http://127.0.0.1:9/***: [Errno 111] Connection refused" in said, said
+    for folder, _, files in os.walk(ddpjob_home):  # notifier.log and notified.json included
+        for name in files:
+            assert b"s3cret-path" not in (Path(folder) / name).read_bytes(), name
 
 
 def test_delivery_is_claimed_once_and_a_broken_url_is_named_without_its_path(tmp_path):
