@@ -130,6 +130,7 @@ class NodeRunner:
         if self._stalled:
             record.update(error=self._stalled)
             write_json(paths["record"], record)
+            _end_allocation(paths["log"])
             raise NodeFailed(self._stalled)
         write_json(paths["record"], record)
         if self._stop_sent:
@@ -255,6 +256,30 @@ class NodeRunner:
                 previous(signum, frame)
 
         signal.signal(signal.SIGUSR2, on_usr2)
+
+
+def _end_allocation(log_path: str) -> None:
+    """The stall watch ended this run (stall.action: fail): cancel its Slurm job so that the
+    allocation is freed now. Without it Slurm keeps the job RUNNING while it waits for a node that is
+    cut off (srun waits for every task). Said in the node's log; a node without scancel (a container
+    without Slurm's commands) leaves it to ``ddpjob cancel``."""
+    import shutil
+
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    jid = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID", "")
+    scancel = shutil.which("scancel")
+    if not jid or not scancel:
+        note = "no scancel on this node: ddpjob cancel frees the allocation"
+    else:
+        try:
+            proc = subprocess.run([scancel, jid], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=15, check=False)
+            note = f"cancelled Slurm job {jid} to free its allocation" if proc.returncode == 0 else \
+                f"scancel {jid} failed: {proc.stderr.strip()}"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            note = f"scancel {jid} failed: {exc}"
+    with open(log_path, "ab", buffering=0) as log:
+        log.write(f"[ddpjob] stall.action fail: {note}\n".encode())
 
 
 def machine_id() -> str:

@@ -231,6 +231,17 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
     def cancel(self, handle: SlurmHandle) -> None:
         self._cancel(handle, None)
 
+    def still_held(self, handle: SlurmHandle) -> bool:
+        """Whether the controller still lists the job pending or running (not merely completing:
+        scancel cannot hurry a node Slurm cannot reach)."""
+        from launcher.targets.slurm import query as slurm_query
+
+        proc = slurm_query._run(["squeue", "-h", "-r", "-o", "%T", "-j", handle.slurm_job_id],
+                                slurm_query.COMMAND_TIMEOUT_S)
+        if proc is None or proc.returncode != 0:
+            return False
+        return any(slurm_query.held(word) for word in proc.stdout.split())
+
     def cancel_task(self, handle: SlurmHandle, index: int) -> None:
         """Cancel one run of an array (``scancel <id>_<index>``); the other runs go on."""
         if not handle.array or not 0 <= index < handle.runs:
