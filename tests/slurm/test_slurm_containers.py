@@ -166,3 +166,23 @@ def test_requeue_resumes_in_the_container(slurm_cluster, cli, tmp_path, shared, 
     assert summary["steps"] == steps and not summary["preempted"]
     assert all(n["restart"] >= 1 for n in data["status"]["tasks"][0]["nodes"])
     assert not containers(slurm_cluster, runtime, job_id, handle["slurm_job_id"])
+
+
+def test_oci_on_a_cluster_without_container_support_fails_at_once_saying_so(slurm_cluster, cli, tmp_path, shared, image):
+    """Slurm without an oci.conf ignores srun --container and runs the task on the node itself (it
+    then died in an import error): each task checks it is in the bundle first, and the job fails
+    within 30 s naming what the cluster lacks."""
+    conf = slurm_cluster.root / "etc" / "oci.conf"
+    away = conf.with_name("oci.conf.away")
+    spec = spec_for(tmp_path, shared, image, "oci", "nooci", ["python", RECORD])
+    conf.rename(away)  # read by slurmstepd as each step starts: no restart
+    try:
+        job_id = submit(cli, str(spec))
+        data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=30)
+    finally:
+        away.rename(conf)
+    message = data["status"]["message"]
+    assert data["status"]["state"] == "FAILED", data["status"]
+    assert "slurm.container.runtime oci is not in force" in message and "oci.conf" in message, message
+    assert re.match(r"node [01] \(n[12]\): ", message), message
+    assert not records(Path(data["handle"]["job_dir"]) / "output")  # no rank ever started

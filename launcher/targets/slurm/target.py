@@ -275,16 +275,16 @@ def _container_text(launch: Any) -> list[str]:
     from launcher.targets.slurm.container import UNKNOWN_ID
 
     b = launch.oci
+    out: list[str] = []
     if b is not None and b.image is None:
-        return [f"#### OCI bundle: {b.path} (named by slurm.container.bundle, used as it is)", ""]
-    if b is not None:
+        out = [f"#### OCI bundle: {b.path} (named by slurm.container.bundle, used as it is)", ""]
+    elif b is not None:
         unknown = " (the image could not be inspected here: id and PATH are placeholders)" if UNKNOWN_ID in b.path else ""
-        return [f"#### OCI bundle: {b.path}{unknown}",
-                f"# made at submit from image {b.image} (id {b.image_id}): its files once under {b.base}/rootfs,",
-                "# hard-linked into the bundle's rootfs/ beside this config.json (Slurm adds the task's command and",
-                "# environment); reused by every job with the same image and config.json",
-                *b.config.rstrip("\n").splitlines(), "#### end of config.json", ""]
-    out = []
+        out = [f"#### OCI bundle: {b.path}{unknown}",
+               f"# made at submit from image {b.image} (id {b.image_id}): its files once under {b.base}/rootfs,",
+               "# hard-linked into the bundle's rootfs/ beside this config.json (Slurm adds the task's command and",
+               "# environment); reused by every job with the same image and config.json",
+               *b.config.rstrip("\n").splitlines(), "#### end of config.json", ""]
     for path, text in launch.files.items():
         out += [f"#### file written before sbatch: {path}", *text.rstrip("\n").splitlines(), "#### end of file", ""]
     return out
