@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,9 +91,14 @@ def test_every_rank_runs_in_the_image(slurm_cluster, cli, tmp_path, shared, imag
     """2 nodes x 2 processes, gloo all-reduce over 4 ranks, each rank in a container: its own mount
     namespace, the image's Python, umask 077; render == submitted; logs with rank prefixes."""
     spec = spec_for(tmp_path, shared, image, runtime, f"ctr-{runtime}", ["python", RECORD, "--allreduce"])
+    stale = shared / "oci" / "0123456789ab-0123456789ab"  # a bundle nothing used for 8 days
+    stale.mkdir(parents=True, exist_ok=True)
+    (stale / ".last-used").touch()
+    os.utime(stale / ".last-used", (time.time() - 8 * 86400,) * 2)
     job_id = submit(cli, str(spec))
     data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=300)
     assert data["status"]["state"] == "SUCCEEDED", data["status"]
+    assert stale.exists() == (runtime != "oci")  # an oci submit prunes unused bundles
     handle = data["handle"]
     recs = records(Path(handle["job_dir"]) / "output")
     assert [r["rank"] for r in recs] == [0, 1, 2, 3] and {r["allreduce_sum"] for r in recs} == {6.0}
@@ -122,6 +128,12 @@ def test_cancel_leaves_no_container_and_no_process(slurm_cluster, cli, tmp_path,
     wait_until(lambda: len(containers(slurm_cluster, runtime, job_id, sid)) == 2, "a container on each node", timeout=120)
     job_dir = Path(data["handle"]["job_dir"])
     wait_until(lambda: len(list(job_dir.glob("task-0/torchrun-node-*/*/attempt_0/*"))) >= 4, "4 ranks", timeout=120)
+    if runtime == "oci":  # pruning bundles (keep 0 s: all are old) never removes the one a job in the queue runs
+        from launcher.targets.slurm import bundles
+
+        bundle = data["status"]["details"]["container"].removeprefix("oci bundle ")
+        pruned = bundles.prune(str(Path(bundle).parent), keep_s=0, now=time.time() + 1)
+        assert bundle in pruned.kept_in_use and bundle not in pruned.removed and Path(bundle, "rootfs").is_dir()
     assert cli("cancel", job_id, timeout=120).returncode == 0
     data = wait_for(cli, job_id, {"CANCELLED"}, timeout=60)
     assert data["status"]["tasks"][0]["state"] == "CANCELLED"

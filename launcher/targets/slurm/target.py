@@ -284,10 +284,20 @@ def _container_text(launch: Any) -> list[str]:
                f"# made at submit from image {b.image} (id {b.image_id}): its files once under {b.base}/rootfs,",
                "# hard-linked into the bundle's rootfs/ beside this config.json (Slurm adds the task's command and",
                "# environment); reused by every job with the same image and config.json",
+               _bundles_line(os.path.dirname(b.path)),
                *b.config.rstrip("\n").splitlines(), "#### end of config.json", ""]
     for path, text in launch.files.items():
         out += [f"#### file written before sbatch: {path}", *text.rstrip("\n").splitlines(), "#### end of file", ""]
     return out
+
+
+def _bundles_line(oci_dir: str) -> str:
+    from launcher.targets.slurm import bundles
+
+    count, size = bundles.usage(oci_dir)
+    return (f"# {oci_dir} holds {count} bundle(s), {size / 2**20:.0f} MiB on disk (files shared by hard links "
+            f"counted once); each submit removes bundles unused for {bundles.KEEP_S / 86400:.0f} days that no job "
+            "in the queue uses")
 
 
 def _prepare_container(p: SlurmPayload) -> None:
@@ -304,6 +314,12 @@ def _prepare_container(p: SlurmPayload) -> None:
         except (OSError, RuntimeError) as e:
             raise TargetUnavailable(f"nothing was submitted: could not make the OCI bundle {p.oci.path} from "
                                     f"image {p.oci.image}: {e}") from e
+        if p.oci.image is not None:  # one ddpjob made: stamp it used, then remove the unused ones
+            from launcher.targets.slurm import bundles
+
+            bundles.stamp(p.oci.path)
+            bundles.stamp(p.oci.base)
+            bundles.prune(os.path.dirname(p.oci.path))
 
 
 def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, runs: int | None,
