@@ -173,13 +173,13 @@ class NodeRunner:
             record["env_ifname"]["GLOO_SOCKET_IFNAME"] = iface
         return master, None
 
-    def _first_node_here(self, record: dict[str, Any], wait_s: float = FIRST_NODE_WAIT_S) -> bool:
+    def _first_node_here(self, record: dict[str, Any]) -> bool:
         """Whether the first node of this run shares this machine and network namespace (several
         slurmd on one host: Slurm's multiple-slurmd setup), so a loopback address of the first node is
         reachable from here. Reads the first node's record (written as it starts, on the job's shared
-        directory), waiting up to ``wait_s`` seconds for the one of this very start."""
+        directory), waiting up to ``FIRST_NODE_WAIT_S`` seconds for the one of this very start."""
         path = node_paths(self.common.job_dir, self.element.index, 0)["record"]
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + FIRST_NODE_WAIT_S
         while True:
             first = _read_json(path)
             if (first.get("slurm_job_id") == record["slurm_job_id"] and first.get("restart") == record["restart"]
