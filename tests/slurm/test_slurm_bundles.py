@@ -50,7 +50,7 @@ def test_unused_old_bundles_go_and_used_or_recent_ones_stay(tmp_path):
     _age(recent, 8)
     done = bundles.prune(str(oci), used=set())
     assert sorted(done.removed) == sorted([str(busy), str(recent), str(oci / "aaaaaaaaaaaa")])
-    assert os.listdir(oci) == [] and bundles.usage(str(oci)) == (0, 0)
+    assert os.listdir(oci) == [bundles.USAGE_CACHE] and bundles.usage(str(oci)) == (0, 0)
 
 
 def test_nothing_goes_when_the_queue_cannot_be_read(tmp_path, monkeypatch):
@@ -71,3 +71,19 @@ def test_a_short_keep_and_interrupted_submits(tmp_path):
     os.utime(tmp, (t, t))
     done = bundles.prune(str(oci), keep_s=0, now=time.time() + 1, used=set())
     assert len(done.removed) == 4 and os.listdir(oci) == []
+
+
+def test_what_each_takes_is_walked_once_and_again_for_a_new_bundle(tmp_path, monkeypatch):
+    oci = _oci(tmp_path)
+    first = bundles.usage(str(oci))
+    walked = []
+    real = bundles._own_bytes
+    monkeypatch.setattr(bundles, "_own_bytes", lambda path, **kw: walked.append(path) or real(path, **kw))
+    assert bundles.usage(str(oci)) == first and walked == []  # kept in .usage.json: no walk of the image
+    bundle = oci / "aaaaaaaaaaaa-111111111111"
+    subprocess.run(["rm", "-rf", str(bundle)], check=True)
+    time.sleep(0.05)  # past the file system's clock tick
+    bundle.mkdir()  # made again (another change time, if not another inode): walked again
+    (bundle / "config.json").write_bytes(os.urandom(2**19))
+    count, size = bundles.usage(str(oci))
+    assert walked == [str(bundle)] and count == 3 and size >= first[1] + 2**19 - 2**16

@@ -15,14 +15,18 @@ bundle it uses (``.last-used``) and then removes, in that folder:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
 
 STAMP = ".last-used"
+USAGE_CACHE = ".usage.json"
 KEEP_S = 7 * 86400.0
 TMP_KEEP_S = 86400.0
 _BUNDLE = re.compile(r"^[0-9a-f]{12}-[0-9a-f]{12}$")
@@ -109,20 +113,64 @@ def prune(oci_dir: str, *, keep_s: float = KEEP_S, now: float | None = None,
 
 
 def usage(oci_dir: str) -> tuple[int, int]:
-    """(bundles, bytes on disk) under ``oci_dir``, each file counted once however many links it has."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
+    """(bundles, bytes on disk) under ``oci_dir``, each file counted once however many links it has.
+
+    An image's files count with the image (``<image id>/``); a bundle counts only what it does not
+    share with it (its folders, config.json). Bundles and images are never changed once made, so what
+    each takes is kept in ``.usage.json`` (by name, inode and change time): render, which shows this, walks the
+    tens of thousands of files of an image once, not at every call."""
     try:
-        bundles = sum(1 for n in os.listdir(oci_dir) if _BUNDLE.match(n))
+        names = sorted(os.listdir(oci_dir))
     except OSError:
         return 0, 0
-    for root, dirs, files in os.walk(oci_dir):
+    cache_path = os.path.join(oci_dir, USAGE_CACHE)
+    try:
+        with open(cache_path, encoding="utf-8") as f:
+            cache = json.load(f)
+        if not isinstance(cache, dict):
+            cache = {}
+    except (OSError, ValueError):
+        cache = {}
+    fresh: dict[str, list[int]] = {}
+    total = 0
+    for name in names:
+        if not (_BUNDLE.match(name) or _BASE.match(name)):
+            continue
+        path = os.path.join(oci_dir, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        known, key = cache.get(name), [st.st_ino, st.st_ctime_ns]  # a folder made again differs in both
+        if isinstance(known, list) and len(known) == 3 and known[:2] == key and isinstance(known[2], int):
+            size = known[2]
+        else:
+            size = _own_bytes(path, shared_only_once=bool(_BUNDLE.match(name)))
+        fresh[name] = [*key, size]
+        total += size
+    if fresh != cache:
+        with contextlib.suppress(OSError):
+            tmp = f"{cache_path}.tmp-{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(fresh, f)
+            os.replace(tmp, cache_path)
+    return sum(1 for n in names if _BUNDLE.match(n)), total
+
+
+def _own_bytes(path: str, *, shared_only_once: bool) -> int:
+    """Bytes on disk under ``path``, each inode once; with ``shared_only_once`` (a bundle), files
+    with more than one link (its image's files, counted with the image) are left out."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for root, dirs, files in os.walk(path):
         for name in dirs + files:
             try:
                 st = os.lstat(os.path.join(root, name))
             except OSError:
                 continue
+            if shared_only_once and not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
+                continue
             if (st.st_dev, st.st_ino) not in seen:
                 seen.add((st.st_dev, st.st_ino))
                 total += st.st_blocks * 512
-    return bundles, total
+    return total
