@@ -135,6 +135,9 @@ def cancel(job_ids: tuple[str, ...], task: int | None, all_: bool, states: tuple
             continue
         if result is Cancelled.ALREADY_ENDED:
             click.echo(f"{rec.id} already ended: {service.get(rec.id).state.value}")
+        elif result is Cancelled.RELEASED:
+            click.echo(f"{rec.id} already ended ({service.get(rec.id).state.value}), but {rec.target} still held "
+                       "its allocation: cancelled it there")
         elif result is Cancelled.TASK_CANCELLED:
             click.echo(f"{rec.id}: task {task} cancelled; the other tasks go on")
         else:

@@ -72,6 +72,7 @@ class Cancelled(enum.Enum):
     CANCELLED = "cancelled"
     TASK_CANCELLED = "task cancelled"
     ALREADY_ENDED = "already ended"
+    RELEASED = "ended, its allocation freed"
 
 
 def gpu_count() -> int:
@@ -281,14 +282,14 @@ class Jobs:
         rec = self.registry.get(job_id)
         check_selection(rec, task=task)
         if rec.state.terminal:
-            return Cancelled.ALREADY_ENDED
+            return self._free_held(rec)
         if rec.handle is None:
             if task is not None:
                 raise UsageError(f"{rec.id} has no tasks to cancel: its submission did not complete")
         else:
             rec, _ = self.refresh(rec.id)
             if rec.state.terminal:
-                return Cancelled.ALREADY_ENDED
+                return self._free_held(rec)
             tgt, handle = self._target_and_handle(rec)
             if task is not None:
                 tgt.cancel_task(handle, task)
@@ -296,6 +297,17 @@ class Jobs:
             tgt.cancel(handle)
         self.registry.update_state(rec.id, JobState.CANCELLED, "cancelled by user")
         return Cancelled.CANCELLED
+
+    def _free_held(self, rec: JobRecord) -> Cancelled:
+        """An ended job whose scheduler still holds its allocation (a run ended by its stall watch
+        while Slurm waits on a node): cancel it there; the recorded state stays as it is."""
+        if rec.handle is None:
+            return Cancelled.ALREADY_ENDED
+        tgt, handle = self._target_and_handle(rec)
+        if not tgt.still_held(handle):
+            return Cancelled.ALREADY_ENDED
+        tgt.cancel(handle)
+        return Cancelled.RELEASED
 
     def cancel_note(self, job_id: str) -> str | None:
         """The target's word on what ``cancel`` could not reach (local: no cgroups here)."""

@@ -280,6 +280,11 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
     def cancel(self, handle: HandleT) -> None:
         """Stop the job and everything it started. Safe to repeat; a finished job is left as it is."""
 
+    def still_held(self, handle: HandleT) -> bool:
+        """Whether the scheduler still holds resources for this job (asked of the scheduler, whatever
+        ddpjob last recorded): ``cancel`` of an ended job frees them. Targets that can tell override it."""
+        return False
+
     def cancel_note(self, handle: HandleT) -> str | None:
         """What ``cancel`` could not do on this machine, said after it (None: nothing)."""
         return None

@@ -139,7 +139,17 @@ def test_a_node_cut_off_is_named_and_the_job_ends_when_the_spec_says_fail(apart_
     n2 = wait_for_value(lambda: (r := json.loads((job_dir / "task-0" / "node-1.json").read_text())).get("error") and r,
                         "n2's runner to give up", timeout=60)
     assert n2["error"].startswith("node 1 (n2) lost the first node"), n2
+    # FAILED means Slurm no longer holds the allocation: the first node's runner cancelled the job, so
+    # n1 is free at once; n2, cut off, is only "completing" until Slurm reaches it again.
+    jid = failed["handle"]["slurm_job_id"]
+
+    def squeue() -> list[str]:
+        return apart_cluster.run("squeue", "-h", "-j", jid, "-o", "%T", check=False).stdout.split()
+
+    assert set(squeue()) <= {"COMPLETING"}, squeue()
+    assert "cancelled Slurm job" in (job_dir / "task-0" / "node-0.log").read_text()
     apart_cluster.script("link", "n2", "up")
+    wait_for_value(lambda: not squeue(), "squeue to list the job no more", timeout=30)
     wait_for_no_job_processes(ddpjob_home, "the stall ended the job", timeout=90)
 
 

@@ -48,9 +48,13 @@ def test_golden_oci():
     # The image's PATH wins over the submitting shell's; task_env sets the per-task variables first.
     i = argv.index("env")
     assert argv[i:i + 6] == ["env", f"{IMAGE_ENV[0]}", "python3", "-m", "launcher.targets.slurm.task_env", "-u"]
+    # Before it, each task checks that it runs in the bundle (a Slurm without oci.conf runs it on the node).
+    check = f"{plan.payload.common.job_dir}/oci-check.sh"
+    assert argv[i - 2:i] == ["sh", check] and 'DDPJOB_OCI_IMAGE:-}" ] && exec "$@"' in plan.payload.files[check]
     config = json.loads(bundle.config)
     assert config["root"] == {"path": "rootfs", "readonly": True}
-    assert config["process"]["user"] == {"uid": 1000, "gid": 1000, "umask": 0o77} and config["process"]["env"] == IMAGE_ENV
+    assert config["process"]["user"] == {"uid": 1000, "gid": 1000, "umask": 0o77} and config["process"]["env"] == [
+        *IMAGE_ENV, "DDPJOB_OCI_IMAGE=sha256:77f023bfed527794af2304def6fe94a919e65afe"]
     assert [n["type"] for n in config["linux"]["namespaces"]] == ["mount", "user"]  # no network, PID, IPC or UTS
     binds = {m["destination"]: (m["source"], m["options"][-1]) for m in config["mounts"] if m["type"] == "bind"}
     assert binds["/home/u/.ddpjob/slurm"] == ("/home/u/.ddpjob/slurm", "rw") and binds["/work/proj"][1] == "rw"

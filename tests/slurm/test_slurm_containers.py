@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,9 +91,14 @@ def test_every_rank_runs_in_the_image(slurm_cluster, cli, tmp_path, shared, imag
     """2 nodes x 2 processes, gloo all-reduce over 4 ranks, each rank in a container: its own mount
     namespace, the image's Python, umask 077; render == submitted; logs with rank prefixes."""
     spec = spec_for(tmp_path, shared, image, runtime, f"ctr-{runtime}", ["python", RECORD, "--allreduce"])
+    stale = shared / "oci" / "0123456789ab-0123456789ab"  # a bundle nothing used for 8 days
+    stale.mkdir(parents=True, exist_ok=True)
+    (stale / ".last-used").touch()
+    os.utime(stale / ".last-used", (time.time() - 8 * 86400,) * 2)
     job_id = submit(cli, str(spec))
     data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=300)
     assert data["status"]["state"] == "SUCCEEDED", data["status"]
+    assert stale.exists() == (runtime != "oci")  # an oci submit prunes unused bundles
     handle = data["handle"]
     recs = records(Path(handle["job_dir"]) / "output")
     assert [r["rank"] for r in recs] == [0, 1, 2, 3] and {r["allreduce_sum"] for r in recs} == {6.0}
@@ -122,6 +128,12 @@ def test_cancel_leaves_no_container_and_no_process(slurm_cluster, cli, tmp_path,
     wait_until(lambda: len(containers(slurm_cluster, runtime, job_id, sid)) == 2, "a container on each node", timeout=120)
     job_dir = Path(data["handle"]["job_dir"])
     wait_until(lambda: len(list(job_dir.glob("task-0/torchrun-node-*/*/attempt_0/*"))) >= 4, "4 ranks", timeout=120)
+    if runtime == "oci":  # pruning bundles (keep 0 s: all are old) never removes the one a job in the queue runs
+        from launcher.targets.slurm import bundles
+
+        bundle = data["status"]["details"]["container"].removeprefix("oci bundle ")
+        pruned = bundles.prune(str(Path(bundle).parent), keep_s=0, now=time.time() + 1)
+        assert bundle in pruned.kept_in_use and bundle not in pruned.removed and Path(bundle, "rootfs").is_dir()
     assert cli("cancel", job_id, timeout=120).returncode == 0
     data = wait_for(cli, job_id, {"CANCELLED"}, timeout=60)
     assert data["status"]["tasks"][0]["state"] == "CANCELLED"
@@ -166,3 +178,23 @@ def test_requeue_resumes_in_the_container(slurm_cluster, cli, tmp_path, shared, 
     assert summary["steps"] == steps and not summary["preempted"]
     assert all(n["restart"] >= 1 for n in data["status"]["tasks"][0]["nodes"])
     assert not containers(slurm_cluster, runtime, job_id, handle["slurm_job_id"])
+
+
+def test_oci_on_a_cluster_without_container_support_fails_at_once_saying_so(slurm_cluster, cli, tmp_path, shared, image):
+    """Slurm without an oci.conf ignores srun --container and runs the task on the node itself (it
+    then died in an import error): each task checks it is in the bundle first, and the job fails
+    within 30 s naming what the cluster lacks."""
+    conf = slurm_cluster.root / "etc" / "oci.conf"
+    away = conf.with_name("oci.conf.away")
+    spec = spec_for(tmp_path, shared, image, "oci", "nooci", ["python", RECORD])
+    conf.rename(away)  # read by slurmstepd as each step starts: no restart
+    try:
+        job_id = submit(cli, str(spec))
+        data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=30)
+    finally:
+        away.rename(conf)
+    message = data["status"]["message"]
+    assert data["status"]["state"] == "FAILED", data["status"]
+    assert "slurm.container.runtime oci is not in force" in message and "oci.conf" in message, message
+    assert re.match(r"node [01] \(n[12]\): ", message), message
+    assert not records(Path(data["handle"]["job_dir"]) / "output")  # no rank ever started

@@ -48,6 +48,27 @@ PODMAN_ENV = ["SLURM_*", "SUBMITIT_*", "DDPJOB_*", "CUDA_VISIBLE_DEVICES"]
 _CAPS = ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]  # runc spec's defaults
 
 
+# Each task of an oci job starts with this check (<job dir>/oci-check.sh): the bundle's config.json
+# sets OCI_MARKER; without it Slurm ran the task on the node itself, and it stops before Python.
+OCI_MARKER = "DDPJOB_OCI_IMAGE"
+OCI_CHECK = f"""#!/bin/sh
+# Written by ddpjob: each task of this job starts here. In the OCI bundle, its config.json sets
+# {OCI_MARKER}; without it Slurm ran the task on the node itself (a Slurm without container support
+# ignores srun --container), so the task stops now and says why (its node's record and log).
+[ -n "${{{OCI_MARKER}:-}}" ] && exec "$@"
+n=${{SLURM_NODEID:-0}}; h=$(hostname)
+m="node $n ($h): slurm.container.runtime oci is not in force: Slurm ran the task on the node itself, not in \\
+the OCI bundle; this cluster has no container support for srun --container (Slurm needs an oci.conf beside \\
+slurm.conf on every node, naming the OCI runtime, e.g. runc)"
+d=$(dirname "$0")/task-${{SLURM_ARRAY_TASK_ID:-0}}
+mkdir -p "$d"
+echo "[ddpjob] $m" >> "$d/node-$n.log"
+printf '{{"node": %s, "host": "%s", "state": "exited", "exit_code": 2, "error": "%s"}}\\n' "$n" "$h" "$m" > "$d/node-$n.json"
+echo "ddpjob: $m" >&2
+exit 2
+"""
+
+
 @dataclass
 class ContainerInputs:
     """What an oci or podman plan reads before planning: the submitting user's ids, and for oci the
@@ -159,7 +180,7 @@ def launch(loaded: LoadedSpec, ctx: PlanContext, *, folder: str, job_dir: str, w
     if c.runtime == "podman":
         return _podman(loaded, ctx, str(image), volumes, inputs, job_dir=job_dir, workdir=workdir, gpus=gpus,
                        array=array, srun_args=srun_args)
-    return _oci(loaded, folder, image, volumes, inputs, workdir=workdir, srun_args=srun_args)
+    return _oci(loaded, folder, image, volumes, inputs, workdir=workdir, job_dir=job_dir, srun_args=srun_args)
 
 
 def _podman(loaded: LoadedSpec, ctx: PlanContext, image: str, volumes: list[str], inputs: ContainerInputs | None, *,
@@ -187,7 +208,7 @@ def _podman(loaded: LoadedSpec, ctx: PlanContext, image: str, volumes: list[str]
 
 
 def _oci(loaded: LoadedSpec, folder: str, image: str | None, volumes: list[str], inputs: ContainerInputs | None, *,
-         workdir: str, srun_args: list[str]) -> Launch:
+         workdir: str, job_dir: str, srun_args: list[str]) -> Launch:
     c = loaded.spec.slurm.container
     env = inputs.env if inputs and not inputs.problem else []
     path = next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")), UNKNOWN_PATH if not env else "")
@@ -203,14 +224,20 @@ def _oci(loaded: LoadedSpec, folder: str, image: str | None, volumes: list[str],
         bundle = OciBundle(c.bundle)
     else:
         uid, gid = (inputs.user.uid, inputs.user.gid) if inputs else (os.getuid(), os.getgid())
-        text = json.dumps(oci_config(uid=uid, gid=gid, env=env, volumes=volumes, extra=c.mounts, workdir=workdir),
-                          indent=1) + "\n"
         image_id = (inputs.image_id if inputs and inputs.image_id and not inputs.problem else UNKNOWN_ID)
+        # The marker that the task really runs in the bundle (OCI_CHECK): Slurm without container
+        # support ignores srun --container and runs the task on the host.
+        text = json.dumps(oci_config(uid=uid, gid=gid, env=[*env, f"{OCI_MARKER}={image_id}"], volumes=volumes,
+                                     extra=c.mounts, workdir=workdir), indent=1) + "\n"
         short = image_id.split(":")[-1][:12]
         base = f"{folder}/oci/{short}"
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         bundle = OciBundle(f"{base}-{digest}", image, image_id, base, text)
-    return Launch(c.python, shlex.join(python), [*srun_args, f"--container={bundle.path}"], oci=bundle)
+    if c.bundle:
+        return Launch(c.python, shlex.join(python), [*srun_args, f"--container={bundle.path}"], oci=bundle)
+    check = f"{job_dir}/oci-check.sh"
+    return Launch(c.python, shlex.join(["sh", check, *python]), [*srun_args, f"--container={bundle.path}"], oci=bundle,
+                  files={check: OCI_CHECK})
 
 
 def oci_config(*, uid: int, gid: int, env: list[str], volumes: list[str], extra: list[str], workdir: str) -> dict[str, Any]:

@@ -35,6 +35,8 @@ from launcher.targets.slurm.script import SlurmCommon, SlurmElement, node_argv, 
 # Ports derived from the job id fall in this range (below the usual ephemeral range 32768+).
 SLURM_PORT_BASE = 20000
 SLURM_PORT_SPAN = 10000
+# How long a node whose first node's name resolves to loopback waits for the first node's record.
+FIRST_NODE_WAIT_S = 30.0
 
 
 def slurm_port(job_id: int | str, array_index: int | str | None = None) -> int:
@@ -98,8 +100,9 @@ class NodeRunner:
         record: dict[str, Any] = {
             "node": int(node), "host": host, "rendezvous": f"{first}:{port}",
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
-            "state": "running", "started": time.time(),
+            "state": "running", "started": time.time(), "machine": machine_id(),
         }
+        write_json(paths["record"], record)  # early: the other nodes compare their machine with the first's
         addr, problem = self._network(node, host, first, port, env, record)
         record["rendezvous"] = f"{addr}:{port}"
         argv = node_argv(self.common, self.element, node=node, addr=addr, port=str(port))
@@ -127,6 +130,7 @@ class NodeRunner:
         if self._stalled:
             record.update(error=self._stalled)
             write_json(paths["record"], record)
+            _end_allocation(paths["log"])
             raise NodeFailed(self._stalled)
         write_json(paths["record"], record)
         if self._stop_sent:
@@ -160,13 +164,30 @@ class NodeRunner:
         except OSError as exc:
             return first, f"{where}: the first node's name {first!r} does not lead anywhere from here ({exc})"
         record.update(master_addr=master, address=own, interface=iface)
-        if self.common.nodes > 1 and netif.is_loopback(master) and node != "0":
+        if self.common.nodes > 1 and netif.is_loopback(master) and node != "0" and not self._first_node_here(record):
             return master, (f"{where}: the first node's name {first!r} resolves to {master}, a loopback address, "
-                            "on this node: fix the nodes' /etc/hosts or DNS")
+                            "on this node, and the first node does not run on this machine: fix the nodes' "
+                            "/etc/hosts or DNS")
         if self.common.nodes > 1 and iface and not netif.is_loopback(own) and not env.get("GLOO_SOCKET_IFNAME"):
             env["GLOO_SOCKET_IFNAME"] = iface
             record["env_ifname"]["GLOO_SOCKET_IFNAME"] = iface
         return master, None
+
+    def _first_node_here(self, record: dict[str, Any]) -> bool:
+        """Whether the first node of this run shares this machine and network namespace (several
+        slurmd on one host: Slurm's multiple-slurmd setup), so a loopback address of the first node is
+        reachable from here. Reads the first node's record (written as it starts, on the job's shared
+        directory), waiting up to ``FIRST_NODE_WAIT_S`` seconds for the one of this very start."""
+        path = node_paths(self.common.job_dir, self.element.index, 0)["record"]
+        deadline = time.monotonic() + FIRST_NODE_WAIT_S
+        while True:
+            first = _read_json(path)
+            if (first.get("slurm_job_id") == record["slurm_job_id"] and first.get("restart") == record["restart"]
+                    and first.get("machine")):
+                return bool(first["machine"] == record["machine"])
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
 
     def _watch(self, node: int, host: str, addr: str, port: int, paths: dict[str, str],
                log: Any) -> heartbeat.Watch | heartbeat.Beacon | None:
@@ -235,6 +256,52 @@ class NodeRunner:
                 previous(signum, frame)
 
         signal.signal(signal.SIGUSR2, on_usr2)
+
+
+def _end_allocation(log_path: str) -> None:
+    """The stall watch ended this run (stall.action: fail): cancel its Slurm job so that the
+    allocation is freed now. Without it Slurm keeps the job RUNNING while it waits for a node that is
+    cut off (srun waits for every task). Said in the node's log; a node without scancel (a container
+    without Slurm's commands) leaves it to ``ddpjob cancel``."""
+    import shutil
+
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    jid = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID", "")
+    scancel = shutil.which("scancel")
+    if not jid or not scancel:
+        note = "no scancel on this node: ddpjob cancel frees the allocation"
+    else:
+        try:
+            proc = subprocess.run([scancel, jid], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=15, check=False)
+            note = f"cancelled Slurm job {jid} to free its allocation" if proc.returncode == 0 else \
+                f"scancel {jid} failed: {proc.stderr.strip()}"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            note = f"scancel {jid} failed: {exc}"
+    with open(log_path, "ab", buffering=0) as log:
+        log.write(f"[ddpjob] stall.action fail: {note}\n".encode())
+
+
+def machine_id() -> str:
+    """This kernel's boot id and this process's network namespace: equal on two nodes exactly when
+    they share one machine's network, loopback addresses included ("" where Linux does not say)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/net').st_ino}"
+    except OSError:
+        return ""
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _ignore_usr2() -> None:

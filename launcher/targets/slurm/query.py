@@ -53,6 +53,13 @@ def map_state(native: str) -> JobState:
     return SLURM_STATES.get(word, JobState.UNKNOWN)
 
 
+def held(native: str) -> bool:
+    """Whether a job in this Slurm state still holds (or waits for) an allocation that scancel frees:
+    pending or running, not completing (what is left there waits on the nodes, not on the job)."""
+    word = native.strip().split(" ")[0].rstrip("+").upper() if native.strip() else ""
+    return word != "COMPLETING" and map_state(word) in (JobState.PENDING, JobState.RUNNING)
+
+
 @dataclass(frozen=True)
 class SlurmRecord:
     """What Slurm says about one job or array element."""

@@ -31,8 +31,8 @@ def job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord])
             continue
         state = slurm_query.map_state(rec.state)
         message = _message(handle, index, rec, state, nodes)
-        if state == JobState.RUNNING:
-            state, message = _stall(handle, index, nodes, state, message)
+        if state in (JobState.RUNNING, JobState.CANCELLED):
+            state, message = _stall(handle, index, nodes, state, message, held=slurm_query.held(rec.state))
         tasks.append(TaskStatus(index, state, message, nodes, params, nid))
     overall, message = summarize(tasks)
     details = {"run_dir": handle.run_dir, "slurm_job_id": jid, "job_dir": handle.job_dir,
@@ -42,16 +42,21 @@ def job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord])
 
 
 def _stall(handle: SlurmHandle, index: int, nodes: list[dict[str, Any]], state: JobState,
-           message: str) -> tuple[JobState, str]:
+           message: str, *, held: bool) -> tuple[JobState, str]:
     """A running run's stall, from the first node's watch (``shared.heartbeat``). A run that the watch
-    ended (stall.action: fail) is FAILED with its reason even while Slurm still waits for a node it
-    cannot reach."""
+    ended (stall.action: fail; its runner then cancels the job) is FAILED with its reason once Slurm
+    no longer holds the allocation: cancelled, or completing while Slurm waits for a node it cannot
+    reach (nothing scancel can hurry). Until then it is RUNNING, ending."""
     from launcher.targets.shared.heartbeat import report
 
     ended = [n for n in nodes if n.get("error") and n.get("state") == "exited"]
     if ended:
         first = min(ended, key=lambda n: (n.get("ended") or 0, n["node"]))
+        if held:
+            return state, f"ending: {first['error']}; Slurm still holds the allocation (ddpjob cancel frees it)"
         return JobState.FAILED, str(first["error"])
+    if state != JobState.RUNNING:
+        return state, message
     watch = read_json(node_paths(handle.job_dir, index, 0)["watch"])
     note = report(watch, time.time()) if isinstance(watch, dict) else None
     return state, note or message

@@ -231,6 +231,17 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
     def cancel(self, handle: SlurmHandle) -> None:
         self._cancel(handle, None)
 
+    def still_held(self, handle: SlurmHandle) -> bool:
+        """Whether the controller still lists the job pending or running (not merely completing:
+        scancel cannot hurry a node Slurm cannot reach)."""
+        from launcher.targets.slurm import query as slurm_query
+
+        proc = slurm_query._run(["squeue", "-h", "-r", "-o", "%T", "-j", handle.slurm_job_id],
+                                slurm_query.COMMAND_TIMEOUT_S)
+        if proc is None or proc.returncode != 0:
+            return False
+        return any(slurm_query.held(word) for word in proc.stdout.split())
+
     def cancel_task(self, handle: SlurmHandle, index: int) -> None:
         """Cancel one run of an array (``scancel <id>_<index>``); the other runs go on."""
         if not handle.array or not 0 <= index < handle.runs:
@@ -264,19 +275,29 @@ def _container_text(launch: Any) -> list[str]:
     from launcher.targets.slurm.container import UNKNOWN_ID
 
     b = launch.oci
+    out: list[str] = []
     if b is not None and b.image is None:
-        return [f"#### OCI bundle: {b.path} (named by slurm.container.bundle, used as it is)", ""]
-    if b is not None:
+        out = [f"#### OCI bundle: {b.path} (named by slurm.container.bundle, used as it is)", ""]
+    elif b is not None:
         unknown = " (the image could not be inspected here: id and PATH are placeholders)" if UNKNOWN_ID in b.path else ""
-        return [f"#### OCI bundle: {b.path}{unknown}",
-                f"# made at submit from image {b.image} (id {b.image_id}): its files once under {b.base}/rootfs,",
-                "# hard-linked into the bundle's rootfs/ beside this config.json (Slurm adds the task's command and",
-                "# environment); reused by every job with the same image and config.json",
-                *b.config.rstrip("\n").splitlines(), "#### end of config.json", ""]
-    out = []
+        out = [f"#### OCI bundle: {b.path}{unknown}",
+               f"# made at submit from image {b.image} (id {b.image_id}): its files once under {b.base}/rootfs,",
+               "# hard-linked into the bundle's rootfs/ beside this config.json (Slurm adds the task's command and",
+               "# environment); reused by every job with the same image and config.json",
+               _bundles_line(os.path.dirname(b.path)),
+               *b.config.rstrip("\n").splitlines(), "#### end of config.json", ""]
     for path, text in launch.files.items():
         out += [f"#### file written before sbatch: {path}", *text.rstrip("\n").splitlines(), "#### end of file", ""]
     return out
+
+
+def _bundles_line(oci_dir: str) -> str:
+    from launcher.targets.slurm import bundles
+
+    count, size = bundles.usage(oci_dir)
+    return (f"# {oci_dir} holds {count} bundle(s), {size / 2**20:.0f} MiB on disk (files shared by hard links "
+            f"counted once); each submit removes bundles unused for {bundles.KEEP_S / 86400:.0f} days that no job "
+            "in the queue uses")
 
 
 def _prepare_container(p: SlurmPayload) -> None:
@@ -293,6 +314,12 @@ def _prepare_container(p: SlurmPayload) -> None:
         except (OSError, RuntimeError) as e:
             raise TargetUnavailable(f"nothing was submitted: could not make the OCI bundle {p.oci.path} from "
                                     f"image {p.oci.image}: {e}") from e
+        if p.oci.image is not None:  # one ddpjob made: stamp it used, then remove the unused ones
+            from launcher.targets.slurm import bundles
+
+            bundles.stamp(p.oci.path)
+            bundles.stamp(p.oci.base)
+            bundles.prune(os.path.dirname(p.oci.path))
 
 
 def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, runs: int | None,
