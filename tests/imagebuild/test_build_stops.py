@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from testkit import wait_for
+from testkit import sigint_default, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 REPO_PATH = "team/train"
@@ -45,7 +45,8 @@ def project(tmp_path: Path, base: str, registry: str, dockerfile: str | None = N
 def start_build(root: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "launcher", "build", str(root / "job.yaml")], cwd=root,
                             env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            preexec_fn=sigint_default)  # noqa: PLW1509 (no threads here) SIGINT even under nohup
 
 
 def test_a_registry_that_stops_answering_mid_push_ends_the_build(registry, base_image, tmp_path):
@@ -86,13 +87,11 @@ def test_ctrl_c_during_a_build_leaves_no_container(registry, base_image, tmp_pat
                        check=True, timeout=60)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
         _, err = proc.communicate(timeout=60)
+        kept = subprocess.run(["podman", "container", "exists", bystander], timeout=60).returncode == 0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    try:
-        kept = subprocess.run(["podman", "container", "exists", bystander], timeout=60).returncode == 0
-    finally:
         subprocess.run(["podman", "rm", "-f", bystander], capture_output=True, timeout=60)
     assert kept, "a container created during the build was removed by its Ctrl-C clean-up"
     assert proc.returncode == 130, err

@@ -12,6 +12,7 @@ Standard library only: the supervisor runs as ``python -I -S``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -40,6 +41,7 @@ class StateFile:
         self.path = os.path.join(run_dir, "state.json")
         self.note = os.path.join(run_dir, NOTE)
         self.failed: str | None = None  # why the last write failed; None when the file is current
+        self.passing = False  # whether that failure is one that time can cure (a full disk, a quota)
         self.ended = False  # whether the note says the job has ended
         self.tried = 0.0
         try:
@@ -65,6 +67,7 @@ class StateFile:
                     note["ended"] = f"{state.get('state')}" + (f": {state['message']}" if state.get("message") else "")
                 self._write_note(note)
             self.failed, self.ended = reason, ended
+            self.passing = e.errno in (errno.ENOSPC, errno.EDQUOT)
             return False
         if self.failed is not None:
             self.failed = None

@@ -249,9 +249,9 @@ class Supervisor:
         self.state["message"] = message
         self.state["ended"] = time.time()
         self.save()
-        # Until the final state is written (a full disk refused it), or a cancel: status would read
-        # a stale state.json, or rebuild the runs from exit records that disk may have refused too.
-        while self.files.failed is not None and not self.cancelled():
+        # Until the final state is written (a full disk refused it; not what waiting cannot cure), or a
+        # cancel: status would read a stale state.json, or exit records that disk may have refused too.
+        while self.files.failed is not None and self.files.passing and not self.cancelled():
             time.sleep(1.0)
             self.files.save(self.state)
         return 0 if final == JobState.SUCCEEDED else 1
