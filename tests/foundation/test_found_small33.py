@@ -107,5 +107,10 @@ def before_ddpjob(err: str) -> bool:
     the .pth files it runs) or in the installer's console script importing the entry point. No
     package can have a handler in place then (measured here: about 25 ms of a ~0.2 s submit, more
     on a loaded machine, nearly all of it site and an editable install's import hook)."""
-    frames = re.findall(r'File "([^"]+)"', err)
-    return "init_import_site" in err or ("Traceback" in err and not any("/launcher/" in f for f in frames))
+    frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', err)
+    # The console script's `from launcher.cli.entry import main` runs the package inits and entry.py's
+    # two stdlib imports at module level before main() (and its handling) exists: not ddpjob's yet.
+    loading = ("/launcher/__init__.py", "/launcher/cli/__init__.py", "/launcher/cli/entry.py")
+    ours = [(f, fn) for f, fn in frames if "/launcher/" in f]
+    return "init_import_site" in err or ("Traceback" in err and all(fn == "<module>" and f.endswith(loading)
+                                                                    for f, fn in ours))
