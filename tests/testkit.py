@@ -185,3 +185,15 @@ def run_in_pty(argv: list[str], *, cwd: str | Path | None = None, env: dict[str,
             proc.kill()
         os.close(master)
     return proc.wait(), out.decode(errors="replace").replace("\r\n", "\n")
+
+
+def marked_sweep(cli: Callable[..., object], tmp_path: Path, name: str, stage: str) -> tuple[Path, str]:
+    """Submit a 2-run sweep (``python stage.py {i}``, i in 0, 1) of the script ``stage``, which reads
+    the folder of marker files from $MARKS; returns that folder (``tmp_path/marks``) and the job's id."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "stage.py").write_text(stage)
+    (tmp_path / "job.yaml").write_text(
+        f"name: {name}\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
+    proc = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True)
+    return marks, proc.stdout.strip()  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from testkit import stop_leftovers, wait_for
+from testkit import marked_sweep, stop_leftovers, wait_for
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -71,12 +71,7 @@ def test_a_full_disk_does_not_stop_the_supervisor(cli, tmp_path, small_home):
     again. Meanwhile status, list and logs work, read-only, and status says why the state is stale."""
     from launcher.targets.shared import procs
 
-    marks = tmp_path / "marks"  # outside the small filesystem
-    marks.mkdir()
-    (tmp_path / "stage.py").write_text(STAGE)
-    (tmp_path / "job.yaml").write_text(
-        f"name: full\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
-    job_id = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True).stdout.strip()
+    marks, job_id = marked_sweep(cli, tmp_path, "full", STAGE)
     run_dir = small_home / "runs" / job_id
     wait_for((marks / "started-0").exists, "the first run to start")
     filler = small_home / "filler"
@@ -111,12 +106,7 @@ def test_a_full_disk_does_not_stop_the_supervisor(cli, tmp_path, small_home):
 def test_a_run_on_a_full_disk_is_not_called_not_run_when_the_supervisor_is_gone(cli, tmp_path, small_home):
     """The supervisor is killed while the second run of a sweep goes on on a full disk, whose exit
     records the disk refused: status, reading the nodes' files, says that run ran, not "not run"."""
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    (tmp_path / "stage.py").write_text(STAGE)
-    (tmp_path / "job.yaml").write_text(
-        f"name: full\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
-    job_id = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True).stdout.strip()
+    marks, job_id = marked_sweep(cli, tmp_path, "full", STAGE)
     wait_for((marks / "started-0").exists, "the first run to start")
     fill(small_home / "filler")
     (marks / "go-0").touch()

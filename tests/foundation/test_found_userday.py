@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit import marked_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,12 +96,7 @@ if i == "1":
 def test_a_sweeps_progress_is_the_run_that_trains_now(cli, tmp_path):
     """Once the first run of a sweep has finished ("step 16/16, ETA 0s"), the progress is the second
     run's: nothing while it starts, then its own steps."""
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    (tmp_path / "stage.py").write_text(SWEEP_STAGE)
-    (tmp_path / "job.yaml").write_text(
-        f"name: prog\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
-    job_id = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True).stdout.strip()
+    marks, job_id = marked_sweep(cli, tmp_path, "prog", SWEEP_STAGE)
     deadline = time.monotonic() + 120
     while not (marks / "started-1").exists():
         assert time.monotonic() < deadline, "the second run did not start"
