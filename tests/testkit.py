@@ -62,7 +62,7 @@ def _runs_a_job(pid: int) -> bool:
         return False
 
 
-# Tests in tiers (README "Tests"): ``pytest -m "not real"`` is the pure tier, which starts no torchrun,
+# Tests in tiers (docs/developing.md, "Tests"): ``pytest -m "not real"`` is the pure tier, which starts no torchrun,
 # podman, Slurm or API server and runs in under a minute; ``real`` marks the rest. A test that uses one
 # of these fixtures (directly or through another fixture) starts such a thing, so tests/conftest.py
 # marks it real wherever it lives; tests/foundation/test_found_tiers.py keeps this list true.

@@ -193,7 +193,7 @@ def _notes(target: str, runs: list[RunResult]) -> list[str]:
         return [f"no metrics: {UNREADABLE[target]}"]
     where = next((r.output_dir for r in runs if r.output_dir), None)
     return ["no metrics yet: each run's program appends JSON lines with a step to $DDPJOB_METRICS_FILE"
-            + (f" ({where}/metrics.jsonl)" if where else "") + "; see the README, Results"]
+            + (f" ({where}/metrics.jsonl)" if where else "") + "; see ddpjob docs trainer (the metrics file)"]
 
 
 @click.command()
@@ -216,7 +216,7 @@ def results(job_id: str, sort_key: str | None, output: str) -> None:
 
     Best is the lowest value, or the highest for accuracy-like names (acc, accuracy, f1, auc, score,
     *_per_s, ...). Any program's runs work, not only the reference trainer's: append JSON lines with
-    a step to $DDPJOB_METRICS_FILE (README, Results). Local and Slurm runs are read here; Kubernetes
+    a step to $DDPJOB_METRICS_FILE (ddpjob docs trainer). Local and Slurm runs are read here; Kubernetes
     runs write in their pods, so only their states are shown.
     """
     import json

@@ -3,7 +3,7 @@ imports nothing else."""
 
 from __future__ import annotations
 
-# Every exit code of ``ddpjob``: its --help and the README list these (a test keeps them in step).
+# Every exit code of ``ddpjob``: its --help and docs/commands.md list these (a test keeps them in step).
 EXIT_CODES: dict[int, str] = {
     0: "success (also when the reader of the output went away, e.g. `ddpjob logs ID | head`)",
     1: "the job failed or was cancelled (submit -f, wait)",

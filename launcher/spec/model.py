@@ -231,7 +231,7 @@ class JobSpecBase(BaseModel):
                                 "how long until it is reported, and whether the job then ends.")
     notify: NotifyOptions | None = Field(None, description="A command and/or URL told once when the job ends.")
     build: BuildOptions | None = Field(None, description="Build image + the working directory, push it and run on its "
-                                       "digest (Kubernetes, local.container, Slurm containers); see README.")
+                                       "digest (Kubernetes, local.container, Slurm containers); see ddpjob docs build.")
     sweep: dict[SweepKey, SweepValues] = Field(
         default={},
         description="A parameter grid, e.g. {lr: [0.1, 0.01], seed: [1, 2]}: one run per combination "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check the README's "On a GPU" figures come from: run on a machine with NVIDIA GPU(s) where
+# The GPU check docs/performance.md's "On a GPU" figures come from: run on a machine with NVIDIA GPU(s) where
 # `ddpjob` and torch are installed, from the repository's root. Each step is bounded; a step that
 # fails is reported and the next one runs. Prints the figures; writes the logs under $OUT (default
 # /tmp/ddpjob-gpu-check).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 32's GPU run, as one script for a lent GPU machine (about 15 minutes at once, start included):
 # run it from the repository's root there. Every step is bounded and writes under $OUT; a step that
-# fails is reported and the next one runs. Figures go to the README's "On a GPU" with the card,
+# fails is reported and the next one runs. Figures go to docs/performance.md's "On a GPU" with the card,
 # versions and date that env.txt and each JSON hold.
 #
 #   bash tests/bench/gpu_run.sh [STEPS]   # STEPS: setup,bench,extra,profile,check (default all)

@@ -13,7 +13,7 @@ a switch in ddpjob's own code:
 
 A hand-written ``TYPE_CHECKING = False`` (to avoid importing ``typing``) was measured the same way
 (``import typing`` first) and removed: nothing on --help or render, ~5 ms on the supervisor with its
-lower quartile at or below zero in three runs of four (README, Developer notes).
+lower quartile at or below zero in three runs of four (docs/performance.md).
 
 Every repeat runs every variant once, forwards in even repeats and backwards in odd ones. For each
 trick the gain is paired per repeat (variant without the trick minus ``on``, in ms: positive means

@@ -3,7 +3,7 @@ running the quickstart's two simulated nodes) Gloo over the GPU with a note in t
 trainer's log and the doctor's report, rather than NCCL's "Duplicate GPU detected" failure.
 
 The rule itself is pure (``launcher.train.placement``); the trainer and the doctor's probe run it on
-the real GPUs when a GPU machine is lent (README, "On a GPU"); here it is checked as a table, with
+the real GPUs when a GPU machine is lent (docs/performance.md, "On a GPU"); here it is checked as a table, with
 the local plan and the doctor's verdict that use it."""
 
 from __future__ import annotations

@@ -212,9 +212,9 @@ def test_an_unusable_home_is_exit_3_with_the_path_and_the_cause(tmp_path):
         pytest.skip("read-only and full filesystems need root (mount -t tmpfs); only the file-in-path case ran")
 
 
-def test_every_exit_code_is_in_help_and_readme():
+def test_every_exit_code_is_in_help_and_the_commands_page():
     help_text = run("--help").stdout
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "commands.md").read_text()
     for code in EXIT_CODES:
         assert f"\n    {code:<5}" in help_text, code
         assert f"\n| {code} | " in readme, code

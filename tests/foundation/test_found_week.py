@@ -225,13 +225,13 @@ def test_no_help_text_sends_a_pip_user_to_a_jobs_folder_they_do_not_have():
         assert "jobs/" not in result.output, (path, result.output)
         seen.append(" ".join(path))
     assert {"rerun", "list", "cancel", "doctor", "init", "submit"} <= set(seen)
-    # The quickstart that init writes, the README's API example and the API's own docstring.
+    # The quickstart that init writes, the API example (docs/commands.md) and the API's own docstring.
     from launcher import api
     from launcher.spec import examples
 
     assert "jobs/" not in examples.text("quickstart") and "ddpjob submit quickstart.yaml" in examples.text("quickstart")
-    readme = (REPO / "README.md").read_text()
-    api_example = readme.split("### Python API", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    readme = (REPO / "docs" / "commands.md").read_text()
+    api_example = readme.split("## Python API", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     assert "jobs/" not in api_example and 'api.submit("quickstart.yaml"' in api_example
     assert "jobs/" not in (api.__doc__ or "")
 
