@@ -1,6 +1,6 @@
 """The ``ddpjob`` command line. Click commands only: heavy imports happen inside each command.
 
-Exit codes: ``launcher.core.exitcodes.EXIT_CODES`` (listed by ``ddpjob --help`` and the README).
+Exit codes: ``launcher.core.exitcodes.EXIT_CODES`` (listed by ``ddpjob --help`` and docs/commands.md).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import time
 
 import click
 
+from launcher.cli.docs import pages_help
 from launcher.cli.more import COMMANDS as MORE_COMMANDS
 from launcher.cli.specopts import TARGET_CHOICE, CommandAfterDashes, typed_command
 from launcher.cli.specopts import jobs_service as _jobs
@@ -28,7 +29,7 @@ from launcher.core.states import JobState
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-             epilog=exit_codes_help())
+             epilog=f"{pages_help()}\n\n{exit_codes_help()}")
 @click.version_option(package_name="ddpjob", prog_name="ddpjob")
 @click.option("--debug", is_flag=True, help="Show full tracebacks for unexpected errors (or set DDPJOB_DEBUG=1).")
 def cli(debug: bool) -> None:

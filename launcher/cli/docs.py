@@ -1,0 +1,79 @@
+"""``ddpjob docs``: the reference pages, for a ddpjob installed without a clone. The pages are
+``docs/*.md`` in a clone and ship inside the package as ``launcher/docs`` (a link to ``docs/``,
+as ``jobs/`` is one to ``launcher/examples/``). ``PAGES`` lists them for ``ddpjob --help``'s
+epilogue and for ``docs`` itself; a test keeps it equal to the files. Imports only click."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from launcher.cli.support import guard
+
+# (topic, what the page holds): docs/<topic>.md, in the order the README's table gives them.
+PAGES = (
+    ("spec", "the job spec: defaults from files, notifications, env files, limits, secrets"),
+    ("commands", "every command and option, a starting job's stages, exit codes, the Python API"),
+    ("targets", "local (and in containers), Slurm, Kubernetes (PyTorchJob, TrainJob)"),
+    ("build", "build: your code into an image, pinned by digest; the training image"),
+    ("trainer", "the reference trainer, results and plots, the metrics file"),
+    ("troubleshooting", "ports, NCCL, restarts, reading status, exit code 3"),
+    ("performance", "every benchmark and its figures, with machine and versions"),
+    ("developing", "tests, layout, static checks, golden files, torch quirks"),
+)
+TOPICS = tuple(topic for topic, _ in PAGES)
+
+
+def folder() -> str:
+    """Where the installed pages are: ``launcher/docs`` beside this package."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+
+
+def pages_help() -> str:
+    """The epilogue's list of pages for ``ddpjob --help``."""
+    rows = "\n".join(f"  {topic:<17}{what}" for topic, what in PAGES)
+    return f"\b\nDocumentation: ddpjob docs TOPIC prints a page (ddpjob docs lists them):\n{rows}"
+
+
+@click.command()
+@click.argument("topic", required=False, type=click.Choice(TOPICS), metavar="[TOPIC]")
+@click.option("--path", "path_only", is_flag=True, help="Print the page's file (or, without TOPIC, the folder) instead.")
+@guard
+def docs(topic: str | None, path_only: bool) -> None:
+    """Show ddpjob's reference pages (Markdown), installed with ddpjob: no clone needed.
+
+    Without TOPIC, list the pages and where they are; with TOPIC, print that page (through a pager
+    on a terminal).
+
+    \b
+    Examples:
+      ddpjob docs                  # the pages
+      ddpjob docs targets          # local, Slurm, Kubernetes
+      ddpjob docs trainer --path   # the file, to open in an editor or a Markdown viewer
+    """
+    where = folder()
+    if topic is None:
+        if path_only:
+            click.echo(where)
+            return
+        for name, what in PAGES:
+            click.echo(f"{name:<17}{what}")
+        click.echo(f"\nddpjob docs TOPIC prints one; the files: {where}/TOPIC.md")
+        return
+    page = os.path.join(where, f"{topic}.md")
+    if path_only:
+        click.echo(page)
+        return
+    try:
+        with open(page, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        click.echo(f"ddpjob: error: cannot read the page {topic}: {page}: {e.strerror} (this installation "
+                   "lacks its docs; reinstall ddpjob)", err=True)
+        sys.exit(3)
+    if sys.stdout.isatty():
+        click.echo_via_pager(text)
+    else:
+        click.echo(text, nl=False)
