@@ -3,24 +3,16 @@ start-up; the plot's matplotlib (``pip install 'ddpjob[plot]'``) only when a plo
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from launcher.cli.runtable import advice_lines, as_csv, as_json, metric_names, run_label, sort_runs, text_table
 from launcher.cli.support import guard
 from launcher.cli.tools import complete_job_ids
 
 if TYPE_CHECKING:
-    from launcher.core.stepsplit import StepSplit
     from launcher.service.results import RunResult
-
-# Shown first in the text table, in this order, when any run has them; samples/s last, final only.
-MAIN_METRICS = ("loss", "eval_loss", "eval_accuracy")
-RATE = "samples_per_s"
-# The trainer's bookkeeping, left out of the text table's metric columns (still in -o json and csv);
-# the step split and the peak memory get columns of their own.
-TEXT_HIDDEN = frozenset({"lr", "step_time", "data_ms", "compute_ms", "comm_ms", "peak_memory_mb"})
 
 
 def _load(job_id: str) -> tuple[str, str, list[RunResult]]:
@@ -31,155 +23,6 @@ def _load(job_id: str) -> tuple[str, str, list[RunResult]]:
     service = jobs_service()
     rec = service.get(job_id)
     return rec.id, rec.target, job_results(service, rec.id)
-
-
-def metric_names(runs: list[RunResult]) -> list[str]:
-    """Every metric any run has, sorted."""
-    return sorted({m for r in runs for m in r.curves})
-
-
-def _number(value: float | None, metric: str = "") -> str:
-    if value is None:
-        return "-"
-    if not math.isfinite(value):
-        return str(value)
-    return f"{value:.0f}" if metric == RATE else f"{value:.4g}"
-
-
-def duration_text(seconds: float | None) -> str:
-    """``4.8s``, ``1m20s``, ``2h05m`` (``-`` when unknown)."""
-    from launcher.core.progress import duration
-
-    return "-" if seconds is None else duration(seconds, tenths_below=60)
-
-
-def run_label(run: RunResult, single: bool) -> str:
-    """``lr=0.1 seed=1`` (a sweep's values), else ``run 0``."""
-    if run.values:
-        return " ".join(f"{k}={v}" for k, v in run.values.items())
-    return "run" if single else f"run {run.index}"
-
-
-def sort_runs(runs: list[RunResult], key: str) -> list[RunResult]:
-    """By a metric's best value (best first), a sweep key's value or ``duration``; runs without it last.
-
-    Raises:
-        UsageError: ``key`` is none of these (while some run has metrics).
-    """
-    from launcher.core.errors import UsageError
-    from launcher.service.results import higher_is_better
-
-    metrics = metric_names(runs)
-    keys = sorted({k for r in runs for k in r.values})
-    if key in metrics:
-        sign = -1.0 if higher_is_better(key) else 1.0
-        return sorted(runs, key=lambda r: (key not in r.best, sign * r.best.get(key, 0.0)))
-    if key in keys:
-        return sorted(runs, key=lambda r: _value_order(r.values.get(key, _MISSING)))
-    if key == "duration":
-        return sorted(runs, key=lambda r: (r.duration_s is None, r.duration_s or 0.0))
-    if not metrics:
-        return runs  # nothing written yet: no order to give, and no reason to refuse
-    raise UsageError(f"--sort {key}: no run of this job has a metric or sweep value {key!r}; "
-                     f"metrics: {', '.join(metrics)}" + (f"; sweep values: {', '.join(keys)}" if keys else "")
-                     + "; or duration")
-
-
-_MISSING = object()
-
-
-def _value_order(value: object) -> tuple[int, float, str]:
-    """Numbers in numeric order, then text in text order, then runs without the value."""
-    if value is _MISSING:
-        return 2, 0.0, ""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return 0, float(value), ""
-    return 1, 0.0, str(value)
-
-
-def text_table(runs: list[RunResult]) -> list[str]:
-    """One line per run: sweep values, state, duration, final and best of the main metrics, samples/s,
-    the step split and the peak memory."""
-    from launcher.core.stepsplit import MEMORY_KEY, run_split
-
-    have = set(metric_names(runs))
-    shown = [m for m in MAIN_METRICS if m in have]
-    shown += [m for m in sorted(have) if m not in MAIN_METRICS and m not in TEXT_HIDDEN and m != RATE]
-    keys = sorted({k for r in runs for k in r.values})
-    header = ["RUN", *keys, "STATE", "DURATION"]
-    for m in shown:
-        header += [m, f"best {m}"]
-    if RATE in have:
-        header.append("samples/s")
-    splits = {r.index: run_split(r.curves) for r in runs}
-    if any(splits.values()):
-        header.append("data/compute/comm")
-    memory = MEMORY_KEY in have
-    if memory:
-        header.append("peak MiB")
-    rows = [header]
-    for r in runs:
-        row = [str(r.index), *(str(r.values.get(k, "-")) for k in keys), r.state, duration_text(r.duration_s)]
-        for m in shown:
-            row += [_number(r.final.get(m), m), _number(r.best.get(m), m)]
-        if RATE in have:
-            row.append(_number(r.final.get(RATE), RATE))
-        if any(splits.values()):
-            split = splits[r.index]
-            row.append(split.percents() if split else "-")
-        if memory:
-            peak = max((v for _, v in r.curves.get(MEMORY_KEY, [])), default=None)
-            row.append(_number(peak, RATE))
-        rows.append(row)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None  # JSON has no NaN
-
-
-def as_json(runs: list[RunResult]) -> list[dict[str, Any]]:
-    from launcher.core.stepsplit import run_split
-
-    return [{"index": r.index, "values": r.values, "state": r.state, "duration_s": r.duration_s,
-             "final": {k: _finite(v) for k, v in sorted(r.final.items())},
-             "best": {k: _finite(v) for k, v in sorted(r.best.items())}, "output_dir": r.output_dir,
-             "step_split": _split_json(run_split(r.curves))} for r in runs]
-
-
-def _split_json(split: StepSplit | None) -> dict[str, Any] | None:
-    """A run's step split for -o json: milliseconds per step, shares, the bound part and the advice."""
-    if split is None:
-        return None
-    return {"data_ms": round(split.data_ms, 3), "compute_ms": round(split.compute_ms, 3),
-            "comm_ms": round(split.comm_ms, 3), "shares": {k: round(v, 3) for k, v in split.shares().items()},
-            "bound": split.bound(), "advice": split.advice()}
-
-
-def advice_lines(runs: list[RunResult]) -> list[str]:
-    """The runs' advice (``stepsplit.grouped_advice``): one line per kind of bound, naming the runs."""
-    from launcher.core.stepsplit import grouped_advice, run_split
-
-    return grouped_advice([(run_label(r, len(runs) == 1), run_split(r.curves)) for r in runs])
-
-
-def as_csv(runs: list[RunResult]) -> str:
-    import csv
-    import io
-
-    keys = sorted({k for r in runs for k in r.values})
-    metrics = metric_names(runs)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["index", *keys, "state", "duration_s", *(f"final.{m}" for m in metrics),
-                     *(f"best.{m}" for m in metrics), "output_dir"])
-    for r in runs:
-        writer.writerow([r.index, *(r.values.get(k, "") for k in keys), r.state,
-                         "" if r.duration_s is None else round(r.duration_s, 3),
-                         *(r.final.get(m, "") for m in metrics), *(r.best.get(m, "") for m in metrics),
-                         r.output_dir or ""])
-    return out.getvalue()
 
 
 def _notes(target: str, runs: list[RunResult]) -> list[str]:
@@ -197,12 +40,13 @@ def _notes(target: str, runs: list[RunResult]) -> list[str]:
 
 
 @click.command()
-@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
+@click.argument("job_ids", metavar="ID...", nargs=-1, required=True, shell_complete=complete_job_ids)
 @click.option("--sort", "sort_key", metavar="METRIC", help="Order the runs by a metric's best value (best "
-              "first: lowest, highest for accuracy-like metrics), a sweep value, or duration.")
+              "first: lowest, highest for accuracy-like metrics), a sweep value (with several jobs: any "
+              "value that differs), or duration.")
 @click.option("--output", "-o", type=click.Choice(["text", "json", "csv"]), default="text", show_default=True)
 @guard
-def results(job_id: str, sort_key: str | None, output: str) -> None:
+def results(job_ids: tuple[str, ...], sort_key: str | None, output: str) -> None:
     """Compare a job's runs: one row per run (each sweep element) with its sweep values, state,
     duration, the final and best value of each metric its metrics file holds, and where its steps'
     time went (data/compute/comm: waiting for batches, computing, waiting on the all-reduce the
@@ -213,6 +57,12 @@ def results(job_id: str, sort_key: str | None, output: str) -> None:
       ddpjob results sweep-ab12c                   # a table
       ddpjob results sweep-ab12c --sort eval_loss  # best run first
       ddpjob results sweep-ab12c -o csv > runs.csv
+      ddpjob results base-k3m2p amp-x7q4r          # two jobs side by side
+
+    With several IDs, every run of every job is a row, named ID (ID/N for run N of a sweep), and what
+    tells the runs apart becomes columns: target, nodes, procs, image (its digest), the spec's values
+    (env.NAME, each command option as "command --lr", ...) and sweep values. What they all share is
+    one line above the table. Nothing leaves this machine: it reads what each job recorded.
 
     Best is the lowest value, or the highest for accuracy-like names (acc, accuracy, f1, auc, score,
     *_per_s, ...). Any program's runs work, not only the reference trainer's: append JSON lines with
@@ -221,7 +71,12 @@ def results(job_id: str, sort_key: str | None, output: str) -> None:
     """
     import json
 
-    full_id, target, runs = _load(job_id)
+    if len(set(job_ids)) > 1:
+        from launcher.cli.compare import print_results
+
+        print_results(list(job_ids), sort_key, output)
+        return
+    full_id, target, runs = _load(job_ids[0])
     if sort_key:
         runs = sort_runs(runs, sort_key)
     if output == "json":
@@ -238,13 +93,13 @@ def results(job_id: str, sort_key: str | None, output: str) -> None:
 
 
 @click.command()
-@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
+@click.argument("job_ids", metavar="ID...", nargs=-1, required=True, shell_complete=complete_job_ids)
 @click.option("--metric", "-m", default="loss", show_default=True, help="The metric to plot against step.")
 @click.option("--output", "-o", "out", metavar="FILE", help="The image to write: .png, .svg or .pdf "
-              "[default: ID-METRIC.png in the current folder].")
+              "[default: ID-METRIC.png in the current folder; compare-METRIC.png for several IDs].")
 @click.option("--log-y", is_flag=True, help="A logarithmic y axis (losses that fall by orders of magnitude).")
 @guard
-def plot(job_id: str, metric: str, out: str | None, log_y: bool) -> None:
+def plot(job_ids: tuple[str, ...], metric: str, out: str | None, log_y: bool) -> None:
     """Plot a metric against step for every run of a job, one curve per run labelled by its sweep values.
 
     \b
@@ -252,6 +107,10 @@ def plot(job_id: str, metric: str, out: str | None, log_y: bool) -> None:
       ddpjob plot sweep-ab12c                                # loss -> sweep-ab12c-loss.png
       ddpjob plot sweep-ab12c --metric eval_accuracy -o acc.svg
       ddpjob plot sweep-ab12c --log-y -o loss.pdf
+      ddpjob plot base-k3m2p amp-x7q4r -o both.png           # one curve per run of both jobs
+
+    With several IDs, one curve per run of every job, each labelled by the run (ID, or ID/N in a sweep)
+    and the values that differ between the runs (as ddpjob results ID ID ... shows them as columns).
 
     Needs matplotlib: pip install 'ddpjob[plot]' (without it: exit 3, naming the extra).
     """
@@ -262,7 +121,12 @@ def plot(job_id: str, metric: str, out: str | None, log_y: bool) -> None:
     from launcher.cli.figure import draw, need_matplotlib
 
     need_matplotlib()
-    full_id, target, runs = _load(job_id)
+    if len(set(job_ids)) > 1:
+        from launcher.cli.compare import draw_plot
+
+        draw_plot(list(job_ids), metric, out, log_y)
+        return
+    full_id, target, runs = _load(job_ids[0])
     drawn = [r for r in runs if r.curves.get(metric)]
     if not drawn:
         metrics = metric_names(runs)

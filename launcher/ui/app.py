@@ -4,7 +4,11 @@ Routes (every one needs the token, see ``launcher.ui.guard``)::
 
     GET  /                      the jobs table       GET /live/jobs            its live part
     GET  /jobs/{id}[?task=I]    one job              GET /jobs/{id}/live       its live part
+    GET  /jobs/{id}/log?node=N[&task=I]  a node's whole log
+    GET  /compare?id=A&id=B...  the runs of several jobs side by side
     POST /jobs/{id}/cancel      cancel, then back to the job page (a GET is 405)
+
+The jobs table takes a filter in its query (``state``, ``target``, ``name``), and so does its live part.
     GET  /static/app.js, /static/style.css
 
 The endpoints are plain functions: Starlette runs them in its thread pool, so the service's blocking
@@ -19,15 +23,18 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from launcher.core.errors import DdpjobError, JobNotFound
-from launcher.ui import assets, pages, view
+from launcher.targets.base import LogFilter
+from launcher.ui import assets, comparepage, pages, view
 from launcher.ui.guard import Guard
 
 if TYPE_CHECKING:
     from launcher.service.jobs import Jobs
+
+MAX_COMPARED = 20  # jobs one compare view reads (each is a status query and its metrics files)
 
 
 def create_app(jobs: Jobs, token: str, hosts: frozenset[str] | None, port: int) -> Starlette:
@@ -43,11 +50,33 @@ def create_app(jobs: Jobs, token: str, hosts: frozenset[str] | None, port: int) 
         body = f"<h1>{escape(title)}</h1><p>{escape(message)}</p><p><a href=\"{pages.url('/', token)}\">All jobs</a></p>"
         return HTMLResponse(pages.page(f"ddpjob: {title}", body, token, home), status_code=status)
 
+    def job_filter(request: Request) -> view.JobFilter:
+        q = request.query_params
+        return view.JobFilter(q.get("state", "")[:20], q.get("target", "")[:20], q.get("name", "")[:200])
+
     def index(request: Request) -> Response:
-        return HTMLResponse(pages.jobs_page(token, home, pages.jobs_table(view.job_rows(jobs), token)))
+        flt = job_filter(request)
+        table = pages.jobs_table(view.job_rows(jobs, flt=flt), token, filtered=flt.active)
+        return HTMLResponse(pages.jobs_page(token, home, table, flt))
 
     def live_jobs(request: Request) -> Response:
-        return HTMLResponse(pages.jobs_table(view.job_rows(jobs), token))
+        flt = job_filter(request)
+        return HTMLResponse(pages.jobs_table(view.job_rows(jobs, flt=flt), token, filtered=flt.active))
+
+    def compare(request: Request) -> Response:
+        ids = [i for i in request.query_params.getlist("id") if i.strip()][:MAX_COMPARED]
+        cmp = view.compare_view(jobs, ids) if ids else None
+        return HTMLResponse(comparepage.compare_page(cmp, token, home))
+
+    def whole_log(request: Request) -> Response:
+        rec = jobs.get(request.path_params["job_id"])
+        node = request.query_params.get("node", "0")
+        if not node.isdigit() or len(node) > 6:
+            return error_page(400, "no such node", f"node={node!r}: give a node number (node=0 is the first)")
+        task = task_param(request)
+        lines = jobs.logs(rec.id, LogFilter(task=task, node=int(node)), follow=False)
+        return StreamingResponse(pages.whole_log(rec.id, int(node), task, lines, token, home),
+                                 media_type="text/html; charset=utf-8")
 
     def job(request: Request) -> Response:
         chosen = task_param(request)
@@ -82,7 +111,8 @@ def create_app(jobs: Jobs, token: str, hosts: frozenset[str] | None, port: int) 
 
     routes = [
         Route("/", index), Route("/live/jobs", live_jobs),
-        Route("/jobs/{job_id}", job), Route("/jobs/{job_id}/live", job_live),
+        Route("/jobs/{job_id}", job), Route("/jobs/{job_id}/live", job_live), Route("/jobs/{job_id}/log", whole_log),
+        Route("/compare", compare),
         Route("/jobs/{job_id}/cancel", cancel, methods=["POST"]),
         Route("/static/app.js", script), Route("/static/style.css", style),
     ]

@@ -3,8 +3,9 @@ from the internet, and the pages' security policy allows nothing else).
 
 The script does two things: every element with ``data-live="URL"`` is replaced every
 ``data-every`` ms (default 2000) by the HTML that URL returns (the server renders it), until that
-HTML holds an element marked ``data-final`` (the job ended); and a form with ``data-confirm`` asks
-before it is sent (cancel).
+HTML holds an element marked ``data-final`` (the job ended), keeping the boxes the user ticked
+(the jobs table's compare boxes) ticked across the replacement; and a form with ``data-confirm``
+asks before it is sent (cancel).
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ SCRIPT = """\
       fetch(el.getAttribute("data-live"), {cache: "no-store", credentials: "same-origin"})
         .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
         .then(function (html) {
+          var ticked = Array.from(el.querySelectorAll("input[type=checkbox]:checked"), function (b) { return b.value; });
           el.innerHTML = html;
+          el.querySelectorAll("input[type=checkbox]").forEach(function (b) {
+            if (ticked.indexOf(b.value) >= 0) { b.checked = true; }
+          });
           toEnd(el);
           el.removeAttribute("data-stale");
           if (!el.querySelector("[data-final]")) { setTimeout(tick, every); }
@@ -78,6 +83,17 @@ ul.legend { list-style: none; padding: 0; margin: 8px 0; display: flex; flex-wra
 ul.legend li { display: flex; align-items: center; gap: 6px; }
 svg.swatch { width: 12px; height: 12px; }
 pre.log, pre.spec { background: #111723; color: #d8dee9; padding: 8px 12px; margin: 0; overflow: auto; max-height: 320px; font-size: 12px; line-height: 1.35; }
+pre.log { white-space: pre-wrap; overflow-wrap: anywhere; }
+td.id, td.id a { white-space: nowrap; }
+form.filter { display: flex; flex-wrap: wrap; gap: 8px 16px; align-items: center; margin: 0 0 12px; }
+form.filter label { color: var(--muted); font-size: 12px; display: flex; gap: 6px; align-items: center; }
+button.compare { background: var(--accent); color: #fff; border: 0; padding: 6px 14px; border-radius: 4px; font-weight: 600; cursor: pointer; }
+.sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); }
+p.shared .facet { display: inline-block; margin: 0 10px 2px 0; font-family: ui-monospace, monospace; font-size: 12px; }
+.chartarea ul.legend { margin: 0 0 8px; }
+pre.log.whole { max-height: none; }
+a.whole { font-weight: normal; font-size: 12px; margin-left: 8px; }
+th.facet { text-transform: none; letter-spacing: 0; }  /* env.MODE is not env.mode */
 .logs { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 12px; }
 .logs h3 { font-size: 13px; margin: 0 0 4px; }
 button.cancel { background: #c0392b; color: #fff; border: 0; padding: 6px 14px; border-radius: 4px; font-weight: 600; cursor: pointer; }

@@ -12,8 +12,11 @@ from urllib.parse import quote, urlencode
 from launcher.core.progress import describe
 from launcher.core.stepsplit import StepSplit, grouped_advice, run_split
 from launcher.ui.svg import chart, colour, legend
+from launcher.ui.view import JobFilter
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
     from launcher.service.results import RunResult
     from launcher.ui.view import JobRow, JobView
 
@@ -72,8 +75,35 @@ def page(title: str, body: str, token: str, home: str) -> str:
 
 # --------------------------------------------------------------------------- the jobs table
 
-def jobs_page(token: str, home: str, live: str) -> str:
-    body = (f"<h1>Jobs</h1><div id=\"jobs\" data-live=\"{url('/live/jobs', token)}\">{live}</div>")
+EMPTY = "\u2014"  # an em dash: a cell with nothing to say (not a bare "/" or "-" that reads as a value)
+
+
+def jobs_page(token: str, home: str, live: str, flt: JobFilter | None = None) -> str:
+    """The jobs table under its filter (state, target, name: a plain GET form, so the filter is in the
+    address and a reload keeps it), inside the form that sends the ticked jobs to the compare view."""
+    from launcher.core.states import JobState
+    from launcher.targets import TARGET_NAMES
+
+    flt = flt or JobFilter()
+
+    def options(chosen: str, values: list[str], everything: str) -> str:
+        return f"<option value=\"\">{everything}</option>" + "".join(
+            f"<option{' selected' if v == chosen else ''}>{escape(v)}</option>" for v in values)
+
+    form = ("<form class=\"filter\" method=\"get\" action=\"/\">"
+            f"<input type=\"hidden\" name=\"token\" value=\"{escape(token)}\">"
+            f"<label>State <select name=\"state\">{options(flt.state, [s.value for s in JobState], 'any')}</select></label>"
+            f"<label>Target <select name=\"target\">{options(flt.target, list(TARGET_NAMES), 'any')}</select></label>"
+            f"<label>Name <input type=\"search\" name=\"name\" value=\"{escape(flt.name)}\" "
+            "placeholder=\"part of the id or name\"></label><button type=\"submit\">Filter</button>"
+            + (f" <a href=\"{url('/', token)}\">show all</a>" if flt.active else "") + "</form>")
+    live_url = url("/live/jobs", token, **flt.params())
+    body = (f"<h1>Jobs</h1>{form}<form class=\"compare\" method=\"get\" action=\"/compare\">"
+            f"<input type=\"hidden\" name=\"token\" value=\"{escape(token)}\">"
+            f"<div id=\"jobs\" data-live=\"{live_url}\">{live}</div>"
+            "<p><button type=\"submit\" class=\"compare\">Compare the ticked jobs</button> "
+            "<span class=\"muted\">their runs side by side: what differs between them, and their curves overlaid "
+            "(as <code>ddpjob results ID ID ...</code>)</span></p></form>")
     return page("ddpjob: jobs", body, token, home)
 
 
@@ -87,20 +117,24 @@ def progress_cell(progress: dict[str, object] | None) -> str:
     return bar + escape(describe(progress) + run)
 
 
-def jobs_table(rows: list[JobRow], token: str, now: float | None = None) -> str:
-    """The jobs, newest first: id, name, target, state, progress, nodes, age and message."""
+def jobs_table(rows: list[JobRow], token: str, now: float | None = None, filtered: bool = False) -> str:
+    """The jobs, newest first: a tick box (compare), id, target, state, progress, nodes, age and message."""
+    if not rows and filtered:
+        return '<p class="muted none">No job matches the filter.</p>'
     if not rows:
         return ('<p class="muted">No jobs yet. Submit one with <code>ddpjob submit jobs/quickstart.yaml '
                 '--target local --nodes 2</code>; it appears here.</p>')
     now = time.time() if now is None else now
-    out = ["<table class=\"jobs\"><thead><tr><th>ID</th><th>Target</th><th>State</th><th>Progress</th>"
-           "<th>Nodes</th><th>Age</th><th>Message</th></tr></thead><tbody>"]
+    out = ["<table class=\"jobs\"><thead><tr><th><span class=\"sr\">Compare</span></th><th>ID</th><th>Target</th>"
+           "<th>State</th><th>Progress</th><th>Nodes</th><th>Age</th><th>Message</th></tr></thead><tbody>"]
     for row in rows:
         r = row.rec
-        nodes = (r.shape or {}).get("nodes", r.spec.get("nodes", ""))
-        out.append(f"<tr data-job=\"{escape(r.id)}\"><td><a href=\"{url(job_path(r.id), token)}\">{escape(r.id)}</a></td>"
+        nodes = (r.shape or {}).get("nodes", r.spec.get("nodes")) or EMPTY
+        out.append(f"<tr data-job=\"{escape(r.id)}\"><td><input type=\"checkbox\" name=\"id\" value=\"{escape(r.id)}\" "
+                   f"aria-label=\"compare {escape(r.id)}\"></td>"
+                   f"<td class=\"id\"><a href=\"{url(job_path(r.id), token)}\">{escape(r.id)}</a></td>"
                    f"<td>{escape(r.target)}</td><td class=\"state-cell\">{state_badge(r.state.value)}</td>"
-                   f"<td class=\"progress\">{progress_cell(row.progress)}</td><td class=\"num\">{escape(str(nodes))}</td>"
+                   f"<td class=\"progress\">{progress_cell(row.progress) or EMPTY}</td><td class=\"num\">{escape(str(nodes))}</td>"
                    f"<td class=\"age\" title=\"{escape(when(r.created_at))}\">{age(now - r.created_at)}</td>"
                    f"<td class=\"message\">{escape(r.message[:200])}</td></tr>")
     out.append("</tbody></table>")
@@ -132,6 +166,13 @@ def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.4g}"
 
 
+def last_best(run: RunResult, metric: str) -> str:
+    """``0.41 / 0.38``: the run's last and best value of ``metric`` (an em dash where it has none)."""
+    if metric not in run.final and metric not in run.best:
+        return EMPTY
+    return f"{_num(run.final.get(metric)) or EMPTY} / {_num(run.best.get(metric)) or EMPTY}"
+
+
 def runs_section(view: JobView, token: str) -> str:
     runs = view.runs
     if not runs:
@@ -144,15 +185,15 @@ def runs_section(view: JobView, token: str) -> str:
     out = [f"<h2>Runs</h2><table class=\"runs\"><thead><tr><th>Run</th><th>Values</th><th>State</th><th>Duration</th>{head}"
            "<th>Logs</th></tr></thead><tbody>"]
     for r in runs:
-        values = escape(" ".join(f"{k}={v}" for k, v in r.values.items())) or "-"
-        cells = "".join(f"<td class=\"num\">{_num(r.final.get(m))} / {_num(r.best.get(m))}</td>" for m in shown)
+        values = escape(" ".join(f"{k}={v}" for k, v in r.values.items())) or EMPTY
+        cells = "".join(f"<td class=\"num\">{last_best(r, m)}</td>" for m in shown)
         if any(splits.values()):
             cells += f"<td class=\"num\">{split_cell(splits[r.index])}</td>"
         link = ("shown below" if r.index == view.task
                 else f"<a href=\"{url(job_path(view.rec.id), token, task=r.index)}\">show</a>")
         out.append(f"<tr data-run=\"{r.index}\"><td><svg class=\"swatch\" viewBox=\"0 0 12 12\"><rect width=\"12\" "
                    f"height=\"12\" fill=\"{colour(r.index)}\"/></svg> {r.index}</td><td>{values}</td>"
-                   f"<td>{state_badge(r.state)}</td><td class=\"num\">{duration(r.duration_s)}</td>"
+                   f"<td>{state_badge(r.state)}</td><td class=\"num\">{duration(r.duration_s) or EMPTY}</td>"
                    f"{cells}<td>{link}</td></tr>")
     out.append("</tbody></table>")
     for hint in grouped_advice([(run_label(r), splits[r.index]) for r in runs]):
@@ -163,9 +204,14 @@ def runs_section(view: JobView, token: str) -> str:
                       if len({v for r in runs for _, v in r.curves.get(m, [])}) > 1)
     charts = [chart(m, [(run_label(r), colour(r.index), r.curves.get(m, [])) for r in runs]) for m in metrics[:MAX_CHARTS]]
     if charts:
-        out.append(f"<div class=\"charts\">{''.join(charts)}</div>")
-        out.append(legend([(run_label(r), colour(r.index)) for r in runs]))
+        out.append(chart_area(charts, [(run_label(r), colour(r.index)) for r in runs]))
     return "".join(out)
+
+
+def chart_area(charts: list[str], labels: list[tuple[str, str]]) -> str:
+    """The legend right above the first charts (one legend for all; under the last row it was far from
+    the first charts), then the charts."""
+    return f"<div class=\"chartarea\">{legend(labels)}<div class=\"charts\">{''.join(charts)}</div></div>"
 
 
 def split_cell(split: StepSplit | None) -> str:
@@ -194,19 +240,36 @@ def nodes_section(view: JobView) -> str:
     return "".join(out)
 
 
-def logs_section(view: JobView) -> str:
+def logs_section(view: JobView, token: str) -> str:
     if not view.logs:
         return ""
     out = [f"<h2>Logs <span class=\"muted\">(last lines of each node; <code>ddpjob logs {escape(view.rec.id)}"
            f"{' --task ' + str(view.task) if len(view.runs) > 1 else ''} -f</code> follows them)</span></h2><div class=\"logs\">"]
+    task = view.task if len(view.runs) > 1 else None
     for node, lines in view.logs:
         text = "\n".join(lines) if lines else "(nothing yet)"
-        out.append(f"<div><h3>node {node}</h3><pre class=\"log\" data-node=\"{node}\">{escape(text)}</pre></div>")
+        whole = url(job_path(view.rec.id) + "/log", token, node=node, task=task)
+        out.append(f"<div><h3>node {node} <a class=\"whole\" href=\"{whole}\" data-node=\"{node}\">whole log</a></h3>"
+                   f"<pre class=\"log\" data-node=\"{node}\">{escape(text)}</pre></div>")
     out.append("</div>")
     if view.nodes > len(view.logs):
-        out.append(f"<p class=\"muted\">Nodes {len(view.logs)}..{view.nodes - 1} are not shown here: "
-                   f"<code>ddpjob logs {escape(view.rec.id)} --node N</code></p>")
+        rest = ", ".join(f"<a href=\"{url(job_path(view.rec.id) + '/log', token, node=n, task=task)}\">node {n}</a>"
+                         for n in range(len(view.logs), view.nodes))
+        out.append(f"<p class=\"muted\">Nodes {len(view.logs)}..{view.nodes - 1} are not shown here; their whole logs: "
+                   f"{rest} (or <code>ddpjob logs {escape(view.rec.id)} --node N</code>)</p>")
     return "".join(out)
+
+
+def whole_log(job_id: str, node: int, task: int | None, lines: Iterable[str], token: str, home: str) -> Iterator[str]:
+    """A node's whole log as a page, sent as it is read (a log of any size in little memory)."""
+    run = f" of run {task}" if task is not None else ""
+    top, bottom = page(f"ddpjob: {job_id} node {node}", "\0", token, home).split("\0")
+    yield (f"{top}<h1>{escape(job_id)}: node {node}{run}, whole log</h1><p><a href=\"{url(job_path(job_id), token)}\">"
+           f"Back to the job</a> <span class=\"muted\">(as <code>ddpjob logs {escape(job_id)} --node {node}"
+           f"{f' --task {task}' if task is not None else ''}</code>)</span></p><pre class=\"log whole\">")
+    for line in lines:
+        yield escape(line) + "\n"
+    yield f"</pre>{bottom}"
 
 
 def job_live(view: JobView, token: str, now: float | None = None) -> str:
@@ -237,5 +300,5 @@ def job_live(view: JobView, token: str, now: float | None = None) -> str:
         out.append(f"<form class=\"cancel\" method=\"post\" action=\"{url(job_path(rec.id) + '/cancel', token)}\" "
                    f"data-confirm=\"Cancel {escape(rec.id)}? Every process of the job is stopped.\">"
                    "<button class=\"cancel\" type=\"submit\">Cancel job</button></form>")
-    out += [runs_section(view, token), nodes_section(view), logs_section(view)]
+    out += [runs_section(view, token), nodes_section(view), logs_section(view, token)]
     return "".join(out)

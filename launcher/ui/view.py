@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.core.errors import DdpjobError
 
 if TYPE_CHECKING:
+    from launcher.service.compare import Comparison
     from launcher.service.jobs import Jobs
     from launcher.service.registry import JobRecord
     from launcher.service.results import RunResult
@@ -46,10 +47,37 @@ class JobView:
         return value if isinstance(value, int) else None
 
 
-def job_rows(jobs: Jobs, limit: int = 100) -> list[JobRow]:
-    """The newest jobs, unfinished ones refreshed, with their progress (``ddpjob list``)."""
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs the jobs page shows: a state, a target, and text the id or name holds (any case);
+    empty: any."""
+
+    state: str = ""
+    target: str = ""
+    name: str = ""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.state or self.target or self.name)
+
+    def params(self) -> dict[str, str | None]:
+        """The filter as a page's query (the unset parts left out)."""
+        return {"state": self.state or None, "target": self.target or None, "name": self.name or None}
+
+    def keeps(self, rec: JobRecord) -> bool:
+        name = self.name.lower()
+        return ((not self.state or rec.state.value == self.state) and (not self.target or rec.target == self.target)
+                and (not name or name in rec.id.lower() or name in rec.name.lower()))
+
+
+def job_rows(jobs: Jobs, limit: int = 100, flt: JobFilter | None = None) -> list[JobRow]:
+    """The newest jobs (those ``flt`` keeps), unfinished ones refreshed, with their progress
+    (``ddpjob list``)."""
     rows = []
-    for rec in jobs.list_jobs(limit=limit):
+    flt = flt or JobFilter()
+    # A filter looks past the newest ``limit`` jobs: the newest ``limit`` of those it keeps.
+    recs = jobs.list_jobs(limit=None if flt.active else limit, target=flt.target or None)
+    for rec in [r for r in recs if flt.keeps(r)][:limit]:
         progress = None
         if not rec.state.terminal:
             try:
@@ -102,6 +130,14 @@ def job_view(jobs: Jobs, job_id: str, task: int | None = None, tail: int = LOG_T
             except DdpjobError as e:
                 problems.append(f"logs of node {node}: {e}")
     return JobView(rec, st, progress, runs or [], task, logs, problems, _nodes_of(rec))
+
+
+def compare_view(jobs: Jobs, job_ids: list[str]) -> Comparison:
+    """The runs of the jobs ``job_ids`` side by side (``ddpjob results ID ID ...``). ``JobNotFound``
+    naming every unknown id."""
+    from launcher.service.compare import compare
+
+    return compare(jobs, job_ids)
 
 
 def spec_text(rec: JobRecord) -> str:

@@ -74,12 +74,26 @@ def _run(index: int, lr: float, loss: float, acc: float | None, state: str = "SU
 RUNS = [_run(0, 0.1, 0.5, 0.8), _run(1, 0.01, 0.3, 0.6), _run(2, 1.0, 0.9, None, "FAILED", None)]
 
 
-def test_results_table_shows_values_state_duration_and_main_metrics():
+def test_results_table_shows_values_state_duration_and_every_metric():
     lines = cli_results.text_table(RUNS)
     assert lines[0].split() == ["RUN", "lr", "seed", "STATE", "DURATION", "loss", "best", "loss", "eval_accuracy",
-                                "best", "eval_accuracy"]  # lr and step_time: bookkeeping, only in json/csv
-    assert lines[1].split() == ["0", "0.1", "0", "SUCCEEDED", "12.0s", "0.5", "0.5", "0.8", "0.8"]
-    assert lines[3].split() == ["2", "1.0", "0", "FAILED", "-", "0.9", "0.9", "-", "-"]
+                                "best", "eval_accuracy", "lr", "best", "lr"]  # main metrics first, then the others
+    assert lines[1].split() == ["0", "0.1", "0", "SUCCEEDED", "12.0s", "0.5", "0.5", "0.8", "0.8", "0.05", "0.05"]
+    assert lines[3].split() == ["2", "1.0", "0", "FAILED", "-", "0.9", "0.9", "-", "-", "0.5", "0.5"]
+
+
+def test_results_table_has_the_trainers_lr_and_step_time_and_a_users_own_metric():
+    """Issue 36 item 4: "any metric of your own" in the text table too, not only in -o json; the step
+    split's parts and the peak memory keep their own columns."""
+    curves = {"loss": [(1, 1.0)], "lr": [(1, 0.1)], "step_time": [(1, 0.25)], "my_metric": [(1, 7.0)],
+              "data_ms": [(1, 1.0)], "compute_ms": [(1, 8.0)], "comm_ms": [(1, 1.0)], "peak_memory_mb": [(1, 300.0)]}
+    run = RunResult(0, {}, "SUCCEEDED", 1.0, {k: v[-1][1] for k, v in curves.items()},
+                    {k: v[-1][1] for k, v in curves.items()}, curves, "/o")
+    header, row = cli_results.text_table([run])
+    assert header.split() == ["RUN", "STATE", "DURATION", "loss", "best", "loss", "lr", "best", "lr", "my_metric",
+                              "best", "my_metric", "step_time", "best", "step_time", "data/compute/comm", "peak", "MiB"]
+    assert row.split() == ["0", "SUCCEEDED", "1.0s", "1", "1", "0.1", "0.1", "7", "7", "0.25", "0.25",
+                           "10%/80%/10%", "300"]
 
 
 def test_sort_by_metric_best_first_by_sweep_value_and_refusal():

@@ -118,7 +118,7 @@ def test_browser_follows_a_running_job_and_cancels_it(cli, dashboard, browser, s
     later = wait_for(lambda: (s := step_of(text(browser, f"{row} td.progress"))) is not None and s > first and s,
                      "the progress to move on")
     assert later > first
-    assert text(browser, f"{row} .state") == "RUNNING" and text(browser, f"{row} td:nth-child(2)") == "local"
+    assert text(browser, f"{row} .state") == "RUNNING" and text(browser, f"{row} td:nth-child(3)") == "local"
     assert re.fullmatch(r"\d+[smhd]", text(browser, f"{row} td.age") or "")
     browser.save_screenshot(str(shots_dir / "jobs.png"))
     assert page_errors(browser) == []

@@ -12,11 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.core.states import JobState
+from launcher.service.compare import ComparedRun
 from launcher.service.registry import JobRecord
 from launcher.service.results import RunResult
 from launcher.ui import guard, pages, svg
 from launcher.ui.serve import risk
-from launcher.ui.view import JobRow, JobView
+from launcher.ui.view import JobFilter, JobRow, JobView
 
 PORT = 8765
 
@@ -230,7 +231,44 @@ def test_pages_hold_nothing_their_policy_blocks():
     runs = [RunResult(0, {}, "RUNNING", 1.0, {"loss": 1.0}, {"loss": 1.0}, {"loss": [(1, 2.0), (2, 1.0)]}, None)]
     view = JobView(record(), None, {"step": 2, "total_steps": 9}, runs, 0, [(0, ["x"])])
     live = pages.job_live(view, "T")
+    from launcher.service.compare import _split, job_facets
+    from launcher.ui.comparepage import compare_page
+
+    rec = record()
+    cmp = _split([ComparedRun(rec.id, "local", runs[0], rec.id, job_facets(rec, with_target_section=True))], [])
     for html in (pages.jobs_page("T", "/h", pages.jobs_table([JobRow(record(), None)], "T")),
-                 pages.job_page(view, "T", "/h", live, "name: demo\n", "plan"), live):
+                 pages.job_page(view, "T", "/h", live, "name: demo\n", "plan"), live, compare_page(cmp, "T", "/h"),
+                 compare_page(None, "T", "/h"), "".join(pages.whole_log(rec.id, 0, None, ["x"], "T", "/h"))):
         assert not re.search(r"<script(?![^>]*\ssrc=)", html) and "<style" not in html
         assert not re.search(r"\sstyle=|\son[a-z]+=|javascript:", html)
+
+
+def test_the_jobs_filter_keeps_by_state_target_and_any_part_of_id_or_name():
+    rec = record(id="cifar-ab2cd", name="cifar", state=JobState.FAILED, target="slurm")
+    assert JobFilter().keeps(rec) and not JobFilter().active
+    assert JobFilter(state="FAILED", target="slurm", name="IFA").keeps(rec) and JobFilter(name="ab2").keeps(rec)
+    assert not JobFilter(state="RUNNING").keeps(rec) and not JobFilter(target="local").keeps(rec)
+    assert not JobFilter(name="mnist").keeps(rec)
+    assert JobFilter(name="x").params() == {"state": None, "target": None, "name": "x"}
+    html = pages.jobs_page("T", "/h", pages.jobs_table([], "T", filtered=True), JobFilter(state="FAILED", name='"><b>'))
+    assert "No job matches the filter." in html and "<option selected>FAILED</option>" in html
+    assert 'value="&quot;&gt;&lt;b&gt;"' in html and "state=FAILED" in html  # the live part keeps the filter
+    assert 'action="/compare"' in html and 'name="token" value="T"' in html
+
+
+def test_the_jobs_table_ticks_jobs_for_compare_and_fills_empty_cells():
+    html = pages.jobs_table([JobRow(record(spec={}, shape=None), None)], "T")
+    assert '<input type="checkbox" name="id" value="demo-ab2cd"' in html and '<td class="id">' in html
+    assert '<td class="progress">\u2014</td><td class="num">\u2014</td>' in html
+
+
+def test_a_nodes_whole_log_is_escaped_and_sent_line_by_line():
+    parts = list(pages.whole_log("demo-ab2cd", 1, 2, iter(["<b>one</b>", "two"]), "T", "/h"))
+    assert parts[1:3] == ["&lt;b&gt;one&lt;/b&gt;\n", "two\n"] and parts[-1].endswith("</html>")
+    assert "node 1 of run 2, whole log" in parts[0] and "ddpjob logs demo-ab2cd --node 1 --task 2" in parts[0]
+
+
+def test_the_compare_page_without_jobs_says_how_to_tick_them():
+    from launcher.ui.comparepage import compare_page
+
+    assert "Tick two or more jobs on the jobs page" in compare_page(None, "T", "/h")
