@@ -16,6 +16,8 @@ RATE = "samples_per_s"
 # Left out of the text table's metric columns (still in -o json and csv): the step split and the peak
 # memory get columns of their own. Every other metric (lr, step_time, a user's own) gets its two.
 TEXT_HIDDEN = frozenset({"data_ms", "compute_ms", "comm_ms", "peak_memory_mb"})
+# Settings a program logs rather than scores it earns: their last value only (a "best" learning rate means nothing).
+LAST_ONLY = frozenset({"lr", "learning_rate"})
 
 
 def metric_names(runs: list[RunResult]) -> list[str]:
@@ -95,7 +97,10 @@ def text_table(runs: list[RunResult], labels: list[str] | None = None, keys: lis
     keys = sorted({k for r in runs for k in r.values}) if keys is None else keys
     header = ["RUN", *keys, "STATE", "DURATION"]
     for m in shown:
-        header += [m, f"best {m}"]
+        # A metric named like a value column (a sweep over lr, the trainer logging lr) is "last lr".
+        header.append(f"last {m}" if m in keys else m)
+        if m not in LAST_ONLY:
+            header.append(f"best {m}")
     if RATE in have:
         header.append("samples/s")
     splits = [run_split(r.curves) for r in runs]
@@ -109,7 +114,9 @@ def text_table(runs: list[RunResult], labels: list[str] | None = None, keys: lis
         row = [labels[i] if labels else str(r.index), *(str(r.values.get(k, "-")) for k in keys), r.state,
                duration_text(r.duration_s)]
         for m in shown:
-            row += [_number(r.final.get(m), m), _number(r.best.get(m), m)]
+            row.append(_number(r.final.get(m), m))
+            if m not in LAST_ONLY:
+                row.append(_number(r.best.get(m), m))
         if RATE in have:
             row.append(_number(r.final.get(RATE), RATE))
         if any(splits):

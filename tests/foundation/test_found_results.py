@@ -77,9 +77,9 @@ RUNS = [_run(0, 0.1, 0.5, 0.8), _run(1, 0.01, 0.3, 0.6), _run(2, 1.0, 0.9, None,
 def test_results_table_shows_values_state_duration_and_every_metric():
     lines = cli_results.text_table(RUNS)
     assert lines[0].split() == ["RUN", "lr", "seed", "STATE", "DURATION", "loss", "best", "loss", "eval_accuracy",
-                                "best", "eval_accuracy", "lr", "best", "lr"]  # main metrics first, then the others
-    assert lines[1].split() == ["0", "0.1", "0", "SUCCEEDED", "12.0s", "0.5", "0.5", "0.8", "0.8", "0.05", "0.05"]
-    assert lines[3].split() == ["2", "1.0", "0", "FAILED", "-", "0.9", "0.9", "-", "-", "0.5", "0.5"]
+                                "best", "eval_accuracy", "last", "lr"]  # main metrics first, then the others
+    assert lines[1].split() == ["0", "0.1", "0", "SUCCEEDED", "12.0s", "0.5", "0.5", "0.8", "0.8", "0.05"]
+    assert lines[3].split() == ["2", "1.0", "0", "FAILED", "-", "0.9", "0.9", "-", "-", "0.5"]
 
 
 def test_results_table_has_the_trainers_lr_and_step_time_and_a_users_own_metric():
@@ -90,10 +90,21 @@ def test_results_table_has_the_trainers_lr_and_step_time_and_a_users_own_metric(
     run = RunResult(0, {}, "SUCCEEDED", 1.0, {k: v[-1][1] for k, v in curves.items()},
                     {k: v[-1][1] for k, v in curves.items()}, curves, "/o")
     header, row = cli_results.text_table([run])
-    assert header.split() == ["RUN", "STATE", "DURATION", "loss", "best", "loss", "lr", "best", "lr", "my_metric",
+    assert header.split() == ["RUN", "STATE", "DURATION", "loss", "best", "loss", "lr", "my_metric",
                               "best", "my_metric", "step_time", "best", "step_time", "data/compute/comm", "peak", "MiB"]
-    assert row.split() == ["0", "SUCCEEDED", "1.0s", "1", "1", "0.1", "0.1", "7", "7", "0.25", "0.25",
+    assert row.split() == ["0", "SUCCEEDED", "1.0s", "1", "1", "0.1", "7", "7", "0.25", "0.25",
                            "10%/80%/10%", "300"]
+
+
+def test_results_table_names_a_logged_lr_apart_from_a_swept_lr():
+    """A sweep over lr with the trainer logging lr: the sweep's value is "lr", the logged one "last lr"
+    (two columns named alike read as one), and a learning rate has no "best"."""
+    curves = {"loss": [(1, 1.0)], "lr": [(1, 0.05)]}  # the logged lr: after a warm-up or decay, not the swept 0.1
+    run = RunResult(0, {"lr": 0.1}, "SUCCEEDED", 1.0, {k: v[-1][1] for k, v in curves.items()},
+                    {k: v[-1][1] for k, v in curves.items()}, curves, "/o")
+    header, row = cli_results.text_table([run])
+    assert header.split() == ["RUN", "lr", "STATE", "DURATION", "loss", "best", "loss", "last", "lr"]
+    assert row.split() == ["0", "0.1", "SUCCEEDED", "1.0s", "1", "1", "0.05"]
 
 
 def test_sort_by_metric_best_first_by_sweep_value_and_refusal():
