@@ -221,6 +221,16 @@ def first_failure(failures: list[NodeFailure], procs_per_node: int) -> tuple[Nod
     return first, cause, [r[2] for r in ranked[1:]]
 
 
+def first_and_after(failures: list[NodeFailure], procs_per_node: int) -> tuple[int, str]:
+    """The node that failed first (``first_failure``) and its cause, naming the nodes that failed
+    after it: ``rank 1 exited with code 1: ... (then node(s) 0 failed after it)``. Nodes whose
+    torchrun failed with the first one's own error are left to ``own_errors`` (the same way)."""
+    first, cause, after = first_failure(failures, procs_per_node)
+    mine, logs = own_error(first.log), {f.node: f.log for f in failures}
+    after = [n for n in after if mine is None or own_error(logs[n]) != mine]
+    return first.node, cause + (f" (then node(s) {', '.join(map(str, after))} failed after it)" if after else "")
+
+
 def _failure_time(f: NodeFailure) -> float:
     times = [t for t in (_error_file_time(f.error_file), _stderr_time(f.torchrun_log_dir), f.ended) if t]
     return min(times) if times else float("inf")
