@@ -35,8 +35,9 @@ def test_a_finished_job_shows_its_record_without_the_controller(slurm_cluster, c
 
     code, _, page = request(dashboard, "GET", f"/jobs/{job}")
     assert code == 200 and "SUCCEEDED" in page, page
-    assert "No node has started yet" not in page and "unreachable" not in page, page
+    assert "No node has started yet" not in page and 'class="cause"' not in page, page  # no red box
     assert "host=n1" in page and "host=n2" in page and "hello from rank 1" in page, page
+    assert "From ddpjob&#x27;s record and the job folder; Slurm controller" in page, page  # why Slurm was not asked
 
     shown = cli("status", job, "-o", "json", timeout=60)  # no SLURM_CONF: Slurm cannot be asked
     assert shown.returncode == 0, shown.stderr
