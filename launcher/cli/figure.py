@@ -3,7 +3,10 @@ command's body: never at the command line's start-up."""
 
 from __future__ import annotations
 
+import os
+
 from launcher.core.errors import TargetUnavailable
+from launcher.core.home import user_umask
 
 EXTRA_HINT = "ddpjob plot needs matplotlib: pip install 'ddpjob[plot]'"
 
@@ -41,3 +44,6 @@ def draw(curves: list[tuple[str, list[tuple[int, float]]]], metric: str, title: 
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", loc="best")
         fig.savefig(path)
+    # ddpjob runs with umask 077 (its records may hold secrets); a plot holds none and is made to be
+    # shown: readable by others as the user's own files are (0644 less what their umask takes away).
+    os.chmod(path, 0o644 & ~user_umask())

@@ -274,8 +274,9 @@ for _tool in MORE_COMMANDS:  # each in its own module: launcher/cli/more.py list
 
 
 def main() -> None:
-    # Private files: the registry, plans and logs may hold secrets (the jobs inherit it too).
-    os.umask(os.umask(0o077) | 0o077)
+    from launcher.core.home import private_files
+
+    private_files()  # the registry, plans and logs may hold secrets (the jobs inherit the umask too)
     try:
         # standalone_mode=False: a Ctrl-C before a command's own handling (while click parses) is
         # exit 130 like any other, not click's "Aborted!" with exit 1.

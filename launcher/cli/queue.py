@@ -154,12 +154,15 @@ def _confirm(lines: list[str]) -> None:
     from launcher.core.errors import UsageError
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise UsageError(f"this would cancel {len(lines)} jobs; add --yes to do it without a terminal to ask on "
+        raise UsageError(f"this would cancel {_counted(len(lines))}; add --yes to do it without a terminal to ask on "
                          "(nothing was cancelled)")
-    click.echo(f"These {len(lines)} jobs will be cancelled:")
+    click.echo("This job will be cancelled:" if len(lines) == 1 else f"These {len(lines)} jobs will be cancelled:")
     for line in lines:
         click.echo(f"  {line}")
-    if not click.confirm("Cancel them?", default=False):
+    if not click.confirm("Cancel it?" if len(lines) == 1 else "Cancel them?", default=False):
         click.echo("Nothing was cancelled.", err=True)
         sys.exit(1)
 
+
+def _counted(count: int) -> str:
+    return "1 job" if count == 1 else f"{count} jobs"

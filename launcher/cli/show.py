@@ -51,7 +51,8 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
             out.append(f"  {head}: {painted(t.state.value, t.state.value, colour)}" + (f" ({params})" if params else "")
                        + (f": {t.message}" if t.message else ""))
             for n in t.nodes:
-                extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log", "ended"))
+                # A value not known yet (a running node's exit code) is left out, never shown as None.
+                extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log", "ended") and v is not None)
                 out.append(f"    node {n.get('node', '?')}: {extra}")
     return out
 

@@ -125,6 +125,8 @@ def prune(older_than: str, states: tuple[str, ...], dry_run: bool) -> None:
 @click.option("--target", "-t", type=TARGET_CHOICE, default="local", show_default=True, help="Where to run the check.")
 @click.option("--nodes", "-n", type=click.IntRange(min=1), help="Nodes (default: the spec's, else 2).")
 @click.option("--procs-per-node", "-p", help="Processes per node (an integer or 'auto').")
+@click.option("--set", "user_sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a field of the check's spec, e.g. --set nccl.socket_ifname=eth0 (repeatable).")
 @click.option("--max-mib", type=click.IntRange(1, 4096), default=256, show_default=True,
               help="Largest all-reduce, in MiB (sizes from 1 MiB, x4 each step).")
 @click.option("--iters", type=click.IntRange(1, 100), default=3, show_default=True, help="Timed all-reduces per size.")
@@ -132,8 +134,8 @@ def prune(older_than: str, states: tuple[str, ...], dry_run: bool) -> None:
 @click.option("--report", "report_of", metavar="ID", shell_complete=complete_job_ids,
               help="Show the report of doctor job ID again (waiting for it to end); runs nothing new.")
 @guard
-def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node: str | None, max_mib: int,
-           iters: int, output: str, report_of: str | None) -> None:
+def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node: str | None, user_sets: tuple[str, ...],
+           max_mib: int, iters: int, output: str, report_of: str | None) -> None:
     """Run a real job that shows what each rank sees and how fast the ranks all-reduce.
 
     With a SPEC, the job keeps its settings (image, env, NCCL options, resources, target options)
@@ -142,13 +144,15 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
     times per size, and reported as algbw and busbw (busbw = algbw x 2(n-1)/n, as nccl-tests: equal
     with 2 ranks). The verdict warns when ranks disagree on settings or the bandwidth is far below
     the link's; when the ranks talk over loopback (one host) it says the bandwidth verdict does not
-    apply. -o json has "ok" (no warning), "bandwidth_verdict" and "notes". Exit 1 if the job fails.
+    apply. --set changes the check's settings as it does a job's (the interface NCCL uses, its env).
+    -o json has "ok" (no warning), "bandwidth_verdict" and "notes". Exit 1 if the job fails.
     Ctrl-C stops waiting, not the job: --report ID shows its report later.
 
     \b
     Examples:
       ddpjob doctor --target local --nodes 2
       ddpjob doctor my-job.yaml --target slurm -o json     # with your spec's settings
+      ddpjob doctor -t slurm --set nccl.socket_ifname=eth0  # judged against eth0's speed
       ddpjob doctor --report doctor-ab2cd                  # a doctor job's report again
     """
     import json
@@ -158,11 +162,16 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
 
     jobs = Jobs()
     if report_of is not None:
+        if user_sets or spec_file:
+            from launcher.core.errors import UsageError
+
+            raise UsageError("--report shows the report of a doctor job that ran: give it without SPEC and --set")
         _doctor_report(jobs, jobs.get(report_of).id, output)
         return
     from launcher.doctor import run as doc
 
-    sets = [f"command={json.dumps(doc.probe_command(max_mib, iters))}", "sweep={}", "name=doctor"]
+    # The user's --set first: what makes the job a check (its command, one run, its name) wins.
+    sets = [*user_sets, f"command={json.dumps(doc.probe_command(max_mib, iters))}", "sweep={}", "name=doctor"]
     if nodes is not None:
         sets.append(f"nodes={nodes}")
     if procs_per_node is not None:

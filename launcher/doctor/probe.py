@@ -50,14 +50,30 @@ def rank_info(backend: str, device: Any = None, note: str | None = None) -> dict
 
 
 def _network() -> dict[str, Any]:
-    """This rank's IPv4 addresses per interface, and its own address (and interface) toward MASTER_ADDR."""
+    """This rank's IPv4 addresses per interface, its own address (and interface) toward MASTER_ADDR,
+    and the speed of the link it uses (``link``: the interface NCCL is told to use, else that one)."""
     out: dict[str, Any] = {"addresses": {n: a for n, a in sorted(netif.interfaces().items()) if a}}
     try:
         master, own, iface = netif.route_to(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT") or 9))
         out.update(master_ip=master, address=own, interface=iface)
     except (KeyError, OSError, ValueError):
         pass
+    named = os.environ.get("NCCL_SOCKET_IFNAME", "")
+    link = named.lstrip("=").split(",")[0] if named and not named.startswith("^") else out.get("interface")
+    if link:
+        out["link"] = {"interface": link, "mbits": link_mbits(link)}
     return out
+
+
+def link_mbits(name: str) -> int | None:
+    """The speed of interface ``name`` on this node in Mbit/s, as its driver reports it in /sys;
+    None when it reports none (virtual interfaces: loopback, veth, bridges) or has no such interface."""
+    try:
+        with open(f"/sys/class/net/{os.path.basename(name)}/speed", encoding="utf-8") as f:
+            mbits = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return mbits if mbits > 0 else None
 
 
 def bench(max_mib: int, iters: int, device: Any) -> list[dict[str, Any]]:

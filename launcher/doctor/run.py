@@ -50,7 +50,7 @@ def verdict(report: dict[str, Any]) -> list[str]:
         if len(values) > 1:
             out.append(f"ranks disagree on {key}: {', '.join(sorted(values))}")
     out += _network_warnings(ranks)
-    speed = _link_gbps(ranks[0].get("env", {}) if ranks else {})
+    speed = _link_gbps(ranks)
     results = report.get("results", [])
     if speed and results:
         best = max(r["busbw_gbps"] for r in results)
@@ -66,17 +66,35 @@ def verdict(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def _link_gbps(env: dict[str, str]) -> float | None:
-    """The speed of the interface NCCL is told to use, from this machine's /sys (GB/s), if known."""
-    name = (env.get("NCCL_SOCKET_IFNAME") or "").lstrip("^=").split(",")[0]
-    if not name or env.get("NCCL_SOCKET_IFNAME", "").startswith("^"):
-        return None
-    try:
-        with open(f"/sys/class/net/{name}/speed", encoding="utf-8") as f:
-            mbits = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    return mbits / 8 / 1000 if mbits > 0 else None
+def _link_gbps(ranks: list[dict[str, Any]]) -> float | None:
+    """The speed of the slowest link the ranks use (GB/s), as each node's /sys reports it (the probe's
+    ``link``); None when a rank's link reports none. A report from an older probe has no ``link``:
+    the interface NCCL is told to use, read on this machine, as before."""
+    links = [r.get("link") for r in ranks]
+    if ranks and all(isinstance(link, dict) for link in links):
+        speeds = [link.get("mbits") for link in links if isinstance(link, dict)]
+        known = [s for s in speeds if isinstance(s, int) and s > 0]
+        return min(known) / 8 / 1000 if len(known) == len(speeds) else None
+    from launcher.doctor.probe import link_mbits
+
+    named = str((ranks[0].get("env", {}) if ranks else {}).get("NCCL_SOCKET_IFNAME") or "")
+    mbits = link_mbits(named.lstrip("=").split(",")[0]) if named and not named.startswith("^") else None
+    return mbits / 8 / 1000 if mbits else None
+
+
+def _unknown_link(ranks: list[dict[str, Any]]) -> str:
+    """Why the link's speed is unknown, and what to do about it."""
+    named = {str(r.get("env", {}).get("NCCL_SOCKET_IFNAME")) for r in ranks if r.get("env", {}).get("NCCL_SOCKET_IFNAME")}
+    links = sorted({str(r["link"].get("interface")) for r in ranks if isinstance(r.get("link"), dict)
+                    and not r["link"].get("mbits")})
+    if named and not any(n.startswith("^") for n in named):
+        shown = ", ".join(links) or ", ".join(sorted(named))
+        return (f"interface {shown} (nccl.socket_ifname) reports no link speed in /sys/class/net/*/speed, as virtual "
+                "interfaces (bridges, veth, loopback) do: judge the numbers against the physical link behind it")
+    if links:
+        return (f"interface {', '.join(links)} in use reports no link speed, as virtual interfaces do; to judge "
+                "against another, name it: --set nccl.socket_ifname=IFACE")
+    return "the interface in use is unknown; name it: --set nccl.socket_ifname=IFACE"
 
 
 def node_lines(ranks: list[dict[str, Any]]) -> list[str]:
@@ -144,13 +162,12 @@ def bandwidth_verdict(report: dict[str, Any]) -> str:
     if own and all(netif.is_loopback(a) for a in own):
         return (f"does not apply: the ranks reach each other over loopback ({', '.join(own)}), so no network "
                 "link was measured; run it across hosts (--target slurm or k8s) to judge the network")
-    speed = _link_gbps(ranks[0].get("env", {}) if ranks else {})
+    speed = _link_gbps(ranks)
     if not results:
         return "not judged: nothing was measured"
     best = max(r["busbw_gbps"] for r in results)
     if not speed:
-        return (f"not judged: best busbw {best:.2f} GB/s; the speed of the link in use is unknown here (name its "
-                "interface with nccl.socket_ifname)")
+        return f"not judged: best busbw {best:.2f} GB/s; the link's speed is unknown: {_unknown_link(ranks)}"
     word = "low" if best < 0.1 * speed else "ok"
     return f"{word}: best busbw {best:.2f} GB/s against the {speed:.1f} GB/s the network link should carry"
 

@@ -217,7 +217,13 @@ class Jobs:
                 return self.registry.get(rec.id), None
             return rec, JobStatus(JobState.PENDING, "being submitted")
         tgt, handle = self._target_and_handle(rec)
-        st = tgt.status(handle)
+        try:
+            st = tgt.status(handle)
+        except TargetUnavailable as e:
+            if not rec.state.terminal:  # a job that may still run: its state is unknown from here
+                raise
+            # What ddpjob recorded when the job ended stays true whether or not its scheduler answers now.
+            st = tgt.recorded_status(handle, rec.state, rec.message, str(e).split(";")[0])
         if not rec.state.terminal:
             rec = self.registry.note_state(rec, st.state, st.message)
         return rec, st

@@ -11,8 +11,8 @@ if TYPE_CHECKING:
 
 
 def live_line(jobs: Jobs, job_id: str) -> tuple[JobRecord, str]:
-    """The job's record (refreshed from its target) and its line: ``RUNNING: rendezvous: 1/2
-    node(s) up, ...`` before the first step, ``RUNNING, step 10/300, loss ...`` after it."""
+    """The job's record (refreshed from its target) and its line: ``RUNNING: 1/2 node(s)
+    started; ...`` before the first step, ``RUNNING, step 10/300, loss ...`` after it."""
     from launcher.core.progress import describe
 
     rec, st = jobs.refresh(job_id)

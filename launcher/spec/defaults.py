@@ -119,6 +119,16 @@ def fill(data: dict[str, Any], found: list[Layer]) -> dict[FieldPath, str]:
     return sources
 
 
+def drop_idle_notify(data: dict[str, Any], filled: dict[FieldPath, str]) -> None:
+    """Leave out a ``notify`` section that only a defaults file gave and that says nothing to do:
+    ``notify: {when: [failed]}`` in a user config says which endings notify a spec that asks to be
+    told (``--notify``, ``notify.url`` in the spec), and asks nothing of the specs that do not."""
+    notify = data.get("notify")
+    if (isinstance(notify, dict) and notify and notify.get("command") is None and notify.get("url") is None
+            and all(("notify", str(k)) in filled for k in notify)):
+        del data["notify"]
+
+
 def leaves(data: dict[str, Any], prefix: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
     out: list[tuple[tuple[str, ...], Any]] = []
     for key, value in data.items():

@@ -20,7 +20,7 @@ from launcher.core.errors import Issue, SpecError
 from launcher.core.fields import control_problem
 from launcher.core.interrupts import interrupt_after
 from launcher.spec import yamlread as specyaml
-from launcher.spec.defaults import Layer, default_target, fill
+from launcher.spec.defaults import Layer, default_target, drop_idle_notify, fill
 from launcher.spec.model import JobSpec, sanitize_name
 from launcher.spec.secrets import is_secret, mask_override, printable
 from launcher.spec.size import size_issues
@@ -152,7 +152,8 @@ def load_spec(
     else:
         data = dict(base or {})
 
-    sources: dict[tuple[str | int, ...], str] = fill(data, list(defaults))
+    filled = fill(data, list(defaults))
+    sources: dict[tuple[str | int, ...], str] = dict(filled)
     for parts, value, src in values:
         problem = _apply(data, parts, value, src)
         if problem:
@@ -165,6 +166,7 @@ def load_spec(
         if problem:
             issues.append(problem)
         sources[parts] = src
+    drop_idle_notify(data, {p: s for p, s in filled.items() if sources.get(p) == s})
 
     unreadable = unreadable_values(data)
     issues.extend(unreadable)

@@ -262,6 +262,11 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
     def status(self, handle: HandleT) -> JobStatus:
         """Current state, per task and node, with the root cause of a failure when known."""
 
+    def recorded_status(self, handle: HandleT, state: JobState, message: str, why: str) -> JobStatus:
+        """A finished job's status when its scheduler cannot be asked (``why``): the state and root
+        cause ddpjob recorded when it ended, and what this machine's files still say of its runs."""
+        return JobStatus(state, message, [], {"source": f"ddpjob's record; {why}"})
+
     @abc.abstractmethod
     def logs(self, handle: HandleT, flt: LogFilter, follow: bool = False) -> Iterator[str]:
         """Lines of output, each prefixed with where it came from (task, node, rank).

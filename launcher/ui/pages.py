@@ -237,6 +237,9 @@ def nodes_section(view: JobView) -> str:
     out.append("</tbody></table>")
     if task.message:
         out.append(f"<p>Run {task.index}: {escape(task.message)}</p>")
+    source = str(st.details.get("source", "")) if st else ""
+    if source.startswith("ddpjob's record"):  # the scheduler was not asked (Target.recorded_status)
+        out.append(f"<p class=\"muted\">From {escape(source)}</p>")
     return "".join(out)
 
 

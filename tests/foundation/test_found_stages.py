@@ -14,19 +14,22 @@ from launcher.targets.shared.stage import startup_stage
 
 
 def test_the_stage_follows_the_files_the_nodes_write(tmp_path: Path):
+    # Issue 36 item 1: nodes started, ranks assigned (rendezvous done), first step: each line says
+    # one of them, and none says every node is up while it waits for them to join.
     nodes = [(str(tmp_path / f"node-{n}.log"), str(tmp_path / f"torchrun-node-{n}")) for n in range(2)]
-    assert startup_stage([nodes]) == "starting the nodes"
+    assert startup_stage([nodes]) == "starting 2 node(s)"
     Path(nodes[0][0]).write_text("")
-    assert startup_stage([nodes]) == "rendezvous: 1/2 node(s) up, waiting for every node to join"
+    assert startup_stage([nodes]) == "1/2 node(s) started; the rendezvous waits for the other 1"
     Path(nodes[1][0]).write_text("")
+    assert startup_stage([nodes]) == "2/2 node(s) started; their torchrun agents are meeting at the rendezvous"
     (Path(nodes[0][1]) / "none_abc" / "attempt_0").mkdir(parents=True)
-    assert startup_stage([nodes]) == "rendezvous done; workers starting (1/2 node(s))"
+    assert startup_stage([nodes]) == "rendezvous done, ranks assigned; workers starting on 1/2 node(s)"
     (Path(nodes[1][1]) / "none_def" / "attempt_0").mkdir(parents=True)
-    assert startup_stage([nodes]) == "workers running on 2/2 node(s); no step reported yet"
+    assert startup_stage([nodes]) == "workers running on 2/2 node(s); waiting for the first step"
     later = [(str(tmp_path / "t1-node-0.log"), str(tmp_path / "t1-torchrun"))]
     assert startup_stage([nodes, later]).startswith("task 0: workers running")  # the latest run that started
     Path(later[0][0]).write_text("")
-    assert startup_stage([nodes, later]) == "task 1: rendezvous: 1/1 node(s) up, waiting for every node to join"
+    assert startup_stage([nodes, later]) == "task 1: 1/1 node(s) started; their torchrun agents are meeting at the rendezvous"
     assert startup_stage([]) is None
 
 

@@ -49,7 +49,7 @@ from launcher.targets.k8s.pods import (
     started,
 )
 from launcher.targets.shared.files import atomic_write
-from launcher.targets.shared.logtail import AgentNoise, LogSource, format_line, is_progress_line, split_torchrun_prefix
+from launcher.targets.shared.logtail import AgentNoise, LogSource, format_line, hidden_rank_line, split_torchrun_prefix
 
 POLL = 0.5
 DRAIN_GRACE = 15.0
@@ -95,7 +95,7 @@ class PodLogs:
             if kept is None:
                 return None
             line = kept
-        elif not self.flt.verbose and is_progress_line(text):
+        elif not self.flt.verbose and hidden_rank_line(text):
             return None
         if self.elastic:
             return f"[{ref.label}] {line}"

@@ -54,6 +54,7 @@ _stop_requested = False
 _cgroup: tuple[str | None, str] = (None, "")
 # Starts of a run whose rendezvous port another program took before torchrun bound it.
 PORT_ATTEMPTS = 3
+FAIL_GRACE_S = 1.5  # after a node fails, how long the others may take to end on their own before the stop
 
 # The values of the spec's secret-named env variables, per "run/node": they come in the
 # supervisor's environment (SECRET_ENV, which it removes at once), never in plan.json.
@@ -81,30 +82,6 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
-
-
-def wait_for_exit(pids: list[int], timeout: float) -> None:
-    """Return when one of ``pids`` has ended, or after ``timeout`` seconds.
-
-    With pidfds (Linux 5.3+) the supervisor wakes the moment a node ends, not at its next poll: a
-    finished job is recorded at once, and nothing spins meanwhile. Elsewhere it polls every 50 ms.
-    """
-    import select
-
-    fds: list[int] = []
-    try:
-        for pid in pids:
-            fds.append(os.pidfd_open(pid))
-    except (AttributeError, OSError):  # no pidfd_open here, or a pid already reaped
-        for fd in fds:
-            os.close(fd)
-        time.sleep(min(timeout, 0.05))
-        return
-    try:
-        select.select(fds, [], [], timeout)
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 def _on_term(signum: int, frame: Any) -> None:
@@ -289,22 +266,24 @@ class Supervisor:
                 break
             self.files.retry(self.state)  # a state a full disk refused is written once it can be
             # a node's end wakes us at once; a cancel (signal or file) within 0.25 s
-            wait_for_exit([p.pid for (_, p), c in zip(running, codes) if c is None], 0.25)
+            node_wrapper.wait_for_exit([p.pid for (_, p), c in zip(running, codes) if c is None], 0.25)
         if self.cancelled():
             self._stop(running, st)
             st["state"] = JobState.CANCELLED.value
             st["message"] = "cancelled by user"
         elif failed_node is not None:
+            from launcher.targets.shared.rootcause import NodeFailure, first_and_after, killed_node, own_errors
+
+            # The others a moment to end on their own (a peer's failure ends them too): named after it.
+            node_wrapper.wait_for_all([p for _, p in running], FAIL_GRACE_S)
+            ended = [NodeFailure(n.node, n.log, n.error_file, n.torchrun_log_dir) for n, p in running if p.poll()]
             self._stop(running, st)
             st["state"] = JobState.FAILED.value
-            from launcher.targets.shared.rootcause import killed_node, node_failure, own_errors
-
             record = node_wrapper.read_record(node_wrapper.exit_file(failed_node.log))
-            st["message"] = killed_node(node=failed_node.node, nodes=len(el.nodes), wrapper_pid=failed[0],
-                                        wrapper_code=failed[1], record=record) or node_failure(
-                node=failed_node.node, procs_per_node=self.plan.procs_per_node, log=failed_node.log,
-                error_file=failed_node.error_file, torchrun_log_dir=failed_node.torchrun_log_dir)
-            st["message"] = own_errors(st["nodes"], [n.log for n in el.nodes], failed_node.node, st["message"])
+            killed = killed_node(node=failed_node.node, nodes=len(el.nodes), wrapper_pid=failed[0],
+                                 wrapper_code=failed[1], record=record)
+            first, st["message"] = (failed_node.node, killed) if killed else first_and_after(ended, self.plan.procs_per_node)
+            st["message"] = own_errors(st["nodes"], [n.log for n in el.nodes], first, st["message"])
         else:
             st["state"] = JobState.SUCCEEDED.value
         st["ended"] = time.time()

@@ -46,8 +46,9 @@ _RULE = "=" * 20
 class AgentNoise:
     """What of a torchrun agent's own output (its lines without a rank) ``logs`` shows by default.
 
-    The ranks' lines are the user's and are never touched. Of the agent's, these are hidden: its
-    log records (``E1125 ... torch/distributed/...] failed (exitcode: 1)``), the frames of its
+    The ranks' lines are the user's: of them only torch's known noise is hidden. Of the agent's: its
+    log records (``E1125 ... torch/distributed/...] failed (exitcode: 1)``), torch's known noise
+    (``is_known_noise``, hidden in the ranks' lines too), the frames of its
     tracebacks (a worker that failed or a signal makes every agent raise) and its "Root Cause"
     report between ``====`` rules; each traceback's last line stays, shortened to ``torchrun
     stopped: SignalException: ...``. ddpjob's root cause says which rank failed and how. Lines of
@@ -66,6 +67,8 @@ class AgentNoise:
         return out
 
     def _show(self, text: str) -> str | None:
+        if is_known_noise(text):
+            return None
         if self.after_traceback:  # a chained exception's words and the blank lines around them
             if not text.strip() or text.startswith(_CHAINED):
                 return None
@@ -189,10 +192,27 @@ def follow_files(
         sleep(poll)
 
 
+# torch's TCPStore server asks for the name of every client that connects (getnameinfo) and warns
+# when the address has none: nodes on a container bridge or in the test cluster's namespaces have no
+# reverse DNS for each other. Harmless (the store works by address), and one line per connection.
+_UNNAMED_CLIENT = "[c10d] The hostname of the client socket cannot be retrieved. err="
+
+
+def is_known_noise(text: str) -> bool:
+    """A line torch writes that says nothing a user can act on (``_UNNAMED_CLIENT``): ``logs``
+    hides it unless ``--verbose``; the node's log file keeps it."""
+    return _UNNAMED_CLIENT in text
+
+
 def is_progress_line(text: str) -> bool:
     """A rank's ``DDPJOB_PROGRESS {...}`` line (``launcher.core.progress``): read for progress,
     shown only by ``logs --verbose``."""
     return text.startswith("DDPJOB_PROGRESS {")
+
+
+def hidden_rank_line(text: str) -> bool:
+    """A rank's line that ``logs`` shows only with ``--verbose``: progress records and torch's known noise."""
+    return is_progress_line(text) or is_known_noise(text)
 
 
 def _shown(src: LogSource, lines: list[str], rank: int | None, noise: AgentNoise | None) -> list[str]:
@@ -204,7 +224,7 @@ def _shown(src: LogSource, lines: list[str], rank: int | None, noise: AgentNoise
             if kept is None:
                 continue
             line = kept
-        elif noise is not None and is_progress_line(text):
+        elif noise is not None and hidden_rank_line(text):
             continue
         formatted = format_line(src, line, rank)
         if formatted is not None:

@@ -20,6 +20,14 @@ from launcher.targets.shared.logtail import split_torchrun_prefix
 
 _RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
 _EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
+# Python 3.11+ underlines the failing expression of a traceback line with a line of only these:
+# a pointer into code a one-line cause does not show, so no last words.
+_MARKER_LINE = re.compile(r"^\s*[~^]+\s*$")
+
+
+def _words(lines: list[str]) -> list[str]:
+    """The lines that say something: no blank ones, no traceback marker lines (``^^^^``)."""
+    return [ln for ln in lines if ln.strip() and not _MARKER_LINE.match(ln)]
 
 
 def error_file_cause(path: str) -> str:
@@ -63,7 +71,7 @@ def stderr_tail(torchrun_log_dir: str, local_rank: int | None, n: int = 3) -> li
     if not files:
         return []
     lines = [split_torchrun_prefix(ln)[1] for ln in files[-1].read_text(encoding="utf-8", errors="replace").splitlines()]
-    return [ln for ln in lines if ln.strip()][-n:]
+    return _words(lines)[-n:]
 
 
 def node_failure(*, node: int, procs_per_node: int, log: str, error_file: str, torchrun_log_dir: str) -> str:
@@ -79,7 +87,7 @@ def node_failure(*, node: int, procs_per_node: int, log: str, error_file: str, t
     tail = stderr_tail(torchrun_log_dir, local_rank)
     if not tail:
         worker = [t for lr, t in map(split_torchrun_prefix, lines) if lr is not None and (local_rank is None or lr == local_rank)]
-        tail = [t for t in worker if t.strip()][-3:]
+        tail = _words(worker)[-3:]
     rank = node * procs_per_node + local_rank if local_rank is not None else None
     own = agent_error(lines) if rank is None else None
     if own is not None:  # torchrun itself failed: its error, not a worker's lines, is the cause
@@ -211,6 +219,16 @@ def first_failure(failures: list[NodeFailure], procs_per_node: int) -> tuple[Nod
     ranked.sort(key=lambda r: (r[0], r[1], r[2]))
     _, _, _, first, cause = ranked[0]
     return first, cause, [r[2] for r in ranked[1:]]
+
+
+def first_and_after(failures: list[NodeFailure], procs_per_node: int) -> tuple[int, str]:
+    """The node that failed first (``first_failure``) and its cause, naming the nodes that failed
+    after it: ``rank 1 exited with code 1: ... (then node(s) 0 failed after it)``. Nodes whose
+    torchrun failed with the first one's own error are left to ``own_errors`` (the same way)."""
+    first, cause, after = first_failure(failures, procs_per_node)
+    mine, logs = own_error(first.log), {f.node: f.log for f in failures}
+    after = [n for n in after if mine is None or own_error(logs[n]) != mine]
+    return first.node, cause + (f" (then node(s) {', '.join(map(str, after))} failed after it)" if after else "")
 
 
 def _failure_time(f: NodeFailure) -> float:

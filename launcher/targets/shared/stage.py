@@ -22,10 +22,15 @@ def startup_stage(runs: list[list[NodeFiles]]) -> str | None:
     total = len(nodes)
     up = sum(os.path.exists(log) for log, _ in nodes)
     working = sum(bool(glob.glob(os.path.join(glob.escape(folder), "*", "attempt_*"))) for _, folder in nodes)
+    # Three facts, each from its own file, so no line says one thing and waits on another: a node's
+    # log means its process started; torchrun's attempt folder means the rendezvous gave every rank its
+    # number and the workers were started; the first step comes from the metrics file (the progress line).
     if working == total:
-        return f"{prefix}workers running on {total}/{total} node(s); no step reported yet"
+        return f"{prefix}workers running on {total}/{total} node(s); waiting for the first step"
     if working:
-        return f"{prefix}rendezvous done; workers starting ({working}/{total} node(s))"
+        return f"{prefix}rendezvous done, ranks assigned; workers starting on {working}/{total} node(s)"
+    if up == total:
+        return f"{prefix}{total}/{total} node(s) started; their torchrun agents are meeting at the rendezvous"
     if up:
-        return f"{prefix}rendezvous: {up}/{total} node(s) up, waiting for every node to join"
-    return f"{prefix}starting the nodes"
+        return f"{prefix}{up}/{total} node(s) started; the rendezvous waits for the other {total - up}"
+    return f"{prefix}starting {total} node(s)"

@@ -102,3 +102,22 @@ def _message(handle: SlurmHandle, index: int, rec: slurm_query.SlurmRecord, stat
     # node runner before torchrun (see submitit's log).
     return (f"Slurm state {rec.state}" + (f", exit code {rec.exit_code}" if rec.exit_code else "")
             + f"; see {handle.job_dir}/{sid}_0_log.err")
+
+
+def recorded_status(handle: SlurmHandle, state: JobState, message: str, why: str) -> JobStatus:
+    """The status of a job that ended, from ddpjob's record and the node runners' records in the job
+    folder, for when Slurm cannot be asked (the controller out of reach, no ``SLURM_CONF`` here): each
+    run's state from its nodes' exit codes where every node left one, else the job's."""
+    tasks = []
+    for index in range(handle.runs):
+        nodes = node_records(handle, index)
+        codes = [n.get("exit_code") for n in nodes]
+        own = (state if len(codes) < handle.nodes or None in codes
+               else JobState.SUCCEEDED if all(c == 0 for c in codes) else JobState.FAILED)
+        params = handle.params[index] if index < len(handle.params) else {}
+        nid = f"{handle.slurm_job_id}_{index}" if handle.array else handle.slurm_job_id
+        tasks.append(TaskStatus(index, own, message if handle.runs == 1 else "", nodes, params, nid))
+    details = {"run_dir": handle.run_dir, "slurm_job_id": handle.slurm_job_id, "job_dir": handle.job_dir,
+               "source": f"ddpjob's record and the job folder; {why}"}
+    return JobStatus(state, message, tasks, details)
+

@@ -36,6 +36,7 @@ from launcher.targets.slurm.script import (
 )
 
 if TYPE_CHECKING:
+    from launcher.core.states import JobState
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
     from launcher.targets.slurm.options import SlurmOptions
@@ -162,6 +163,11 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         records = slurm_query.query([h.slurm_job_id for h in handles.values()],
                                     elements={h.slurm_job_id: h.runs for h in handles.values() if h.array})
         return {job_id: job_status(h, records) for job_id, h in handles.items()}
+
+    def recorded_status(self, handle: SlurmHandle, state: JobState, message: str, why: str) -> JobStatus:
+        from launcher.targets.slurm.status import recorded_status
+
+        return recorded_status(handle, state, message, why)
 
     def startup_files(self, handle: SlurmHandle) -> list[list[tuple[str, str]]]:
         paths = [[node_paths(handle.job_dir, i, n) for n in range(handle.nodes)] for i in range(handle.runs)]
