@@ -266,3 +266,36 @@ def test_the_entry_point_loads_nothing_before_its_ctrl_c_handling():
     top = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
     top |= {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
     assert top <= {"__future__", "gc", "sys"}, top
+
+
+def names_in_architecture(text: str) -> set[str]:
+    """The module names ARCHITECTURE.md gives in backticks, dotted: `jobs`, `local/ports.py`,
+    `service/jobs.py` and `launcher.service.ports` give ``jobs``, ``local.ports``, ``service.jobs`` and
+    ``launcher.service.ports``. A span with spaces (a command, a phrase) names only its paths."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    names = set()
+    for span in re.findall(r"`([^`\n]+)`", text):
+        words = re.findall(r"[\w./]+", span)
+        for word in words if len(words) == 1 else [w for w in words if "." in w or "/" in w]:
+            name = re.sub(r"\.py$", "", word.strip("./")).replace("/", ".")
+            if re.fullmatch(r"\w+(\.\w+)*", name):
+                names.add(name)
+    return names
+
+
+def unnamed_modules(text: str) -> list[str]:
+    """Modules of ``launcher`` that ``text`` does not name (by their last parts, as above)."""
+    names = names_in_architecture(text)
+    return sorted(m for m in MODULES if not any(m == n or m.endswith("." + n) for n in names))
+
+
+def test_every_module_is_named_in_architecture_md():
+    """ARCHITECTURE.md is the map: a module it does not name is a part nobody can find (issue 35
+    item 4). Name a new one briefly in its package's row or paragraph."""
+    assert unnamed_modules((REPO / "ARCHITECTURE.md").read_text()) == []
+
+
+def test_the_architecture_check_sees_a_missing_module():
+    text = (REPO / "ARCHITECTURE.md").read_text()
+    assert "launcher.service.queue" in unnamed_modules(text.replace("`queue`", "the queue"))
+    assert unnamed_modules("`ruff check` `service/jobs.py`") == sorted(set(MODULES) - {"launcher.service.jobs"})
