@@ -5,17 +5,30 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 REPO = Path(__file__).resolve().parents[1]
 # Shared test helpers (tests/goldens.py) import by name from any test directory.
 sys.path.insert(0, str(Path(__file__).parent))
 
 from testkit import REAL_FIXTURES, REAL_MARKERS, stop_leftovers  # noqa: E402
+
+# Hypothesis keeps no example database (a failure is reproduced from the seed and the example it
+# prints), and the cache of constants it writes whatever the database goes to a folder of this user
+# outside the checkout (by default both are ./.hypothesis/). Set before any test module is imported:
+# a test's @given reads the code's constants when it is collected.
+settings.register_profile("ddpjob", database=None)
+settings.load_profile("ddpjob")
+HYPOTHESIS_HOME = Path(tempfile.gettempdir()) / f"ddpjob-tests-{os.getuid()}" / "hypothesis"
+HYPOTHESIS_HOME.parent.mkdir(mode=0o700, exist_ok=True)
+set_hypothesis_home_dir(HYPOTHESIS_HOME)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not real" deselects: it must see these marks
@@ -53,8 +66,19 @@ def ddpjob_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 
 @pytest.fixture
-def cli():
-    """``cli("submit", ...)`` runs the real command line in a subprocess and returns the result."""
+def cli(request: pytest.FixtureRequest):
+    """``cli("submit", ...)`` runs the real command line and returns the result as a finished process.
+
+    In the real tier in a subprocess (what users run); in the pure tier in this process through
+    click's test runner (``ddpjob_in_process``): the same ``main``, its exit codes and both streams,
+    without starting Python and loading the CLI again for every call. A pure test whose subject is
+    the process itself (start-up imports, signals, a real exit) uses ``cli_process``."""
+    return ddpjob if request.node.get_closest_marker("real") else ddpjob_in_process
+
+
+@pytest.fixture
+def cli_process():
+    """``cli_process("submit", ...)``: the command line in a subprocess, in any tier."""
     return ddpjob
 
 
@@ -66,4 +90,58 @@ def ddpjob(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"ddpjob {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def ddpjob_in_process(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
+                      timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run ``ddpjob`` like ``ddpjob()`` does, but in this process: ``launcher.cli.main.main`` (what the
+    entry point runs once it has set up the process) with ``sys.argv``, the environment (``env`` over
+    this one), the folder and empty standard streams of its own, as click's ``CliRunner`` isolates
+    them. An exception that would end the process does the same here: Python's traceback on stderr
+    and exit 1. What ``main`` sets for the whole process (the umask, SIGINT ignored once it is done,
+    ``--debug``)
+    is put back afterwards. ``timeout`` is not enforced in-process (a pure test runs no job)."""
+    import signal
+    import traceback
+
+    import click.formatting
+    from click.testing import CliRunner
+
+    from launcher.cli.main import main
+    from launcher.cli.support import DEBUG
+
+    saved = (os.umask(0o077), signal.getsignal(signal.SIGINT), sys.argv, os.getcwd(), DEBUG["on"])
+    os.umask(saved[0])
+    code: int = 0
+    with CliRunner().isolation(env=env) as (out, err, _):
+        sys.argv = ["ddpjob", *args]
+        DEBUG["on"] = bool(os.environ.get("DDPJOB_DEBUG"))  # read at start-up in a process of its own
+        # --help as wide as in a process whose output is a pipe: $COLUMNS or 80, less click's margin
+        # (the runner fixes 80; it puts its own value back afterwards).
+        click.formatting.FORCED_WIDTH = max(min(int(os.environ.get("COLUMNS") or 80), 80) - 2, 50)
+        try:
+            os.chdir(cwd or REPO)
+            main()
+        except SystemExit as e:
+            if isinstance(e.code, int) or e.code is None:
+                code = e.code or 0
+            else:  # as the interpreter does with sys.exit("message")
+                print(e.code, file=sys.stderr)
+                code = 1
+        except Exception:  # what would end the process: its traceback, exit 1
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            DEBUG["on"] = saved[4]
+            os.chdir(saved[3])
+            sys.argv = saved[2]
+            signal.signal(signal.SIGINT, saved[1])
+            os.umask(saved[0])
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode(errors="backslashreplace")
+    proc = subprocess.CompletedProcess(["ddpjob", *args], code, stdout, stderr)
+    if check and code != 0:
+        raise AssertionError(f"ddpjob {' '.join(args)} exited {code}\n{stdout}\n{stderr}")
     return proc
