@@ -4,6 +4,7 @@ imports no target, and one plan for render, --dry-run and submit."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -27,11 +28,18 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
 
 
-def imports(path: Path, *, top_level_only: bool, by_type: bool = False) -> set[str]:
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """Each module is parsed once for all the graphs these tests draw (not for each one)."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def imports(path: Path, *, top_level_only: bool, by_type: bool = False) -> frozenset[str]:
     """Modules of ``launcher`` that ``path`` imports, outside ``if TYPE_CHECKING:`` blocks (inside
     them too with ``by_type``); with ``top_level_only``, only those run when the module is imported
     (not inside functions)."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     skip = set() if by_type else {
         id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
         for n in ast.walk(node)}
@@ -58,7 +66,7 @@ def imports(path: Path, *, top_level_only: bool, by_type: bool = False) -> set[s
             for a in node.names:
                 sub = f"{node.module}.{a.name}"
                 found.add(sub if sub in MODULES else node.module)
-    return {m for m in found if m.startswith("launcher")}
+    return frozenset(m for m in found if m.startswith("launcher"))
 
 
 def test_no_module_is_over_400_lines():
@@ -67,7 +75,7 @@ def test_no_module_is_over_400_lines():
 
 
 def import_graph(*, top_level_only: bool, by_type: bool = False) -> dict[str, set[str]]:
-    graph = {name: imports(path, top_level_only=top_level_only, by_type=by_type) & set(MODULES)
+    graph = {name: set(imports(path, top_level_only=top_level_only, by_type=by_type)) & set(MODULES)
              for name, path in MODULES.items()}
     for name in graph:  # importing a.b.c runs a and a.b first: parents count as imports too
         graph[name] |= {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)} & set(MODULES)
