@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,19 @@ settings.load_profile("ddpjob")
 HYPOTHESIS_HOME = Path(tempfile.gettempdir()) / f"ddpjob-tests-{os.getuid()}" / "hypothesis"
 HYPOTHESIS_HOME.parent.mkdir(mode=0o700, exist_ok=True)
 set_hypothesis_home_dir(HYPOTHESIS_HOME)
+
+
+# A module marked real as a whole (``pytestmark = pytest.mark.real``, or slurm, which is real too).
+WHOLE_MODULE_REAL = re.compile(r"^pytestmark = .*\bpytest\.mark\.(real|slurm)\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """In the pure tier (``-m "not real"``) a test module marked real as a whole is not even imported:
+    none of its tests could be selected, and importing it costs (torch alone took ~3 s of collection)."""
+    if (config.getoption("markexpr") == "not real" and collection_path.name.startswith("test_")
+            and collection_path.suffix == ".py" and WHOLE_MODULE_REAL.search(collection_path.read_text())):
+        return True
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not real" deselects: it must see these marks

@@ -71,3 +71,18 @@ def test_hypothesis_writes_nothing_into_the_checkout():
 
     assert settings.default.database is None
     assert not storage_directory("constants", intent_to_write=False).path.resolve().is_relative_to(TESTS.parent)
+
+
+def test_the_pure_tier_does_not_import_modules_marked_real_as_a_whole():
+    """tests/conftest.py skips importing them under -m "not real" (torch took ~3 s of collection),
+    and only them, and only then."""
+    from conftest import pytest_ignore_collect
+
+    def config(markexpr: str) -> pytest.Config:
+        return type("Config", (), {"getoption": staticmethod(lambda name: markexpr)})()  # type: ignore[return-value]
+
+    train = TESTS / "train"
+    assert pytest_ignore_collect(train / "test_train_unit.py", config("not real")) is True
+    assert pytest_ignore_collect(TESTS / "slurm" / "test_slurm_target.py", config("not real")) is True
+    assert pytest_ignore_collect(train / "test_train_config.py", config("not real")) is None  # it has pure tests
+    assert pytest_ignore_collect(train / "test_train_unit.py", config("")) is None
