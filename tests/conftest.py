@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -19,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Shared test helpers (tests/goldens.py) import by name from any test directory.
 sys.path.insert(0, str(Path(__file__).parent))
 
-from testkit import REAL_FIXTURES, REAL_MARKERS, stop_leftovers  # noqa: E402
+from testkit import REAL_FIXTURES, REAL_MARKERS, ddpjob, ddpjob_in_process, stop_leftovers  # noqa: E402
 
 # Hypothesis keeps no example database (a failure is reproduced from the seed and the example it
 # prints), and the cache of constants it writes whatever the database goes to a folder of this user
@@ -94,68 +93,3 @@ def cli(request: pytest.FixtureRequest):
 def cli_process():
     """``cli_process("submit", ...)``: the command line in a subprocess, in any tier."""
     return ddpjob
-
-
-def ddpjob(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
-           timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run the real ``ddpjob`` command line in a subprocess (what users run)."""
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "launcher", *args], cwd=cwd or REPO, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"ddpjob {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def ddpjob_in_process(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
-                      timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run ``ddpjob`` like ``ddpjob()`` does, but in this process: ``launcher.cli.main.main`` (what the
-    entry point runs once it has set up the process) with ``sys.argv``, the environment (``env`` over
-    this one), the folder and empty standard streams of its own, as click's ``CliRunner`` isolates
-    them. An exception that would end the process does the same here: Python's traceback on stderr
-    and exit 1. What ``main`` sets for the whole process (the umask, SIGINT ignored once it is done,
-    ``--debug``)
-    is put back afterwards. ``timeout`` is not enforced in-process (a pure test runs no job)."""
-    import signal
-    import traceback
-
-    import click.formatting
-    from click.testing import CliRunner
-
-    from launcher.cli.main import main
-    from launcher.cli.support import DEBUG
-
-    saved = (os.umask(0o077), signal.getsignal(signal.SIGINT), sys.argv, os.getcwd(), DEBUG["on"])
-    os.umask(saved[0])
-    code: int = 0
-    with CliRunner().isolation(env=env) as (out, err, _):
-        sys.argv = ["ddpjob", *args]
-        DEBUG["on"] = bool(os.environ.get("DDPJOB_DEBUG"))  # read at start-up in a process of its own
-        # --help as wide as in a process whose output is a pipe: $COLUMNS or 80, less click's margin
-        # (the runner fixes 80; it puts its own value back afterwards).
-        click.formatting.FORCED_WIDTH = max(min(int(os.environ.get("COLUMNS") or 80), 80) - 2, 50)
-        try:
-            os.chdir(cwd or REPO)
-            main()
-        except SystemExit as e:
-            if isinstance(e.code, int) or e.code is None:
-                code = e.code or 0
-            else:  # as the interpreter does with sys.exit("message")
-                print(e.code, file=sys.stderr)
-                code = 1
-        except Exception:  # what would end the process: its traceback, exit 1
-            traceback.print_exc()
-            code = 1
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            DEBUG["on"] = saved[4]
-            os.chdir(saved[3])
-            sys.argv = saved[2]
-            signal.signal(signal.SIGINT, saved[1])
-            os.umask(saved[0])
-        stdout, stderr = out.getvalue().decode(), err.getvalue().decode(errors="backslashreplace")
-    proc = subprocess.CompletedProcess(["ddpjob", *args], code, stdout, stderr)
-    if check and code != 0:
-        raise AssertionError(f"ddpjob {' '.join(args)} exited {code}\n{stdout}\n{stderr}")
-    return proc

@@ -41,9 +41,9 @@ def run(*args: str, limit_as: int | None = TWO_GB, timeout: float = 30, env: dic
 
 
 def run_here(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The same ``ddpjob`` run in this process (tests/conftest.py ``ddpjob_in_process``): for refusals
+    """The same ``ddpjob`` run in this process (tests/testkit.py ``ddpjob_in_process``): for refusals
     whose subject is the message and the exit code, not the process's limits."""
-    from conftest import ddpjob_in_process
+    from testkit import ddpjob_in_process
 
     return ddpjob_in_process(*args, env=env, cwd=cwd)
 

@@ -43,7 +43,7 @@ def test_the_in_process_cli_answers_as_the_process_does(tmp_path):
     import os
     import signal
 
-    from conftest import ddpjob, ddpjob_in_process
+    from testkit import ddpjob, ddpjob_in_process
 
     def shown(err: str) -> str:  # a traceback's frames differ (the runner's own); its header and error do not
         lines = err.splitlines()
@@ -73,10 +73,11 @@ def test_hypothesis_writes_nothing_into_the_checkout():
     assert not storage_directory("constants", intent_to_write=False).path.resolve().is_relative_to(TESTS.parent)
 
 
-def test_the_pure_tier_does_not_import_modules_marked_real_as_a_whole():
+def test_the_pure_tier_does_not_import_modules_marked_real_as_a_whole(request: pytest.FixtureRequest):
     """tests/conftest.py skips importing them under -m "not real" (torch took ~3 s of collection),
     and only them, and only then."""
-    from conftest import pytest_ignore_collect
+    root_conftest = request.config.pluginmanager.get_plugin(str(TESTS / "conftest.py"))
+    pytest_ignore_collect = root_conftest.pytest_ignore_collect
 
     def config(markexpr: str) -> pytest.Config:
         return type("Config", (), {"getoption": staticmethod(lambda name: markexpr)})()  # type: ignore[return-value]
