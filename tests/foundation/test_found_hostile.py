@@ -3,7 +3,8 @@ an id, 3 for an unusable home) and a located message, at once, in bounded memory
 
 Input that could cost time or memory (alias bombs, FIFOs and devices, huge or deep files, huge
 sweeps, tags) goes to a ``ddpjob`` process of its own under a 2 GB limit and a timeout (``run``);
-ordinary values out of range, which cost nothing, to ``ddpjob`` in the test's process (``run_here``)."""
+ordinary values out of range and an unusable home, which cost nothing, to ``ddpjob`` in the test's
+process (``run_here``)."""
 
 from __future__ import annotations
 
@@ -215,7 +216,7 @@ def test_an_unusable_home_is_exit_3_with_the_path_and_the_cause(tmp_path):
     try:
         for home, cause in cases:
             for args in (["list"], ["submit", "--", "python", "x.py"], ["status", "x"]):
-                err = refused(run(*args, env={"DDPJOB_HOME": str(home)}, cwd=tmp_path), 3)
+                err = refused(run_here(*args, env={"DDPJOB_HOME": str(home)}, cwd=tmp_path), 3)
                 assert f"cannot use {home} ($DDPJOB_HOME" in err and cause in err, err
     finally:
         for m in mounts:
