@@ -3,19 +3,45 @@
 from __future__ import annotations
 
 import os
-import subprocess
+import re
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 REPO = Path(__file__).resolve().parents[1]
 # Shared test helpers (tests/goldens.py) import by name from any test directory.
 sys.path.insert(0, str(Path(__file__).parent))
 
-from testkit import REAL_FIXTURES, REAL_MARKERS, stop_leftovers  # noqa: E402
+from testkit import REAL_FIXTURES, REAL_MARKERS, ddpjob, ddpjob_in_process, stop_leftovers  # noqa: E402
+
+# Hypothesis keeps no example database (a failure is reproduced from the seed and the example it
+# prints), and the cache of constants it writes whatever the database goes to a folder of this user
+# outside the checkout (by default both are ./.hypothesis/). Set before any test module is imported:
+# a test's @given reads the code's constants when it is collected.
+settings.register_profile("ddpjob", database=None)
+settings.load_profile("ddpjob")
+HYPOTHESIS_HOME = Path(tempfile.gettempdir()) / f"ddpjob-tests-{os.getuid()}" / "hypothesis"
+HYPOTHESIS_HOME.parent.mkdir(mode=0o700, exist_ok=True)
+set_hypothesis_home_dir(HYPOTHESIS_HOME)
+
+
+# A module marked real as a whole (``pytestmark = pytest.mark.real``, or slurm, which is real too).
+WHOLE_MODULE_REAL = re.compile(r"^pytestmark = .*\bpytest\.mark\.(real|slurm)\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """In the pure tier (``-m "not real"``) a test module marked real as a whole is not even imported:
+    none of its tests could be selected, and importing it costs (torch alone took ~3 s of collection)."""
+    if (config.getoption("markexpr") == "not real" and collection_path.name.startswith("test_")
+            and collection_path.suffix == ".py" and WHOLE_MODULE_REAL.search(collection_path.read_text())):
+        return True
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not real" deselects: it must see these marks
@@ -53,17 +79,17 @@ def ddpjob_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 
 @pytest.fixture
-def cli():
-    """``cli("submit", ...)`` runs the real command line in a subprocess and returns the result."""
+def cli(request: pytest.FixtureRequest):
+    """``cli("submit", ...)`` runs the real command line and returns the result as a finished process.
+
+    In the real tier in a subprocess (what users run); in the pure tier in this process through
+    click's test runner (``ddpjob_in_process``): the same ``main``, its exit codes and both streams,
+    without starting Python and loading the CLI again for every call. A pure test whose subject is
+    the process itself (start-up imports, signals, a real exit) uses ``cli_process``."""
+    return ddpjob if request.node.get_closest_marker("real") else ddpjob_in_process
+
+
+@pytest.fixture
+def cli_process():
+    """``cli_process("submit", ...)``: the command line in a subprocess, in any tier."""
     return ddpjob
-
-
-def ddpjob(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
-           timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run the real ``ddpjob`` command line in a subprocess (what users run)."""
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "launcher", *args], cwd=cwd or REPO, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"ddpjob {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return proc

@@ -7,12 +7,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: where `ddpjob` runs unless told
 
 # Reference material outside the repository (the upstream PyTorchJob CRD, ...) reaches the tests
 # only through DDPJOB_SHARED (.ci/run sets it when ../shared exists). Tests that need it skip with a
@@ -197,3 +201,70 @@ def marked_sweep(cli: Callable[..., object], tmp_path: Path, name: str, stage: s
         f"name: {name}\ncommand: [python, stage.py, '{{i}}']\nsweep: {{i: [0, 1]}}\nenv: {{MARKS: '{marks}'}}\n")
     proc = cli("submit", "-q", "job.yaml", cwd=tmp_path, check=True)
     return marks, proc.stdout.strip()  # type: ignore[attr-defined]
+
+
+# The command line, as the `cli` fixture of tests/conftest.py runs it (here: one module name from
+# any test directory; each directory's own conftest.py is also imported as ``conftest``).
+def ddpjob(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
+           timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the real ``ddpjob`` command line in a subprocess (what users run)."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "launcher", *args], cwd=cwd or ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"ddpjob {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def ddpjob_in_process(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
+                      timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run ``ddpjob`` like ``ddpjob()`` does, but in this process: ``launcher.cli.main.main`` (what the
+    entry point runs once it has set up the process) with ``sys.argv``, the environment (``env`` over
+    this one), the folder and empty standard streams of its own, as click's ``CliRunner`` isolates
+    them. An exception that would end the process does the same here: Python's traceback on stderr
+    and exit 1. What ``main`` sets for the whole process (the umask, SIGINT ignored once it is done,
+    ``--debug``)
+    is put back afterwards. ``timeout`` is not enforced in-process (a pure test runs no job)."""
+    import signal
+    import traceback
+
+    import click.formatting
+    from click.testing import CliRunner
+
+    from launcher.cli.main import main
+    from launcher.cli.support import DEBUG
+
+    saved = (os.umask(0o077), signal.getsignal(signal.SIGINT), sys.argv, os.getcwd(), DEBUG["on"])
+    os.umask(saved[0])
+    code: int = 0
+    with CliRunner().isolation(env=env) as (out, err, _):
+        sys.argv = ["ddpjob", *args]
+        DEBUG["on"] = bool(os.environ.get("DDPJOB_DEBUG"))  # read at start-up in a process of its own
+        # --help as wide as in a process whose output is a pipe: $COLUMNS or 80, less click's margin
+        # (the runner fixes 80; it puts its own value back afterwards).
+        click.formatting.FORCED_WIDTH = max(min(int(os.environ.get("COLUMNS") or 80), 80) - 2, 50)
+        try:
+            os.chdir(cwd or ROOT)
+            main()
+        except SystemExit as e:
+            if isinstance(e.code, int) or e.code is None:
+                code = e.code or 0
+            else:  # as the interpreter does with sys.exit("message")
+                print(e.code, file=sys.stderr)
+                code = 1
+        except Exception:  # what would end the process: its traceback, exit 1
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            DEBUG["on"] = saved[4]
+            os.chdir(saved[3])
+            sys.argv = saved[2]
+            signal.signal(signal.SIGINT, saved[1])
+            os.umask(saved[0])
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode(errors="backslashreplace")
+    proc = subprocess.CompletedProcess(["ddpjob", *args], code, stdout, stderr)
+    if check and code != 0:
+        raise AssertionError(f"ddpjob {' '.join(args)} exited {code}\n{stdout}\n{stderr}")
+    return proc

@@ -57,7 +57,7 @@ def list_(output: str, limit: int, states: tuple[str, ...], target: str | None, 
     from launcher.service.queue import queue
 
     service = _jobs()
-    entries = queue(service, limit=limit or None, target=target, states=_states(states), name=name)
+    entries = queue(service.registry, limit=limit or None, target=target, states=_states(states), name=name)
     progress = {e.rec.id: service.progress(e.rec) for e in entries if not e.rec.state.terminal}
     if output == "json":  # compact: the whole spec and handle stay in status -o json
         click.echo(json.dumps([job_summary(e.rec, progress.get(e.rec.id), service.native_ids(e.rec), e)
@@ -112,7 +112,7 @@ def cancel(job_ids: tuple[str, ...], task: int | None, all_: bool, states: tuple
         raise UsageError("--task cancels one run of one job: give exactly one id")
     if all_:
         wanted = _states(states) or [s for s in JobState if not s.terminal]
-        chosen = [e.rec for e in queue(service, limit=None, target=target, states=wanted, name=name)
+        chosen = [e.rec for e in queue(service.registry, limit=None, target=target, states=wanted, name=name)
                   if not e.rec.state.terminal]
         if not chosen:
             click.echo("no unfinished job matches; nothing to cancel")

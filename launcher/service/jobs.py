@@ -118,7 +118,7 @@ class Jobs:
         """The plan ``submit`` would make, with a placeholder id and no port: submits nothing and
         asks no scheduler (the target's inputs come from local copies only), unless ``online``
         (``--dry-run=server``: the inputs come from the scheduler, as on submit)."""
-        from launcher.targets import get_target
+        from launcher.targets.lookup import get_target
 
         tgt = get_target(target)
         pinned = _pinned(tgt, loaded, build=False)  # build: looked up, never built
@@ -143,7 +143,7 @@ class Jobs:
 
     def server_dry_run(self, plan: Plan[Any]) -> str:
         """Ask the scheduler to check ``plan`` without creating anything (Kubernetes: dryRun=All)."""
-        from launcher.targets import get_target
+        from launcher.targets.lookup import get_target
 
         return get_target(plan.target).server_dry_run(plan)
 
@@ -159,7 +159,7 @@ class Jobs:
             preflight: first check on this machine what the target can (a missing script).
         """
         from launcher.service import notifier, origin
-        from launcher.targets import get_target
+        from launcher.targets.lookup import get_target
 
         tgt, spec = get_target(target), loaded.spec
         if preflight:
@@ -237,7 +237,7 @@ class Jobs:
         A target out of reach leaves its jobs as last known (``launcher.service.queue``)."""
         from launcher.service.queue import queue
 
-        return [entry.rec for entry in queue(self, limit=limit, target=target)]
+        return [entry.rec for entry in queue(self.registry, limit=limit, target=target)]
 
     def progress(self, rec: JobRecord) -> dict[str, Any] | None:
         """How far the job is (``launcher.core.progress``), as its target can tell: from a run's
@@ -333,7 +333,7 @@ class Jobs:
             return []
 
     def _target_and_handle(self, rec: JobRecord) -> tuple[AnyTarget, Handle]:
-        from launcher.targets import get_target
+        from launcher.targets.lookup import get_target
 
         tgt = get_target(rec.target)
         assert rec.handle is not None

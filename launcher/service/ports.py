@@ -18,7 +18,7 @@ from launcher.core.errors import DdpjobError
 def reassign(home: str, job_id: str) -> int:
     """Choose, record and return a new port for ``job_id``."""
     from launcher.service.registry import Registry
-    from launcher.targets import get_target
+    from launcher.targets.lookup import get_target
 
     registry = Registry(Path(home))
     target = get_target(registry.get(job_id).target)

@@ -14,8 +14,7 @@ from launcher.core.states import TERMINAL, JobState
 from launcher.service.shape import check_count
 
 if TYPE_CHECKING:
-    from launcher.service.jobs import Jobs
-    from launcher.service.registry import JobRecord
+    from launcher.service.registry import JobRecord, Registry
     from launcher.targets.base import JobStatus
 
 _LIVE = frozenset(JobState) - TERMINAL
@@ -47,18 +46,18 @@ class Entry:
         return max(0.0, (self.rec.ended_at or now or time.time()) - self.rec.created_at)
 
 
-def queue(jobs: Jobs, *, limit: int | None = 50, target: str | None = None, states: Iterable[JobState] = (),
+def queue(registry: Registry, *, limit: int | None = 50, target: str | None = None, states: Iterable[JobState] = (),
           name: str | None = None) -> list[Entry]:
-    """Jobs newest first, at most ``limit`` (None or 0: all), of ``target``, in ``states`` (as they
-    are now: recorded states of unfinished jobs are refreshed first), named like the glob ``name``.
-    A target out of reach leaves its jobs as last known, their message saying so."""
-    from launcher.targets import get_target
+    """Jobs of ``registry`` newest first, at most ``limit`` (None or 0: all), of ``target``, in
+    ``states`` (as they are now: recorded states of unfinished jobs are refreshed first), named like
+    the glob ``name``. A target out of reach leaves its jobs as last known, their message saying so."""
+    from launcher.targets.lookup import get_target
 
     check_count("--limit", limit)
     wanted = frozenset(states)
     # An unfinished job may have ended since it was recorded: ask for those too, then filter.
     asked = wanted | _LIVE if wanted & TERMINAL else wanted
-    records = jobs.registry.list(limit=None if wanted else (limit or None), target=target, states=asked, name=name)
+    records = registry.list(limit=None if wanted else (limit or None), target=target, states=asked, name=name)
     live: dict[str, dict[str, Any]] = {}
     for rec in records:
         if not rec.state.terminal and rec.handle is not None:
@@ -78,7 +77,7 @@ def queue(jobs: Jobs, *, limit: int | None = 50, target: str | None = None, stat
             r = dataclasses.replace(r, message=f"(stale: last known state; {stale[r.target]})"
                                     + (f" {r.message}" if r.message else ""))
         elif r.id in fresh:
-            r = jobs.registry.note_state(r, fresh[r.id].state, fresh[r.id].message)
+            r = registry.note_state(r, fresh[r.id].state, fresh[r.id].message)
         if not wanted or r.state in wanted:
             out.append(Entry(r, fresh.get(r.id)))
     return out[:limit] if limit else out

@@ -3,7 +3,9 @@
 Each target is a package ``launcher/targets/<name>/`` holding its spec section (``options.py``,
 a pydantic model that becomes the spec's ``<name>:`` field), its plan/render, submit, status and
 logs (``target.py``). This module holds only strings, so that importing it (the CLI does, for
-``--target``) costs nothing; a target's modules are imported when that target is used.
+``--target``) costs nothing; a target's modules are imported when that target is used
+(``lookup.get_target``). The spec imports this module, so it refers to nothing of ``base`` (not
+even by type): no import circle runs through it.
 
 Adding a target: write the package, then add one line to ``TARGETS`` below.
 """
@@ -12,10 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections import namedtuple
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from launcher.targets.base import AnyTarget
+from typing import Any
 
 
 class TargetEntry(namedtuple("TargetEntry", "target options summary")):
@@ -46,20 +45,3 @@ def options_model(name: str) -> Any:
     """The pydantic model of the spec section of target ``name`` (imports only that module)."""
     return _load(TARGETS[name].options)
 
-
-def get_target(name: str) -> AnyTarget:
-    """The target called ``name``; raises ``TargetUnavailable`` if it cannot be loaded here."""
-    from launcher.core.errors import TargetUnavailable
-
-    entry = TARGETS.get(name)
-    if entry is None:
-        raise TargetUnavailable(f"unknown target {name!r}; choose one of {', '.join(TARGET_NAMES)}")
-    module_name = entry.target.partition(":")[0]
-    try:
-        cls = _load(entry.target)
-    except ModuleNotFoundError as e:
-        if e.name == module_name:
-            raise TargetUnavailable(f"the {name} target is not part of this installation") from e
-        raise
-    target: AnyTarget = cls()
-    return target

@@ -373,6 +373,6 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         return cast("HandleT", from_json(self.handle_type, data))
 
 
-# A target chosen by name at run time (``launcher.targets.get_target``): the service walks the same
-# path for each, and each target's own types hold inside it.
+# A target chosen by name at run time (``launcher.targets.lookup.get_target``): the service walks
+# the same path for each, and each target's own types hold inside it.
 AnyTarget = Target[Any, Any, Handle]

@@ -40,10 +40,12 @@ def test_a_local_jobs_own_processes_start_light():
     avoided = ("dataclasses", "pathlib", "json", "launcher.targets.base", "launcher.targets.local.target")
     code = (f"import sys; sys.path.insert(0, {root!r}); import launcher.targets.local.supervisor; "
             f"print([m for m in {avoided!r} if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
+    # -B: as the rest of the tests, no bytecode written into the checkout (-I ignores PYTHONDONTWRITEBYTECODE)
+    out = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
     # The node wrapper runs by path (no package import): nothing but the few standard modules it names.
-    out = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", wrapper[3]], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-I", "-S", "-B", "-X", "importtime", wrapper[3]], capture_output=True,
+                         text=True)
     loaded = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert out.returncode == 2 and not loaded & {*avoided, "subprocess", "typing"}, loaded
 
@@ -85,7 +87,7 @@ def test_the_supervisor_runs_a_job_without_its_heavy_modules(tmp_path):
                "launcher.targets.local.target")
     code = (f"import sys; sys.path.insert(0, {root!r}); from launcher.targets.local import supervisor; "
             f"code = supervisor.main([{str(run_dir)!r}], from_submit=True); print(code, [m for m in {avoided!r} if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60,
+    out = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=run_dir, stdin=subprocess.PIPE)
     assert out.stdout.strip() == "0 []", (out.stdout, out.stderr)
     state = json.loads((run_dir / "state.json").read_text())

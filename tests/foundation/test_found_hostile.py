@@ -1,5 +1,10 @@
 """Hostile and broken input, through the real command line: each case is refused with exit 2 (4 for
-an id, 3 for an unusable home) and a located message, at once, in bounded memory, changing nothing."""
+an id, 3 for an unusable home) and a located message, at once, in bounded memory, changing nothing.
+
+Input that could cost time or memory (alias bombs, FIFOs and devices, huge or deep files, huge
+sweeps, tags) goes to a ``ddpjob`` process of its own under a 2 GB limit and a timeout (``run``);
+ordinary values out of range and an unusable home, which cost nothing, to ``ddpjob`` in the test's
+process (``run_here``)."""
 
 from __future__ import annotations
 
@@ -36,6 +41,14 @@ def run(*args: str, limit_as: int | None = TWO_GB, timeout: float = 30, env: dic
                           timeout=timeout, preexec_fn=limits, env={**os.environ, **(env or {})})
 
 
+def run_here(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The same ``ddpjob`` run in this process (tests/testkit.py ``ddpjob_in_process``): for refusals
+    whose subject is the message and the exit code, not the process's limits."""
+    from testkit import ddpjob_in_process
+
+    return ddpjob_in_process(*args, env=env, cwd=cwd)
+
+
 def refused(proc: subprocess.CompletedProcess[str], code: int = 2) -> str:
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr + proc.stdout and "internal error" not in proc.stderr
@@ -43,7 +56,7 @@ def refused(proc: subprocess.CompletedProcess[str], code: int = 2) -> str:
 
 
 def no_jobs(ddpjob_home: Path) -> None:
-    assert json.loads(run("list", "-o", "json").stdout) == []
+    assert json.loads(run_here("list", "-o", "json").stdout) == []
     assert not (ddpjob_home / "runs").exists()
 
 
@@ -120,17 +133,17 @@ def test_numbers_and_options_out_of_range(tmp_path, ddpjob_home):
         spec = tmp_path / f"ppn{value}.yaml"
         spec.write_text(f"name: p\nimage: img:1\ncommand: [python, x.py]\nprocs_per_node: {value}\n")
         for target in ("local", "slurm", "k8s"):
-            err = refused(run("render", str(spec), "--target", target))
+            err = refused(run_here("render", str(spec), "--target", target))
             assert f"{spec}:4:1: procs_per_node: Input should be greater than or equal to 1" in err
     for args in (["-p", "-1"], ["-p", "0"], ["--nodes", "-1"]):
-        refused(run("submit", *args, "--", "python", "x.py"))
-    err = refused(run("submit", "--set", "env.T=a\nb", "--", "python", "x.py"))
+        refused(run_here("submit", *args, "--", "python", "x.py"))
+    err = refused(run_here("submit", "--set", "env.T=a\nb", "--", "python", "x.py"))
     assert "--set env.T=a\\nb: env.T: the value contains a line break" in err
-    assert "control character '\\x1b'" in refused(run("submit", "--set", "env.T=\x1b[2J", "--", "python", "x.py"))
+    assert "control character '\\x1b'" in refused(run_here("submit", "--set", "env.T=\x1b[2J", "--", "python", "x.py"))
     for bad in ("nan", "inf", "-1"):
-        assert "--timeout" in refused(run("wait", "some-id", "--timeout", bad))
+        assert "--timeout" in refused(run_here("wait", "some-id", "--timeout", bad))
     for opt in ("--tail", "--node", "--rank", "--task"):
-        refused(run("logs", "some-id", opt, "-5"))
+        refused(run_here("logs", "some-id", opt, "-5"))
     no_jobs(ddpjob_home)
 
 
@@ -138,15 +151,15 @@ def test_an_empty_id_never_matches_and_an_ambiguous_prefix_lists_the_candidates(
     reg = Registry(ddpjob_home)
     ids = [reg.reserve("abc", "local", {"name": "abc", "nodes": 1})[0]]
     for blank in ("", " ", "\t"):  # with one job, "" was a prefix of its id and cancelled it
-        assert "an empty job id matches no job" in refused(run("cancel", blank), 4)
+        assert "an empty job id matches no job" in refused(run_here("cancel", blank), 4)
     assert reg.get(ids[0]).state.value == "PENDING"
     ids.append(reg.reserve("abc", "local", {"name": "abc", "nodes": 1})[0])
-    err = refused(run("cancel", "abc-"), 4)
+    err = refused(run_here("cancel", "abc-"), 4)
     assert "is the start of several job ids" in err and all(i in err for i in ids)
     assert [reg.get(i).state.value for i in ids] == ["PENDING", "PENDING"]  # nothing was cancelled
-    proc = run("status", ids[0][:-1], "-o", "json")  # a unique prefix still finds its job
+    proc = run_here("status", ids[0][:-1], "-o", "json")  # a unique prefix still finds its job
     assert proc.returncode == 0 and json.loads(proc.stdout)["id"] == ids[0]
-    bad = refused(run("wait", ids[0], "--timeout", "nan"))
+    bad = refused(run_here("wait", ids[0], "--timeout", "nan"))
     assert "--timeout nan" in bad and reg.get(ids[0]).state.value == "PENDING"
 
 
@@ -203,7 +216,7 @@ def test_an_unusable_home_is_exit_3_with_the_path_and_the_cause(tmp_path):
     try:
         for home, cause in cases:
             for args in (["list"], ["submit", "--", "python", "x.py"], ["status", "x"]):
-                err = refused(run(*args, env={"DDPJOB_HOME": str(home)}, cwd=tmp_path), 3)
+                err = refused(run_here(*args, env={"DDPJOB_HOME": str(home)}, cwd=tmp_path), 3)
                 assert f"cannot use {home} ($DDPJOB_HOME" in err and cause in err, err
     finally:
         for m in mounts:

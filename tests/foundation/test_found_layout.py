@@ -4,6 +4,7 @@ imports no target, and one plan for render, --dry-run and submit."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -27,12 +28,21 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
 
 
-def imports(path: Path, *, top_level_only: bool) -> set[str]:
-    """Modules of ``launcher`` that ``path`` imports, outside ``if TYPE_CHECKING:`` blocks; with
-    ``top_level_only``, only those run when the module is imported (not inside functions)."""
-    tree = ast.parse(path.read_text())
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for n in ast.walk(node)}
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """Each module is parsed once for all the graphs these tests draw (not for each one)."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def imports(path: Path, *, top_level_only: bool, by_type: bool = False) -> frozenset[str]:
+    """Modules of ``launcher`` that ``path`` imports, outside ``if TYPE_CHECKING:`` blocks (inside
+    them too with ``by_type``); with ``top_level_only``, only those run when the module is imported
+    (not inside functions)."""
+    tree = parsed(path)
+    skip = set() if by_type else {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)}
 
     def statements(body: list[ast.stmt]) -> list[ast.AST]:
         out: list[ast.AST] = []
@@ -56,7 +66,7 @@ def imports(path: Path, *, top_level_only: bool) -> set[str]:
             for a in node.names:
                 sub = f"{node.module}.{a.name}"
                 found.add(sub if sub in MODULES else node.module)
-    return {m for m in found if m.startswith("launcher")}
+    return frozenset(m for m in found if m.startswith("launcher"))
 
 
 def test_no_module_is_over_400_lines():
@@ -64,8 +74,9 @@ def test_no_module_is_over_400_lines():
     assert long == {}
 
 
-def import_graph(*, top_level_only: bool) -> dict[str, set[str]]:
-    graph = {name: imports(path, top_level_only=top_level_only) & set(MODULES) for name, path in MODULES.items()}
+def import_graph(*, top_level_only: bool, by_type: bool = False) -> dict[str, set[str]]:
+    graph = {name: set(imports(path, top_level_only=top_level_only, by_type=by_type)) & set(MODULES)
+             for name, path in MODULES.items()}
     for name in graph:  # importing a.b.c runs a and a.b first: parents count as imports too
         graph[name] |= {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)} & set(MODULES)
         graph[name].discard(name)
@@ -92,10 +103,12 @@ def cycles_of(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycle_between_launcher_modules():
-    """Not at import time, and not through imports inside functions either (a lazy import only hides
-    a circle; ``if TYPE_CHECKING:`` blocks are not run and do not count)."""
+    """Not at import time, not through imports inside functions (a lazy import only hides a circle),
+    and not through ``if TYPE_CHECKING:`` imports either: a circle of types is a circle of ideas
+    (issue 35 item 4; the spec <-> targets and jobs <-> queue circles were of that kind)."""
     assert cycles_of(import_graph(top_level_only=True)) == []
     assert cycles_of(import_graph(top_level_only=False)) == []
+    assert cycles_of(import_graph(top_level_only=False, by_type=True)) == []
 
 
 def test_the_graph_check_finds_a_lazy_circle():
@@ -103,6 +116,15 @@ def test_the_graph_check_finds_a_lazy_circle():
     graph = import_graph(top_level_only=False)
     graph["launcher.core.errors"] = graph["launcher.core.errors"] | {"launcher.service.jobs"}
     assert cycles_of(graph) != []
+
+
+def test_the_graph_check_sees_imports_made_for_types_only(tmp_path):
+    """An import under ``if TYPE_CHECKING:`` is an edge of the full graph (and only of that one)."""
+    source = tmp_path / "m.py"
+    source.write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                      "    from launcher.service.jobs import Jobs\n")
+    assert imports(source, top_level_only=False, by_type=True) == {"launcher.service.jobs"}
+    assert imports(source, top_level_only=False) == set()
 
 
 def package_of(module: str) -> str:
@@ -138,7 +160,7 @@ ALLOWED = {
 
 def test_packages_import_only_what_their_docstring_allows():
     wrong = []
-    for name, deps in import_graph(top_level_only=False).items():
+    for name, deps in import_graph(top_level_only=False, by_type=True).items():
         src = package_of(name)
         for dep in deps:
             dst = package_of(dep)
@@ -252,3 +274,36 @@ def test_the_entry_point_loads_nothing_before_its_ctrl_c_handling():
     top = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
     top |= {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
     assert top <= {"__future__", "gc", "sys"}, top
+
+
+def names_in_architecture(text: str) -> set[str]:
+    """The module names ARCHITECTURE.md gives in backticks, dotted: `jobs`, `local/ports.py`,
+    `service/jobs.py` and `launcher.service.ports` give ``jobs``, ``local.ports``, ``service.jobs`` and
+    ``launcher.service.ports``. A span with spaces (a command, a phrase) names only its paths."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    names = set()
+    for span in re.findall(r"`([^`\n]+)`", text):
+        words = re.findall(r"[\w./]+", span)
+        for word in words if len(words) == 1 else [w for w in words if "." in w or "/" in w]:
+            name = re.sub(r"\.py$", "", word.strip("./")).replace("/", ".")
+            if re.fullmatch(r"\w+(\.\w+)*", name):
+                names.add(name)
+    return names
+
+
+def unnamed_modules(text: str) -> list[str]:
+    """Modules of ``launcher`` that ``text`` does not name (by their last parts, as above)."""
+    names = names_in_architecture(text)
+    return sorted(m for m in MODULES if not any(m == n or m.endswith("." + n) for n in names))
+
+
+def test_every_module_is_named_in_architecture_md():
+    """ARCHITECTURE.md is the map: a module it does not name is a part nobody can find (issue 35
+    item 4). Name a new one briefly in its package's row or paragraph."""
+    assert unnamed_modules((REPO / "ARCHITECTURE.md").read_text()) == []
+
+
+def test_the_architecture_check_sees_a_missing_module():
+    text = (REPO / "ARCHITECTURE.md").read_text()
+    assert "launcher.service.queue" in unnamed_modules(text.replace("`queue`", "the queue"))
+    assert unnamed_modules("`ruff check` `service/jobs.py`") == sorted(set(MODULES) - {"launcher.service.jobs"})

@@ -23,7 +23,7 @@ def _sweep_spec(tmp_path, runs: int, nodes: int) -> str:
 
 
 def test_a_plan_of_too_many_processes_is_refused_from_the_spec(tmp_path, monkeypatch):
-    from launcher.targets import get_target
+    from launcher.targets.lookup import get_target
 
     planned = []
     for name in ("local", "slurm", "k8s"):  # nothing may be planned: the refusal comes first

@@ -131,11 +131,10 @@ def test_json_and_csv_carry_every_metric_and_no_nan():
     assert rows[3] == "2,1.0,0,FAILED,,,0.9,0.5,,0.9,0.5,/o/sweep-2"
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    import os
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    from testkit import ddpjob_in_process
 
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
+    return ddpjob_in_process(*args)
 
 
 def test_the_command_line_start_imports_no_plotting_library():
@@ -167,7 +166,9 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path: Path):
     blocked = tmp_path / "blocked"
     (blocked / "matplotlib").mkdir(parents=True)
     (blocked / "matplotlib" / "__init__.py").write_text("raise ImportError('matplotlib is not installed here')\n")
-    proc = _cli("plot", "any-job", env={"PYTHONPATH": str(blocked)})
+    from testkit import ddpjob
+
+    proc = ddpjob("plot", "any-job", env={"PYTHONPATH": str(blocked)})  # a process: matplotlib is not importable there
     assert proc.returncode == 3, proc.stderr
     assert "ddpjob plot needs matplotlib: pip install 'ddpjob[plot]'" in proc.stderr and "Traceback" not in proc.stderr
 

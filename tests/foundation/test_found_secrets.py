@@ -126,7 +126,7 @@ def test_error_messages_and_older_records_never_show_a_secret(cli, ddpjob_home):
 
 def _count_plans(monkeypatch, target: str) -> list[str]:
     """The job ids the target's real ``plan`` is called with, from now on."""
-    from launcher.targets import get_target
+    from launcher.targets.lookup import get_target
 
     cls = type(get_target(target))
     real, calls = cls.plan, []

@@ -34,3 +34,56 @@ def test_no_selected_test_uses_a_real_fixture_without_the_real_mark(request: pyt
     assert unmarked == [], f"tests that start real things but are not marked real: {unmarked}"
     if request.config.getoption("markexpr") == "not real":
         assert all(item.get_closest_marker("real") is None for item in request.session.items)
+
+
+def test_the_in_process_cli_answers_as_the_process_does(tmp_path):
+    """The pure tier's ``cli`` runs ``ddpjob`` in the test's process (tests/conftest.py): for a spec
+    error, a plan, --help and an error under --debug, it gives the exit code and
+    the two streams a real ``ddpjob`` process gives, and leaves the process as it found it."""
+    import os
+    import signal
+
+    from testkit import ddpjob, ddpjob_in_process
+
+    def shown(err: str) -> str:  # a traceback's frames differ (the runner's own); its header and error do not
+        lines = err.splitlines()
+        return f"{lines[0]}...{lines[-1]}" if lines and lines[0].startswith("Traceback (most recent") else err
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\ncommand: [python, t.py]\nnodes: 0\n")
+    good = tmp_path / "g.yaml"
+    good.write_text("name: g\ncommand: [python, -c, 'print(1)']\n")
+    umask, sigint = os.umask(0o022), signal.getsignal(signal.SIGINT)
+    os.umask(umask)
+    for args in (["validate", str(spec)], ["render", str(good), "--target", "slurm"], ["logs", "--help"],
+                 ["--debug", "status", "x"]):
+        here, there = ddpjob_in_process(*args, cwd=tmp_path), ddpjob(*args, cwd=tmp_path)
+        assert (here.returncode, here.stdout, shown(here.stderr)) == (there.returncode, there.stdout,
+                                                                     shown(there.stderr)), args
+    assert "Traceback (most recent call last):" in here.stderr  # --debug: the error's traceback
+    assert (os.umask(umask), signal.getsignal(signal.SIGINT)) == (umask, sigint)
+
+
+def test_hypothesis_writes_nothing_into_the_checkout():
+    """No example database, and its other files (a cache of constants) outside the checkout."""
+    from hypothesis import settings
+    from hypothesis.configuration import storage_directory
+
+    assert settings.default.database is None
+    assert not storage_directory("constants", intent_to_write=False).path.resolve().is_relative_to(TESTS.parent)
+
+
+def test_the_pure_tier_does_not_import_modules_marked_real_as_a_whole(request: pytest.FixtureRequest):
+    """tests/conftest.py skips importing them under -m "not real" (torch took ~3 s of collection),
+    and only them, and only then."""
+    root_conftest = request.config.pluginmanager.get_plugin(str(TESTS / "conftest.py"))
+    pytest_ignore_collect = root_conftest.pytest_ignore_collect
+
+    def config(markexpr: str) -> pytest.Config:
+        return type("Config", (), {"getoption": staticmethod(lambda name: markexpr)})()  # type: ignore[return-value]
+
+    train = TESTS / "train"
+    assert pytest_ignore_collect(train / "test_train_unit.py", config("not real")) is True
+    assert pytest_ignore_collect(TESTS / "slurm" / "test_slurm_target.py", config("not real")) is True
+    assert pytest_ignore_collect(train / "test_train_config.py", config("not real")) is None  # it has pure tests
+    assert pytest_ignore_collect(train / "test_train_unit.py", config("")) is None

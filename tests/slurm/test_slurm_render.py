@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from goldens import assert_golden
+from testkit import ddpjob_in_process
 
 from launcher.core.errors import SpecError
 from launcher.core.quantity import parse_memory, slurm_mem
@@ -194,8 +195,7 @@ def test_bad_slurm_options_are_refused(override, field):
 def test_cli_refuses_newline_in_setup_with_exit_2(tmp_path):
     spec = tmp_path / "bad.yaml"
     spec.write_text('name: bad\ncommand: [python, t.py]\nslurm:\n  setup: ["module load x\\ntouch /tmp/pwned"]\n')
-    proc = subprocess.run([sys.executable, "-m", "launcher", "render", str(spec), "--target", "slurm"],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = ddpjob_in_process("render", str(spec), "--target", "slurm")
     assert proc.returncode == 2
     assert "slurm.setup" in proc.stderr and "line break" in proc.stderr
 
@@ -233,8 +233,7 @@ def test_memory_refused(dialect, quantity, words):
 @pytest.mark.parametrize("field", ["resources.memory", "slurm.memory", "resources.shm"])
 def test_bad_memory_is_a_spec_error_with_its_field(field):
     """One quantity parser for spec and Slurm: 1P used to pass the spec and crash the Slurm render (exit 70)."""
-    proc = subprocess.run([sys.executable, "-m", "launcher", "render", "jobs/quickstart.yaml", "--target", "slurm",
-                           "--set", f"{field}=1P"], capture_output=True, text=True, cwd=REPO)
+    proc = ddpjob_in_process("render", "jobs/quickstart.yaml", "--target", "slurm", "--set", f"{field}=1P")
     assert proc.returncode == 2, proc.stderr
     assert f"--set {field}=1P: {field}: " in proc.stderr and "Traceback" not in proc.stderr
 

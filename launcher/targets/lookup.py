@@ -1,0 +1,30 @@
+"""The target called by name at run time (the service's ``get_target``).
+
+It lives beside the names, not in ``launcher/targets/__init__.py``: the spec imports that module
+(for the names and each target's section), so it refers to nothing of ``targets.base``, not even
+by type, and no import circle runs through it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from launcher.core.errors import TargetUnavailable
+from launcher.targets import TARGET_NAMES, TARGETS
+from launcher.targets.base import AnyTarget
+
+
+def get_target(name: str) -> AnyTarget:
+    """The target called ``name``; raises ``TargetUnavailable`` if it cannot be loaded here."""
+    entry = TARGETS.get(name)
+    if entry is None:
+        raise TargetUnavailable(f"unknown target {name!r}; choose one of {', '.join(TARGET_NAMES)}")
+    module_name, _, attr = entry.target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except ModuleNotFoundError as e:
+        if e.name == module_name:
+            raise TargetUnavailable(f"the {name} target is not part of this installation") from e
+        raise
+    target: AnyTarget = cls()
+    return target
