@@ -25,7 +25,7 @@ _PREFIX = re.compile(rb"^\[default(\d+)\]:", re.M)
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 GPU_EVERY_S = 6.0  # nvidia-smi is a process: asked at most this often
-STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "stopped (traced)", "Z": "zombie"}
+STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "stopped (traced)", "Z": "zombie", "X": "ended"}
 
 
 def children(pid: int) -> list[int]:
@@ -130,6 +130,7 @@ class Sampler:
         self._stopped: dict[int, float] = {}  # pid -> since when it is stopped
         self._output: dict[int, float] = {}  # local rank -> its last output line's time
         self._offset: int | None = None
+        self._last: list[dict[str, object]] = []
         self._gpu_at = 0.0
         self._gpu: tuple[list[dict[str, object]], dict[int, dict[str, object]], str | None] = ([], {}, None)
 
@@ -152,6 +153,8 @@ class Sampler:
             if pid not in self._ids:
                 self._ids[pid] = _ranks_of(pid)
             rank, local = self._ids[pid]
+            if rank is None:  # not a worker of torchrun (a container engine's process): not a rank
+                continue
             local = order if local is None else local
             state, cpu_s = stat
             last = self._cpu.get(pid)
@@ -169,6 +172,11 @@ class Sampler:
                 rec["gpu"] = gproc[pid]
             rec.update(self._steps(rank))
             ranks.append(rec)
+        if ranks:
+            self._last = ranks
+        else:  # the ranks have ended (or not yet started): their last sample stays, for top after the end
+            ranks = [{**{k: v for k, v in r.items() if k != "stopped_since"}, "state": "X", "cpu": None}
+                     for r in self._last]
         out: dict[str, object] = {"node": self.node, "t": now, "ranks": sorted(ranks, key=lambda r: str(r["local_rank"]))}
         if devices:
             out["gpus"] = devices
