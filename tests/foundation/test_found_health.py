@@ -205,3 +205,13 @@ def test_the_sampler_reads_each_worker_and_its_output_from_proc(tmp_path):
             os.kill(r["pid"], signal.SIGKILL)
         agent.kill()
         agent.wait()
+
+
+def test_a_progress_line_keeps_what_the_watch_says_first():
+    """list, wait's live line and logs -f's progress line show the stall watch's note before the steps
+    (list cuts at 60 characters); other messages leave the progress line alone."""
+    from launcher.core.progress import with_health
+
+    assert with_health("step 3/9", "stalled: rank 1 on node 1 is stopped") == "stalled: rank 1 on node 1 is stopped; step 3/9"
+    assert with_health("", "straggler: rank 1 on node 1") == "straggler: rank 1 on node 1"
+    assert with_health("step 3/9", "retrying the port") == "step 3/9"
