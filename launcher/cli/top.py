@@ -32,7 +32,7 @@ def top(job_id: str, output: str, once: bool, interval: float) -> None:
     Examples:
       ddpjob top ID
       ddpjob top ID --once
-      ddpjob top ID -o json | jq '.nodes[].ranks[] | {rank, cpu_pct, output_age_s}'
+      ddpjob top ID -o json | jq '.health.nodes[].ranks[] | {rank, cpu_pct, output_age_s}'
     """
     import json
 
