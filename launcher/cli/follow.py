@@ -128,7 +128,7 @@ def print_submitted(done: Submission, target: str, *, quiet: bool, hints: bool) 
 def follow_to_end(service: Jobs, job_id: str, flt: LogFilter | None = None) -> int:
     """Stream the job's lines until it ends; 0 if it SUCCEEDED, 1 otherwise, 130 on Ctrl-C."""
     from launcher.cli import colour
-    from launcher.core.progress import describe
+    from launcher.core.progress import describe, with_health
     from launcher.targets.base import LogFilter
 
     live = sys.stderr.isatty() and sys.stdout.isatty()  # stages and progress on a terminal only
@@ -144,7 +144,8 @@ def follow_to_end(service: Jobs, job_id: str, flt: LogFilter | None = None) -> i
             click.echo(colour.line(line, coloured))
             if live and time.monotonic() - shown > 15:
                 shown = time.monotonic()
-                progress = describe(service.progress(service.get(job_id)))
+                rec, _ = service.refresh(job_id)  # its message says what the stall watch sees
+                progress = with_health(describe(service.progress(rec)), rec.message)
                 if progress:
                     click.echo(f"[ddpjob] {job_id}: {progress}", err=True)
         rec, _ = service.refresh(job_id)

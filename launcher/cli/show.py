@@ -63,7 +63,7 @@ def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] |
     while it runs); last, a sweep's runs ended (``runs 2/4``) and the message (or a running job's
     progress), cut to 60. ``colour``: the state column in colour (on a terminal)."""
     from launcher.cli.colour import state as painted
-    from launcher.core.progress import describe, duration
+    from launcher.core.progress import describe, duration, with_health
     from launcher.service.cleanup import disk_use
 
     now = time.time()
@@ -71,7 +71,7 @@ def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] |
     rows = [(*head, "MESSAGE")]
     for e in entries:
         r = e.rec
-        note = describe((progress or {}).get(r.id)) or r.message
+        note = with_health(describe((progress or {}).get(r.id)), r.message) or r.message
         done, total = e.runs()
         if total > 1:
             note = f"runs {done if done is not None else '?'}/{total}" + (f"; {note}" if note else "")

@@ -115,6 +115,18 @@ def describe(progress: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
+HEALTH_NOTES = ("stalled:", "straggler:")  # what the stall watch adds to a running job's message
+
+
+def with_health(text: str, message: str | None) -> str:
+    """A progress line with what the stall watch says of the job's ranks (a stuck rank, a straggler:
+    ``launcher.targets.shared.heartbeat.report``), which a line of steps alone would hide: first, so
+    that a line cut short (``list``) keeps it."""
+    if message and message.startswith(HEALTH_NOTES):
+        return f"{message}; {text}" if text else message
+    return text
+
+
 def advice(progress: dict[str, Any] | None) -> str | None:
     """The step split's advice (``StepSplit.advice``) for a run's progress, or None."""
     from launcher.core.stepsplit import StepSplit

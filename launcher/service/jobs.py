@@ -248,6 +248,14 @@ class Jobs:
         tgt, handle = self._target_and_handle(rec)
         return tgt.progress(handle)
 
+    def health(self, rec: JobRecord) -> Any:
+        """Every rank's health (``launcher.targets.shared.health.JobHealth``) as its target can tell,
+        the last sample of a job that ended; None before the first sample, or where none is kept."""
+        if rec.handle is None:
+            return None
+        tgt, handle = self._target_and_handle(rec)
+        return tgt.health(handle)
+
     def wait(self, job_id: str, timeout: float | None = None,
              on_poll: Callable[[JobRecord], None] | None = None) -> JobRecord:
         """Poll until the job ends (politely: backing off to one query every 5 s).

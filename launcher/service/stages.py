@@ -13,13 +13,13 @@ if TYPE_CHECKING:
 def live_line(jobs: Jobs, job_id: str) -> tuple[JobRecord, str]:
     """The job's record (refreshed from its target) and its line: ``RUNNING: 1/2 node(s)
     started; ...`` before the first step, ``RUNNING, step 10/300, loss ...`` after it."""
-    from launcher.core.progress import describe
+    from launcher.core.progress import describe, with_health
 
     rec, st = jobs.refresh(job_id)
     if rec.state.terminal or st is None:
         return rec, rec.state.value + (f": {st.message}" if st is not None and st.message else "")
     progress = jobs.progress(rec)
     if progress:
-        return rec, f"{rec.state.value}, {describe(progress)}"
+        return rec, f"{rec.state.value}, {with_health(describe(progress), st.message)}"
     tgt, handle = jobs._target_and_handle(rec)  # the service's own helper: one target, one handle
     return rec, f"{rec.state.value}: {tgt.stage(handle, st)}"

@@ -350,6 +350,25 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
                 return None
         return {**progress, "task": index}
 
+    def watch_files(self, handle: HandleT) -> list[str]:
+        """Each run's ``watch.json`` (``launcher.targets.shared.heartbeat``) where this machine can read
+        it: beside each run's node logs in the job's ``plan.json`` (the local target's)."""
+        import os
+
+        return [os.path.join(os.path.dirname(files[0][0]), "watch.json") for files in self.startup_files(handle) if files]
+
+    def health(self, handle: HandleT) -> Any:
+        """Every rank's health (``launcher.targets.shared.health.JobHealth``) of the latest run whose
+        watch this machine can read: its last sample once the run has ended; None when there is none."""
+        from launcher.targets.shared.health import parse
+
+        files = self.watch_files(handle)
+        for index in reversed(range(len(files))):
+            state = read_json(files[index])
+            if isinstance(state, dict):
+                return parse(state, index)
+        return None
+
     def stage(self, handle: HandleT, status: JobStatus) -> str:
         """One line for a live display while the job starts: where it is (waiting in a queue, nodes
         starting, rendezvous, workers running), else the status message."""

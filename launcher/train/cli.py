@@ -129,6 +129,8 @@ def _harness_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bench-data-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: a slow data loader
     p.add_argument("--bench-comm-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: a slow all-reduce
     p.add_argument("--bench-no-split", action="store_true", help=argparse.SUPPRESS)  # benchmark: no step split
+    p.add_argument("--slow-rank", type=int, default=-1, help=argparse.SUPPRESS)  # tests: this rank is a straggler
+    p.add_argument("--slow-rank-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # ... by this many seconds a step
 
 
 def check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:

@@ -82,6 +82,8 @@ class HarnessConfig:
     bench_data_delay: float  # seconds of sleep before each batch is ready: a data loader slowed on purpose
     bench_comm_delay: float  # seconds each gradient all-reduce is held before DDP sees it done: a slow network
     bench_no_split: bool  # no step split (StepClock): what measuring it costs
+    slow_rank: int = -1  # this rank sleeps slow_rank_delay seconds in each step's compute: a straggler on purpose
+    slow_rank_delay: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from launcher.train.distcore import DistInfo, barrier, mean_over_ranks
 from launcher.train.metrics import Metrics, eval_line
 from launcher.train.preempt import StopAgreement
 from launcher.train.stepclock import StepClock
+from launcher.train.vitals import StepReport
 
 
 def lr_lambda(optim: OptimConfig, total_steps: int) -> Callable[[int], float]:
@@ -52,6 +53,7 @@ class Trainer:
             # once and keep the fastest. Evaluation turns it off (evaluation.evaluate).
             torch.backends.cudnn.benchmark = True
         self.clock = StepClock(info.device, enabled=not cfg.harness.bench_no_split)
+        self.report = StepReport(info.rank, self.clock)
         net = models.place(models.build(cfg.model, cfg.data.dataset), cfg.model, info.device)
         self.model = parallel.wrap(net, cfg, info, self.clock)
         optim = cfg.optim
@@ -170,6 +172,8 @@ class Trainer:
             if self.cfg.harness.step_delay:
                 time.sleep(self.cfg.harness.step_delay)
             self.log_step(epoch, loss, time.perf_counter() - t0)
+            if self.report.due():
+                self.report.write(self.step)
             done_in_epoch = step_in_epoch + 1
             if every and self.step % every == 0 and done_in_epoch < self.steps_per_epoch:
                 paused = time.perf_counter()
@@ -211,6 +215,8 @@ class Trainer:
             self.scaler.update()
         else:
             self.optimizer.step()
+        if cfg.harness.slow_rank == self.info.rank:
+            time.sleep(cfg.harness.slow_rank_delay)  # tests: a straggler, slow in its own compute
         self.clock.step_done()
         self.scheduler.step()
         self.step += 1

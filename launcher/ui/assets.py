@@ -68,6 +68,8 @@ a { color: var(--accent); }
 progress { width: 120px; height: 10px; vertical-align: middle; margin-right: 8px; }
 .muted { color: var(--muted); }
 .cause { background: #fff4f2; border: 1px solid #f1b7ae; padding: 8px 12px; white-space: pre-wrap; font-family: ui-monospace, monospace; font-size: 12px; }
+table.ranks td { font-family: ui-monospace, monospace; font-size: 12px; white-space: nowrap; }
+tr.stuck td, tr.straggler td { background: #fff4f2; font-weight: 600; }
 .note { background: #fff; border: 1px solid var(--line); padding: 8px 12px; white-space: pre-wrap; font-family: ui-monospace, monospace; font-size: 12px; }
 .facts { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 0 0 8px; }
 .facts dt { color: var(--muted); }

@@ -243,6 +243,24 @@ def nodes_section(view: JobView) -> str:
     return "".join(out)
 
 
+def health_section(view: JobView) -> str:
+    """Every rank, node by node: what ``ddpjob top`` shows (``launcher.targets.shared.health.rows``)."""
+    from launcher.targets.shared.health import COLUMNS, JobHealth, rows
+
+    health = view.health
+    if not isinstance(health, JobHealth):
+        return ""
+    note = f"<p class=\"cause\">{escape(health.note)}</p>" if health.note else ""
+    sampled = f" sampled {age(time.time() - health.updated)} ago" if health.updated else ""
+    out = [f"<h2>Ranks <span class=\"muted\">(<code>ddpjob top {escape(view.rec.id)}</code>;{sampled})</span></h2>",
+           note, "<table class=\"ranks\"><thead><tr>", *(f"<th>{escape(c)}</th>" for c in COLUMNS), "</tr></thead><tbody>"]
+    for row in rows(health):
+        flag = f" class=\"{escape(row[-1].lower())}\"" if row[-1] else ""
+        out.append(f"<tr{flag}>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
 def logs_section(view: JobView, token: str) -> str:
     if not view.logs:
         return ""
@@ -303,5 +321,5 @@ def job_live(view: JobView, token: str, now: float | None = None) -> str:
         out.append(f"<form class=\"cancel\" method=\"post\" action=\"{url(job_path(rec.id) + '/cancel', token)}\" "
                    f"data-confirm=\"Cancel {escape(rec.id)}? Every process of the job is stopped.\">"
                    "<button class=\"cancel\" type=\"submit\">Cancel job</button></form>")
-    out += [runs_section(view, token), nodes_section(view), logs_section(view, token)]
+    out += [runs_section(view, token), nodes_section(view), health_section(view), logs_section(view, token)]
     return "".join(out)

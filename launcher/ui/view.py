@@ -40,6 +40,7 @@ class JobView:
     logs: list[tuple[int, list[str]]]  # (node, its last lines)
     problems: list[str] = field(default_factory=list)
     nodes: int = 1
+    health: Any = None  # every rank's health (launcher.targets.shared.health.JobHealth), as ddpjob top shows it
 
     @property
     def procs_per_node(self) -> int | None:
@@ -129,7 +130,12 @@ def job_view(jobs: Jobs, job_id: str, task: int | None = None, tail: int = LOG_T
                 logs.append((node, list(jobs.logs(rec.id, flt, follow=False))))
             except DdpjobError as e:
                 problems.append(f"logs of node {node}: {e}")
-    return JobView(rec, st, progress, runs or [], task, logs, problems, _nodes_of(rec))
+    try:
+        health = jobs.health(rec)
+    except DdpjobError as e:
+        health = None
+        problems.append(f"ranks: {e}")
+    return JobView(rec, st, progress, runs or [], task, logs, problems, _nodes_of(rec), health)
 
 
 def compare_view(jobs: Jobs, job_ids: list[str]) -> Comparison:

@@ -29,7 +29,8 @@ def test_help_lists_no_hidden_option():
     text = p.format_help()  # what --help prints
     harness = {f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(HarnessConfig)}
     assert hidden_options(p) == harness == {"--step-delay", "--bench-no-sync", "--bench-data-delay",
-                                            "--bench-comm-delay", "--bench-no-split"}
+                                            "--bench-comm-delay", "--bench-no-split", "--slow-rank",
+                                            "--slow-rank-delay"}
     for opt in harness:
         assert opt not in text, opt
     assert "--log-every" in text and "--stop-check-every" in text  # the user's options are there
@@ -37,7 +38,8 @@ def test_help_lists_no_hidden_option():
 
 def test_hidden_options_still_work():
     assert cli.parse(["--step-delay", "0.25", "--bench-no-sync", "--bench-data-delay", "0.5", "--bench-comm-delay",
-                      "0.125", "--bench-no-split"]).harness == HarnessConfig(0.25, True, 0.5, 0.125, True)
+                      "0.125", "--bench-no-split", "--slow-rank", "1", "--slow-rank-delay", "0.05"]
+                     ).harness == HarnessConfig(0.25, True, 0.5, 0.125, True, 1, 0.05)
     assert cli.parse([]).harness == HarnessConfig(step_delay=0.0, bench_no_sync=False, bench_data_delay=0.0,
                                                   bench_comm_delay=0.0, bench_no_split=False)
 

@@ -272,3 +272,23 @@ def test_the_compare_page_without_jobs_says_how_to_tick_them():
     from launcher.ui.comparepage import compare_page
 
     assert "Tick two or more jobs on the jobs page" in compare_page(None, "T", "/h")
+
+
+def test_job_page_shows_every_rank_as_top_does_with_the_flagged_one_marked():
+    """The dashboard's job page holds top's table (launcher.targets.shared.health.rows): every rank with
+    CPU, memory and output age, "no GPU" on a machine without one, the straggler's row marked."""
+    from launcher.targets.shared.health import parse
+
+    now = time.time()
+    rank = {"local_rank": 0, "state": "R", "cpu": 97.0, "rss": 300 << 20, "output": now - 2,
+            "steps": {"step": 9, "t": now, "step_ms": 100, "data_ms": 1, "compute_ms": 20, "comm_ms": 70}}
+    nodes = [{"node": n, "host": f"<h{n}>", "heard": now, "vitals": {"node": n, "t": now, "no_gpu": "no GPU (nvidia-smi not found)",
+              "ranks": [{**rank, "rank": n, "pid": 10 + n}]}} for n in (0, 1)]
+    state = {"updated": now, "timeout": 300, "action": "report", "nodes": nodes, "verdict": None,
+             "stragglers": [{"rank": 1, "node": 1, "message": "rank 1 on node 1 is the slowest"}]}
+    view = JobView(record(), None, None, [], 0, [], health=parse(state, now=now))
+    live = pages.job_live(view, "TOKEN")
+    assert "<h2>Ranks" in live and "straggler: rank 1 on node 1 is the slowest" in live
+    assert live.count("<tr class=\"straggler\">") == 1 and "&lt;h1&gt;" in live and "<h1>" not in live.split("Ranks")[1]
+    assert live.count("300.0 MiB") == 2 and live.count("no GPU") == 2 and "2s ago" in live
+    assert "<h2>Ranks" not in pages.job_live(JobView(record(), None, None, [], 0, []), "TOKEN")

@@ -20,7 +20,12 @@ import signal
 import sys
 import time
 
-RECORD_SIZE = 256  # bytes allocated up front; a record is far smaller
+TYPE_CHECKING = False  # typing is never imported here (see above); mypy reads this block all the same
+if TYPE_CHECKING:
+    from launcher.targets.shared import heartbeat
+
+RECORD_SIZE = 1024  # bytes allocated up front; a record is far smaller
+WATCH_ENV = "DDPJOB_WATCH"  # the stall watch of the node (see _watch), read and removed before the agent starts
 
 
 class LogStream:
@@ -190,6 +195,7 @@ def run(exit_file: str, argv: list[str], cgroup: str | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)  # before the spawn: a stop request can never miss the agent
+    watch = os.environ.pop(WATCH_ENV, "")  # the wrapper's, not the agent's
     try:
         # As subprocess would start it (the signals Python ignores back to their defaults; caught
         # ones are reset by exec), without importing subprocess.
@@ -202,8 +208,12 @@ def run(exit_file: str, argv: list[str], cgroup: str | None = None) -> int:
         forward(signum, None)
     agent = child[0]
     created = _record(exit_file, {"exit_code": None, "started": started, "pid": agent}, create=True)
+    stalled: list[str] = []
+    watcher = _watch(watch, exit_file, argv, agent, stalled) if watch else None
     _, status = os.waitpid(agent, 0)
     child[0] = 0
+    if watcher is not None:
+        watcher.stop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         # Nothing left to forward to. Ignored, not merely unforwarded: Python restores the default
         # action of the signals it handles as it exits, and the supervisor's SIGTERM to stop the
@@ -211,9 +221,68 @@ def run(exit_file: str, argv: list[str], cgroup: str | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)
     code = os.waitstatus_to_exitcode(status)
     sig_name = signal.Signals(-code).name if code < 0 else None
-    _record(exit_file, {"exit_code": code, "signal": sig_name, "ended": time.time(), "pid": agent},
-            create=not created)
+    end: dict[str, object] = {"exit_code": code, "signal": sig_name, "ended": time.time(), "pid": agent}
+    if stalled:
+        end.update(stalled=stalled[0][:RECORD_SIZE // 2], exit_code=code or 1)
+    _record(exit_file, end, create=not created)
+    if stalled:
+        return code if code > 0 else 1
     return 128 - code if code < 0 else code
+
+
+def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: list[str]) -> heartbeat.Watch | heartbeat.Beacon | None:
+    """This node's side of the stall watch and its ranks' vitals (``DDPJOB_WATCH``, set by the plan):
+    the first node runs the ``Watch``, the others a ``Beacon``, as Slurm's node runner does
+    (``launcher.targets.shared.heartbeat``). Imported only now, the agent already started. With
+    ``stall.action: fail`` a stall stops the agent (its stopped ranks killed first, as nothing else
+    would end them) and the node ends failed with the reason in its exit record."""
+    import threading
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    from launcher.targets.shared import heartbeat, vitals
+
+    try:
+        c = dict(word.partition("=")[::2] for word in config.split())
+        node, nodes, timeout = int(c["node"]), int(c["nodes"]), float(c["timeout"])
+        addr, port = argv[argv.index("--master-addr") + 1], int(argv[argv.index("--master-port") + 1])
+    except (ValueError, KeyError, IndexError) as e:
+        _say(f"[ddpjob] no stall watch: {WATCH_ENV}={config!r} and the torchrun command do not say it ({e!r})")
+        return None
+    task_dir = os.path.dirname(os.path.abspath(exit_file))
+    log = exit_file[: -len(".exit.json")] + ".log"
+    outputs = [log, *([os.environ["DDPJOB_METRICS_FILE"]] if node == 0 and os.environ.get("DDPJOB_METRICS_FILE") else [])]
+    sampler = vitals.Sampler(node=node, agent=agent, log=log, steps_dir=os.environ.get(vitals.VITALS_DIR_ENV))
+
+    def on_stall(message: str) -> None:
+        stalled.append(message)
+        _say(f"[ddpjob] stall.action fail: {message}; stopping this node")
+        for pid in vitals.children(agent):  # a stopped rank ignores torchrun's SIGTERM until it is killed
+            if vitals.STATES.get((vitals.proc_stat(pid) or ("",))[0], "").startswith("stopped"):
+                _kill(pid, signal.SIGKILL)
+        _kill(agent, signal.SIGTERM)
+        timer = threading.Timer(20.0, _kill, (agent, signal.SIGKILL))  # torchrun stuck in its own stop
+        timer.daemon = True  # never keeps the wrapper from ending
+        timer.start()
+
+    common = {"port": port, "host": "localhost", "timeout": timeout, "action": c.get("action", "report"),
+              "on_stall": on_stall, "vitals": sampler.sample, "outputs": outputs}
+    if node == 0:
+        w = heartbeat.Watch(nodes=nodes, state_path=os.path.join(task_dir, "watch.json"), **common)  # type: ignore[arg-type]
+        why = w.start()
+        if why:
+            _say(f"[ddpjob] {why}")
+            return None
+        return w
+    b = heartbeat.Beacon(addr=addr, node=node, **common)  # type: ignore[arg-type]
+    b.start()
+    return b
+
+
+def _kill(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _record(exit_file: str, record: dict[str, object], *, create: bool) -> bool:

@@ -25,7 +25,7 @@ from launcher.core.states import JobState, summarize
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
 from launcher.targets.local import container as ctr
 from launcher.targets.local import network as net
-from launcher.targets.local import ports
+from launcher.targets.local import ports, watch
 from launcher.targets.local.payload import (
     MARKER,
     PORT_AT_SUBMIT,
@@ -127,6 +127,8 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                 error_file = f"{task_dir}/node-{node}.error.json"
                 env = run_env(env_base, el.env, job_id=ctx.job_id, sweep_index=el.index,
                               output_dir=el.output_dir, error_file=error_file)
+                if engine == "none":  # the stall watch and the ranks' vitals (launcher.targets.local.watch)
+                    env.update(watch.node_env(spec, task_dir=task_dir, node=node))
                 env = dict(sorted({**env, **dist.node_gpu_env(ctx.gpu_count, spec.nodes, procs_per_node, node)}.items()))
                 log_dir = f"{task_dir}/torchrun-node-{node}"
                 argv = torchrun_argv(
@@ -214,7 +216,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                 details["state_file"] = stale
             if state is None:
                 return JobStatus(JobState.PENDING, "starting" + (f"; {stale}" if stale else ""), details=details)
-            message = state.get("message", "")
+            message = watch.running_note(handle.run_dir, state, state.get("message", ""))
             if stale is not None:
                 message = (message + "; " if message else "") + (
                     f"this state may be out of date: the supervisor {stale}, keeps supervising and writes it when it can")

@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from launcher.targets.shared.straggle import Straggle
+
 INTERVAL_S = 2.0
 
 
@@ -49,9 +51,12 @@ class Watch:
     """The first node's side: hears every other node, writes ``state_path``, judges stalls."""
 
     def __init__(self, *, port: int, nodes: int, host: str, outputs: list[str], timeout: float, action: str,
-                 state_path: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S) -> None:
+                 state_path: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S,
+                 vitals: Callable[[], dict[str, Any]] | None = None) -> None:
         self.port, self.timeout, self.action, self.state_path = port, timeout, action, state_path
-        self.interval = interval
+        self.interval, self.vitals = interval, vitals
+        self.stragglers: list[dict[str, Any]] = []
+        self._straggle = Straggle()
         self.outputs, self.on_stall = outputs, on_stall
         now = time.time()
         self.started = now
@@ -82,7 +87,7 @@ class Watch:
         next_tick = 0.0
         while not self._stop.is_set():
             try:
-                data, peer = self._sock.recvfrom(2048)
+                data, peer = self._sock.recvfrom(65535)
                 self._heard(data, peer)
             except (OSError, ValueError):
                 pass
@@ -99,6 +104,8 @@ class Watch:
         now = time.time()
         rec = self.nodes[node]
         rec.update(heard=now, host=str(msg.get("host"))[:255], address=peer[0])
+        if isinstance(msg.get("vitals"), dict):
+            rec["vitals"] = msg["vitals"]
         if int(msg.get("bytes", 0)) != rec["bytes"]:
             rec.update(bytes=int(msg.get("bytes", 0)), output=now)
         assert self._sock is not None
@@ -111,6 +118,9 @@ class Watch:
         own["heard"] = now
         if size != own["bytes"]:
             own.update(bytes=size, output=now)
+        if self.vitals is not None:
+            own["vitals"] = _sampled(self.vitals)
+        self.stragglers = self._straggle.judge(list(self.nodes.values()), now)
         if self.verdict is None or self.action == "report":  # reported stalls clear when the node is back
             self.verdict = self._judge(now)
             if self.verdict is not None and self.action == "fail":
@@ -126,10 +136,24 @@ class Watch:
                         f"no heartbeat ever arrived (does the network between the nodes drop UDP to port {self.port}?)")
                 return {"node": rec["node"], "host": rec["host"], "kind": "lost", "since": last, "message":
                         f"{name} went silent: {said} ({int(now - last)} s; stall timeout {self.timeout:g} s)"}
+        stuck = stuck_ranks(self.nodes.values(), now, self.timeout)
+        if stuck:
+            first = stuck[0]
+            return {"node": first["node"], "host": first["host"], "rank": first["rank"], "kind": "stuck",
+                    "since": first["since"], "message": first["message"] + (
+                        f" (and {len(stuck) - 1} more rank(s))" if len(stuck) > 1 else "")}
         # Quiet counts for the run as a whole: often only the first node prints (rank 0), so one node's
         # silence says nothing, while a hung collective silences every node.
         last = max(r["output"] for r in self.nodes.values())
         if now - last > self.timeout:
+            stopped = stuck_ranks(self.nodes.values(), now, 0.0)  # the run is quiet because a rank stopped
+            if stopped:
+                first = stopped[0]
+                return {"node": first["node"], "host": first["host"], "rank": first["rank"], "kind": "stuck",
+                        "since": first["since"], "message": (
+                            f"{first['who']} is stopped (SIGSTOP?) since {clock(first['since'])}, and no node has "
+                            f"written output or made progress since {clock(last)} ({int(now - last)} s; stall "
+                            f"timeout {self.timeout:g} s)")}
             return {"node": None, "host": None, "kind": "quiet", "since": last, "message":
                     f"no node has written output or made progress since {clock(last)} ({int(now - last)} s; "
                     f"stall timeout {self.timeout:g} s)"}
@@ -137,7 +161,7 @@ class Watch:
 
     def _write(self, now: float) -> None:
         state = {"updated": now, "timeout": self.timeout, "action": self.action, "interval": self.interval,
-                 "nodes": list(self.nodes.values()), "verdict": self.verdict}
+                 "nodes": list(self.nodes.values()), "verdict": self.verdict, "stragglers": self.stragglers}
         tmp = f"{self.state_path}.tmp{os.getpid()}"
         try:
             with open(tmp, "w", encoding="utf-8") as f:
@@ -154,9 +178,10 @@ class Beacon:
     """Another node's side: tells the first node it lives, and notices when the first node does not answer."""
 
     def __init__(self, *, addr: str, port: int, node: int, host: str, outputs: list[str], timeout: float,
-                 action: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S) -> None:
+                 action: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S,
+                 vitals: Callable[[], dict[str, Any]] | None = None) -> None:
         self.addr, self.port, self.node, self.host = addr, port, node, host
-        self.interval = interval
+        self.interval, self.vitals = interval, vitals
         self.outputs, self.timeout, self.action, self.on_stall = outputs, timeout, action, on_stall
         self.answered = time.time()
         self.ever_answered = False
@@ -173,7 +198,10 @@ class Beacon:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.settimeout(self.interval)
             while not self._stop.is_set():
-                msg = json.dumps({"node": self.node, "host": self.host, "bytes": _size(self.outputs)}).encode()
+                beat: dict[str, Any] = {"node": self.node, "host": self.host, "bytes": _size(self.outputs)}
+                if self.vitals is not None:
+                    beat["vitals"] = _sampled(self.vitals)
+                msg = json.dumps(beat).encode()
                 try:
                     sock.sendto(msg, (self.addr, self.port))
                     sock.recvfrom(64)
@@ -191,12 +219,40 @@ class Beacon:
                         self.on_stall(self.lost)
 
 
+def _sampled(vitals: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A node's vitals; a sampler that fails says so rather than stopping the heartbeats."""
+    try:
+        return vitals()
+    except Exception as exc:  # noqa: BLE001 - the heartbeat matters more than the sample
+        return {"error": f"vitals not sampled: {type(exc).__name__}: {exc}"}
+
+
+def stuck_ranks(nodes: Any, now: float, timeout: float) -> list[dict[str, Any]]:
+    """The ranks stopped (SIGSTOP, Ctrl-Z, a debugger: state T) for longer than ``timeout``, from the
+    nodes' vitals, the longest stopped first: each with node, host, rank, since and a message."""
+    out = []
+    for rec in nodes:
+        vitals = rec.get("vitals") if isinstance(rec.get("vitals"), dict) else {}
+        for r in vitals.get("ranks") or []:
+            since = r.get("stopped_since")
+            if isinstance(since, (int, float)) and now - since > timeout:
+                where = f"node {rec['node']}" + (f" ({rec['host']})" if rec.get("host") else "")
+                who = f"rank {r.get('rank')} (local rank {r.get('local_rank')}, pid {r.get('pid')}) on {where}"
+                out.append({"node": rec["node"], "host": rec.get("host"), "rank": r.get("rank"), "since": since,
+                            "who": who, "message": f"{who} is stopped (SIGSTOP?) since {clock(since)} "
+                                                   f"({int(now - since)} s; stall timeout {timeout:g} s)"})
+    return sorted(out, key=lambda s: s["since"])
+
+
 def report(state: dict[str, Any], now: float) -> str | None:
     """What ``status`` says about a running run, from the first node's ``watch.json``; None when all is well."""
     verdict = state.get("verdict")
     if isinstance(verdict, dict) and verdict.get("message"):
         ending = "; the job is being ended (stall.action: fail)" if state.get("action") == "fail" else ""
         return f"stalled: {verdict['message']}{ending}"
+    slow = [s["message"] for s in state.get("stragglers") or [] if isinstance(s, dict) and s.get("message")]
+    if slow:
+        return "straggler: " + "; ".join(slow)
     updated = float(state.get("updated") or 0)
     if updated and now - updated > float(state.get("timeout") or 300):
         return (f"stalled: the first node's watch has said nothing since {clock(updated)} (node 0 lost, "

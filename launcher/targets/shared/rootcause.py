@@ -159,6 +159,8 @@ def killed_node(*, node: int, nodes: int, wrapper_pid: int | None, wrapper_code:
     ordinary lines, and a killed wrapper's agent is stopped by ddpjob's own SIGTERM afterwards:
     neither is the cause."""
     others = " and the job's other nodes" if nodes > 1 else ""
+    if record is not None and isinstance(record.get("stalled"), str):  # the stall watch ended it (stall.action: fail)
+        return f"stalled: {record['stalled']}; ddpjob stopped the job (stall.action: fail)"
     if wrapper_code is not None and wrapper_code < 0 and (record is None or record.get("exit_code") is None):
         pid = f" (pid {wrapper_pid})" if wrapper_pid else ""
         return (f"node {node}: its ddpjob node wrapper{pid} {_killed(signal_name(-wrapper_code))}; "

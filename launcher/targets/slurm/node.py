@@ -27,10 +27,10 @@ import time
 import zlib
 from typing import Any
 
-from launcher.targets.shared import heartbeat, netif
+from launcher.targets.shared import heartbeat, netif, vitals
 from launcher.targets.shared.files import write_json
 from launcher.targets.slurm.query import expand_nodelist
-from launcher.targets.slurm.script import SlurmCommon, SlurmElement, node_argv, node_env, node_paths
+from launcher.targets.slurm.script import SlurmCommon, SlurmElement, node_argv, node_env, node_paths, task_dir
 
 # Ports derived from the job id fall in this range (below the usual ephemeral range 32768+).
 SLURM_PORT_BASE = 20000
@@ -196,17 +196,19 @@ class NodeRunner:
         ``stall.action`` is fail."""
         c = self.common
         timeout, action = float(c.stall_timeout_s), c.stall_action
+        sampler = vitals.Sampler(node=node, agent=lambda: self._proc.pid if self._proc else None, log=paths["log"],
+                                 steps_dir=f"{task_dir(c.job_dir, self.element.index)}/vitals")
         if node == 0:
             outputs = [paths["log"], os.path.join(self.element.output_dir, "metrics.jsonl")]
             watch = heartbeat.Watch(port=port, nodes=c.nodes, host=host, outputs=outputs, state_path=paths["watch"],
-                                    timeout=timeout, action=action, on_stall=self._on_stall)
+                                    timeout=timeout, action=action, on_stall=self._on_stall, vitals=sampler.sample)
             why = watch.start()
             if why:
                 log.write(f"[ddpjob] {why}\n".encode())
                 return None
             return watch
         beacon = heartbeat.Beacon(addr=addr, port=port, node=node, host=host, outputs=[paths["log"]],
-                                  timeout=timeout, action=action, on_stall=self._on_stall)
+                                  timeout=timeout, action=action, on_stall=self._on_stall, vitals=sampler.sample)
         beacon.start()
         return beacon
 

@@ -27,6 +27,7 @@ from typing import Any
 from launcher.spec.secrets import shown_value
 from launcher.targets.base import Handle
 from launcher.targets.shared.launch import run_env, torchrun_argv
+from launcher.targets.shared.vitals import VITALS_DIR_ENV
 
 # Values only known inside the job. Render shows them as shell variables; the node runner fills
 # them in. A NUL byte marks them because no spec string can contain one (the spec refuses it).
@@ -167,9 +168,11 @@ def node_argv(common: SlurmCommon, element: SlurmElement, *, node: str, addr: st
 
 def node_env(common: SlurmCommon, element: SlurmElement, *, node: str) -> dict[str, str]:
     """Variables ddpjob adds for one node's processes (on top of the job's environment), sorted."""
-    return run_env(common.env, element.env, job_id=common.job_id, sweep_index=element.index,
-                   output_dir=element.output_dir,
-                   error_file=node_paths(common.job_dir, element.index, node)["error_file"])
+    env = run_env(common.env, element.env, job_id=common.job_id, sweep_index=element.index,
+                  output_dir=element.output_dir,
+                  error_file=node_paths(common.job_dir, element.index, node)["error_file"])
+    # where the trainer reports each rank's steps for the node runner's vitals (launcher.targets.shared.vitals)
+    return dict(sorted({**env, VITALS_DIR_ENV: f"{task_dir(common.job_dir, element.index)}/vitals"}.items()))
 
 
 def shell_word(word: str) -> str:

@@ -169,6 +169,10 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
 
         return recorded_status(handle, state, message, why)
 
+    def watch_files(self, handle: SlurmHandle) -> list[str]:
+        """Each run's ``watch.json``, written by its first node's runner (``slurm/node.py``)."""
+        return [node_paths(handle.job_dir, index, 0)["watch"] for index in range(handle.runs)]
+
     def startup_files(self, handle: SlurmHandle) -> list[list[tuple[str, str]]]:
         paths = [[node_paths(handle.job_dir, i, n) for n in range(handle.nodes)] for i in range(handle.runs)]
         return [[(p["log"], p["torchrun_log_dir"]) for p in run] for run in paths]

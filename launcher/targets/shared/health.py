@@ -1,0 +1,173 @@
+"""Every rank's health, typed, for the client side (``ddpjob top``, the dashboard): read from the
+first node's ``watch.json`` (written by ``shared.heartbeat``'s ``Watch`` with each node's vitals from
+``shared.vitals``). ``heartbeat.report`` says the same in one line for ``status`` and ``list``; this
+module gives every field, rank by rank. Standard library only; nothing here starts a process."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from launcher.targets.shared.heartbeat import report
+from launcher.targets.shared.vitals import STATES
+
+
+@dataclass
+class RankVitals:
+    """One rank as its node's runner last saw it. ``output_age_s``: seconds since its last output
+    line (None: none yet); ``step_ms``/``own_ms``: the trainer's wall time per step and its own work
+    in it (data + compute), None for a program that does not report steps; ``gpu``: its GPU index,
+    use % and memory in MiB, None where it has none."""
+
+    rank: int | None
+    local_rank: int | None
+    pid: int
+    state: str
+    cpu_pct: float | None
+    rss_bytes: int | None
+    output_age_s: float | None
+    stopped_since: float | None = None
+    step: int | None = None
+    step_ms: float | None = None
+    own_ms: float | None = None
+    data_ms: float | None = None
+    compute_ms: float | None = None
+    comm_ms: float | None = None
+    gpu: int | str | None = None
+    gpu_util: float | None = None
+    gpu_mem_mib: float | None = None
+    flag: str = ""  # "stuck", "straggler" or ""
+
+
+@dataclass
+class NodeVitals:
+    node: int
+    host: str | None
+    heard_age_s: float | None  # seconds since the first node last heard it
+    sampled: float | None  # when its vitals were sampled (time.time())
+    ranks: list[RankVitals]
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    no_gpu: str | None = None  # why there are no GPU columns ("no GPU (nvidia-smi not found)")
+    error: str | None = None
+
+
+@dataclass
+class JobHealth:
+    """One run's health: ``note`` is what ``status`` says (None when all is well); ``updated``: when
+    the watch last wrote (a run that ended keeps its last sample)."""
+
+    task: int
+    updated: float | None
+    timeout: float | None
+    action: str | None
+    nodes: list[NodeVitals]
+    note: str | None
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
+    verdict: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def parse(state: dict[str, Any], task: int = 0, now: float | None = None) -> JobHealth:
+    """``watch.json``'s content as a ``JobHealth`` (anything missing or malformed left None)."""
+    now = time.time() if now is None else now
+    verdict = _dict(state.get("verdict")) or None
+    slow = [s for s in state.get("stragglers") or [] if isinstance(s, dict)]
+    slow_ranks = {s.get("rank") for s in slow}
+    stuck = verdict.get("rank") if verdict and verdict.get("kind") == "stuck" else None
+    nodes = []
+    for rec in state.get("nodes") or []:
+        if not isinstance(rec, dict):
+            continue
+        v = _dict(rec.get("vitals"))
+        ranks = []
+        for r in v.get("ranks") or []:
+            if not isinstance(r, dict) or _int(r.get("pid")) is None:
+                continue
+            steps, gpu = _dict(r.get("steps")), _dict(r.get("gpu"))
+            devices = {d.get("index"): d for d in v.get("gpus") or [] if isinstance(d, dict)}
+            data, compute = _num(steps.get("data_ms")), _num(steps.get("compute_ms"))
+            out = _num(r.get("output"))
+            rank = _int(r.get("rank"))
+            ranks.append(RankVitals(
+                rank=rank, local_rank=_int(r.get("local_rank")), pid=int(r["pid"]),
+                state=STATES.get(str(r.get("state")), str(r.get("state"))), cpu_pct=_num(r.get("cpu")),
+                rss_bytes=_int(r.get("rss")), output_age_s=round(now - out, 1) if out else None,
+                stopped_since=_num(r.get("stopped_since")), step=_int(steps.get("step")),
+                step_ms=_num(steps.get("step_ms")), own_ms=data + compute if data is not None and compute is not None
+                else None, data_ms=data, compute_ms=compute, comm_ms=_num(steps.get("comm_ms")),
+                gpu=gpu.get("gpu"), gpu_util=_num((devices.get(gpu.get("gpu")) or {}).get("util")),
+                gpu_mem_mib=_num(gpu.get("mem_mib")),
+                flag="stuck" if rank is not None and rank == stuck else "straggler" if rank in slow_ranks else ""))
+        heard = _num(rec.get("heard"))
+        nodes.append(NodeVitals(
+            node=int(rec.get("node") or 0), host=rec.get("host") if isinstance(rec.get("host"), str) else None,
+            heard_age_s=round(now - heard, 1) if heard else None, sampled=_num(v.get("t")), ranks=ranks,
+            gpus=[d for d in v.get("gpus") or [] if isinstance(d, dict)],
+            no_gpu=v.get("no_gpu") if isinstance(v.get("no_gpu"), str) else None,
+            error=v.get("error") if isinstance(v.get("error"), str) else None))
+    return JobHealth(task=task, updated=_num(state.get("updated")), timeout=_num(state.get("timeout")),
+                     action=state.get("action") if isinstance(state.get("action"), str) else None, nodes=nodes,
+                     note=report(state, now), stragglers=slow, verdict=verdict)
+
+
+COLUMNS = ("NODE", "RANK", "PID", "STATE", "CPU%", "RSS", "OUTPUT", "STEP", "STEP MS", "OWN MS", "GPU", "GPU%",
+           "GPU MEM", "")
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    value, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def _f(value: float | None, fmt: str = "{:.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def rows(health: JobHealth) -> list[tuple[str, ...]]:
+    """One row per rank, node by node (``COLUMNS``), as ``ddpjob top`` and the dashboard show them; a
+    node without GPUs says why in its GPU column ("no GPU"), a node with no rank seen has one row
+    saying so."""
+    out: list[tuple[str, ...]] = []
+    for n in health.nodes:
+        where = f"{n.node}" + (f" {n.host}" if n.host else "")
+        no_gpu = "no GPU" if n.no_gpu or not n.gpus else ""
+        if not n.ranks:
+            why = n.error or ("no vitals yet" if n.sampled is None else "no rank seen (not started, or in a container)")
+            out.append((where, "-", "-", why, *["-"] * 9, ""))
+            continue
+        for r in sorted(n.ranks, key=lambda r: (r.rank is None, r.rank or 0)):
+            since = f" since {time.strftime('%H:%M:%S', time.localtime(r.stopped_since))}" if r.stopped_since else ""
+            out.append((
+                where, _f(r.rank) if r.rank is not None else "?", str(r.pid), r.state + since, _f(r.cpu_pct),
+                _size(r.rss_bytes), "never" if r.output_age_s is None else f"{r.output_age_s:.0f}s ago", _f(r.step),
+                _f(r.step_ms, "{:.1f}"), _f(r.own_ms, "{:.1f}"), no_gpu or ("-" if r.gpu is None else str(r.gpu)),
+                "" if no_gpu else _f(r.gpu_util), "" if no_gpu else _f(r.gpu_mem_mib, "{:.0f} MiB"), r.flag.upper()))
+    return out
+
+
+def table(health: JobHealth) -> list[str]:
+    """``rows`` as aligned text lines, the header first."""
+    body = [COLUMNS, *rows(health)]
+    widths = [max(len(row[i]) for row in body) for i in range(len(COLUMNS))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in body]

@@ -1,0 +1,216 @@
+"""Each rank's vital signs, sampled by its node's runner (the local node wrapper, the Slurm node
+runner) beside torchrun. Standard library only; no process per rank: every few seconds it reads, for
+each worker process of the node's torchrun agent, ``/proc/PID/stat`` (state, CPU seconds),
+``/proc/PID/statm`` (resident memory) and, once per process, ``/proc/PID/environ`` (RANK, LOCAL_RANK);
+the new bytes of the node's log (torchrun's ``--tee`` prefixes each worker line with
+``[default<local rank>]:``, so the age of each rank's last output); the reference trainer's own step
+report (``DDPJOB_VITALS_DIR/rank-<R>.json``, see ``launcher.train.vitals``); and, where ``nvidia-smi``
+runs, each GPU's use and memory (one ``nvidia-smi`` call per sample, for the whole node).
+
+A sample is a small dict that travels with the node's heartbeat (``shared.heartbeat``) and is kept in
+``watch.json``; ``launcher.targets.shared.health`` reads it back, typed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+# What each sample reads of a node's log at most: a node that prints faster is read from its tail.
+LOG_CHUNK = 1 << 20
+VITALS_DIR_ENV = "DDPJOB_VITALS_DIR"
+_PREFIX = re.compile(rb"^\[default(\d+)\]:", re.M)
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+GPU_EVERY_S = 6.0  # nvidia-smi is a process: asked at most this often
+STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "stopped (traced)", "Z": "zombie", "X": "ended"}
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (every thread's), in the order the kernel lists them."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                out += [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def proc_stat(pid: int) -> tuple[str, float] | None:
+    """(state letter, CPU seconds used) of ``pid``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    return fields[0].decode(), (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _rss(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _ranks_of(pid: int) -> tuple[int | None, int | None]:
+    """(RANK, LOCAL_RANK) from the process's environment; None where not readable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+    except OSError:
+        return None, None
+
+    def num(key: bytes) -> int | None:
+        value = env.get(key, b"")
+        return int(value) if value.isdigit() else None
+
+    return num(b"RANK"), num(b"LOCAL_RANK")
+
+
+def gpus() -> tuple[list[dict[str, object]], dict[int, dict[str, object]], str | None]:
+    """(each GPU's index, use % and memory in MiB; per process pid, its GPU index and memory; why there
+    is none, or None) from one ``nvidia-smi`` call each for devices and processes."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return [], {}, "no GPU (nvidia-smi not found)"
+    try:
+        dev = subprocess.run([smi, "--query-gpu=index,uuid,utilization.gpu,memory.used,memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5, check=True)
+        app = subprocess.run([smi, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [], {}, f"no GPU (nvidia-smi failed: {exc})"
+    devices: list[dict[str, object]] = []
+    by_uuid: dict[str, object] = {}
+    for line in dev.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 5:
+            index = int(parts[0]) if parts[0].isdigit() else parts[0]
+            by_uuid[parts[1]] = index
+            devices.append({"index": index, "util": _num(parts[2]), "mem_mib": _num(parts[3]), "total_mib": _num(parts[4])})
+    procs: dict[int, dict[str, object]] = {}
+    for line in app.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit():
+            procs[int(parts[0])] = {"gpu": by_uuid.get(parts[1]), "mem_mib": _num(parts[2])}
+    return devices, procs, (None if devices else "no GPU (nvidia-smi lists none)")
+
+
+def _num(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+class Sampler:
+    """One node's sampler: ``sample()`` every few seconds returns the node's vitals (see the module).
+
+    ``agent``: a function giving the pid of the node's torchrun agent (None before it runs);
+    ``log``: the node's log; ``steps_dir``: where the trainer reports each rank's steps (or None)."""
+
+    def __init__(self, *, node: int, agent: object, log: str | None, steps_dir: str | None, gpu: bool = True) -> None:
+        self.node, self.agent, self.log, self.steps_dir, self.gpu = node, agent, log, steps_dir, gpu
+        self._ids: dict[int, tuple[int | None, int | None]] = {}
+        self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (time of sample, CPU seconds then)
+        self._stopped: dict[int, float] = {}  # pid -> since when it is stopped
+        self._output: dict[int, float] = {}  # local rank -> its last output line's time
+        self._offset: int | None = None
+        self._last: list[dict[str, object]] = []
+        self._gpu_at = 0.0
+        self._gpu: tuple[list[dict[str, object]], dict[int, dict[str, object]], str | None] = ([], {}, None)
+
+    def _agent_pid(self) -> int | None:
+        agent = self.agent() if callable(self.agent) else self.agent
+        return agent if isinstance(agent, int) and agent > 0 else None
+
+    def sample(self) -> dict[str, object]:
+        now = time.time()
+        agent = self._agent_pid()
+        self._read_log(now)
+        if self.gpu and now - self._gpu_at >= GPU_EVERY_S:
+            self._gpu_at, self._gpu = now, gpus()
+        devices, gproc, no_gpu = self._gpu if self.gpu else ([], {}, "no GPU (not sampled)")
+        ranks = []
+        for order, pid in enumerate(children(agent) if agent else []):
+            stat = proc_stat(pid)
+            if stat is None:
+                continue
+            if pid not in self._ids:
+                self._ids[pid] = _ranks_of(pid)
+            rank, local = self._ids[pid]
+            if rank is None:  # not a worker of torchrun (a container engine's process): not a rank
+                continue
+            local = order if local is None else local
+            state, cpu_s = stat
+            last = self._cpu.get(pid)
+            self._cpu[pid] = (now, cpu_s)
+            cpu = round(100 * (cpu_s - last[1]) / (now - last[0]), 1) if last and now > last[0] else None
+            if state in ("T", "t"):
+                self._stopped.setdefault(pid, now)
+            else:
+                self._stopped.pop(pid, None)
+            rec: dict[str, object] = {"rank": rank, "local_rank": local, "pid": pid, "state": state, "cpu": cpu,
+                                      "rss": _rss(pid), "output": self._output.get(local)}
+            if pid in self._stopped:
+                rec["stopped_since"] = self._stopped[pid]
+            if pid in gproc:
+                rec["gpu"] = gproc[pid]
+            rec.update(self._steps(rank))
+            ranks.append(rec)
+        if ranks:
+            self._last = ranks
+        else:  # the ranks have ended (or not yet started): their last sample stays, for top after the end
+            ranks = [{**{k: v for k, v in r.items() if k != "stopped_since"}, "state": "X", "cpu": None}
+                     for r in self._last]
+        out: dict[str, object] = {"node": self.node, "t": now, "ranks": sorted(ranks, key=lambda r: str(r["local_rank"]))}
+        if devices:
+            out["gpus"] = devices
+        else:
+            out["no_gpu"] = no_gpu or "no GPU"
+        return out
+
+    def _read_log(self, now: float) -> None:
+        """The time of each rank's newest output line, from what the log gained since the last sample."""
+        if not self.log:
+            return
+        try:
+            with open(self.log, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                if self._offset is None or size < self._offset:
+                    self._offset = max(0, size - LOG_CHUNK)
+                if size - self._offset > LOG_CHUNK:
+                    self._offset = size - LOG_CHUNK
+                f.seek(self._offset)
+                data = f.read(size - self._offset)
+        except OSError:
+            return
+        cut = data.rfind(b"\n") + 1  # a line still being written is read whole next time
+        self._offset += cut
+        for m in _PREFIX.finditer(data[:cut]):
+            self._output[int(m.group(1))] = now
+
+    def _steps(self, rank: int | None) -> dict[str, object]:
+        """The trainer's report of this rank's steps (``launcher.train.vitals``), if any."""
+        if rank is None or not self.steps_dir:
+            return {}
+        try:
+            with open(os.path.join(self.steps_dir, f"rank-{rank}.json"), encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return {"steps": data} if isinstance(data, dict) else {}

@@ -1,0 +1,217 @@
+"""Issue 34 on the local target: every rank's health. The stall watch runs beside each local node
+(launcher.targets.local.watch), a rank stopped with SIGSTOP is named in status and list, stall.action:
+fail ends the job naming it with nothing left running; each rank's vitals (CPU, memory, output age)
+are kept in watch.json; a rank slowed on purpose is named the straggler. Real torchrun processes
+(gloo on CPU), short stall timeouts through the test-only floor (DDPJOB_TEST_STALL_MIN_S)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from testkit import job_pids, wait_for
+
+TICKER = """
+import os, time
+while True:
+    print("tick", os.environ["RANK"], flush=True)
+    time.sleep(0.5)
+"""
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 6  # stall.timeout of these tests (the spec's floor of 20 s lowered for tests)
+FLOOR = {"DDPJOB_TEST_STALL_MIN_S": "5"}
+
+
+def _watch(run_dir: str) -> dict:
+    try:
+        return json.loads((Path(run_dir) / "task-0" / "watch.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _rank_pid(run_dir: str, rank: int) -> int | None:
+    for node in _watch(run_dir).get("nodes", []):
+        for r in (node.get("vitals") or {}).get("ranks", []):
+            if r.get("rank") == rank:
+                return int(r["pid"])
+    return None
+
+
+def _start_ticker(cli, tmp_path: Path, action: str) -> tuple[str, str]:
+    (tmp_path / "ticker.py").write_text(TICKER)
+    job_id = cli("submit", "-q", "--nodes", "2", "--set", f"stall.timeout={TIMEOUT_S}", "--set",
+                 f"stall.action={action}", "--", "python", "ticker.py", cwd=tmp_path, env=FLOOR, check=True).stdout.strip()
+    run_dir = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)["run_dir"]
+    wait_for(lambda: _rank_pid(run_dir, 1), "the watch to see rank 1", timeout=60)
+    return job_id, run_dir
+
+
+@pytest.mark.real
+def test_a_stopped_rank_is_named_in_status_and_list(cli, tmp_path):
+    """SIGSTOP to rank 1 (node 1): within stall.timeout + 30 s status and list name that rank, its
+    node and since when; the other rank still prints, so the run as a whole is not quiet."""
+    job_id, run_dir = _start_ticker(cli, tmp_path, "report")
+    assert "stopped" not in cli("status", job_id).stdout
+    os.kill(_rank_pid(run_dir, 1), signal.SIGSTOP)
+    def named() -> str | None:
+        out = cli("status", job_id).stdout
+        return out if "rank 1" in out else None
+
+    status = wait_for(named, "status to name the stopped rank", timeout=TIMEOUT_S + 30)
+    assert "RUNNING" in status and "on node 1" in status and "is stopped (SIGSTOP?) since" in status, status
+    listed = cli("list", "-o", "json", check=True).stdout
+    assert "rank 1 (local rank 0" in listed, listed
+    cli("cancel", job_id, check=True)
+
+
+@pytest.mark.real
+def test_stall_action_fail_ends_the_job_naming_the_stopped_rank(cli, tmp_path, ddpjob_home):
+    """With stall.action: fail the job ends FAILED naming the stopped rank, and no process of it is left
+    (the stopped one included: SIGTERM cannot end it)."""
+    job_id, run_dir = _start_ticker(cli, tmp_path, "fail")
+    os.kill(_rank_pid(run_dir, 1), signal.SIGSTOP)
+    done = cli("wait", job_id, "--timeout", str(TIMEOUT_S + 30))
+    assert done.returncode == 1 and "FAILED" in done.stdout, done.stdout + done.stderr
+    message = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)["message"]
+    assert "rank 1 (local rank 0" in message and "on node 1" in message and "stall.action: fail" in message, message
+    wait_for(lambda: not job_pids(ddpjob_home), "no process of the job left", timeout=10)
+
+
+TRAINER = ["python", "-m", "launcher.train", "--model", "mlp", "--train-size", "4000", "--batch-size", "8",
+           "--epochs", "20", "--log-every", "50", "--slow-rank", "1", "--slow-rank-delay", "0.05"]
+
+
+@pytest.mark.real
+def test_a_slowed_rank_is_named_the_straggler_in_status_and_top(cli, tmp_path):
+    """Rank 1 (node 1) sleeps 50 ms in each step's compute: within a minute status names it as the
+    straggler (node, by how much, short of compute), top flags it and shows CPU, memory and output age
+    for every rank with "no GPU"; top -o json gives the same per node and rank, and after a cancel
+    top still shows the last sample."""
+    job_id = cli("submit", "-q", "--nodes", "2", "--", *TRAINER, cwd=REPO, check=True).stdout.strip()
+
+    def named() -> str | None:
+        out = cli("status", job_id).stdout
+        return out if "straggler: rank 1 on node 1" in out else None
+
+    status = wait_for(named, "status to name rank 1 the straggler", timeout=90)
+    assert "short of compute" in status and "the others wait on it" in status, status
+    top = cli("top", job_id, "--once", check=True).stdout
+    rows = {line.split()[2]: line for line in top.splitlines() if line[:1].isdigit()}  # by RANK
+    assert set(rows) == {"0", "1"}, top
+    assert "STRAGGLER" in rows["1"] and "STRAGGLER" not in rows["0"], top
+    assert all("MiB" in r and " ago" in r and "no GPU" in r for r in rows.values()), top
+    data = json.loads(cli("top", job_id, "-o", "json", check=True).stdout)
+    ranks = {r["rank"]: r for n in data["health"]["nodes"] for r in n["ranks"]}
+    assert set(ranks) == {0, 1} and all(r["cpu_pct"] is not None and r["rss_bytes"] > 0 for r in ranks.values())
+    assert ranks[1]["flag"] == "straggler" and ranks[1]["own_ms"] > 2 * ranks[0]["own_ms"], ranks
+    cli("cancel", job_id, check=True)
+    after = json.loads(cli("top", job_id, "-o", "json", check=True).stdout)
+    assert after["state"] == "CANCELLED" and {r["rank"] for n in after["health"]["nodes"] for r in n["ranks"]} == {0, 1}
+
+
+# --------------------------------------------------------------------------- pure: the rules themselves
+
+def _node(node: int, ranks: list[dict]) -> dict:
+    return {"node": node, "host": f"h{node}", "vitals": {"node": node, "ranks": ranks}}
+
+
+def _steps(rank: int, data: float, compute: float, comm: float, now: float) -> dict:
+    return {"rank": rank, "local_rank": 0, "pid": 100 + rank, "state": "S",
+            "steps": {"step": 10, "t": now, "data_ms": data, "compute_ms": compute, "comm_ms": comm}}
+
+
+def test_straggler_needs_several_samples_apart_and_says_what_it_is_short_of():
+    from launcher.targets.shared.straggle import SAMPLES, Straggle
+
+    now = 1000.0
+    slow_compute = [_node(0, [_steps(0, 1, 20, 50, now)]), _node(1, [_steps(1, 1, 70, 2, now)]),
+                    _node(2, [_steps(2, 1, 21, 50, now)])]
+    judge = Straggle()
+    seen = [judge.judge(slow_compute, now + i) for i in range(SAMPLES)]
+    assert all(not s for s in seen[:-1]), seen  # once apart is not yet a straggler
+    (found,) = seen[-1]
+    assert found["rank"] == 1 and found["node"] == 1 and found["short_of"] == "compute", found
+    assert "rank 1 on node 1 (h1)" in found["message"] and "x3.3" in found["message"], found
+    slow_data = [_node(0, [_steps(0, 1, 20, 50, now)]), _node(1, [_steps(1, 60, 20, 2, now)])]
+    judge = Straggle()
+    assert [judge.judge(slow_data, now + i) for i in range(SAMPLES)][-1][0]["short_of"] == "data"
+    even = [_node(0, [_steps(0, 1, 20, 5, now)]), _node(1, [_steps(1, 1, 24, 5, now)])]
+    judge = Straggle()
+    assert [judge.judge(even, now + i) for i in range(SAMPLES + 2)][-1] == []
+    stale = [_node(0, [_steps(0, 1, 20, 50, now - 600)]), _node(1, [_steps(1, 1, 70, 2, now - 600)])]
+    judge = Straggle()
+    assert [judge.judge(stale, now + i) for i in range(SAMPLES)][-1] == []  # old reports are no pace
+
+
+def test_a_rank_stopped_past_the_timeout_is_stuck_and_parsed_for_top():
+    from launcher.targets.shared.health import parse, table
+    from launcher.targets.shared.heartbeat import report, stuck_ranks
+
+    now = 1000.0
+    stopped = {"rank": 3, "local_rank": 1, "pid": 42, "state": "T", "stopped_since": now - 30, "cpu": 0.0,
+               "rss": 50 << 20, "output": now - 31}
+    nodes = [_node(0, [{"rank": 0, "local_rank": 0, "pid": 41, "state": "R", "cpu": 99.0, "rss": 1 << 20,
+                        "output": now - 1}]), _node(1, [stopped])]
+    assert stuck_ranks(nodes, now, 40) == []
+    (stuck,) = stuck_ranks(nodes, now, 20)
+    assert stuck["rank"] == 3 and stuck["message"].startswith("rank 3 (local rank 1, pid 42) on node 1 (h1) is stopped")
+    state = {"updated": now, "timeout": 20, "action": "report", "nodes": nodes, "stragglers": [],
+             "verdict": {"kind": "stuck", "rank": 3, "node": 1, "message": stuck["message"]}}
+    assert report(state, now) == f"stalled: {stuck['message']}"
+    health = parse(state, now=now)
+    ranks = {r.rank: r for n in health.nodes for r in n.ranks}
+    assert ranks[3].flag == "stuck" and ranks[3].state == "stopped" and ranks[3].output_age_s == 31
+    lines = table(health)
+    assert lines[0].startswith("NODE") and "STUCK" in lines[2] and "50.0 MiB" in lines[2], lines
+
+
+def test_the_sampler_reads_each_worker_and_its_output_from_proc(tmp_path):
+    """A real agent with two workers (RANK 0 and 1 in their environment): the sampler finds both,
+    their state and memory, the age of each one's output from the prefixed log, and sees a SIGSTOP."""
+    import subprocess
+    import sys
+    import time
+
+    from launcher.targets.shared.vitals import Sampler
+
+    log = tmp_path / "node-0.log"
+    log.write_text("[default1]:hello\n")
+    agent = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys, time\n"
+        "ps = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+        "env={**os.environ, 'RANK': str(r), 'LOCAL_RANK': str(r)}) for r in (0, 1)]\n"
+        "time.sleep(60)\n")])
+    sample: dict = {"ranks": []}
+    try:
+        sampler = Sampler(node=0, agent=agent.pid, log=str(log), steps_dir=None, gpu=False)
+        def both() -> dict | None:
+            got = sampler.sample()
+            return got if len(got["ranks"]) == 2 else None
+
+        sample = wait_for(both, "both workers", timeout=30)
+        ranks = {r["rank"]: r for r in sample["ranks"]}
+        assert ranks[1]["output"] is not None and ranks[0]["output"] is None, ranks
+        assert all(r["rss"] > 0 and r["state"] in "RS" for r in ranks.values()), ranks
+        os.kill(ranks[0]["pid"], signal.SIGSTOP)
+        time.sleep(0.1)
+        ranks = {r["rank"]: r for r in sampler.sample()["ranks"]}
+        assert ranks[0]["state"] == "T" and "stopped_since" in ranks[0] and "stopped_since" not in ranks[1]
+        assert sample["no_gpu"] == "no GPU (not sampled)"
+    finally:
+        for r in sample["ranks"]:
+            os.kill(r["pid"], signal.SIGKILL)
+        agent.kill()
+        agent.wait()
+
+
+def test_a_progress_line_keeps_what_the_watch_says_first():
+    """list, wait's live line and logs -f's progress line show the stall watch's note before the steps
+    (list cuts at 60 characters); other messages leave the progress line alone."""
+    from launcher.core.progress import with_health
+
+    assert with_health("step 3/9", "stalled: rank 1 on node 1 is stopped") == "stalled: rank 1 on node 1 is stopped; step 3/9"
+    assert with_health("", "straggler: rank 1 on node 1") == "straggler: rank 1 on node 1"
+    assert with_health("step 3/9", "retrying the port") == "step 3/9"

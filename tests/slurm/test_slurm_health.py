@@ -1,0 +1,81 @@
+"""Issue 34 on Slurm, nodes apart (``slurm/cluster.sh up --apart``): each node's runner samples its
+ranks and sends them with its heartbeats, so a rank stopped with SIGSTOP on the second node is named
+and, with stall.action: fail, ends the job with its allocation freed; a rank slowed on purpose is
+named the straggler in status and top. Short stall timeouts through the test-only floor."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from test_slurm_apart import LOOP, _running_with_output
+from test_slurm_target import status, submit, write_spec
+from testkit import wait_for as wait_for_value
+from testkit import wait_for_no_job_processes
+
+pytestmark = [pytest.mark.slurm, pytest.mark.real]
+TIMEOUT_S = 8
+FLOOR = {"DDPJOB_TEST_STALL_MIN_S": "5"}
+
+
+@pytest.fixture(autouse=True)
+def _slurm_env(apart_cluster, monkeypatch):
+    for key, value in {**apart_cluster.env, **FLOOR}.items():
+        monkeypatch.setenv(key, value)
+    return apart_cluster
+
+
+def _rank(job_dir: Path, rank: int) -> dict | None:
+    try:
+        watch = json.loads((job_dir / "task-0" / "watch.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for node in watch.get("nodes", []):
+        for r in (node.get("vitals") or {}).get("ranks", []):
+            if r.get("rank") == rank:
+                return {**r, "host": node.get("host")}
+    return None
+
+
+def test_a_stopped_rank_on_the_second_node_ends_the_job_naming_it(apart_cluster, cli, tmp_path, ddpjob_home):
+    """SIGSTOP to rank 1 on n2 while the ranks all_reduce: with stall {timeout: 8, action: fail} the job
+    ends FAILED naming rank 1 on node 1 (n2) within the timeout plus 30 s, Slurm no longer holds it and
+    no process of the job is left."""
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    spec = write_spec(tmp_path, "stopfail", ["python", str(script)], stall={"timeout": TIMEOUT_S, "action": "fail"})
+    job_id = submit(cli, str(spec))
+    data = _running_with_output(cli, job_id)
+    job_dir = Path(data["handle"]["job_dir"])
+    rank = wait_for_value(lambda: _rank(job_dir, 1), "n2's vitals to reach the watch", timeout=30)
+    assert rank["host"] == "n2" and rank["rss"] > 0, rank
+    os.kill(rank["pid"], signal.SIGSTOP)
+    failed = wait_for_value(lambda: (d := status(cli, job_id))["status"]["state"] == "FAILED" and d,
+                            "the job to end FAILED", timeout=TIMEOUT_S + 30)
+    message = failed["status"]["message"]
+    assert f"rank 1 (local rank 0, pid {rank['pid']}) on node 1 (n2) is stopped" in message, message
+    jid = failed["handle"]["slurm_job_id"]
+    wait_for_value(lambda: not apart_cluster.run("squeue", "-h", "-j", jid, check=False).stdout.strip(),
+                   "Slurm to free the allocation", timeout=30)
+    wait_for_no_job_processes(ddpjob_home, "the stall ended the job", timeout=60)
+
+
+def test_a_slowed_rank_on_the_second_node_is_named_the_straggler(apart_cluster, cli, tmp_path, ddpjob_home):
+    """The trainer with rank 1 (n2) sleeping 50 ms in each step: within a minute of its first steps
+    status names it the straggler, on node 1 (n2), and top flags it with every rank's CPU and memory."""
+    spec = write_spec(tmp_path, "slow", ["python", "-m", "launcher.train", "--model", "mlp", "--train-size", "4000",
+                                         "--batch-size", "8", "--epochs", "20", "--log-every", "50", "--slow-rank", "1",
+                                         "--slow-rank-delay", "0.05"])
+    job_id = submit(cli, str(spec))
+    data = wait_for_value(lambda: "straggler: rank 1 on node 1 (n2)" in (d := status(cli, job_id))["status"]["message"]
+                          and d, "status to name the straggler", timeout=180)
+    assert data["status"]["state"] == "RUNNING" and "short of compute" in data["status"]["message"], data["status"]
+    top = cli("top", job_id, "--once", timeout=60).stdout
+    rows = {line.split()[2]: line for line in top.splitlines() if line[:1].isdigit()}
+    assert set(rows) == {"0", "1"} and "STRAGGLER" in rows["1"] and "n2" in rows["1"], top
+    assert all("MiB" in r and "no GPU" in r for r in rows.values()), top
+    assert cli("cancel", job_id, timeout=120).returncode == 0
+    wait_for_no_job_processes(ddpjob_home, "ddpjob cancel", timeout=60)
