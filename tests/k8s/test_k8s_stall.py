@@ -39,9 +39,9 @@ for step in range(10000):
 """
 
 
-def submit(script: Path, action: str) -> str:
+def submit(script: Path, action: str, api: str = "pytorchjob") -> str:
     code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", "--nodes", "2",
-                    "--procs-per-node", "1", "--set", f"command=[python, {script}]",
+                    "--procs-per-node", "1", "--set", f"command=[python, {script}]", "--set", f"k8s.api={api}",
                     "--set", f"stall.timeout={TIMEOUT_S}", "--set", f"stall.action={action}")
     assert code == 0, out
     return job_id_of(out)
@@ -54,10 +54,12 @@ def status(job_id: str) -> dict:
 
 
 def stop_a_rank(cluster: fake_apiserver.FakeCluster, job: str) -> int:
-    """SIGSTOP the training process of the worker pod (node 1): the runner's torchrun's child."""
+    """SIGSTOP the training process of node 1's pod (a PyTorchJob's Worker, a TrainJob's index 1): the
+    runner's torchrun's child."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        pods = [p for p in cluster.pods_of(job) if p.rtype == "Worker" and p.proc is not None]
+        pods = [p for p in cluster.pods_of(job) if p.rtype in ("Worker", "Node") and p.index == (p.rtype == "Node")
+                and p.proc is not None]
         if pods and b"step 2 rank 1" in bytes(pods[0].log):
             tree = fake_apiserver.descendants(pods[0].proc.pid)  # runner -> torchrun -> the rank
             rank = tree[-1]
@@ -84,9 +86,10 @@ def steps(tmp_path: Path) -> Path:
 
 
 @pytest.mark.real
-def test_a_stopped_rank_is_named_by_status_within_the_stall_timeout(k8s_api, steps, tmp_path, monkeypatch):
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+def test_a_stopped_rank_is_named_by_status_within_the_stall_timeout(k8s_api, steps, tmp_path, monkeypatch, api):
     monkeypatch.setenv("DDPJOB_HOME", str(tmp_path / "home"))
-    job_id = submit(steps, "report")
+    job_id = submit(steps, "report", api)
     rank = stop_a_rank(k8s_api.server, job_id)
     stopped = time.time()
     try:
@@ -98,9 +101,9 @@ def test_a_stopped_rank_is_named_by_status_within_the_stall_timeout(k8s_api, ste
             time.localtime(stopped).tm_hour * 3600 + time.localtime(stopped).tm_min * 60
             + time.localtime(stopped).tm_sec)) % 86400 < 10, (since, st)
         # The same text in list; and the raw watch.json, as `top` will read it.
-        code, out = run("list")
+        _, out = run("list")
         assert STUCK in out, out
-        watch = KubernetesTarget().read_watch(handle_of(job_id))
+        watch = KubernetesTarget().read_watch(handle_of(job_id, api))
         assert watch is not None and watch["verdict"]["kind"] == "quiet" and len(watch["nodes"]) == 2, watch
     finally:
         os.kill(rank, signal.SIGCONT)
@@ -125,9 +128,9 @@ def test_stall_action_fail_ends_the_job_failed_naming_it_and_leaves_no_process(k
     assert not alive, alive
 
 
-def handle_of(job_id: str) -> K8sHandle:
+def handle_of(job_id: str, api: str = "pytorchjob") -> K8sHandle:
     return K8sHandle(job_id=job_id, run_dir="", namespace="default", nodes=2, jobs=[K8sRun(0, job_id)],
-                     watch_port=runner.DEFAULT_PORT + 1)
+                     watch_port=runner.DEFAULT_PORT + 1, api=api)
 
 
 def _alive(pid: int) -> bool:
@@ -136,3 +139,128 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# --------------------------------------------------------------------------- the proxy read, no processes
+
+WATCH = {"updated": 0, "timeout": 20.0, "action": "report", "interval": 2.0,
+         "nodes": [{"node": 0, "host": "m", "heard": 0, "output": 0, "bytes": 5},
+                   {"node": 1, "host": "w", "heard": 0, "output": 0, "bytes": 5}],
+         "verdict": {"node": 1, "host": "w", "kind": "lost", "since": 0,
+                     "message": "node 1 (w) went silent: no heartbeat since 01:02:03 (40 s; stall timeout 20 s)"}}
+
+
+@pytest.fixture
+def served_watch(k8s_api):
+    """A pod of job `demo` whose port 29501 (its DDPJOB_WATCH_PORT) serves WATCH, as the runner does."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+
+    class Serve(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = json.dumps(WATCH).encode() if self.path == "/watch.json" else b"{}"
+            self.send_response(200 if self.path == "/watch.json" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Serve)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    c = k8s_api.server
+    container = {"name": "pytorch", "env": [{"name": "DDPJOB_WATCH_PORT", "value": "29501"}]}
+    c.pods[("default", "demo-master-0")] = fake_apiserver.Pod("demo-master-0", "default", "demo", "Master", 0, {},
+                                                              container, "OnFailure", {}, 0.0)
+    c.watch_ports[("default", "demo")] = httpd.server_address[1]
+    yield k8s_api
+    httpd.shutdown()
+
+
+def test_status_reads_the_first_pods_watch_through_the_pod_proxy(served_watch):
+    from launcher.targets.k8s.client import Kube
+    from launcher.targets.k8s.watch import note
+
+    kube = Kube()
+    assert KubernetesTarget().read_watch(handle_of("demo")) == WATCH
+    said = note(kube, "demo-master-0", 29501)
+    assert said == "stalled: " + WATCH["verdict"]["message"]  # heartbeat.report, as on Slurm
+    assert served_watch.server.requests_to("/pods/demo-master-0:29501/proxy/watch.json") or \
+        served_watch.server.requests_to("/pods/demo-master-0%3A29501/proxy/watch.json")
+    assert note(kube, "demo-master-0", 29502) is None  # nothing listens there: 503, nothing to say yet
+
+
+def test_a_user_without_pods_proxy_gets_one_line_in_status(served_watch):
+    from launcher.targets.k8s.client import Kube
+    from launcher.targets.k8s.watch import note
+
+    served_watch.server.fail_next("GET", r"/proxy", 403)
+    said = note(Kube(), "demo-master-0", 29501)
+    assert said is not None and said.startswith("watch unreadable: permission denied (403)") and "\n" not in said, said
+    assert said.endswith("k8s/rbac.yaml grants it (pods/proxy get)"), said
+
+
+# --------------------------------------------------------------------------- the plan
+
+def plan(*overrides: str):
+    from launcher.spec.load import load_spec
+    from launcher.targets.base import PlanContext
+
+    loaded = load_spec(REPO / "jobs" / "quickstart.yaml", overrides=["nodes=2", *overrides])
+    target = KubernetesTarget()
+    return target.plan(loaded, PlanContext(job_id="demo-abcde", run_dir="/r", home="/h", cwd="/c",
+                                           inputs=target.inputs(loaded, online=False)))
+
+
+def pods_of(manifest: dict) -> list[dict]:
+    if manifest["kind"] == "TrainJob":
+        return [manifest["spec"]["trainer"]]
+    return [r["template"]["spec"]["containers"][0] for r in manifest["spec"]["pytorchReplicaSpecs"].values()]
+
+
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
+    import base64
+    import zlib
+
+    import launcher.targets.k8s.podrun as podrun
+    import launcher.targets.shared.heartbeat as heartbeat
+
+    p = plan(f"k8s.api={api}", "stall.timeout=45")
+    for c in pods_of(p.payload.manifests[0]):
+        assert c["command"][:4] == ["python3", "-c", runner.BOOT, "torchrun"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["DDPJOB_STALL_TIMEOUT_S"] == "45" and env["DDPJOB_STALL_ACTION"] == "report"
+        assert env["DDPJOB_WATCH_PORT"] == "29501"
+        modules = dict(json.loads(zlib.decompress(base64.b64decode(env[runner.BUNDLE_ENV]))))
+        assert modules == {"ddpjob_heartbeat": Path(heartbeat.__file__).read_text(),
+                           "ddpjob_podrun": Path(podrun.__file__).read_text()}
+    text = p.render()
+    assert "pods start ddpjob's pod runner" in text and runner.shown(env[runner.BUNDLE_ENV]) in text
+    assert env[runner.BUNDLE_ENV] not in text  # shortened: 8 kB of base64 is not for reading
+
+
+def test_k8s_runner_none_runs_torchrun_bare_and_refuses_stall_fail():
+    from launcher.core.errors import SpecError
+
+    p = plan("k8s.runner=none")
+    for c in pods_of(p.payload.manifests[0]):
+        assert c["command"][0] == "torchrun" and not [e for e in c["env"] if e["name"].startswith("DDPJOB_STALL")]
+    assert p.payload.watch_port == 0 and "no stall watch" in p.render()
+    with pytest.raises(SpecError) as e:
+        plan("k8s.runner=none", "stall.action=fail")
+    assert "stall.action" in str(e.value) and "k8s.runner: none" in str(e.value)
+
+
+def test_stall_fail_makes_a_pytorchjob_fail_on_the_runners_exit_code_not_restart():
+    from launcher.core.errors import SpecError
+
+    specs = plan("stall.action=fail").payload.manifests[0]["spec"]["pytorchReplicaSpecs"]
+    assert {r["restartPolicy"] for r in specs.values()} == {"ExitCode"}
+    assert {r["restartPolicy"] for r in plan().payload.manifests[0]["spec"]["pytorchReplicaSpecs"].values()} == {"OnFailure"}
+    specs = plan("stall.action=fail", "k8s.restart_policy=Never").payload.manifests[0]["spec"]["pytorchReplicaSpecs"]
+    assert {r["restartPolicy"] for r in specs.values()} == {"Never"}
+    with pytest.raises(SpecError) as e:
+        plan("stall.action=fail", "k8s.restart_policy=OnFailure")
+    assert "k8s.restart_policy" in str(e.value) and "ExitCode" in str(e.value)

@@ -55,7 +55,8 @@ def note(kube: Any, pod: str | None, port: int) -> str | None:
     try:
         state = read_watch(kube, pod, port)
     except TargetError as e:
-        return f"watch unreadable: {str(e).splitlines()[0]}"
+        first = str(e).splitlines()[0]
+        return f"watch unreadable: {first}" + ("; k8s/rbac.yaml grants it (pods/proxy get)" if "(403)" in first else "")
     return report(state, time.time()) if state is not None else None
 
 
