@@ -80,13 +80,14 @@ class PodRunner:
             return 127
         pump = threading.Thread(target=self._pump, name="ddpjob-output", daemon=True)
         pump.start()
-        beat, server = self._heartbeats()
+        beat, _server = self._heartbeats()
         code = self.proc.wait()
         pump.join(timeout=5)
         if beat is not None:
             beat.stop()
-        if server is not None:
-            server.shutdown()
+        # The pod ends at once (the server's and heartbeat's threads are daemons): the controller
+        # ends the job on the first pod's exit, so a pod that lingers widens the window in which
+        # the other pods see the rendezvous store vanish and fail.
         if self.stalled:
             self.say(f"stalled: {self.stalled}")
             return STALL_EXIT
