@@ -267,3 +267,24 @@ def test_stall_fail_makes_a_pytorchjob_fail_on_the_runners_exit_code_not_restart
     with pytest.raises(SpecError) as e:
         plan("stall.action=fail", "k8s.restart_policy=OnFailure")
     assert "k8s.restart_policy" in str(e.value) and "ExitCode" in str(e.value)
+
+
+@pytest.mark.real
+def test_the_runner_in_a_bare_python_passes_output_exit_code_and_sigterm_on(tmp_path):
+    """The bundle in an interpreter without ddpjob (-I: no PYTHONPATH, no site): the child's output
+    and exit code come through, and SIGTERM (how the kubelet stops a pod) reaches the child."""
+    import subprocess
+    import sys
+
+    env = {"PATH": os.environ["PATH"], runner.BUNDLE_ENV: runner.bundle(), "DDPJOB_WATCH_PORT": "0",
+           "MASTER_PORT": str(fake_apiserver.free_port())}
+    boot = [sys.executable, "-I", "-c", runner.BOOT]
+    done = subprocess.run([*boot, "sh", "-c", f"echo out; env | grep -c {runner.BUNDLE_ENV}; exit 3"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (3, "out\n0\n"), done  # the bundle is not passed on to torchrun
+    marker = tmp_path / "got-term"
+    child = f"trap 'echo term > {marker}; exit 143' TERM; echo ready; while true; do sleep 0.1; done"
+    proc = subprocess.Popen([*boot, "sh", "-c", child], env=env, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143 and marker.read_text() == "term\n"
