@@ -88,27 +88,34 @@ def steps(tmp_path: Path) -> Path:
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
-def test_a_stopped_rank_is_named_by_status_within_the_stall_timeout(k8s_api, steps, tmp_path, monkeypatch, api):
+def test_a_stopped_rank_is_named_by_status_within_the_stall_timeout(k8s_api, steps, tmp_path, monkeypatch):
+    """One job of each API at once (the same runner; one stall timeout of waiting for both)."""
     monkeypatch.setenv("DDPJOB_HOME", str(tmp_path / "home"))
-    job_id = submit(steps, "report", api)
-    rank = stop_a_rank(k8s_api.server, job_id)
-    stopped = time.time()
+    jobs = {api: submit(steps, "report", api) for api in ("pytorchjob", "trainjob")}
+    ranks: dict[str, int] = {}
+    stopped: dict[str, float] = {}
     try:
-        st = wait_for(job_id, lambda s: "stalled:" in s["message"], TIMEOUT_S + 30)
-        assert STUCK in st["message"] and st["state"] == "RUNNING", st
-        # HH:MM:SS: when the watch last saw output grow (it looks every 2 s), about when the rank stopped
-        since = st["message"].split(STUCK, 1)[1].split()[0]
-        apart = (_seconds_of_day(stopped) - _seconds_of_day(since)) % 86400
-        assert min(apart, 86400 - apart) < 10, (since, st)
-        # The same text in list; and the raw watch.json, as `top` will read it.
-        _, out = run("list")
-        assert STUCK in out, out
-        watch = KubernetesTarget().read_watch(handle_of(job_id, api))
-        assert watch is not None and watch["verdict"]["kind"] == "quiet" and len(watch["nodes"]) == 2, watch
+        for api, job_id in jobs.items():
+            ranks[api] = stop_a_rank(k8s_api.server, job_id)
+            stopped[api] = time.time()
+        for api, job_id in jobs.items():
+            st = wait_for(job_id, lambda s: "stalled:" in s["message"], stopped[api] + TIMEOUT_S + 30 - time.time())
+            assert STUCK in st["message"] and st["state"] == "RUNNING", (api, st)
+            # HH:MM:SS: when the watch last saw output grow (it looks every 2 s), about when the rank stopped
+            since = st["message"].split(STUCK, 1)[1].split()[0]
+            apart = (_seconds_of_day(stopped[api]) - _seconds_of_day(since)) % 86400
+            assert min(apart, 86400 - apart) < 10, (api, since, st)
+            # The raw watch.json, as `top` will read it.
+            watch = KubernetesTarget().read_watch(handle_of(job_id, api))
+            assert watch is not None and watch["verdict"]["kind"] == "quiet" and len(watch["nodes"]) == 2, watch
+        _, out = run("list")  # the same text in list, for both
+        assert sorted(line.split()[0] for line in out.splitlines() if f"stalled: {STUCK[:30]}" in line) == \
+            sorted(jobs.values()), out
     finally:
-        os.kill(rank, signal.SIGCONT)
-        run("cancel", job_id)
+        for rank in ranks.values():
+            os.kill(rank, signal.SIGCONT)
+        for job_id in jobs.values():
+            run("cancel", job_id)
 
 
 @pytest.mark.real
