@@ -261,6 +261,9 @@ def test_k8s_runner_none_runs_torchrun_bare_and_refuses_stall_fail():
     with pytest.raises(SpecError) as e:
         plan("k8s.runner=none", "stall.action=fail")
     assert "stall.action" in str(e.value) and "k8s.runner: none" in str(e.value)
+    with pytest.raises(SpecError) as e:  # an elastic job runs torchrun bare: no first node to watch
+        plan("k8s.elastic={min_nodes: 2, max_nodes: 3}", "stall.action=fail")
+    assert "stall.action" in str(e.value) and "elastic" in str(e.value)
 
 
 def test_stall_fail_makes_a_pytorchjob_fail_on_the_runners_exit_code_not_restart():

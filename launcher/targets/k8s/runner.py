@@ -82,10 +82,10 @@ def spec_issues(spec: JobSpec) -> list[Issue]:
     if spec.stall.action != "fail" or enabled(spec):
         return []
     if spec.k8s.runner == "none":
-        return [Issue(("stall", "action"), "stall.action fail needs ddpjob's pod runner, and k8s.runner: none leaves "
-                      "the pods without a stall watch", hint="remove k8s.runner: none, or set stall.action: report")]
-    return [Issue(("stall", "action"), "stall.action fail is not available for an elastic job (its nodes come and go: "
-                  "no first node watches the others)", hint="remove stall.action, or k8s.elastic")]
+        return [Issue(("stall", "action"), "fail needs ddpjob's pod runner, and k8s.runner: none leaves the pods "
+                      "without a stall watch", hint="remove k8s.runner: none, or set stall.action: report")]
+    return [Issue(("stall", "action"), "fail is not available for an elastic job (its nodes come and go: no first "
+                  "node watches the others)", hint="remove stall.action, or k8s.elastic")]
 
 
 def header(spec: JobSpec) -> str:
