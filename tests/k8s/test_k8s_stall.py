@@ -251,6 +251,17 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
     assert env[runner.BUNDLE_ENV] not in text  # shortened: 8 kB of base64 is not for reading
 
 
+def test_render_does_not_load_the_runner_and_says_its_exit_code():
+    import subprocess
+    import sys
+
+    code = ("import sys; from launcher.targets.k8s import runner, target; "
+            "print(sorted(m for m in ('launcher.targets.k8s.podrun', 'http.server', 'subprocess') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+    assert runner.STALL_EXIT == STALL_EXIT
+
+
 def test_k8s_runner_none_runs_torchrun_bare_and_refuses_stall_fail():
     from launcher.core.errors import SpecError
 
