@@ -17,7 +17,9 @@ Deviations, because every "pod" shares this machine's network and filesystem:
 - ``MASTER_ADDR``/``PET_MASTER_ADDR`` given to the process are ``127.0.0.1`` instead of
   ``<job>-master-0`` (no cluster DNS here), and the master port is remapped to a free local port
   per job (pods share one network namespace). ``Pod.injected_env`` records what the real operator
-  injects, so tests can assert the exact values.
+  injects, so tests can assert the exact values. Likewise the pod runner's ``DDPJOB_WATCH_PORT``
+  (one free port per job); the pod proxy (``pods/NAME:PORT/proxy/PATH``) forwards the pod's port
+  as declared in its env to that local port.
 - Images are not pulled; the process runs with this machine's Python. Volumes are not mounted.
 """
 
@@ -35,12 +37,14 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 import yaml
 
@@ -51,6 +55,7 @@ CRD_PATH = re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitio
 GROUP_PATH = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
 POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
 EVENT_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
+PROXY_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/:]+)(?::(\d+))?/proxy(/.*)?$")
 OPERATOR = "pytorchjob-controller"
 
 
@@ -133,6 +138,26 @@ def expand_refs(text: str, env: dict[str, str]) -> str:
             out.append(text[i])
             i += 1
     return "".join(out)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(0), [])
+        out += kids
+        todo += kids
+    return out
 
 
 def match_labels(labels: dict[str, str], selector: str | None) -> bool:
@@ -222,6 +247,7 @@ class FakeCluster:
         self.pod_start_delay = 0.0
         self.unschedulable_message: str | None = None
         self.ports: dict[tuple[str, str], int] = {}
+        self.watch_ports: dict[tuple[str, str], int] = {}  # the pod runner's DDPJOB_WATCH_PORT, remapped per job
         self._stop = threading.Event()
         from fake_trainer import Trainer  # Kubeflow Trainer v2: TrainJobs (a module of its own)
 
@@ -410,6 +436,8 @@ class FakeCluster:
                 env[key] = local_port
         if "PET_RDZV_ENDPOINT" in env:
             env["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{local_port}"
+        if "DDPJOB_WATCH_PORT" in env:
+            env["DDPJOB_WATCH_PORT"] = str(self.watch_ports.setdefault((pod.namespace, pod.job), free_port()))
         return env
 
     def _start(self, pod: Pod) -> None:
@@ -499,11 +527,19 @@ class FakeCluster:
                 del self.pods[key]
 
     def _kill(self, pod: Pod) -> None:
+        """A container's end: every process of the pod dies, also those in sessions of their own
+        (torchrun starts its workers so), as they do when a container's PID namespace goes."""
         if pod.proc is not None and pod.proc.poll() is None:
+            tree = descendants(pod.proc.pid)
             try:
                 os.killpg(pod.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            for pid in tree:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             pod.proc.wait()
 
 
@@ -554,6 +590,9 @@ class Handler(BaseHTTPRequestHandler):
             if not c.crd_installed:
                 return self._send(404, "404 page not found\n", "text/plain")
             return self._jobs(method, m.group(1), m.group(2), query, body)
+        m = PROXY_PATH.match(unquote(url.path))
+        if m and method == "GET":
+            return self._proxy(m.group(1), m.group(2), int(m.group(3) or 80), m.group(4) or "/")
         m = POD_PATH.match(url.path)
         if m and method == "GET":
             return self._pods(m.group(1), m.group(2), bool(m.group(3)), query)
@@ -569,6 +608,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _fault(self, code: int, path: str, body: Any, causes: list[dict] | None = None) -> None:
         name = (body or {}).get("metadata", {}).get("name", path.rsplit("/", 1)[-1]) if isinstance(body, dict) else path.rsplit("/", 1)[-1]
+        if code == 403 and "/proxy" in path:
+            pod = unquote(path).split("/pods/", 1)[-1].split("/", 1)[0]
+            msg = (f'pods "{pod}" is forbidden: User "system:serviceaccount:default:ddpjob" cannot get resource '
+                   '"pods/proxy" in API group "" in the namespace "default"')
+            return self._send(403, status_obj(403, "Forbidden", msg, {"name": pod, "kind": "pods"}))
         if code == 403:
             verb = {"POST": "create", "GET": "get", "DELETE": "delete"}.get(self.command, "get")
             msg = (f'pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:default:ddpjob" cannot {verb} '
@@ -623,6 +667,28 @@ class Handler(BaseHTTPRequestHandler):
                 c.jobs.pop((ns, name), None)
             return self._send(200, status_obj(200, "", "", {"name": name, "group": "kubeflow.org", "kind": "pytorchjobs"}))
         self._send(405, status_obj(405, "MethodNotAllowed", "method not allowed"))
+
+    def _proxy(self, ns: str, name: str, port: int, path: str) -> None:
+        """The API server's pod proxy: GET ``path`` from the pod's ``port`` (its declared
+        DDPJOB_WATCH_PORT is the job's local watch port here); 503 as the API server says when
+        nothing listens there."""
+        c = self.cluster
+        with c.lock:
+            pod = c.pods.get((ns, name))
+        if pod is None:
+            return self._send(404, status_obj(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"}))
+        declared = next((e.get("value") for e in pod.container.get("env", []) if e.get("name") == "DDPJOB_WATCH_PORT"), None)
+        local = c.watch_ports.get((ns, pod.job)) if declared == str(port) else None
+        try:
+            if local is None:
+                raise OSError("connection refused")
+            with urllib.request.urlopen(f"http://127.0.0.1:{local}{path}", timeout=10) as resp:
+                return self._send(resp.status, resp.read(), resp.headers.get("Content-Type", "text/plain"))
+        except urllib.error.HTTPError as e:
+            return self._send(e.code, e.read(), e.headers.get("Content-Type", "text/plain"))
+        except OSError:
+            return self._send(503, status_obj(503, "ServiceUnavailable", f"error trying to reach service: dial tcp "
+                                              f"10.0.0.1:{port}: connect: connection refused"))
 
     def _pods(self, ns: str, name: str | None, log: bool, query: dict) -> None:
         c = self.cluster
@@ -745,5 +811,5 @@ def start(tmp: Path | None = None, *, tls: bool = False) -> FakeApiServer:
     return FakeApiServer(cluster, url, kubeconfig, httpd, ca_cert)
 
 
-__all__ = ["STAND_IN_CRD", "FakeApiServer", "FakeCluster", "Pod", "expand_refs", "installed_crd", "invalid_obj", "start",
+__all__ = ["STAND_IN_CRD", "FakeApiServer", "FakeCluster", "Pod", "descendants", "expand_refs", "installed_crd", "invalid_obj", "start",
            "upstream_schema"]

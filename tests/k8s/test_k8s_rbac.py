@@ -21,6 +21,7 @@ def test_the_role_covers_both_apis_pods_logs_and_events():
     for api in APIS.values():  # submit, status/list, cancel
         assert {"create", "get", "list", "delete"} <= granted[(api.group, api.plural)], api.key
     assert {"get", "list"} <= granted[("", "pods")] and "get" in granted[("", "pods/log")]
+    assert granted[("", "pods/proxy")] == {"get"}  # status reads the stall watch; nothing else goes through it
     assert {"get", "list"} <= granted[("", "events")]
     assert not [k for k in granted if k[1] in ("secrets", "*")]
 

@@ -242,6 +242,22 @@ class Kube:
         except Exception as e:  # noqa: BLE001
             _raise_network(e, self)
 
+    def pod_proxy(self, name: str, port: int, path: str) -> bytes | None:
+        """GET ``path`` from ``port`` of pod ``name`` through the API server's pod proxy (RBAC: ``pods/proxy``
+        get); None when nothing answers there (the pod is gone, or its server is not up yet: 404, 502, 503)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = cast("BaseHTTPResponse", self.core.connect_get_namespaced_pod_proxy_with_path(
+                f"{name}:{port}", self.namespace, path.lstrip("/"), _preload_content=False, _request_timeout=TIMEOUT))
+            return bytes(resp.data)
+        except ApiException as e:
+            if e.status in (404, 502, 503):
+                return None
+            _raise(e, "get", f"pods/{name}:{port}/proxy/{path.lstrip('/')}", self)
+        except Exception as e:  # noqa: BLE001 - network errors
+            _raise_network(e, self)
+
     def pod_events(self, pod: str) -> list[dict[str, Any]]:
         resp = self._call(lambda: self.core.list_namespaced_event(
             self.namespace, field_selector=f"involvedObject.name={pod}", _preload_content=False,
@@ -354,7 +370,7 @@ def _raise(e: Any, action: str, name: str, kube: Kube) -> NoReturn:
         err: type[SubmitRejected | TargetError] = PermissionDenied if creating else TargetError
         raise err(
             f"permission denied (403) to {action} {name} in namespace {kube.namespace!r}: {msg}\n"
-            f"  fix: ask an admin to apply k8s/rbac.yaml in that namespace (it grants {kube.api.plural}, pods, pods/log, events)"
+            f"  fix: ask an admin to apply k8s/rbac.yaml in that namespace (it grants {kube.api.plural}, pods, pods/log, pods/proxy, events)"
         ) from e
     if status == 404 and creating and ((_status(e).get("details") or {}).get("kind") == "namespaces" or 'namespaces "' in msg):
         raise SubmitRejected(f"namespace {kube.namespace!r} does not exist on {kube.host}: {msg}; "

@@ -310,6 +310,12 @@ class K8sOptions(BaseModel):
         description="OnFailure: the kubelet restarts a failed container in place. ExitCode: the operator "
         "recreates the pod for exit codes >= 128 (signals, OOM) and fails the job for 1-127. Never: any failure fails the job.",
     )
+    runner: Literal["python3", "python", "none"] = Field(
+        "python3",
+        description="How each pod starts ddpjob's pod runner in front of torchrun (the stall watch: heartbeats, "
+        "watch.json for status, stall.action): python3 or python, whichever the image has on its PATH; "
+        "none: bare torchrun and no stall watch (an image without Python 3).",
+    )
     backoff_limit: StrictInt = Field(3, ge=0, description="runPolicy.backoffLimit: container restarts before the job is marked Failed.")
     istio_inject: StrictBool = Field(
         False, description="Allow Istio sidecars (default false: a sidecar keeps pods alive after training ends)."

@@ -2,7 +2,8 @@
 creates (and writes to ``plan.json``), and what ``render``, ``--dry-run`` and ``plan.txt`` show.
 
 The text is multi-document YAML of the very objects sent (``metadata.namespace`` apart, filled at
-submit from the kubeconfig context when the spec has none), under a comment header.
+submit from the kubeconfig context when the spec has none; the pod runner's code shortened to its
+size and digest, see ``runner``), under a comment header.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import yaml
 from launcher.spec.secrets import shown_value
 from launcher.targets.base import Handle
 from launcher.targets.k8s.apis import api_of
+from launcher.targets.k8s.runner import BUNDLE_ENV, shown
 
 
 @dataclass
@@ -51,6 +53,7 @@ class K8sPayload:
     api: str = "pytorchjob"
     notes: list[str] = field(default_factory=list)
     runs: int = 0  # the objects made (one per run): the header's count when a render shows the first runs only
+    watch_port: int = 0  # where the first pod's runner serves watch.json (0: no pod runner)
 
 
 @dataclass
@@ -73,6 +76,7 @@ class K8sHandle(Handle):
     elastic: bool = False
     jobs: list[K8sRun] = field(default_factory=list)
     api: str = "pytorchjob"  # k8s.api at submit: which custom resource the jobs are
+    watch_port: int = 0  # the first pod's runner serves watch.json there (0: no pod runner)
 
     def native_ids(self) -> list[str]:
         return [run.name for run in self.jobs]
@@ -108,9 +112,8 @@ def to_yaml(obj: dict[str, Any]) -> str:
 
 def masked_env(obj: Any, masked: frozenset[str]) -> Any:
     """``obj`` with the value of every container env entry named in ``masked`` shown as ``***``
-    (both APIs keep a container's variables in a list under ``env``); ``obj`` itself when none is."""
-    if not masked:
-        return obj
+    (both APIs keep a container's variables in a list under ``env``), and the pod runner's code
+    (``runner.BUNDLE_ENV``) as its size and digest."""
     if isinstance(obj, dict):
         return {k: [_masked_entry(e, masked) for e in v] if k == "env" and isinstance(v, list) else masked_env(v, masked)
                 for k, v in obj.items()}
@@ -120,6 +123,8 @@ def masked_env(obj: Any, masked: frozenset[str]) -> Any:
 
 
 def _masked_entry(entry: Any, masked: frozenset[str]) -> Any:
+    if isinstance(entry, dict) and entry.get("name") == BUNDLE_ENV and isinstance(entry.get("value"), str):
+        return {**entry, "value": shown(entry["value"])}
     if isinstance(entry, dict) and isinstance(entry.get("value"), str):
         return {**entry, "value": shown_value(str(entry.get("name")), entry["value"], masked)}
     return entry

@@ -19,6 +19,7 @@ from typing import Any
 from launcher.core.errors import Issue
 from launcher.core.states import JobState
 from launcher.spec.model import JobSpec
+from launcher.targets.k8s import runner
 from launcher.targets.k8s.apis import PYTORCHJOB
 from launcher.targets.k8s.options import is_operator_env
 from launcher.targets.k8s.render import (
@@ -68,10 +69,17 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
             issues.append(Issue(("env", name), f"{name} is set by the training operator in every pod, after your env, "
                                 "so your value would be silently replaced (k8s/README.md lists these variables)",
                                 hint="remove it from env: for the k8s target"))
-    issues += duplicate_env_refs(spec, {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR"})
+    issues += duplicate_env_refs(spec, {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR", *runner.RUNNER_ENV})
     if "runtime" in spec.k8s.model_fields_set:
         issues.append(Issue(("k8s", "runtime"), "a training runtime is used only by k8s.api trainjob (a PyTorchJob has none)",
                             hint="set k8s.api: trainjob, or remove k8s.runtime"))
+    issues += runner.spec_issues(spec)
+    if spec.stall.action == "fail" and runner.enabled(spec) and spec.k8s.restart_policy == "OnFailure" \
+            and "restart_policy" in spec.k8s.model_fields_set:
+        issues.append(Issue(("k8s", "restart_policy"), "with stall.action fail a stalled pod must end the job, and "
+                            "OnFailure restarts it in place (up to k8s.backoff_limit times)",
+                            hint="set k8s.restart_policy: ExitCode (the default with stall.action fail) or Never, "
+                            "or stall.action: report"))
     e = spec.k8s.elastic
     if e is not None:
         if spec.nodes < 2:
@@ -110,6 +118,16 @@ def build(spec: JobSpec, run: Run) -> dict[str, Any]:
     return {"apiVersion": PYTORCHJOB.api_version, "kind": PYTORCHJOB.kind, "metadata": run.metadata, "spec": job_spec}
 
 
+def restart_policy(spec: JobSpec) -> str:
+    """``k8s.restart_policy``; left out with ``stall.action: fail``, ExitCode: the pod runner exits
+    ``podrun.STALL_EXIT`` (124) on a stall, which ExitCode takes as permanent (1-127) and fails the
+    job, where the default OnFailure would restart the stalled pod in place."""
+    k = spec.k8s
+    if spec.stall.action == "fail" and runner.enabled(spec) and "restart_policy" not in k.model_fields_set:
+        return "ExitCode"
+    return k.restart_policy
+
+
 def _replica(spec: JobSpec, replicas: int, run: Run) -> dict[str, Any]:
     pod = pod_spec(spec)
     pod["containers"] = [_container(spec, run)]
@@ -117,7 +135,7 @@ def _replica(spec: JobSpec, replicas: int, run: Run) -> dict[str, Any]:
     # No restartPolicy in the pod template: the operator overwrites it from the replica's (and warns).
     return {
         "replicas": replicas,
-        "restartPolicy": spec.k8s.restart_policy,
+        "restartPolicy": restart_policy(spec),
         "template": {"metadata": pod_metadata(spec, run.labels), "spec": pod},
     }
 

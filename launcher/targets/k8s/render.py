@@ -7,9 +7,10 @@ The loop and every part the two APIs share are here; what differs is a small fla
 paired with their checks in ``flavours``): it builds its object from a ``Run`` and maps the
 object's paths back to the spec (``lookup``). Shared rules (k8s/README.md):
 
-- The command is a bare ``torchrun`` without rendezvous flags: the controller injects PET_NNODES,
+- The command is ``torchrun`` without rendezvous flags: the controller injects PET_NNODES,
   PET_NODE_RANK, PET_MASTER_ADDR/PORT and PET_NPROC_PER_NODE after our env (a flavour names the
-  variables its controller sets, and the loop leaves them out).
+  variables its controller sets, and the loop leaves them out). ddpjob's pod runner starts it
+  (``runner``: ``python3 -c ...`` with the runner's code in the env) unless ``k8s.runner: none``.
 - ``$`` in the command and env is escaped for the kubelet; env sorted; key order fixed.
 - ddpjob's labels (job id, sweep) on the object and its pods; Kueue's queue label on the object.
 - ``/dev/shm`` as a memory-backed emptyDir beside the spec's volumes; no Istio sidecar unless asked.
@@ -25,6 +26,7 @@ from typing import Any
 from launcher.core.errors import Issue
 from launcher.spec.model import JobSpec
 from launcher.spec.sweep import expand
+from launcher.targets.k8s import runner
 from launcher.targets.k8s.payload import K8sElement
 from launcher.targets.shared import dist
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
@@ -138,6 +140,9 @@ def render(spec: JobSpec, job_id: str, nccl_defaults: dict[str, str], build: Bui
         # No rendezvous flags: the controller's PET_* variables give torchrun nodes, rank and master.
         command = torchrun_argv(worker_command(el.command, "python"), launcher=["torchrun"],
                                 max_restarts=spec.max_restarts)
+        if runner.enabled(spec):  # the stall watch in every pod (``runner``, ``podrun``)
+            command = runner.wrap(spec, command)
+            env = dict(sorted({**env, **runner.env(spec)}.items()))
         objects.append(build(spec, Run(name, _metadata(spec, name, labels), labels, command, env, procs)))
         elements.append(K8sElement(el.index, name, el.params, el.output_dir))
     return Rendered(objects, elements, procs)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from launcher.core.errors import DdpjobError, TargetError
 from launcher.core.states import JobState, summarize
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
+from launcher.targets.k8s import runner
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi, api_of
 from launcher.targets.k8s.check import located, spec_where
 from launcher.targets.k8s.crd import CrdInput, absent
@@ -82,14 +83,14 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
             raise loaded.error(issues)
         rendered = flavour.render(spec, ctx.job_id, nccl)
         flavour.check(loaded, rendered.objects, crd)
-        notes = [crd.note()]
+        notes = [crd.note(), runner.header(spec)]
         if spec.workdir is not None and spec.k8s.workdir is None:
             notes.append("workdir: is a path on this machine and is not used in the pods; set k8s.workdir "
                          "(default: the image's WORKDIR)")
         payload = K8sPayload(ctx.job_id, ctx.run_dir, spec.nodes, rendered.procs_per_node, spec.k8s.namespace,
                              spec.k8s.context, rendered.elements, rendered.objects, crd.summary(),
                              spec_where(loaded, flavour.field_targets), spec.k8s.cpu is not None, spec.k8s.api, notes,
-                             len(rendered.objects))
+                             len(rendered.objects), runner.watch_port(spec) if runner.enabled(spec) else 0)
         return Plan("k8s", ctx.job_id, spec.name, ctx.run_dir, payload, render_text, spec.nodes, rendered.procs_per_node,
                     len(rendered.elements), checks=payload.checks)
 
@@ -123,7 +124,7 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
             job_id=plan.job_id, run_dir=plan.run_dir, context=kube.context, namespace=kube.namespace,
             nodes=p.nodes, procs_per_node=p.procs_per_node,
             elastic=any("elasticPolicy" in m["spec"] for m in p.manifests),
-            jobs=[K8sRun(e.index, e.name, e.params) for e in p.elements], api=p.api,
+            jobs=[K8sRun(e.index, e.name, e.params) for e in p.elements], api=p.api, watch_port=p.watch_port,
         )
 
     def server_dry_run(self, plan: Plan[K8sPayload]) -> str:
@@ -170,6 +171,8 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
                 tasks.append(TaskStatus(el.index, state, msg, params=el.params, native_id=el.name))
                 continue
             state, msg = flavour.state(obj.get("status"))
+            if state == JobState.FAILED and handle.watch_port:
+                msg = _stall_ending(kube, el.name, api, seen.get(el.name), msg, pods=pods)
             summary = flavour.summary(obj.get("status"))
             if summary:
                 replicas.append(summary if len(handle.jobs) == 1 else f"{el.name}: {summary}")
@@ -180,6 +183,11 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
                     pending += object_warnings(kube, el.name)
                 if pending:
                     msg = "; ".join([msg, *pending]) if msg and "not reconciled" not in msg else "; ".join(pending) or msg
+            if state == JobState.RUNNING and handle.watch_port:
+                from launcher.targets.k8s.watch import first_pod, note
+
+                said = note(kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
+                msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
             seen[el.name] = {"state": state.value, "message": msg}
             tasks.append(TaskStatus(el.index, state, msg, nodes, el.params, el.name))
         _write_seen(handle.run_dir, seen)
@@ -189,6 +197,18 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
         if replicas:
             details["replicas"] = " | ".join(replicas)
         return JobStatus(overall, message, tasks, details)
+
+    def read_watch(self, handle: K8sHandle, index: int = 0) -> dict[str, Any] | None:
+        """Run ``index``'s ``watch.json`` as its first pod's runner serves it (raw; see ``heartbeat.Watch``),
+        or None (no pod runner, the pod not up, or it is gone). Raises TargetError on a 403."""
+        from launcher.targets.k8s.watch import first_pod, read_watch
+
+        if not handle.watch_port:
+            return None
+        api = api_of(handle.api)
+        kube = _kube(handle.context, handle.namespace, api)
+        pod = first_pod(kube, handle.jobs[index].name, api)
+        return read_watch(kube, pod, handle.watch_port) if pod else None
 
     # ------------------------------------------------------------------ logs
     def logs(self, handle: K8sHandle, flt: LogFilter, follow: bool = False) -> Iterator[str]:
@@ -228,6 +248,18 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
         kube = _kube(handle.context, handle.namespace, api_of(handle.api))
         for el in handle.jobs:
             kube.delete_job(el.name)  # foreground propagation; a 404 means already gone
+
+
+def _stall_ending(kube: Any, name: str, api: KubeflowApi, last: dict[str, Any] | None, msg: str, *, pods: bool) -> str:
+    """A FAILED run's message naming the stall that ended it (``watch.ending``), found once from the pods
+    (``status``) and kept in ``k8s-status.json`` (what ``list`` then shows)."""
+    if last and last.get("state") == JobState.FAILED.value and str(last.get("message", "")).startswith("stalled: "):
+        return str(last["message"])
+    if not pods:
+        return msg
+    from launcher.targets.k8s.watch import ending
+
+    return ending(kube, name, api) or msg
 
 
 def _kube(context: str | None, namespace: str | None, api: KubeflowApi = PYTORCHJOB) -> Any:

@@ -23,6 +23,7 @@ from typing import Any
 from launcher.core.errors import Issue
 from launcher.core.states import JobState
 from launcher.spec.model import JobSpec
+from launcher.targets.k8s import runner
 from launcher.targets.k8s.apis import TRAINJOB
 from launcher.targets.k8s.render import (
     FieldMap,
@@ -76,7 +77,9 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
     for name in spec.env:
         if name.startswith("PET_"):
             issues.append(Issue(("env", name), f"{name} is set by Trainer v2's torch plugin (its webhook refuses it)"))
-    issues += duplicate_env_refs(spec, {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR", "PYTHONUNBUFFERED"})
+    issues += duplicate_env_refs(spec, {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR", "PYTHONUNBUFFERED",
+                                        *runner.RUNNER_ENV})
+    issues += runner.spec_issues(spec)
     for field in ("labels", "annotations"):
         for key in getattr(k, field):
             if key.startswith(JOBSET_PREFIXES):

@@ -1,0 +1,109 @@
+"""The pod runner as a job carries it: ``podrun.py`` and ``shared/heartbeat.py`` (standard library
+only) packed into one environment variable, and the ``python3 -c`` line that loads them in the pod.
+
+The user's image does not contain ddpjob, so the runner's code travels with the job: JSON of
+(module name, source) pairs, zlib-compressed and base64-encoded, in ``DDPJOB_POD_RUNNER``. The
+command stays readable (``python3 -c BOOT torchrun ...``); ``BOOT`` pops the variable (so torchrun
+and the workers do not inherit it), makes each source a module (``ddpjob_heartbeat``,
+``ddpjob_podrun``) and runs ``podrun.main``. The bundle is built at plan time from the installed
+package's own files, so the pods run the code of the ddpjob that planned them. ``render`` shows the
+variable shortened (``shown``); ``plan.json`` holds it whole.
+
+``k8s.runner: none`` leaves the bare torchrun (an image without Python 3 on its PATH), and with it
+the stall watch; an elastic PyTorchJob has no fixed first node, so it runs bare as well.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import importlib.util
+import json
+import zlib
+
+from launcher.core.errors import Issue
+from launcher.spec.model import JobSpec
+
+BUNDLE_ENV = "DDPJOB_POD_RUNNER"
+MODULES = (("ddpjob_heartbeat", "launcher.targets.shared.heartbeat"), ("ddpjob_podrun", "launcher.targets.k8s.podrun"))
+BOOT = ("import base64,json,os,sys,types,zlib;"
+        f"b=json.loads(zlib.decompress(base64.b64decode(os.environ.pop('{BUNDLE_ENV}'))));"
+        "[sys.modules.__setitem__(n,types.ModuleType(n)) or exec(compile(s,n+'.py','exec'),sys.modules[n].__dict__) "
+        "for n,s in b];"
+        "sys.exit(sys.modules['ddpjob_podrun'].main(sys.argv[1:]))")
+DEFAULT_PORT = 29500
+# podrun.STALL_EXIT, spelled again: importing podrun (http.server, subprocess) would cost every render
+# 20 ms, and podrun may import nothing of ddpjob (a test holds the two equal).
+STALL_EXIT = 124
+# The variables the runner reads (besides the controller's PET_*/MASTER_*): none may come from the spec too.
+RUNNER_ENV = (BUNDLE_ENV, "DDPJOB_STALL_ACTION", "DDPJOB_STALL_TIMEOUT_S", "DDPJOB_WATCH_PORT")
+
+
+@functools.lru_cache(maxsize=1)
+def bundle() -> str:
+    """The runner's modules, packed (deterministic: the same files give the same text)."""
+    sources = []
+    for name, module in MODULES:
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin, module
+        with open(spec.origin, encoding="utf-8") as f:
+            sources.append([name, f.read()])
+    return base64.b64encode(zlib.compress(json.dumps(sources).encode(), 9)).decode("ascii")
+
+
+def enabled(spec: JobSpec) -> bool:
+    return spec.k8s.runner != "none" and spec.k8s.elastic is None
+
+
+def watch_port(spec: JobSpec) -> int:
+    """The pod port that serves ``watch.json``: the one after the rendezvous port (below it at the top)."""
+    port = spec.master_port or DEFAULT_PORT
+    return port + 1 if port < 65535 else port - 1
+
+
+def wrap(spec: JobSpec, command: list[str]) -> list[str]:
+    """``command`` (torchrun's argv) started by the pod runner."""
+    return [spec.k8s.runner, "-c", BOOT, *command]
+
+
+def env(spec: JobSpec) -> dict[str, str]:
+    """The runner's variables: its code, the spec's ``stall:`` and the port of ``watch.json``."""
+    return {BUNDLE_ENV: bundle(), "DDPJOB_STALL_ACTION": spec.stall.action,
+            "DDPJOB_STALL_TIMEOUT_S": str(spec.stall.timeout_s), "DDPJOB_WATCH_PORT": str(watch_port(spec))}
+
+
+def shown(value: str) -> str:
+    """How ``render`` shows the bundle: its size and digest, not 5 kB of base64."""
+    digest = hashlib.sha256(value.encode()).hexdigest()[:12]
+    return f"<pod runner: {len(value)} characters, sha256 {digest}; whole in plan.json>"
+
+
+def spec_issues(spec: JobSpec) -> list[Issue]:
+    """``stall.action: fail`` where no runner watches the pods."""
+    if spec.stall.action != "fail" or enabled(spec):
+        return []
+    if spec.k8s.runner == "none":
+        return [Issue(("stall", "action"), "fail needs ddpjob's pod runner, and k8s.runner: none leaves the pods "
+                      "without a stall watch", hint="remove k8s.runner: none, or set stall.action: report")]
+    return [Issue(("stall", "action"), "fail is not available for an elastic job (its nodes come and go: no first "
+                  "node watches the others)", hint="remove stall.action, or k8s.elastic")]
+
+
+def header(spec: JobSpec) -> str:
+    """The render header's line about the runner."""
+    if not enabled(spec):
+        why = "k8s.runner: none" if spec.k8s.runner == "none" else "an elastic job has no fixed first node"
+        return f"pods run torchrun bare ({why}): no stall watch"
+    text = (f"pods start ddpjob's pod runner ({spec.k8s.runner} -c ...: launcher/targets/k8s/podrun.py and "
+            f"shared/heartbeat.py, carried in {BUNDLE_ENV}, shown shortened) in front of torchrun: stall watch "
+            f"(stall.timeout {spec.stall.timeout_s} s, action {spec.stall.action}), watch.json on port "
+            f"{watch_port(spec)}; k8s.runner: none turns it off")
+    if spec.stall.action != "fail":
+        return text
+    if spec.k8s.api == "trainjob":
+        return text + ("\n# stall.action fail: the stalled pod exits 124; the runtime's restart policy decides what "
+                       "follows (JobSet's default OnFailure restarts it in place up to the Job's backoffLimit)")
+    return text + (f"\n# stall.action fail: the stalled pod exits {STALL_EXIT}; restartPolicy "
+                   f"{'ExitCode' if 'restart_policy' not in spec.k8s.model_fields_set else spec.k8s.restart_policy} "
+                   "fails the job on it (exit codes 1-127) instead of restarting the pod")

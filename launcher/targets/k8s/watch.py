@@ -1,0 +1,75 @@
+"""The stall watch of a Kubernetes run as ``status`` sees it, without a shared filesystem: the first
+pod's runner (``podrun``) serves its ``watch.json`` on ``runner.watch_port``, read here through the
+API server's pod proxy (RBAC ``pods/proxy`` get) and told with the one function Slurm's status uses
+(``heartbeat.report``); a run the watch ended (``stall.action: fail``) is named from the line its
+runner printed (``podrun.STALL_LINE``) in the pod's log.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from launcher.core.errors import TargetError
+from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
+from launcher.targets.k8s.podrun import STALL_EXIT, STALL_LINE, WATCH_PATH
+from launcher.targets.k8s.pods import container, pod_ref, sort_key
+
+
+def first_pod(kube: Any, job_name: str, api: KubeflowApi, nodes: list[dict[str, Any]] | None = None) -> str | None:
+    """The name of the run's node-0 pod: from ``status``'s rows when given, else its fixed name (a
+    PyTorchJob's Master), else a list call (a TrainJob's pods end in random characters)."""
+    if nodes is not None:
+        return next((str(n["pod"]) for n in nodes if n.get("node") == 0 and n.get("pod")), None)
+    if api is PYTORCHJOB:
+        return f"{job_name}-master-0"
+    names = sorted((p["metadata"]["name"] for p in kube.list_pods(api.pod_selector(job_name))), key=sort_key)
+    refs = [pod_ref(n, [{"index": 0, "name": job_name}], False) for n in names]
+    return next((r.name for r in refs if r is not None and r.node == 0), None)
+
+
+def read_watch(kube: Any, pod: str, port: int) -> dict[str, Any] | None:
+    """The first pod's ``watch.json`` (raw), or None while there is none (runner not up, or k8s.runner: none).
+
+    Raises:
+        TargetError: the API server refused (403: no ``pods/proxy`` get in the user's role).
+    """
+    data = kube.pod_proxy(pod, port, WATCH_PATH)
+    if not data:
+        return None
+    try:
+        state = json.loads(data)
+    except ValueError:
+        return None
+    return state if isinstance(state, dict) and "nodes" in state else None
+
+
+def note(kube: Any, pod: str | None, port: int) -> str | None:
+    """What ``status`` adds about a running run: the watch's verdict (``heartbeat.report``), or one line
+    saying why the watch cannot be read; None when all is well or there is nothing to read yet."""
+    from launcher.targets.shared.heartbeat import report
+
+    if pod is None:
+        return None
+    try:
+        state = read_watch(kube, pod, port)
+    except TargetError as e:
+        first = str(e).splitlines()[0]
+        return f"watch unreadable: {first}" + ("; k8s/rbac.yaml grants it (pods/proxy get)" if "(403)" in first else "")
+    return report(state, time.time()) if state is not None else None
+
+
+def ending(kube: Any, job_name: str, api: KubeflowApi) -> str | None:
+    """Why the stall watch ended a run (``stall.action: fail``): ``stalled: <verdict>`` from the log of
+    the pod whose runner exited ``STALL_EXIT``, or None when none did."""
+    for pod in sorted(kube.list_pods(api.pod_selector(job_name)), key=lambda p: sort_key(p["metadata"]["name"])):
+        term = ((container(pod, api.container) or {}).get("state") or {}).get("terminated") or {}
+        if term.get("exitCode") != STALL_EXIT:
+            continue
+        data = kube.pod_log(pod["metadata"]["name"], tail=50) or b""
+        for line in reversed(data.decode("utf-8", "replace").splitlines()):
+            if STALL_LINE in line:
+                return "stalled: " + line.split(STALL_LINE, 1)[1].strip()
+    return None
+

@@ -1,0 +1,311 @@
+"""The stall watch on Kubernetes (issue 34): each pod runs ddpjob's pod runner in front of torchrun
+(launcher/targets/k8s/podrun.py, carried in the pod's env), the first pod's runner serves its
+watch.json, and status reads it through the API server's pod proxy. Real torchrun and gloo in the
+loopback API server's pods; one rank is stopped with SIGSTOP.
+
+Today's watch names the run (no node wrote output: a hung collective) or a silent node; naming the
+stopped *rank* comes with per-rank sampling: then only ``STUCK`` below changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import fake_apiserver
+import pytest
+from test_k8s_target import REPO, job_id_of, run
+
+from launcher.targets.k8s import runner
+from launcher.targets.k8s.payload import K8sHandle, K8sRun
+from launcher.targets.k8s.podrun import STALL_EXIT
+from launcher.targets.k8s.target import KubernetesTarget
+
+STUCK = "no node has written output or made progress since"  # what status must name (the rank, with per-rank sampling)
+TIMEOUT_S = 20  # stall.timeout: the spec's minimum
+
+STEPS = """\
+import sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+for step in range(10000):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    print(f"step {step} rank {dist.get_rank()}", flush=True)
+    time.sleep(0.5)
+"""
+
+
+def submit(script: Path, action: str, api: str = "pytorchjob") -> str:
+    code, out = run("submit", str(REPO / "jobs" / "quickstart.yaml"), "--target", "k8s", "--nodes", "2",
+                    "--procs-per-node", "1", "--set", f"command=[python, {script}]", "--set", f"k8s.api={api}",
+                    "--set", f"stall.timeout={TIMEOUT_S}", "--set", f"stall.action={action}")
+    assert code == 0, out
+    return job_id_of(out)
+
+
+def status(job_id: str) -> dict:
+    code, out = run("status", job_id, "-o", "json")
+    assert code in (0, 1), out
+    return json.loads(out)
+
+
+def stop_a_rank(cluster: fake_apiserver.FakeCluster, job: str) -> int:
+    """SIGSTOP the training process of node 1's pod (a PyTorchJob's Worker, a TrainJob's index 1): the
+    runner's torchrun's child."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pods = [p for p in cluster.pods_of(job) if p.rtype in ("Worker", "Node") and p.index == (p.rtype == "Node")
+                and p.proc is not None]
+        if pods and b"step 2 rank 1" in bytes(pods[0].log):
+            tree = fake_apiserver.descendants(pods[0].proc.pid)  # runner -> torchrun -> the rank
+            rank = tree[-1]
+            os.kill(rank, signal.SIGSTOP)
+            return rank
+        time.sleep(0.5)
+    raise AssertionError(f"rank 1 never printed: {[bytes(p.log)[-500:] for p in cluster.pods_of(job)]}")
+
+
+def wait_for(job_id: str, until, limit: float) -> dict:
+    deadline = time.monotonic() + limit
+    while True:
+        st = status(job_id)
+        if until(st) or time.monotonic() > deadline:
+            return st
+        time.sleep(1)
+
+
+@pytest.fixture
+def steps(tmp_path: Path) -> Path:
+    path = tmp_path / "steps.py"
+    path.write_text(STEPS)
+    return path
+
+
+@pytest.mark.real
+def test_a_stopped_rank_is_named_by_status_within_the_stall_timeout(k8s_api, steps, tmp_path, monkeypatch):
+    """One job of each API at once (the same runner; one stall timeout of waiting for both)."""
+    monkeypatch.setenv("DDPJOB_HOME", str(tmp_path / "home"))
+    jobs = {api: submit(steps, "report", api) for api in ("pytorchjob", "trainjob")}
+    ranks: dict[str, int] = {}
+    stopped: dict[str, float] = {}
+    try:
+        for api, job_id in jobs.items():
+            ranks[api] = stop_a_rank(k8s_api.server, job_id)
+            stopped[api] = time.time()
+        for api, job_id in jobs.items():
+            st = wait_for(job_id, lambda s: "stalled:" in s["message"], stopped[api] + TIMEOUT_S + 30 - time.time())
+            assert STUCK in st["message"] and st["state"] == "RUNNING", (api, st)
+            # HH:MM:SS: when the watch last saw output grow (it looks every 2 s), about when the rank stopped
+            since = st["message"].split(STUCK, 1)[1].split()[0]
+            apart = (_seconds_of_day(stopped[api]) - _seconds_of_day(since)) % 86400
+            assert min(apart, 86400 - apart) < 10, (api, since, st)
+            # The raw watch.json, as `top` will read it.
+            watch = KubernetesTarget().read_watch(handle_of(job_id, api))
+            assert watch is not None and watch["verdict"]["kind"] == "quiet" and len(watch["nodes"]) == 2, watch
+        _, out = run("list")  # the same text in list, for both
+        assert sorted(line.split()[0] for line in out.splitlines() if f"stalled: {STUCK[:30]}" in line) == \
+            sorted(jobs.values()), out
+    finally:
+        for rank in ranks.values():
+            os.kill(rank, signal.SIGCONT)
+        for job_id in jobs.values():
+            run("cancel", job_id)
+
+
+@pytest.mark.real
+def test_stall_action_fail_ends_the_job_failed_naming_it_and_leaves_no_process(k8s_api, steps, tmp_path, monkeypatch):
+    monkeypatch.setenv("DDPJOB_HOME", str(tmp_path / "home"))
+    job_id = submit(steps, "fail")
+    cluster = k8s_api.server
+    trees = {p.name: [p.proc.pid, *fake_apiserver.descendants(p.proc.pid)] for p in cluster.pods_of(job_id) if p.proc}
+    stop_a_rank(cluster, job_id)
+    trees.update({p.name: [p.proc.pid, *fake_apiserver.descendants(p.proc.pid)] for p in cluster.pods_of(job_id)})
+    st = wait_for(job_id, lambda s: s["state"] == "FAILED", TIMEOUT_S + 60)
+    assert st["state"] == "FAILED" and st["message"].startswith("stalled: ") and STUCK in st["message"], st
+    master = next(p for p in cluster.pods_of(job_id) if p.rtype == "Master")
+    assert master.exit_code == STALL_EXIT and master.restarts == 0  # ExitCode: not restarted
+    assert not [p.name for p in cluster.pods_of(job_id) if p.phase in ("Running", "Pending")]
+    time.sleep(1)
+    alive = [pid for pids in trees.values() for pid in pids if _alive(pid)]
+    assert not alive, alive
+
+
+def handle_of(job_id: str, api: str = "pytorchjob") -> K8sHandle:
+    return K8sHandle(job_id=job_id, run_dir="", namespace="default", nodes=2, jobs=[K8sRun(0, job_id)],
+                     watch_port=runner.DEFAULT_PORT + 1, api=api)
+
+
+def _seconds_of_day(t: float | str) -> int:
+    parts = time.localtime(t) if isinstance(t, float) else time.strptime(t, "%H:%M:%S")
+    return parts.tm_hour * 3600 + parts.tm_min * 60 + parts.tm_sec
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- the proxy read, no processes
+
+WATCH = {"updated": 0, "timeout": 20.0, "action": "report", "interval": 2.0,
+         "nodes": [{"node": 0, "host": "m", "heard": 0, "output": 0, "bytes": 5},
+                   {"node": 1, "host": "w", "heard": 0, "output": 0, "bytes": 5}],
+         "verdict": {"node": 1, "host": "w", "kind": "lost", "since": 0,
+                     "message": "node 1 (w) went silent: no heartbeat since 01:02:03 (40 s; stall timeout 20 s)"}}
+
+
+@pytest.fixture
+def served_watch(k8s_api):
+    """A pod of job `demo` whose port 29501 (its DDPJOB_WATCH_PORT) serves WATCH, as the runner does."""
+    class Serve(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = json.dumps(WATCH).encode() if self.path == "/watch.json" else b"{}"
+            self.send_response(200 if self.path == "/watch.json" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Serve)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    c = k8s_api.server
+    container = {"name": "pytorch", "env": [{"name": "DDPJOB_WATCH_PORT", "value": "29501"}]}
+    c.pods[("default", "demo-master-0")] = fake_apiserver.Pod("demo-master-0", "default", "demo", "Master", 0, {},
+                                                              container, "OnFailure", {}, 0.0)
+    c.watch_ports[("default", "demo")] = httpd.server_address[1]
+    yield k8s_api
+    httpd.shutdown()
+
+
+def test_status_reads_the_first_pods_watch_through_the_pod_proxy(served_watch):
+    from launcher.targets.k8s.client import Kube
+    from launcher.targets.k8s.watch import note
+
+    kube = Kube()
+    assert KubernetesTarget().read_watch(handle_of("demo")) == WATCH
+    said = note(kube, "demo-master-0", 29501)
+    assert said == "stalled: " + WATCH["verdict"]["message"]  # heartbeat.report, as on Slurm
+    assert served_watch.server.requests_to("/pods/demo-master-0:29501/proxy/watch.json") or \
+        served_watch.server.requests_to("/pods/demo-master-0%3A29501/proxy/watch.json")
+    assert note(kube, "demo-master-0", 29502) is None  # nothing listens there: 503, nothing to say yet
+
+
+def test_a_user_without_pods_proxy_gets_one_line_in_status(served_watch):
+    from launcher.targets.k8s.client import Kube
+    from launcher.targets.k8s.watch import note
+
+    served_watch.server.fail_next("GET", r"/proxy", 403)
+    said = note(Kube(), "demo-master-0", 29501)
+    assert said is not None and said.startswith("watch unreadable: permission denied (403)") and "\n" not in said, said
+    assert said.endswith("k8s/rbac.yaml grants it (pods/proxy get)"), said
+
+
+# --------------------------------------------------------------------------- the plan
+
+def plan(*overrides: str):
+    from launcher.spec.load import load_spec
+    from launcher.targets.base import PlanContext
+
+    loaded = load_spec(REPO / "jobs" / "quickstart.yaml", overrides=["nodes=2", *overrides])
+    target = KubernetesTarget()
+    return target.plan(loaded, PlanContext(job_id="demo-abcde", run_dir="/r", home="/h", cwd="/c",
+                                           inputs=target.inputs(loaded, online=False)))
+
+
+def pods_of(manifest: dict) -> list[dict]:
+    if manifest["kind"] == "TrainJob":
+        return [manifest["spec"]["trainer"]]
+    return [r["template"]["spec"]["containers"][0] for r in manifest["spec"]["pytorchReplicaSpecs"].values()]
+
+
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
+    import base64
+    import zlib
+
+    import launcher.targets.k8s.podrun as podrun
+    import launcher.targets.shared.heartbeat as heartbeat
+
+    p = plan(f"k8s.api={api}", "stall.timeout=45")
+    for c in pods_of(p.payload.manifests[0]):
+        assert c["command"][:4] == ["python3", "-c", runner.BOOT, "torchrun"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["DDPJOB_STALL_TIMEOUT_S"] == "45" and env["DDPJOB_STALL_ACTION"] == "report"
+        assert env["DDPJOB_WATCH_PORT"] == "29501"
+        modules = dict(json.loads(zlib.decompress(base64.b64decode(env[runner.BUNDLE_ENV]))))
+        assert modules == {"ddpjob_heartbeat": Path(heartbeat.__file__).read_text(),
+                           "ddpjob_podrun": Path(podrun.__file__).read_text()}
+    text = p.render()
+    assert "pods start ddpjob's pod runner" in text and runner.shown(env[runner.BUNDLE_ENV]) in text
+    assert env[runner.BUNDLE_ENV] not in text  # shortened: 8 kB of base64 is not for reading
+
+
+def test_render_does_not_load_the_runner_and_says_its_exit_code():
+    import subprocess
+    import sys
+
+    code = ("import sys; from launcher.targets.k8s import runner, target; "
+            "print(sorted(m for m in ('launcher.targets.k8s.podrun', 'http.server', 'subprocess') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+    assert runner.STALL_EXIT == STALL_EXIT
+
+
+def test_k8s_runner_none_runs_torchrun_bare_and_refuses_stall_fail():
+    from launcher.core.errors import SpecError
+
+    p = plan("k8s.runner=none")
+    for c in pods_of(p.payload.manifests[0]):
+        assert c["command"][0] == "torchrun" and not [e for e in c["env"] if e["name"].startswith("DDPJOB_STALL")]
+    assert p.payload.watch_port == 0 and "no stall watch" in p.render()
+    with pytest.raises(SpecError) as e:
+        plan("k8s.runner=none", "stall.action=fail")
+    assert "stall.action" in str(e.value) and "k8s.runner: none" in str(e.value)
+    with pytest.raises(SpecError) as e:  # an elastic job runs torchrun bare: no first node to watch
+        plan("k8s.elastic={min_nodes: 2, max_nodes: 3}", "stall.action=fail")
+    assert "stall.action" in str(e.value) and "elastic" in str(e.value)
+
+
+def test_stall_fail_makes_a_pytorchjob_fail_on_the_runners_exit_code_not_restart():
+    from launcher.core.errors import SpecError
+
+    specs = plan("stall.action=fail").payload.manifests[0]["spec"]["pytorchReplicaSpecs"]
+    assert {r["restartPolicy"] for r in specs.values()} == {"ExitCode"}
+    assert {r["restartPolicy"] for r in plan().payload.manifests[0]["spec"]["pytorchReplicaSpecs"].values()} == {"OnFailure"}
+    specs = plan("stall.action=fail", "k8s.restart_policy=Never").payload.manifests[0]["spec"]["pytorchReplicaSpecs"]
+    assert {r["restartPolicy"] for r in specs.values()} == {"Never"}
+    with pytest.raises(SpecError) as e:
+        plan("stall.action=fail", "k8s.restart_policy=OnFailure")
+    assert "k8s.restart_policy" in str(e.value) and "ExitCode" in str(e.value)
+
+
+@pytest.mark.real
+def test_the_runner_in_a_bare_python_passes_output_exit_code_and_sigterm_on(tmp_path):
+    """The bundle in an interpreter without ddpjob (-I: no PYTHONPATH, no site): the child's output
+    and exit code come through, and SIGTERM (how the kubelet stops a pod) reaches the child."""
+    import subprocess
+    import sys
+
+    env = {"PATH": os.environ["PATH"], runner.BUNDLE_ENV: runner.bundle(), "DDPJOB_WATCH_PORT": "0",
+           "MASTER_PORT": str(fake_apiserver.free_port())}
+    boot = [sys.executable, "-I", "-c", runner.BOOT]
+    done = subprocess.run([*boot, "sh", "-c", f"echo out; env | grep -c {runner.BUNDLE_ENV}; exit 3"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (3, "out\n0\n"), done  # the bundle is not passed on to torchrun
+    marker = tmp_path / "got-term"
+    child = f"trap 'echo term > {marker}; exit 143' TERM; echo ready; while true; do sleep 0.1; done"
+    proc = subprocess.Popen([*boot, "sh", "-c", child], env=env, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143 and marker.read_text() == "term\n"
