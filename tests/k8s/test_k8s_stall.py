@@ -3,8 +3,9 @@
 watch.json, and status reads it through the API server's pod proxy. Real torchrun and gloo in the
 loopback API server's pods; one rank is stopped with SIGSTOP.
 
-Today's watch names the run (no node wrote output: a hung collective) or a silent node; naming the
-stopped *rank* comes with per-rank sampling: then only ``STUCK`` below changes.
+Each pod's runner samples its ranks (shared/vitals.py) and sends them with its heartbeat, so the
+watch names the stopped *rank* (not only a run in which no node writes output), and ``ddpjob top``
+shows every rank's CPU, memory and output age, as on the other targets.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from launcher.targets.k8s.payload import K8sHandle, K8sRun
 from launcher.targets.k8s.podrun import STALL_EXIT
 from launcher.targets.k8s.target import KubernetesTarget
 
-STUCK = "no node has written output or made progress since"  # what status must name (the rank, with per-rank sampling)
+STUCK = "is stopped (SIGSTOP?) since"  # what status says of the stopped rank (shared/heartbeat.py)
 TIMEOUT_S = 20  # stall.timeout: the spec's minimum
 
 STEPS = """\
@@ -101,15 +102,25 @@ def test_a_stopped_rank_is_named_by_status_within_the_stall_timeout(k8s_api, ste
         for api, job_id in jobs.items():
             st = wait_for(job_id, lambda s: "stalled:" in s["message"], stopped[api] + TIMEOUT_S + 30 - time.time())
             assert STUCK in st["message"] and st["state"] == "RUNNING", (api, st)
+            assert f"pid {ranks[api]}) on node 1" in st["message"], (api, ranks[api], st)  # that rank, on its node
             # HH:MM:SS: when the watch last saw output grow (it looks every 2 s), about when the rank stopped
-            since = st["message"].split(STUCK, 1)[1].split()[0]
+            since = st["message"].split(STUCK, 1)[1].split()[0].rstrip(",")
             apart = (_seconds_of_day(stopped[api]) - _seconds_of_day(since)) % 86400
             assert min(apart, 86400 - apart) < 10, (api, since, st)
             # The raw watch.json, as `top` will read it.
             watch = KubernetesTarget().read_watch(handle_of(job_id, api))
-            assert watch is not None and watch["verdict"]["kind"] == "quiet" and len(watch["nodes"]) == 2, watch
+            assert watch is not None and watch["verdict"]["kind"] == "stuck" and len(watch["nodes"]) == 2, watch
+            # top: every rank of both pods with its CPU, memory and output age; the stopped one flagged
+            code, out = run("top", job_id, "--once", "-o", "json")
+            assert code == 0, out
+            health = json.loads(out)["health"]
+            ranks_seen = [r for n in health["nodes"] for r in n["ranks"]]
+            assert sorted(r["rank"] for r in ranks_seen) == [0, 1], health
+            assert all(r["rss_bytes"] and r["output_age_s"] is not None for r in ranks_seen), health
+            assert any(r["cpu_pct"] is not None for r in ranks_seen), health
+            assert [r["rank"] for r in ranks_seen if r["flag"] == "stuck"] == [1], health
         _, out = run("list")  # the same text in list, for both
-        assert sorted(line.split()[0] for line in out.splitlines() if f"stalled: {STUCK[:30]}" in line) == \
+        assert sorted(line.split()[0] for line in out.splitlines() if "stalled: rank 1 " in line) == \
             sorted(jobs.values()), out
     finally:
         for rank in ranks.values():
@@ -236,6 +247,8 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
 
     import launcher.targets.k8s.podrun as podrun
     import launcher.targets.shared.heartbeat as heartbeat
+    import launcher.targets.shared.straggle as straggle
+    import launcher.targets.shared.vitals as vitals
 
     p = plan(f"k8s.api={api}", "stall.timeout=45")
     for c in pods_of(p.payload.manifests[0]):
@@ -244,7 +257,9 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
         assert env["DDPJOB_STALL_TIMEOUT_S"] == "45" and env["DDPJOB_STALL_ACTION"] == "report"
         assert env["DDPJOB_WATCH_PORT"] == "29501"
         modules = dict(json.loads(zlib.decompress(base64.b64decode(env[runner.BUNDLE_ENV]))))
-        assert modules == {"ddpjob_heartbeat": Path(heartbeat.__file__).read_text(),
+        assert modules == {"ddpjob_straggle": Path(straggle.__file__).read_text(),
+                           "ddpjob_vitals": Path(vitals.__file__).read_text(),
+                           "ddpjob_heartbeat": Path(heartbeat.__file__).read_text(),
                            "ddpjob_podrun": Path(podrun.__file__).read_text()}
     text = p.render()
     assert "pods start ddpjob's pod runner" in text and runner.shown(env[runner.BUNDLE_ENV]) in text
@@ -292,14 +307,15 @@ def test_stall_fail_makes_a_pytorchjob_fail_on_the_runners_exit_code_not_restart
 
 @pytest.mark.real
 def test_the_runner_in_a_bare_python_passes_output_exit_code_and_sigterm_on(tmp_path):
-    """The bundle in an interpreter without ddpjob (-I: no PYTHONPATH, no site): the child's output
+    """The bundle in an interpreter without ddpjob (-I -S: no PYTHONPATH, no site-packages, so nothing of
+    ddpjob is importable, as in a user's image; the watch runs, so its modules load): the child's output
     and exit code come through, and SIGTERM (how the kubelet stops a pod) reaches the child."""
     import subprocess
     import sys
 
     env = {"PATH": os.environ["PATH"], runner.BUNDLE_ENV: runner.bundle(), "DDPJOB_WATCH_PORT": "0",
            "MASTER_PORT": str(fake_apiserver.free_port())}
-    boot = [sys.executable, "-I", "-c", runner.BOOT]
+    boot = [sys.executable, "-I", "-S", "-c", runner.BOOT]
     done = subprocess.run([*boot, "sh", "-c", f"echo out; env | grep -c {runner.BUNDLE_ENV}; exit 3"], env=env,
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert (done.returncode, done.stdout) == (3, "out\n0\n"), done  # the bundle is not passed on to torchrun

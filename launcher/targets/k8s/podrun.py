@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -35,9 +36,9 @@ WATCH_PATH = "/watch.json"
 STOP_GRACE_S = 20.0  # SIGTERM, then SIGKILL if torchrun hangs in a collective
 
 
-def _heartbeat() -> Any:
-    """The bundle's copy of ``launcher.targets.shared.heartbeat`` (in a pod), else the package's."""
-    return sys.modules.get("ddpjob_heartbeat") or importlib.import_module("launcher.targets.shared.heartbeat")
+def _shared(name: str) -> Any:
+    """The bundle's copy of ``launcher.targets.shared.<name>`` (in a pod), else the package's."""
+    return sys.modules.get(f"ddpjob_{name}") or importlib.import_module(f"launcher.targets.shared.{name}")
 
 
 class PodRunner:
@@ -58,6 +59,10 @@ class PodRunner:
         self._dir = tempfile.mkdtemp(prefix="ddpjob-pod-")
         self.counted = os.path.join(self._dir, "output.count")  # sparse: its size is the bytes torchrun wrote
         self.state_path = os.path.join(self._dir, "watch.json")
+        self.steps_dir = os.path.join(self._dir, "vitals")  # the trainer's per-rank step reports (DDPJOB_VITALS_DIR)
+        # Each rank's vitals (shared/vitals.py), sent with the heartbeats; the output is fed to it as it passes.
+        self.sampler = _shared("vitals").Sampler(node=self.node, agent=lambda: self.proc.pid if self.proc else None,
+                                                 log=None, steps_dir=self.steps_dir)
 
     def say(self, text: str) -> None:
         with self._out:
@@ -70,6 +75,8 @@ class PodRunner:
             return 2
         open(self.counted, "wb").close()
         env = {k: v for k, v in self.env.items() if k != "DDPJOB_POD_RUNNER"}
+        os.makedirs(self.steps_dir, exist_ok=True)
+        env.setdefault(_shared("vitals").VITALS_DIR_ENV, self.steps_dir)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._forward)
         try:
@@ -102,6 +109,7 @@ class PodRunner:
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.buffer.flush()
             total += len(chunk)
+            self.sampler.saw(chunk, time.time())  # a line cut between two chunks may go unseen: ages are samples
             try:
                 os.truncate(self.counted, total)
             except OSError:
@@ -109,18 +117,20 @@ class PodRunner:
 
     def _heartbeats(self) -> tuple[Any, ThreadingHTTPServer | None]:
         """The watch (first node) or a beacon (the others), as ``slurm/node.py`` starts them."""
-        heartbeat = _heartbeat()
+        heartbeat = _shared("heartbeat")
         host = os.uname().nodename
         if self.node != 0:
             beacon = heartbeat.Beacon(addr=self.addr, port=self.port, node=self.node, host=host, outputs=[self.counted],
-                                      timeout=self.timeout, action=self.action, on_stall=self._on_stall)
+                                      timeout=self.timeout, action=self.action, on_stall=self._on_stall,
+                                      vitals=self.sampler.sample)
             beacon.start()
             return beacon, None
         outputs = [self.counted]
         if self.env.get("DDPJOB_METRICS_FILE"):
             outputs.append(self.env["DDPJOB_METRICS_FILE"])
         watch = heartbeat.Watch(port=self.port, nodes=self.nodes, host=host, outputs=outputs, state_path=self.state_path,
-                                timeout=self.timeout, action=self.action, on_stall=self._on_stall)
+                                timeout=self.timeout, action=self.action, on_stall=self._on_stall,
+                                vitals=self.sampler.sample)
         why = watch.start()
         if why:
             self.say(why)

@@ -26,7 +26,9 @@ from launcher.core.errors import Issue
 from launcher.spec.model import JobSpec
 
 BUNDLE_ENV = "DDPJOB_POD_RUNNER"
-MODULES = (("ddpjob_heartbeat", "launcher.targets.shared.heartbeat"), ("ddpjob_podrun", "launcher.targets.k8s.podrun"))
+# In the order they are loaded: heartbeat imports the straggler rule, podrun the other three.
+MODULES = (("ddpjob_straggle", "launcher.targets.shared.straggle"), ("ddpjob_vitals", "launcher.targets.shared.vitals"),
+           ("ddpjob_heartbeat", "launcher.targets.shared.heartbeat"), ("ddpjob_podrun", "launcher.targets.k8s.podrun"))
 BOOT = ("import base64,json,os,sys,types,zlib;"
         f"b=json.loads(zlib.decompress(base64.b64decode(os.environ.pop('{BUNDLE_ENV}'))));"
         "[sys.modules.__setitem__(n,types.ModuleType(n)) or exec(compile(s,n+'.py','exec'),sys.modules[n].__dict__) "

@@ -210,6 +210,22 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
         pod = first_pod(kube, handle.jobs[index].name, api)
         return read_watch(kube, pod, handle.watch_port) if pod else None
 
+    def health(self, handle: K8sHandle) -> Any:
+        """Every rank's health (``shared.health.JobHealth``) from the newest run's first pod, read through
+        the pod proxy; after the pods are gone, the sample last read (kept in the run folder)."""
+        from launcher.targets.k8s.watch import latest
+        from launcher.targets.shared.health import parse
+
+        if not handle.watch_port:
+            return None
+        api = api_of(handle.api)
+        try:
+            kube = _kube(handle.context, handle.namespace, api)
+        except DdpjobError:
+            kube = None  # the cluster is out of reach: the kept sample is still worth showing
+        found = latest(kube, [j.name for j in handle.jobs], api, handle.watch_port, handle.run_dir)
+        return parse(found[1], found[0]) if found else None
+
     # ------------------------------------------------------------------ logs
     def logs(self, handle: K8sHandle, flt: LogFilter, follow: bool = False) -> Iterator[str]:
         """Lines of every pod, prefixed ``[master-0 rank0]``; see ``launcher.targets.k8s.logs`` for the rules."""

@@ -8,6 +8,7 @@ runner printed (``podrun.STALL_LINE``) in the pod's log.
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -43,6 +44,31 @@ def read_watch(kube: Any, pod: str, port: int) -> dict[str, Any] | None:
     except ValueError:
         return None
     return state if isinstance(state, dict) and "nodes" in state else None
+
+
+def kept(run_dir: str, index: int) -> str:
+    """Where the last ``watch.json`` read of run ``index`` is kept, for ``top`` once the pods are gone."""
+    return os.path.join(run_dir, f"watch-{index}.json")
+
+
+def latest(kube: Any, job_names: list[str], api: KubeflowApi, port: int, run_dir: str) -> tuple[int, dict[str, Any]] | None:
+    """The newest run's ``watch.json`` read through the pod proxy (and kept in the run folder), else the
+    one kept when it was last read; None when there is neither. A 403 raises TargetError."""
+    from launcher.targets.shared.files import read_json, write_json
+
+    for index in reversed(range(len(job_names))):
+        pod = first_pod(kube, job_names[index], api) if kube is not None else None
+        state = read_watch(kube, pod, port) if pod else None
+        if state is not None:
+            try:
+                write_json(kept(run_dir, index), state)
+            except OSError:
+                pass  # a full or read-only home: the live sample is still shown
+            return index, state
+        old = read_json(kept(run_dir, index))
+        if isinstance(old, dict):
+            return index, old
+    return None
 
 
 def note(kube: Any, pod: str | None, port: int) -> str | None:

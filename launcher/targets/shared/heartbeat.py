@@ -28,7 +28,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from launcher.targets.shared.straggle import Straggle
+try:
+    from launcher.targets.shared.straggle import Straggle
+except ImportError:  # in a Kubernetes pod: the pod runner's bundle (``k8s/runner.py``), no ddpjob installed
+    from ddpjob_straggle import Straggle  # type: ignore[import-not-found, no-redef]
 
 INTERVAL_S = 2.0
 

@@ -201,7 +201,13 @@ class Sampler:
             return
         cut = data.rfind(b"\n") + 1  # a line still being written is read whole next time
         self._offset += cut
-        for m in _PREFIX.finditer(data[:cut]):
+        self.saw(data[:cut], now)
+
+    def saw(self, data: bytes, now: float) -> None:
+        """Output of the node's torchrun (whole lines, each worker's prefixed ``[default<local rank>]:``):
+        the time of each rank's newest line. The log's reader calls it; so does a runner that passes the
+        output on itself (the Kubernetes pod runner, which has no log file)."""
+        for m in _PREFIX.finditer(data):
             self._output[int(m.group(1))] = now
 
     def _steps(self, rank: int | None) -> dict[str, object]:
