@@ -1,6 +1,6 @@
 """The spec's ``stall:`` section: when a node that goes silent is noticed, and what then happens.
 
-Read by the targets that watch their nodes and ranks (local and Slurm: heartbeats between the nodes of
+Read by the targets that watch their nodes and ranks (every target: heartbeats between the nodes of
 each run, with each rank's vitals, see ``launcher.targets.shared.heartbeat``). Kept apart from ``model.py`` so that module stays small.
 """
 

@@ -10,7 +10,8 @@ supervisor starts it), in two sides alternating within each repeat (the order fl
   writing its step report (``DDPJOB_VITALS_DIR``) every 2 s;
 - ``bare``: the same wrappers and torchrun, no watch, no vitals, no step report.
 
-Figure: global images/s between the end of step ``--warmup`` and the last step, from the trainer's
+Figures: the watch's CPU (the node wrappers' own CPU seconds with the watch less without it) as a
+share of the run's CPU seconds (`watch_cpu_pct`, steady across repeats); and global images/s between the end of step ``--warmup`` and the last step, from the trainer's
 metrics.jsonl. ``cost_pct`` = 100 x (1 - median of the per-repeat ratios watch / bare): under 1 is
 the issue's bar. Run it on a quiet machine: other work there moves either side by more than 1%.
 
@@ -27,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +41,40 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_side(watch: bool, steps: int, warmup: int, batch: int) -> float:
-    """One 2-node run; global images/s over the steps after ``warmup``."""
+def own_cpu_s(pid: int) -> float | None:
+    """CPU seconds of the process itself (utime + stime, not its children): the node wrapper's, where the
+    watch, the beacon and the sampler run as threads."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_all(pids: list[int]) -> tuple[list[int], float, float]:
+    """Wait for the node wrappers: their exit codes, their own CPU seconds (polled: the last half second
+    uncounted) and the CPU seconds of their whole trees (rusage of each wrapper and what it reaped)."""
+    own: dict[int, float] = {}
+    codes: dict[int, int] = {}
+    tree = 0.0
+    while len(codes) < len(pids):
+        for pid in pids:
+            if pid in codes:
+                continue
+            done, status, usage = os.wait4(pid, os.WNOHANG)
+            if done:
+                codes[pid] = os.waitstatus_to_exitcode(status)
+                tree += usage.ru_utime + usage.ru_stime
+            elif (cpu := own_cpu_s(pid)) is not None:
+                own[pid] = cpu
+        time.sleep(0.5)
+    return [codes[p] for p in pids], sum(own.values()), tree
+
+
+def run_side(watch: bool, steps: int, warmup: int, batch: int) -> tuple[float, float, float]:
+    """One 2-node run: global images/s over the steps after ``warmup``, the node wrappers' own CPU
+    seconds and the CPU seconds of everything the run started."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "output"
@@ -59,7 +93,9 @@ def run_side(watch: bool, steps: int, warmup: int, batch: int) -> float:
             log = open(Path(tmp) / f"node-{node}.log", "ab")  # noqa: SIM115 - closed below
             procs.append((subprocess.Popen([sys.executable, "-I", "-S", str(NODE), str(Path(tmp) / f"node-{node}.exit.json"),
                                             "--", *argv], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT), log))
-        codes = [p.wait() for p, _ in procs]
+        codes, own, tree = wait_all([p.pid for p, _ in procs])
+        for p, _ in procs:
+            p.returncode = 0  # reaped by wait_all
         for _, log in procs:
             log.close()
         if any(codes):
@@ -68,7 +104,7 @@ def run_side(watch: bool, steps: int, warmup: int, batch: int) -> float:
             raise SystemExit("the watch side wrote no watch.json: the watch did not run")
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     t = {r["step"]: r["time"] for r in records if r.get("event") == "step"}
-    return batch * 2 * (steps - warmup) / (t[steps] - t[warmup])
+    return batch * 2 * (steps - warmup) / (t[steps] - t[warmup]), own, tree
 
 
 def main() -> None:
@@ -79,12 +115,21 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args()
     runs: dict[str, list[float]] = {"watch": [], "bare": []}
+    cpu: dict[str, list[list[float]]] = {"watch": [], "bare": []}  # [wrappers' own, whole run] CPU seconds
     for i in range(args.repeats):
         order = ("watch", "bare") if i % 2 == 0 else ("bare", "watch")
         for side in order:
-            runs[side].append(run_side(side == "watch", args.steps, args.warmup, args.batch))
+            rate, own, tree = run_side(side == "watch", args.steps, args.warmup, args.batch)
+            runs[side].append(rate)
+            cpu[side].append([round(own, 3), round(tree, 3)])
     ratios = [w / b for w, b in zip(runs["watch"], runs["bare"])]
+    # The CPU the watch takes (the wrappers' own CPU with it less without it) as a share of a run's CPU:
+    # a direct figure, not moved by the run-to-run swing of images/s on a shared machine.
+    extra = statistics.median(o for o, _ in cpu["watch"]) - statistics.median(o for o, _ in cpu["bare"])
+    whole = statistics.median(t for _, t in cpu["watch"])
     print(json.dumps({
+        "watch_cpu_s": round(extra, 3), "run_cpu_s": round(whole, 3),
+        "watch_cpu_pct": round(100 * extra / whole, 3) if whole else None, "cpu_s": cpu,
         "images_per_s": runs, "median_watch": statistics.median(runs["watch"]),
         "median_bare": statistics.median(runs["bare"]), "ratios": ratios,
         "cost_pct": round(100 * (1 - statistics.median(ratios)), 2), "repeats": args.repeats, "steps": args.steps,

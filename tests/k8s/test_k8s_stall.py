@@ -28,7 +28,8 @@ from launcher.targets.k8s.podrun import STALL_EXIT
 from launcher.targets.k8s.target import KubernetesTarget
 
 STUCK = "is stopped (SIGSTOP?) since"  # what status says of the stopped rank (shared/heartbeat.py)
-TIMEOUT_S = 20  # stall.timeout: the spec's minimum
+TIMEOUT_S = 8  # stall.timeout, below the spec's 20 s minimum through the test-only floor (FLOOR)
+FLOOR = ("DDPJOB_TEST_STALL_MIN_S", "5")
 
 STEPS = """\
 import sys, time
@@ -92,6 +93,7 @@ def steps(tmp_path: Path) -> Path:
 def test_a_stopped_rank_is_named_by_status_within_the_stall_timeout(k8s_api, steps, tmp_path, monkeypatch):
     """One job of each API at once (the same runner; one stall timeout of waiting for both)."""
     monkeypatch.setenv("DDPJOB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(*FLOOR)
     jobs = {api: submit(steps, "report", api) for api in ("pytorchjob", "trainjob")}
     ranks: dict[str, int] = {}
     stopped: dict[str, float] = {}
@@ -132,6 +134,7 @@ def test_a_stopped_rank_is_named_by_status_within_the_stall_timeout(k8s_api, ste
 @pytest.mark.real
 def test_stall_action_fail_ends_the_job_failed_naming_it_and_leaves_no_process(k8s_api, steps, tmp_path, monkeypatch):
     monkeypatch.setenv("DDPJOB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(*FLOOR)
     job_id = submit(steps, "fail")
     cluster = k8s_api.server
     trees = {p.name: [p.proc.pid, *fake_apiserver.descendants(p.proc.pid)] for p in cluster.pods_of(job_id) if p.proc}
