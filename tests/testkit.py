@@ -35,6 +35,27 @@ needs_crd = pytest.mark.skipif(
 )
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (from /proc; zombies left out), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(0), [])
+        found += kids
+        todo += kids
+    return found
+
+
 def stop_leftovers(home: Path) -> tuple[list[int], list[int]]:
     """Stop the job processes (those with a DDPJOB_JOB_ID) started under registry ``home``.
     Returns (the pids found, those that survived)."""

@@ -47,6 +47,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 import yaml
+from testkit import descendants
 
 from launcher.core.errors import dotted_path as dotted
 from launcher.targets.k8s.schema import strict_schema, validate_pytorchjob, version_schema
@@ -138,26 +139,6 @@ def expand_refs(text: str, env: dict[str, str]) -> str:
             out.append(text[i])
             i += 1
     return "".join(out)
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc), children before grandchildren."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(0), [])
-        out += kids
-        todo += kids
-    return out
 
 
 def match_labels(labels: dict[str, str], selector: str | None) -> bool:

@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 import yaml
 from goldens import assert_golden
+from test_k8s_render import torchrun_of
 from trainjob_kit import needs_trainjob_crd, trainjob_schema
 
 from launcher.core.errors import SpecError
 from launcher.core.states import JobState
 from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
-from launcher.targets.k8s import runner, trainjob
+from launcher.targets.k8s import trainjob
 from launcher.targets.k8s.payload import masked_env
 from launcher.targets.k8s.pods import pod_ref, sort_key
 from launcher.targets.k8s.target import KubernetesTarget
@@ -49,15 +50,6 @@ def pod_patch(obj: dict[str, Any]) -> dict[str, Any]:
     (rj,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     assert rj["name"] == "node"
     return rj["template"]["spec"]["template"]
-
-
-def torchrun_of(command: list[str]) -> list[str]:
-    """torchrun's argv in a container's command: after the pod runner's ``python3 -c BOOT`` (checked), or
-    the whole command when it runs bare (an elastic job)."""
-    if command[0] == "torchrun":
-        return command
-    assert command[:3] == ["python3", "-c", runner.BOOT], command[:3]
-    return command[3:]
 
 
 def env_of(obj: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from testkit import descendants
 
 
 def write_cifar(root: Path, train_batches: int = 5, per_batch: int = 40, test_size: int = 51, seed: int = 0) -> Path:
@@ -71,27 +72,6 @@ def torchrun(nproc: int, args: list[str], *, max_restarts: int = 0, **kw) -> sub
 @pytest.fixture
 def run_torchrun():
     return torchrun
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (children first), read from /proc; zombies left out."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 @pytest.fixture(autouse=True)
