@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from launcher.targets.shared.vitals import proc_stat
+
 REPO = Path(__file__).resolve().parents[2]
 NODE = REPO / "launcher" / "targets" / "local" / "node.py"
 
@@ -39,17 +41,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def own_cpu_s(pid: int) -> float | None:
-    """CPU seconds of the process itself (utime + stime, not its children): the node wrapper's, where the
-    watch, the beacon and the sampler run as threads."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_all(pids: list[int]) -> tuple[list[int], float, float]:
@@ -66,8 +57,8 @@ def wait_all(pids: list[int]) -> tuple[list[int], float, float]:
             if done:
                 codes[pid] = os.waitstatus_to_exitcode(status)
                 tree += usage.ru_utime + usage.ru_stime
-            elif (cpu := own_cpu_s(pid)) is not None:
-                own[pid] = cpu
+            elif (stat := proc_stat(pid)) is not None:  # the wrapper's own CPU, where the watch's threads run
+                own[pid] = stat[1]
         time.sleep(0.5)
     return [codes[p] for p in pids], sum(own.values()), tree
 
