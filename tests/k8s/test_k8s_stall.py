@@ -316,8 +316,10 @@ def test_the_runner_in_a_bare_python_passes_output_exit_code_and_sigterm_on(tmp_
     import subprocess
     import sys
 
+    tmp = tmp_path / "tmp"  # the pod's /tmp: the runner's own folder is gone after it
+    tmp.mkdir()
     env = {"PATH": os.environ["PATH"], runner.BUNDLE_ENV: runner.bundle(), "DDPJOB_WATCH_PORT": "0",
-           "MASTER_PORT": str(fake_apiserver.free_port())}
+           "MASTER_PORT": str(fake_apiserver.free_port()), "TMPDIR": str(tmp)}
     boot = [sys.executable, "-I", "-S", "-c", runner.BOOT]
     done = subprocess.run([*boot, "sh", "-c", f"echo out; env | grep -c {runner.BUNDLE_ENV}; exit 3"], env=env,
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
@@ -328,3 +330,4 @@ def test_the_runner_in_a_bare_python_passes_output_exit_code_and_sigterm_on(tmp_
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143 and marker.read_text() == "term\n"
+    assert list(tmp.iterdir()) == []

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,10 +57,10 @@ class PodRunner:
         self.proc: subprocess.Popen[bytes] | None = None
         self.stalled: str | None = None
         self._out = threading.Lock()
-        self._dir = tempfile.mkdtemp(prefix="ddpjob-pod-")
-        self.counted = os.path.join(self._dir, "output.count")  # sparse: its size is the bytes torchrun wrote
-        self.state_path = os.path.join(self._dir, "watch.json")
-        self.steps_dir = os.path.join(self._dir, "vitals")  # the trainer's per-rank step reports (DDPJOB_VITALS_DIR)
+        self.folder = tempfile.mkdtemp(prefix="ddpjob-pod-")
+        self.counted = os.path.join(self.folder, "output.count")  # sparse: its size is the bytes torchrun wrote
+        self.state_path = os.path.join(self.folder, "watch.json")
+        self.steps_dir = os.path.join(self.folder, "vitals")  # the trainer's per-rank step reports (DDPJOB_VITALS_DIR)
         # Each rank's vitals (shared/vitals.py), sent with the heartbeats; the output is fed to it as it passes.
         self.sampler = _shared("vitals").Sampler(node=self.node, agent=lambda: self.proc.pid if self.proc else None,
                                                  log=None, steps_dir=self.steps_dir)
@@ -196,8 +197,14 @@ class PodRunner:
 
 
 def main(argv: list[str]) -> int:
-    """Run torchrun's ``argv`` under the pod runner; torchrun's exit code, or ``STALL_EXIT``."""
-    return PodRunner(argv, dict(os.environ)).run()
+    """Run torchrun's ``argv`` under the pod runner; torchrun's exit code, or ``STALL_EXIT``. Its own
+    folder (output count, watch.json, the trainer's step reports) goes with it: a pod's /tmp may be a
+    volume that outlives the pod."""
+    runner = PodRunner(argv, dict(os.environ))
+    try:
+        return runner.run()
+    finally:
+        shutil.rmtree(runner.folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
