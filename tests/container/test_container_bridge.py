@@ -40,6 +40,7 @@ with open("/proc/net/route") as f:
     routes = [line.split()[1] for line in f.read().splitlines()[1:]]
 rec = {k: os.environ.get(k) for k in ("RANK", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
 rec.update(own=own, everyone=everyone, routes=routes, ifaces=sorted(os.listdir("/sys/class/net")))
+rec["names"] = [socket.gethostbyaddr(a)[0] for a in everyone]  # what torch's store asks of each client
 out = os.path.join(os.environ["DDPJOB_OUTPUT_DIR"], "rank%d.json" % dist.get_rank())
 with open(out, "w") as f:
     json.dump(rec, f)
@@ -88,6 +89,9 @@ def test_two_nodes_at_their_own_addresses_across_a_sweep(bridge_image, tmp_path)
             assert rec["GLOO_SOCKET_IFNAME"] == rec["NCCL_SOCKET_IFNAME"] == network.IFNAME
             assert rec["ifaces"] == ["eth0", "lo"]
             assert "00000000" not in rec["routes"]  # internal: no default route, nothing leaves this machine
+            assert rec["names"] == [network.host_name(0), network.host_name(1)]  # each node knows the others' names
+        for node in (0, 1):  # so torch's store never warns that it cannot name a client
+            assert "err=-3" not in (home() / "runs" / job / f"task-{el['index']}" / f"node-{node}.log").read_text()
     plan_txt = (home() / "runs" / job / "plan.txt").read_text()
     assert f"rendezvous {plan['master_addr']}:{st['port']}" in plan_txt
     assert " ".join(plan["network_create"]) in plan_txt

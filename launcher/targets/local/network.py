@@ -91,9 +91,23 @@ def create_argv(engine: str, name: str, subnet: str, job_id: str) -> list[str]:
     return [engine, "network", "create", "--internal", "--subnet", subnet, "--label", f"{LABEL}={job_id}", name]
 
 
-def run_args(name: str, address: str) -> list[str]:
-    """What ``ENGINE run`` gets instead of ``--network=host``."""
-    return ["--network", name, "--ip", address]
+def host_name(node: int) -> str:
+    """Node ``node``'s host name on the job's network."""
+    return f"node{node}"
+
+
+def run_args(name: str, addresses: list[str], node: int) -> list[str]:
+    """What ``ENGINE run`` gets instead of ``--network=host``: node ``node``'s address and host name, and
+    every node's name in its /etc/hosts. torch's rendezvous store (listening on IPv6 and IPv4 at once)
+    looks up the name of each client that connects, as an IPv4-mapped IPv6 address (``::ffff:A.B.C.D``),
+    and without an entry for that form warns ``The hostname of the client socket cannot be retrieved.
+    err=-3`` on every connection (the job's network has no DNS to ask)."""
+    args = ["--network", name, "--ip", addresses[node], "--hostname", host_name(node)]
+    for other, address in enumerate(addresses):
+        if other != node:
+            args += ["--add-host", f"{host_name(other)}:{address}"]
+        args += ["--add-host", f"{host_name(other)}:::ffff:{address}"]
+    return args
 
 
 def _engine(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str] | None:

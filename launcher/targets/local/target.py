@@ -143,7 +143,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                         volumes=ctr.mounts(workdir, ctx.run_dir, el.output_dir),
                         env_names=[*env, *spec.env_from_host], user=ctr.user_args(engine, ctx.inputs),
                         gpus=ctr.gpu_args(engine, ctx.gpu_count), command=argv,
-                        network=net.run_args(net.network_name(ctx.job_id), addresses[node]) if subnet else None)
+                        network=net.run_args(net.network_name(ctx.job_id), addresses, node) if subnet else None)
                 nodes.append(LocalNode(node, argv, env, workdir, f"{task_dir}/node-{node}.log", error_file, log_dir,
                                        name))
             elements.append(LocalElement(el.index, el.params, el.output_dir, nodes))

@@ -92,7 +92,7 @@ def run_argv(engine: str, *, name: str, image: str, workdir: str, volumes: list[
 def shown(argv: list[str]) -> str:
     """``argv`` of ``run_argv`` as shell text, one line each for the options, mounts, env, image and
     command (joined by backslash-newlines: the same words as one line)."""
-    valued = {"--name", "--network", "--ip", "--user", "--volume", "--workdir", "--env", "--gpus", "--device"}
+    valued = {"--name", "--network", "--ip", "--hostname", "--add-host", "--user", "--volume", "--workdir", "--env", "--gpus", "--device"}
     groups = {"--volume": "mounts", "--workdir": "mounts", "--env": "env"}
     lines: list[list[str]] = [argv[:2]]
     group, i = "options", 2
