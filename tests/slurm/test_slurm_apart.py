@@ -48,6 +48,10 @@ def test_ranks_on_two_addresses_meet_at_the_first_nodes_address(apart_cluster, c
     nodes = _node_records(data["handle"]["job_dir"])
     assert [(n["host"], n["address"], n["interface"], n["master_addr"]) for n in nodes] == [
         ("n1", addresses["n1"], "eth0", addresses["n1"]), ("n2", addresses["n2"], "eth0", addresses["n1"])]
+    # Each node names the other's address (cluster.sh's hosts files), so torch's store never warns that
+    # it cannot name a client ("err=-3").
+    for log in (Path(data["handle"]["job_dir"]) / "task-0").glob("node-*.log"):
+        assert "err=-3" not in log.read_text(errors="replace"), log
 
 
 def test_an_interface_no_node_has_fails_at_once_naming_node_and_interfaces(apart_cluster, cli, tmp_path):
