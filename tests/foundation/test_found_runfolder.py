@@ -1,0 +1,75 @@
+"""The run folder has one owner (``launcher/targets/shared/runfolder.py``, issue 35 item 2): it names every
+file, and nobody else spells those names; the names are the ones older ddpjob versions wrote, so their
+run folders still read."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from launcher.targets.shared import runfolder
+from launcher.targets.shared.runfolder import PodFolder, RunFolder, TaskFolder
+
+REPO = Path(__file__).resolve().parents[2]
+OWNER = REPO / "launcher" / "targets" / "shared" / "runfolder.py"
+
+def test_the_names_are_the_ones_older_versions_wrote():
+    """No file was renamed: a job submitted by an earlier ddpjob is read where it wrote."""
+    run = RunFolder("/h/runs/j")
+    assert [run.plan, run.plan_text, run.state, run.stale_note, run.supervisor_log, run.cancel_requested,
+            run.output, run.k8s_status, run.pods, run.notified, run.notifier_log, run.notifier_pid,
+            run.kept_watch(2)] == [
+        "/h/runs/j/plan.json", "/h/runs/j/plan.txt", "/h/runs/j/state.json", "/h/runs/j/supervisor.note",
+        "/h/runs/j/supervisor.log", "/h/runs/j/cancel-requested", "/h/runs/j/output", "/h/runs/j/k8s-status.json",
+        "/h/runs/j/pods", "/h/runs/j/notified.json", "/h/runs/j/notifier.log", "/h/runs/j/notifier.pid",
+        "/h/runs/j/watch-2.json"]
+    task = run.task(1)
+    assert [task.path, task.log(0), task.record(0), task.error_file(3), task.exit_file(0), task.torchrun_logs(1),
+            task.watch, task.vitals] == [
+        "/h/runs/j/task-1", "/h/runs/j/task-1/node-0.log", "/h/runs/j/task-1/node-0.json",
+        "/h/runs/j/task-1/node-3.error.json", "/h/runs/j/task-1/node-0.exit.json",
+        "/h/runs/j/task-1/torchrun-node-1", "/h/runs/j/task-1/watch.json", "/h/runs/j/task-1/vitals"]
+    assert runfolder.log_of_exit_file(task.exit_file(2)) == task.log(2)
+    assert runfolder.node_tag(1, 2) == "task-1-node-2"
+    # Shell words and Slurm's runtime markers go through as they are (slurm/container.py, slurm/script.py).
+    assert TaskFolder("$d").log("$n") == "$d/node-$n.log"
+    assert RunFolder("/j").task("${SLURM_ARRAY_TASK_ID:-0}").path == "/j/task-${SLURM_ARRAY_TASK_ID:-0}"
+    pod = PodFolder("/tmp/ddpjob-pod-x")
+    assert [pod.output_count, pod.watch, pod.vitals] == ["/tmp/ddpjob-pod-x/output.count",
+                                                         "/tmp/ddpjob-pod-x/watch.json", "/tmp/ddpjob-pod-x/vitals"]
+    assert runfolder.WATCH_URL_PATH == "/watch.json"
+
+
+def test_it_reads_and_writes_a_run_folder_atomically(tmp_path):
+    """What an older ddpjob wrote reads back (None where a file is missing or not JSON); what it writes
+    leaves no temporary file beside it."""
+    run = RunFolder(tmp_path)
+    assert run.read_plan() is None and run.read_state() is None and run.task(0).read_watch() is None
+    (tmp_path / "state.json").write_text(json.dumps({"state": "RUNNING"}))
+    (tmp_path / "task-0").mkdir()
+    (tmp_path / "task-0" / "watch.json").write_text("{not json")
+    assert run.read_state() == {"state": "RUNNING"} and run.task(0).read_watch() is None
+    (tmp_path / "task-0" / "watch.json").write_text("[1]")  # not a mapping: not a watch
+    assert run.task(0).read_watch() is None
+    run.write_plan({"elements": []}, "the plan\n")
+    run.write_state({"state": "SUCCEEDED"})
+    assert json.loads((tmp_path / "plan.json").read_text()) == {"elements": []}
+    assert (tmp_path / "plan.txt").read_text() == "the plan\n" and run.read_plan() == {"elements": []}
+    assert run.read_state() == {"state": "SUCCEEDED"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "plan.txt", "state.json", "task-0"]
+
+
+def test_the_owner_is_standard_library_only_and_light():
+    """The supervisor's quick start, the node wrappers and the k8s pod runner (which carries the file in its
+    bundle) import it before their children start: nothing of ddpjob, no dataclasses or pathlib."""
+    tree = ast.parse(OWNER.read_text())
+    top = {a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+    top |= {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
+    assert top <= {"__future__", "os", "typing"}, top
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); import launcher.targets.shared.runfolder; "
+            "print(sorted(m for m in ('dataclasses', 'pathlib', 'launcher.targets.shared.files') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out
