@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import Issue
 from launcher.targets.shared.container import LocalInputs, gpu_args, mount_problem, mounts, run_argv, user_args
+from launcher.targets.shared.runfolder import RunFolder, TaskFolder
 from launcher.targets.slurm.script import RUNTIME, shell_word
 
 if TYPE_CHECKING:
@@ -51,6 +52,9 @@ _CAPS = ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]  # runc spec's d
 # Each task of an oci job starts with this check (<job dir>/oci-check.sh): the bundle's config.json
 # sets OCI_MARKER; without it Slurm ran the task on the node itself, and it stops before Python.
 OCI_MARKER = "DDPJOB_OCI_IMAGE"
+# The script's paths in shell words, named by shared.runfolder: the run's folder beside the script, the node's files in it.
+_CHECK_TASK = RunFolder('$(dirname "$0")').task("${SLURM_ARRAY_TASK_ID:-0}")
+_CHECK_LOG, _CHECK_RECORD = TaskFolder("$d").log("$n"), TaskFolder("$d").record("$n")
 OCI_CHECK = f"""#!/bin/sh
 # Written by ddpjob: each task of this job starts here. In the OCI bundle, its config.json sets
 # {OCI_MARKER}; without it Slurm ran the task on the node itself (a Slurm without container support
@@ -60,10 +64,10 @@ n=${{SLURM_NODEID:-0}}; h=$(hostname)
 m="node $n ($h): slurm.container.runtime oci is not in force: Slurm ran the task on the node itself, not in \\
 the OCI bundle; this cluster has no container support for srun --container (Slurm needs an oci.conf beside \\
 slurm.conf on every node, naming the OCI runtime, e.g. runc)"
-d=$(dirname "$0")/task-${{SLURM_ARRAY_TASK_ID:-0}}
+d={_CHECK_TASK.path}
 mkdir -p "$d"
-echo "[ddpjob] $m" >> "$d/node-$n.log"
-printf '{{"node": %s, "host": "%s", "state": "exited", "exit_code": 2, "error": "%s"}}\\n' "$n" "$h" "$m" > "$d/node-$n.json"
+echo "[ddpjob] $m" >> "{_CHECK_LOG}"
+printf '{{"node": %s, "host": "%s", "state": "exited", "exit_code": 2, "error": "%s"}}\\n' "$n" "$h" "$m" > "{_CHECK_RECORD}"
 echo "ddpjob: $m" >&2
 exit 2
 """

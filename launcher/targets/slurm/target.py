@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.quantity import parse_memory, slurm_mem
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target
-from launcher.targets.shared.files import atomic_write, mask_env_values, to_json, write_json
+from launcher.targets.shared.files import atomic_write, mask_env_values, to_json
 from launcher.targets.shared.launch import worker_command
+from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.script import (
     PORT_SETUP,
     SlurmCommon,
@@ -91,7 +92,7 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         folder = resolve_folder(s.folder, ctx.home, ctx.cwd)
         job_dir = f"{folder}/{ctx.job_id}"
         workdir = spec.workdir or ctx.cwd
-        output_root = spec.output_dir or f"{job_dir}/output"
+        output_root = spec.output_dir or RunFolder(job_dir).output
         if not os.path.isabs(output_root):
             output_root = os.path.normpath(os.path.join(workdir, output_root))
         runs = expand(spec, job_id=ctx.job_id, output_root=output_root)
@@ -129,9 +130,8 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
             raise
         p: SlurmPayload = plan.payload
         os.makedirs(plan.run_dir, exist_ok=True)
-        atomic_write(f"{plan.run_dir}/plan.txt", plan.render())
         # A record only (the job runs from submitit's pickle): secret values stay out of it.
-        write_json(f"{plan.run_dir}/plan.json", mask_env_values(to_json(p), plan.masked))
+        RunFolder(plan.run_dir).write_plan(mask_env_values(to_json(p), plan.masked), plan.render())
         _prepare_container(p)
         try:
             slurm_id, script_path = slurm_submit.submit(p)
