@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,83 @@ from launcher.targets.shared import runfolder
 from launcher.targets.shared.runfolder import PodFolder, RunFolder, TaskFolder
 
 REPO = Path(__file__).resolve().parents[2]
-OWNER = REPO / "launcher" / "targets" / "shared" / "runfolder.py"
+PKG = REPO / "launcher"
+OWNER = PKG / "targets" / "shared" / "runfolder.py"
+
+# A string as the code spells it: a literal, or an f-string with "{}" for each value put in it.
+FORBIDDEN = [re.compile(p) for p in (
+    r"plan\.(json|txt)", r"state\.json", r"supervisor\.(note|log)", r"cancel-requested", r"k8s-status\.json",
+    r"notified\.json", r"notifier\.(log|pid)", r"watch\.json", r"watch-\{\}\.json", r"output\.count",
+    r"\.exit\.json", r"\.error\.json", r"torchrun-node-",
+    r"(^|/)task-(\{\}|\d|\$)",  # task-<i>/ (and the cgroup named like it); not "--task-epilog"
+    r"(^|/)node-(\{\}|\d|\$)[^/ ]*\.(log|json)",  # node-<n>.log/.json; not a pod's label "node-1"
+    r"\{\}/(vitals|pods|output)$",  # f"{task}/vitals"
+)]
+FOLDERS = {"vitals", "pods", "output"}  # bare names: forbidden only where a path is joined from them
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def _spelled(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, text) of every string the code holds: literals, bytes and f-strings; docstrings left out."""
+    docs, inner, out = _docstrings(tree), set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            parts = [v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "{}" for v in node.values]
+            inner |= {id(v) for v in node.values}
+            out.append((node.lineno, "".join(parts)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and id(node) not in docs | inner and isinstance(node.value, (str, bytes)):
+            value = node.value if isinstance(node.value, str) else node.value.decode("utf-8", "replace")
+            out.append((node.lineno, value))
+    return out
+
+
+def _joined_folders(tree: ast.AST) -> list[tuple[int, str]]:
+    """A bare folder name of the run folder used as a path part: ``os.path.join(x, "vitals")``, ``p / "pods"``."""
+    found = []
+    for node in ast.walk(tree):
+        args: list[ast.expr] = []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("join", "joinpath"):
+            args = node.args[1:]
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            args = [node.right]
+        found += [(a.lineno, a.value) for a in args if isinstance(a, ast.Constant) and a.value in FOLDERS]
+    return found
+
+
+def spelled_elsewhere(root: Path = PKG) -> list[str]:
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        if path == OWNER:
+            continue
+        tree, where = ast.parse(path.read_text(), str(path)), path.relative_to(root.parent)
+        for line, text in _spelled(tree):
+            if any(p.search(text) for p in FORBIDDEN):
+                wrong.append(f"{where}:{line}: {text[:80]!r}")
+        wrong += [f"{where}:{line}: {name!r} joined into a path" for line, name in _joined_folders(tree)]
+    return wrong
+
+
+def test_only_the_owner_spells_the_run_folders_file_names():
+    """Every path into a run folder is built by ``shared/runfolder.py``: a file name spelled anywhere
+    else in ``launcher/`` (code, not comments or docstrings) is a second owner."""
+    assert spelled_elsewhere() == []
+
+
+def test_the_check_finds_a_name_spelled_again(tmp_path):
+    """The grep above sees each way a name was spelled before the owner existed."""
+    (tmp_path / "m.py").write_text('"""plan.json in a docstring is fine."""\nimport os\n# state.json in a comment too\n'
+                                   'a = os.path.join(d, "plan.json")\nb = f"{d}/task-{i}/node-{n}.log"\n'
+                                   'c = os.path.join(t, "vitals")\nd = rec["vitals"]\ne = f"node-{n}"\n'
+                                   "f = b'no watch.json yet'\ng = f\"{run}/watch-{i}.json\"\nh = f\"task-{i}-node-{n}\"\n")
+    wrong = [w.split(": ", 1)[0].rsplit(":", 1)[1] for w in spelled_elsewhere(tmp_path)]
+    assert sorted(wrong, key=int) == ["4", "5", "6", "9", "10", "11"]
+
 
 def test_the_names_are_the_ones_older_versions_wrote():
     """No file was renamed: a job submitted by an earlier ddpjob is read where it wrote."""
