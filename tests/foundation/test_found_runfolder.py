@@ -26,6 +26,7 @@ FORBIDDEN = [re.compile(p) for p in (
     r"(^|/)task-(\{\}|\d|\$)",  # task-<i>/ (and the cgroup named like it); not "--task-epilog"
     r"(^|/)node-(\{\}|\d|\$)[^/ ]*\.(log|json)",  # node-<n>.log/.json; not a pod's label "node-1"
     r"\{\}/(vitals|pods|output)$",  # f"{task}/vitals"
+    r"_submission\.sh", r"_log\.(out|err)", r"oci-check\.sh", r"podman-epilog\.sh",  # Slurm's job folder
 )]
 FOLDERS = {"vitals", "pods", "output"}  # bare names: forbidden only where a path is joined from them
 
@@ -118,6 +119,11 @@ def test_the_names_are_the_ones_older_versions_wrote():
     assert [pod.output_count, pod.watch, pod.vitals] == ["/tmp/ddpjob-pod-x/output.count",
                                                          "/tmp/ddpjob-pod-x/watch.json", "/tmp/ddpjob-pod-x/vitals"]
     assert runfolder.WATCH_URL_PATH == "/watch.json"
+    slurm = RunFolder("/s/j")  # Slurm's job folder: submitit's names, with its patterns or a plan's placeholders
+    assert [slurm.submission_script("<SLURM_JOB_ID>"), slurm.submitit_log("%A_%a", "%t", "out"),
+            slurm.submitit_log("12_3", "0", "err"), slurm.oci_check, slurm.podman_epilog] == [
+        "/s/j/<SLURM_JOB_ID>_submission.sh", "/s/j/%A_%a_%t_log.out", "/s/j/12_3_0_log.err", "/s/j/oci-check.sh",
+        "/s/j/podman-epilog.sh"]
 
 
 def test_it_reads_and_writes_a_run_folder_atomically(tmp_path):

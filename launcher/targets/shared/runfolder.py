@@ -20,6 +20,10 @@ folders of jobs submitted by an older ddpjob still read.
     node-<n>.log  node-<n>.json (Slurm's node record)  node-<n>.exit.json (local)  node-<n>.error.json
     torchrun-node-<n>/   watch.json (the first node's watch)   vitals/ (the ranks' step reports)
 
+Slurm's job folder (``<slurm.folder>/<job id>``, submitit's folder) is a ``RunFolder`` too: its
+``task-<i>/`` and ``output/`` as above, submitit's ``<slurm id>_submission.sh`` and
+``<slurm id>_<task>_log.out|err``, and ddpjob's ``oci-check.sh`` and ``podman-epilog.sh``.
+
 ``PodFolder``: the k8s pod runner's own folder in the pod's /tmp (``watch.json``, ``vitals/``, ``output.count``).
 
 Standard library only, nothing of ddpjob at import time and no dataclasses or pathlib: the local
@@ -45,6 +49,8 @@ PODS = "pods"
 NOTIFIED = "notified.json"
 NOTIFIER_LOG = "notifier.log"
 NOTIFIER_PID = "notifier.pid"
+OCI_CHECK = "oci-check.sh"
+PODMAN_EPILOG = "podman-epilog.sh"
 WATCH = "watch.json"
 VITALS = "vitals"
 OUTPUT_COUNT = "output.count"
@@ -52,7 +58,8 @@ LOG_SUFFIX = ".log"
 EXIT_SUFFIX = ".exit.json"
 # Every name above and the patterns below, for the test that no other module spells them.
 NAMES = (PLAN, PLAN_TEXT, STATE, STALE_NOTE, SUPERVISOR_LOG, CANCEL_REQUESTED, K8S_STATUS, NOTIFIED, NOTIFIER_LOG, NOTIFIER_PID,
-         WATCH, OUTPUT_COUNT, EXIT_SUFFIX, ".error.json", "task-", "node-", "torchrun-node-", "watch-")
+         WATCH, OUTPUT_COUNT, EXIT_SUFFIX, ".error.json", "task-", "node-", "torchrun-node-", "watch-",
+         OCI_CHECK, PODMAN_EPILOG, "_submission.sh", "_log.out", "_log.err")
 
 
 def _join(folder: str, name: str) -> str:
@@ -208,6 +215,25 @@ class RunFolder:
     def kept_watch(self, index: int) -> str:
         """k8s: the last ``watch.json`` read of run ``index`` through the pod proxy, for ``top`` once the pods are gone."""
         return self._file(f"watch-{index}.json")
+
+    # Slurm's job folder: submitit names its files by the Slurm job id (a pattern such as %j, or a placeholder, in a plan).
+    def submission_script(self, slurm_id: str) -> str:
+        """The sbatch script submitit writes (arrays: by the array's id)."""
+        return _join(self.path, f"{slurm_id}_submission.sh")
+
+    def submitit_log(self, slurm_id: str, task: str, stream: str) -> str:
+        """submitit's own ``stream`` (``out`` or ``err``) of Slurm task ``task``."""
+        return _join(self.path, f"{slurm_id}_{task}_log.{stream}")
+
+    @property
+    def oci_check(self) -> str:
+        """Slurm ``runtime: oci``: the check each task starts with (``slurm/container.py``)."""
+        return _join(self.path, OCI_CHECK)
+
+    @property
+    def podman_epilog(self) -> str:
+        """Slurm ``runtime: podman``: the task epilog that removes the node's container."""
+        return _join(self.path, PODMAN_EPILOG)
 
     def task(self, index: int | str) -> TaskFolder:
         """Run ``index``'s folder (``index`` may be a shell expansion: ``"${SLURM_ARRAY_TASK_ID:-0}"``)."""

@@ -202,7 +202,7 @@ def _podman(loaded: LoadedSpec, ctx: PlanContext, image: str, volumes: list[str]
         argv[at:at] = ["--volume", m if ":" in m else f"{m}:{m}"]
         at += 2
     script = "exec " + " ".join(shell_word(a) for a in argv) + ' "$@"'
-    epilog = f"{job_dir}/podman-epilog.sh"
+    epilog = RunFolder(job_dir).podman_epilog
     shown_name = shell_word(name).replace('"$SLURM_ARRAY_TASK_ID"', '"${SLURM_ARRAY_TASK_ID:-0}"')
     text = ("#!/bin/sh\n# Written by ddpjob: slurmstepd runs this after each task of the job ends, however it ended "
             "(srun --task-epilog),\n# and it removes the node's container with anything still running in it.\n"
@@ -239,7 +239,7 @@ def _oci(loaded: LoadedSpec, folder: str, image: str | None, volumes: list[str],
         bundle = OciBundle(f"{base}-{digest}", image, image_id, base, text)
     if c.bundle:
         return Launch(c.python, shlex.join(python), [*srun_args, f"--container={bundle.path}"], oci=bundle)
-    check = f"{job_dir}/oci-check.sh"
+    check = RunFolder(job_dir).oci_check
     return Launch(c.python, shlex.join(["sh", check, *python]), [*srun_args, f"--container={bundle.path}"], oci=bundle,
                   files={check: OCI_CHECK})
 

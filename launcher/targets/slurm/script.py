@@ -89,7 +89,8 @@ class SlurmElement:
 def submitit_paths(job_dir: str, array: bool) -> tuple[str, str]:
     """submitit's stdout/stderr patterns for its folder (``JobPaths.stdout``/``stderr``)."""
     job = "%A_%a" if array else "%j"
-    return f"{job_dir}/{job}_%t_log.out", f"{job_dir}/{job}_%t_log.err"
+    folder = RunFolder(job_dir)
+    return folder.submitit_log(job, "%t", "out"), folder.submitit_log(job, "%t", "err")
 
 
 def submitit_command(python: str, job_dir: str) -> str:

@@ -113,7 +113,7 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         )
         elements = [SlurmElement(el.index, el.params, el.output_dir, el.env, worker_command(el.command, launch.python))
                     for el in runs]
-        submission_file = f"{job_dir}/" + ("<SLURM_ARRAY_JOB_ID>" if array else "<SLURM_JOB_ID>") + "_submission.sh"
+        submission_file = RunFolder(job_dir).submission_script("<SLURM_ARRAY_JOB_ID>" if array else "<SLURM_JOB_ID>")
         payload = SlurmPayload(common, elements, params, map_count, script, ctx.run_dir, submission_file,
                                launch.files, launch.oci, _container_text(launch))
         return Plan("slurm", ctx.job_id, spec.name, ctx.run_dir, payload, render_plan, spec.nodes, procs_per_node,
