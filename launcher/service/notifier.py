@@ -20,12 +20,13 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from launcher.targets.shared.runfolder import NOTIFIER_LOG, RunFolder
+
 if TYPE_CHECKING:
     from launcher.service.registry import JobRecord
     from launcher.spec.notify import NotifyOptions
 
 NOTIFY_ENV = "DDPJOB_NOTIFY"
-RECORD = "notified.json"
 COMMAND_TIMEOUT_S = 60
 URL_TIMEOUT_S = 10
 
@@ -35,11 +36,11 @@ def start(home: str, job_id: str, run_dir: str, options: NotifyOptions) -> int:
     os.makedirs(run_dir, exist_ok=True)
     env = {**os.environ, NOTIFY_ENV: options.model_dump_json()}
     env.pop("DDPJOB_JOB_ID", None)  # the watcher is not one of the job's processes (cancel's marker)
-    with open(os.path.join(run_dir, "notifier.log"), "ab") as log:
+    with open(RunFolder(run_dir).notifier_log, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "launcher.service.notifywatch", home, job_id],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, close_fds=True, cwd=run_dir)
-    with open(os.path.join(run_dir, "notifier.pid"), "w") as f:
+    with open(RunFolder(run_dir).notifier_pid, "w") as f:
         f.write(str(proc.pid))
     return proc.pid
 
@@ -118,7 +119,7 @@ def scrub(text: str, url: str) -> str:
 
 def _claim(run_dir: str, record: dict[str, Any]) -> dict[str, Any] | None:
     try:
-        fd = os.open(os.path.join(run_dir, RECORD), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(RunFolder(run_dir).notified, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return None
     with os.fdopen(fd, "w") as f:
@@ -129,13 +130,13 @@ def _claim(run_dir: str, record: dict[str, Any]) -> dict[str, Any] | None:
 def _write(run_dir: str, record: dict[str, Any]) -> None:
     from launcher.targets.shared.files import atomic_write
 
-    atomic_write(os.path.join(run_dir, RECORD), json.dumps(record))
+    atomic_write(RunFolder(run_dir).notified, json.dumps(record))
 
 
 def read(run_dir: str) -> dict[str, Any] | None:
     """``notified.json``, or None before the job ended (or without notify)."""
     try:
-        with open(os.path.join(run_dir, RECORD)) as f:
+        with open(RunFolder(run_dir).notified) as f:
             data: dict[str, Any] = json.load(f)
             return data
     except (OSError, ValueError):
@@ -145,7 +146,7 @@ def read(run_dir: str) -> dict[str, Any] | None:
 def watcher_alive(run_dir: str) -> bool:
     """Whether this job's watcher still runs (its pid file names a live process)."""
     try:
-        with open(os.path.join(run_dir, "notifier.pid")) as f:
+        with open(RunFolder(run_dir).notifier_pid) as f:
             pid = int(f.read().strip())
         os.kill(pid, 0)
     except (OSError, ValueError):
@@ -161,7 +162,7 @@ def state_of(rec: JobRecord) -> dict[str, Any] | None:
     sent = read(rec.run_dir)
     if sent is not None:
         if "started" in sent and "ended" not in sent and not watcher_alive(rec.run_dir):
-            return {**sent, "stopped": "the watcher stopped while sending (its notifier.log says why)"}
+            return {**sent, "stopped": f"the watcher stopped while sending (its {NOTIFIER_LOG} says why)"}
         return sent
     return {"waiting": watcher_alive(rec.run_dir) or (not rec.state.terminal and "watcher gone: nothing will be sent")}
 

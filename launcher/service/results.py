@@ -200,11 +200,9 @@ def _planned(rec: JobRecord) -> dict[int, _Run]:
     if rec.target in UNREADABLE or rec.handle is None:
         return {}
     run_dir = rec.handle.get("run_dir") or rec.run_dir
-    try:
-        with open(os.path.join(run_dir, "plan.json"), encoding="utf-8") as f:
-            plan = json.load(f)
-    except (OSError, ValueError):
-        return {}
+    from launcher.targets.shared.runfolder import RunFolder
+
+    plan = RunFolder(run_dir).read_plan()
     out = {}
     for el in plan.get("elements", []) if isinstance(plan, dict) else []:
         if isinstance(el, dict) and isinstance(el.get("index"), int):

@@ -319,11 +319,10 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         """Each run's metrics file (``$DDPJOB_METRICS_FILE``, see ``launcher.core.progress``) where this
         machine can read it: from the output folders in the job's ``plan.json``. Targets whose runs
         write elsewhere (in pods) return []."""
-        import os
-
         from launcher.core.progress import metrics_path
+        from launcher.targets.shared.runfolder import RunFolder
 
-        plan = read_json(os.path.join(handle.run_dir, "plan.json"))
+        plan = RunFolder(handle.run_dir).read_plan()
         elements = plan.get("elements", []) if isinstance(plan, dict) else []
         return [metrics_path(el["output_dir"]) for el in elements if isinstance(el, dict) and el.get("output_dir")]
 
@@ -355,7 +354,9 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         it: beside each run's node logs in the job's ``plan.json`` (the local target's)."""
         import os
 
-        return [os.path.join(os.path.dirname(files[0][0]), "watch.json") for files in self.startup_files(handle) if files]
+        from launcher.targets.shared.runfolder import TaskFolder
+
+        return [TaskFolder(os.path.dirname(files[0][0])).watch for files in self.startup_files(handle) if files]
 
     def health(self, handle: HandleT) -> Any:
         """Every rank's health (``launcher.targets.shared.health.JobHealth``) of the latest run whose
@@ -380,9 +381,9 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
     def startup_files(self, handle: HandleT) -> list[list[tuple[str, str]]]:
         """Per run, per node: (its log, its torchrun log folder) where this machine can read them,
         from ``plan.json`` (the local target's nodes name both); [] where they cannot be read."""
-        import os
+        from launcher.targets.shared.runfolder import RunFolder
 
-        plan = read_json(os.path.join(handle.run_dir, "plan.json"))
+        plan = RunFolder(handle.run_dir).read_plan()
         elements = plan.get("elements", []) if isinstance(plan, dict) else []
         return [[(n["log"], n["torchrun_log_dir"]) for n in el.get("nodes", []) if "torchrun_log_dir" in n]
                 for el in elements if isinstance(el, dict) and isinstance(el.get("nodes"), list)]

@@ -11,6 +11,7 @@ from urllib.parse import quote, urlencode
 
 from launcher.core.progress import describe
 from launcher.core.stepsplit import StepSplit, grouped_advice, run_split
+from launcher.targets.shared.runfolder import PLAN_TEXT
 from launcher.ui.svg import chart, colour, legend
 from launcher.ui.view import JobFilter
 
@@ -152,7 +153,7 @@ def job_page(view: JobView, token: str, home: str, live: str, spec: str, plan: s
              f"<h2>Spec</h2><p class=\"muted\">As submitted; secret-looking values are shown as ***.</p>"
              f"<pre class=\"spec\">{escape(spec)}</pre>"]
     if plan:
-        parts.append(f"<details><summary>Plan (what was submitted: plan.txt)</summary><pre class=\"spec\">{escape(plan)}</pre>"
+        parts.append(f"<details><summary>Plan (what was submitted: {PLAN_TEXT})</summary><pre class=\"spec\">{escape(plan)}</pre>"
                      "</details>")
     return page(f"ddpjob: {rec.id}", "".join(parts), token, home)
 

@@ -167,11 +167,11 @@ def _set_only(value: Any) -> Any:
 
 def plan_text(rec: JobRecord) -> str | None:
     """The run directory's ``plan.txt`` (what was submitted, secret values masked), cut to 64 KiB."""
-    import os
+    from launcher.targets.shared.runfolder import PLAN_TEXT, RunFolder
 
     try:
-        with open(os.path.join(rec.run_dir, "plan.txt"), encoding="utf-8", errors="replace") as f:
+        with open(RunFolder(rec.run_dir).plan_text, encoding="utf-8", errors="replace") as f:
             text = f.read(_PLAN_MAX + 1)
     except OSError:
         return None
-    return text if len(text) <= _PLAN_MAX else text[:_PLAN_MAX] + "\n... (cut: the whole plan is in plan.txt)\n"
+    return text if len(text) <= _PLAN_MAX else text[:_PLAN_MAX] + f"\n... (cut: the whole plan is in {PLAN_TEXT})\n"

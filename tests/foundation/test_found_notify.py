@@ -159,7 +159,7 @@ def test_a_url_urllib_refuses_is_a_failed_delivery_said_without_its_path(tmp_pat
 def test_a_watcher_that_stopped_while_sending_is_not_being_sent_for_ever(tmp_path):
     rec = JobRecord(id="j-abcde", name="j", target="local", state=JobState.FAILED, spec={"notify": {"url": "x"}},
                     handle=None, run_dir=str(tmp_path), port=None, message="", created_at=0.0, updated_at=0.0, ended_at=1.0)
-    (tmp_path / notifier.RECORD).write_text(json.dumps({"state": "FAILED", "started": 1.0}))
+    (tmp_path / "notified.json").write_text(json.dumps({"state": "FAILED", "started": 1.0}))
     (tmp_path / "notifier.pid").write_text(str(os.getpid()))  # a live watcher: still sending
     assert notifier.describe(notifier.state_of(rec) or {}) == "being sent"
     (tmp_path / "notifier.pid").write_text("999999999")  # no such process: it stopped

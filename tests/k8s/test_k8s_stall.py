@@ -250,6 +250,7 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
 
     import launcher.targets.k8s.podrun as podrun
     import launcher.targets.shared.heartbeat as heartbeat
+    import launcher.targets.shared.runfolder as runfolder
     import launcher.targets.shared.straggle as straggle
     import launcher.targets.shared.vitals as vitals
 
@@ -260,7 +261,8 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
         assert env["DDPJOB_STALL_TIMEOUT_S"] == "45" and env["DDPJOB_STALL_ACTION"] == "report"
         assert env["DDPJOB_WATCH_PORT"] == "29501"
         modules = dict(json.loads(zlib.decompress(base64.b64decode(env[runner.BUNDLE_ENV]))))
-        assert modules == {"ddpjob_straggle": Path(straggle.__file__).read_text(),
+        assert modules == {"ddpjob_runfolder": Path(runfolder.__file__).read_text(),
+                           "ddpjob_straggle": Path(straggle.__file__).read_text(),
                            "ddpjob_vitals": Path(vitals.__file__).read_text(),
                            "ddpjob_heartbeat": Path(heartbeat.__file__).read_text(),
                            "ddpjob_podrun": Path(podrun.__file__).read_text()}

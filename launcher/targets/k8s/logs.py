@@ -50,6 +50,7 @@ from launcher.targets.k8s.pods import (
 )
 from launcher.targets.shared.files import atomic_write
 from launcher.targets.shared.logtail import AgentNoise, LogSource, format_line, hidden_rank_line, split_torchrun_prefix
+from launcher.targets.shared.runfolder import RunFolder
 
 POLL = 0.5
 DRAIN_GRACE = 15.0
@@ -68,7 +69,7 @@ class PodLogs:
                  flt: LogFilter, elastic: bool = False, api: KubeflowApi = PYTORCHJOB) -> None:
         self.kube = kube
         self.api = api  # how the pods are selected, and which container is the trainer
-        self.pods_dir = Path(run_dir) / "pods"
+        self.pods_dir = Path(RunFolder(run_dir).pods)
         self.elements = [e for e in elements if flt.task is None or e["index"] == flt.task]
         self.multi = len(elements) > 1
         self.procs = procs_per_node

@@ -313,7 +313,7 @@ class K8sOptions(BaseModel):
     runner: Literal["python3", "python", "none"] = Field(
         "python3",
         description="How each pod starts ddpjob's pod runner in front of torchrun (the stall watch: heartbeats, "
-        "watch.json for status, stall.action): python3 or python, whichever the image has on its PATH; "
+        "the watch that status reads, stall.action): python3 or python, whichever the image has on its PATH; "
         "none: bare torchrun and no stall watch (an image without Python 3).",
     )
     backoff_limit: StrictInt = Field(3, ge=0, description="runPolicy.backoffLimit: container restarts before the job is marked Failed.")

@@ -33,13 +33,16 @@ from typing import Any
 
 STALL_EXIT = 124  # "timed out", as timeout(1) says it; 1-127: not retried under restartPolicy ExitCode
 STALL_LINE = "[ddpjob] stall.action fail: "  # then the watch's verdict; status reads it from the pod's log
-WATCH_PATH = "/watch.json"
 STOP_GRACE_S = 20.0  # SIGTERM, then SIGKILL if torchrun hangs in a collective
 
 
 def _shared(name: str) -> Any:
     """The bundle's copy of ``launcher.targets.shared.<name>`` (in a pod), else the package's."""
     return sys.modules.get(f"ddpjob_{name}") or importlib.import_module(f"launcher.targets.shared.{name}")
+
+
+# The folder's names (shared/runfolder.py, which the bundle carries first): where the watch is served.
+WATCH_PATH: str = _shared("runfolder").WATCH_URL_PATH
 
 
 class PodRunner:
@@ -58,9 +61,10 @@ class PodRunner:
         self.stalled: str | None = None
         self._out = threading.Lock()
         self.folder = tempfile.mkdtemp(prefix="ddpjob-pod-")
-        self.counted = os.path.join(self.folder, "output.count")  # sparse: its size is the bytes torchrun wrote
-        self.state_path = os.path.join(self.folder, "watch.json")
-        self.steps_dir = os.path.join(self.folder, "vitals")  # the trainer's per-rank step reports (DDPJOB_VITALS_DIR)
+        own = _shared("runfolder").PodFolder(self.folder)
+        self.counted = own.output_count  # sparse: its size is the bytes torchrun wrote
+        self.state_path = own.watch
+        self.steps_dir = own.vitals  # the trainer's per-rank step reports (DDPJOB_VITALS_DIR)
         # Each rank's vitals (shared/vitals.py), sent with the heartbeats; the output is fed to it as it passes.
         self.sampler = _shared("vitals").Sampler(node=self.node, agent=lambda: self.proc.pid if self.proc else None,
                                                  log=None, steps_dir=self.steps_dir)
@@ -153,7 +157,7 @@ class PodRunner:
                     with open(state_path, "rb") as f:
                         data, code = f.read(), 200
                 except OSError:
-                    data, code = b'{"error": "no watch.json yet"}', 404
+                    data, code = b'{"error": "no ' + WATCH_PATH[1:].encode() + b' yet"}', 404
                 if self.path.split("?")[0] != WATCH_PATH:
                     data, code = b'{"error": "not found"}', 404
                 self.send_response(code)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
+from launcher.targets.shared.runfolder import LOG_SUFFIX, RunFolder
 
 _POD_RE = re.compile(r"^(?P<job>.+)-(?P<type>master|worker)-(?P<index>\d+)$")
 # A TrainJob's pods (JobSet, replicatedJob `node`, Job index 0): <job>-node-0-<completion index>-<5 random>.
@@ -172,7 +173,7 @@ def pod_progress(kube: Any, handle: Any, api: Any, run_dir: str) -> dict[str, An
     for index in reversed(range(len(handle.jobs))):
         name = handle.jobs[index].name
         pods = sorted((p["metadata"]["name"] for p in kube.list_pods(api.pod_selector(name))), key=sort_key) if kube else []
-        kept = sorted((Path(run_dir) / "pods").glob(f"{name}-*/*.log"))
+        kept = sorted(Path(RunFolder(run_dir).pods).glob(f"{name}-*/*{LOG_SUFFIX}"))
         data = kube.pod_log(pods[0], tail=200) if pods else None
         if not data and kept:
             data = kept[-1].read_bytes()[-65536:]

@@ -1,5 +1,5 @@
-"""The pod runner as a job carries it: ``podrun.py`` and ``shared/heartbeat.py`` (standard library
-only) packed into one environment variable, and the ``python3 -c`` line that loads them in the pod.
+"""The pod runner as a job carries it: ``podrun.py`` and ``shared/heartbeat.py`` with what they use
+(``shared/runfolder.py``, ``straggle.py``, ``vitals.py``; standard library only) packed into one environment variable, and the ``python3 -c`` line that loads them in the pod.
 
 The user's image does not contain ddpjob, so the runner's code travels with the job: JSON of
 (module name, source) pairs, zlib-compressed and base64-encoded, in ``DDPJOB_POD_RUNNER``. The
@@ -24,10 +24,11 @@ import zlib
 
 from launcher.core.errors import Issue
 from launcher.spec.model import JobSpec
+from launcher.targets.shared.runfolder import PLAN, WATCH
 
 BUNDLE_ENV = "DDPJOB_POD_RUNNER"
-# In the order they are loaded: heartbeat imports the straggler rule, podrun the other three.
-MODULES = (("ddpjob_straggle", "launcher.targets.shared.straggle"), ("ddpjob_vitals", "launcher.targets.shared.vitals"),
+# In the order they are loaded: heartbeat imports the straggler rule, podrun the other four.
+MODULES = (("ddpjob_runfolder", "launcher.targets.shared.runfolder"), ("ddpjob_straggle", "launcher.targets.shared.straggle"), ("ddpjob_vitals", "launcher.targets.shared.vitals"),
            ("ddpjob_heartbeat", "launcher.targets.shared.heartbeat"), ("ddpjob_podrun", "launcher.targets.k8s.podrun"))
 BOOT = ("import base64,json,os,sys,types,zlib;"
         f"b=json.loads(zlib.decompress(base64.b64decode(os.environ.pop('{BUNDLE_ENV}'))));"
@@ -78,7 +79,7 @@ def env(spec: JobSpec) -> dict[str, str]:
 def shown(value: str) -> str:
     """How ``render`` shows the bundle: its size and digest, not 5 kB of base64."""
     digest = hashlib.sha256(value.encode()).hexdigest()[:12]
-    return f"<pod runner: {len(value)} characters, sha256 {digest}; whole in plan.json>"
+    return f"<pod runner: {len(value)} characters, sha256 {digest}; whole in {PLAN}>"
 
 
 def spec_issues(spec: JobSpec) -> list[Issue]:
@@ -99,7 +100,7 @@ def header(spec: JobSpec) -> str:
         return f"pods run torchrun bare ({why}): no stall watch"
     text = (f"pods start ddpjob's pod runner ({spec.k8s.runner} -c ...: launcher/targets/k8s/podrun.py and "
             f"shared/heartbeat.py, carried in {BUNDLE_ENV}, shown shortened) in front of torchrun: stall watch "
-            f"(stall.timeout {spec.stall.timeout_s} s, action {spec.stall.action}), watch.json on port "
+            f"(stall.timeout {spec.stall.timeout_s} s, action {spec.stall.action}), {WATCH} on port "
             f"{watch_port(spec)}; k8s.runner: none turns it off")
     if spec.stall.action != "fail":
         return text

@@ -38,7 +38,8 @@ from launcher.targets.k8s.flavours import flavour_of
 from launcher.targets.k8s.payload import K8sHandle, K8sPayload, K8sRun, render_text
 from launcher.targets.k8s.pods import object_warnings, pod_nodes
 from launcher.targets.k8s.render import LABEL_JOB_ID, secret_env_issues
-from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
+from launcher.targets.shared.files import read_json, to_json, write_json
+from launcher.targets.shared.runfolder import RunFolder
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}
 NCCL_DEFAULTS_RDMA = {**NCCL_DEFAULTS, "NCCL_IB_DISABLE": "0"}  # k8s.rdma: the pods have InfiniBand
-STATUS_FILE = "k8s-status.json"
 
 
 class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
@@ -100,8 +100,7 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
         kube = _kube(p.context, p.namespace, api_of(p.api))
         run_dir = Path(plan.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(run_dir / "plan.txt", plan.render())
-        write_json(run_dir / "plan.json", to_json(p))
+        RunFolder(run_dir).write_plan(to_json(p), plan.render())
         bodies = _bodies(p, kube.namespace)
         # The API server checks every object first (its schema strictly, admission webhooks, quotas):
         # a refused element of a sweep leaves nothing created.
@@ -237,7 +236,7 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
         try:
             kube = _kube(handle.context, handle.namespace, api_of(handle.api))
         except DdpjobError:
-            if follow or not (Path(handle.run_dir) / "pods").is_dir():
+            if follow or not os.path.isdir(RunFolder(handle.run_dir).pods):
                 raise
             kube = None  # the cluster is out of reach: what was persisted is still worth showing
         elastic = handle.elastic
@@ -307,13 +306,13 @@ def _bodies(payload: K8sPayload, namespace: str) -> list[dict[str, Any]]:
 
 
 def _read_seen(run_dir: str) -> dict[str, Any]:
-    seen = read_json(os.path.join(run_dir, STATUS_FILE))
+    seen = read_json(RunFolder(run_dir).k8s_status)
     return seen if isinstance(seen, dict) else {}
 
 
 def _write_seen(run_dir: str, seen: dict[str, Any]) -> None:
     try:
         os.makedirs(run_dir, exist_ok=True)
-        write_json(os.path.join(run_dir, STATUS_FILE), seen)
+        write_json(RunFolder(run_dir).k8s_status, seen)
     except OSError:
         pass  # a cache only

@@ -8,14 +8,14 @@ runner printed (``podrun.STALL_LINE``) in the pod's log.
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
 from launcher.core.errors import TargetError
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
-from launcher.targets.k8s.podrun import STALL_EXIT, STALL_LINE, WATCH_PATH
+from launcher.targets.k8s.podrun import STALL_EXIT, STALL_LINE
 from launcher.targets.k8s.pods import container, pod_ref, sort_key
+from launcher.targets.shared.runfolder import WATCH_URL_PATH, RunFolder
 
 
 def first_pod(kube: Any, job_name: str, api: KubeflowApi, nodes: list[dict[str, Any]] | None = None) -> str | None:
@@ -36,7 +36,7 @@ def read_watch(kube: Any, pod: str, port: int) -> dict[str, Any] | None:
     Raises:
         TargetError: the API server refused (403: no ``pods/proxy`` get in the user's role).
     """
-    data = kube.pod_proxy(pod, port, WATCH_PATH)
+    data = kube.pod_proxy(pod, port, WATCH_URL_PATH)
     if not data:
         return None
     try:
@@ -48,7 +48,7 @@ def read_watch(kube: Any, pod: str, port: int) -> dict[str, Any] | None:
 
 def kept(run_dir: str, index: int) -> str:
     """Where the last ``watch.json`` read of run ``index`` is kept, for ``top`` once the pods are gone."""
-    return os.path.join(run_dir, f"watch-{index}.json")
+    return RunFolder(run_dir).kept_watch(index)
 
 
 def latest(kube: Any, job_names: list[str], api: KubeflowApi, port: int, run_dir: str) -> tuple[int, dict[str, Any]] | None:

@@ -19,6 +19,8 @@ import os
 import signal
 import time
 
+from launcher.targets.shared.runfolder import node_tag
+
 
 def _mount() -> str | None:
     """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup``, or ``.../unified`` on hybrid)."""
@@ -62,7 +64,7 @@ def make_job(job_id: str) -> tuple[str | None, str]:
 
 def node_dir(job: str, index: int, node: int) -> str | None:
     """The cgroup of node ``node`` of run ``index``, made now; None when it cannot be."""
-    path = os.path.join(job, f"task-{index}-node-{node}")
+    path = os.path.join(job, node_tag(index, node))
     try:
         os.makedirs(path, exist_ok=True)
     except OSError:

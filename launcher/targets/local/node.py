@@ -64,11 +64,6 @@ def command(python: str, exit_file: str, argv: list[str], cgroup: str | None = N
     return [python, "-I", "-S", os.path.abspath(__file__), exit_file, *where, "--", *argv]
 
 
-def exit_file(log: str) -> str:
-    """Where the node whose output goes to ``log`` records how its agent ended."""
-    return f"{os.path.splitext(log)[0]}.exit.json"
-
-
 class Proc:
     """A started node wrapper, with the few ``subprocess.Popen`` methods the supervisor uses."""
 
@@ -248,8 +243,10 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     except (ValueError, KeyError, IndexError) as e:
         _say(f"[ddpjob] no stall watch: {WATCH_ENV}={config!r} and the torchrun command do not say it ({e!r})")
         return None
-    task_dir = os.path.dirname(os.path.abspath(exit_file))
-    log = exit_file[: -len(".exit.json")] + ".log"
+    from launcher.targets.shared.runfolder import TaskFolder, log_of_exit_file
+
+    task = TaskFolder(os.path.dirname(os.path.abspath(exit_file)))
+    log = log_of_exit_file(exit_file)
     outputs = [log, *([os.environ["DDPJOB_METRICS_FILE"]] if node == 0 and os.environ.get("DDPJOB_METRICS_FILE") else [])]
     sampler = vitals.Sampler(node=node, agent=agent, log=log, steps_dir=os.environ.get(vitals.VITALS_DIR_ENV))
 
@@ -267,7 +264,7 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     common = {"port": port, "host": "localhost", "timeout": timeout, "action": c.get("action", "report"),
               "on_stall": on_stall, "vitals": sampler.sample, "outputs": outputs}
     if node == 0:
-        w = heartbeat.Watch(nodes=nodes, state_path=os.path.join(task_dir, "watch.json"), **common)  # type: ignore[arg-type]
+        w = heartbeat.Watch(nodes=nodes, state_path=task.watch, **common)  # type: ignore[arg-type]
         why = w.start()
         if why:
             _say(f"[ddpjob] {why}")

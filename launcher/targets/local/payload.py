@@ -5,7 +5,6 @@ use these dataclasses."""
 
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import dataclass, field
 
@@ -14,7 +13,8 @@ from launcher.spec.secrets import shown_value
 from launcher.targets.base import Handle
 from launcher.targets.local import container as ctr
 from launcher.targets.local import network as net
-from launcher.targets.shared.files import from_json, read_json
+from launcher.targets.shared.files import from_json
+from launcher.targets.shared.runfolder import PLAN, RunFolder
 
 MARKER = "DDPJOB_JOB_ID"  # every process of a job carries it in its environment (see procs)
 # What render and --dry-run show where the port chosen at submit will be.
@@ -77,9 +77,9 @@ class LocalHandle(Handle):
 
 def read_plan(run_dir: str) -> LocalPayload:
     """The payload ``submit`` wrote to ``plan.json``."""
-    data = read_json(os.path.join(run_dir, "plan.json"))
+    data = RunFolder(run_dir).read_plan()
     if data is None:
-        raise TargetError(f"the run directory {run_dir} has no readable plan.json (was it deleted?)")
+        raise TargetError(f"the run directory {run_dir} has no readable {PLAN} (was it deleted?)")
     return from_json(LocalPayload, data)
 
 

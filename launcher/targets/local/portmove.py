@@ -6,7 +6,6 @@ Imported only when a run failed (the supervisor's quick start never loads it).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from launcher.core.errors import TargetError
@@ -15,6 +14,7 @@ from launcher.targets.local.payload import move_port as move_plan_port
 from launcher.targets.local.payload import read_plan as read_typed_plan
 from launcher.targets.local.statefile import say
 from launcher.targets.shared.files import atomic_write, to_json, write_json
+from launcher.targets.shared.runfolder import RunFolder
 
 
 def port_was_taken(plan: LocalPayload, el: LocalElement, marks: dict[int, int]) -> bool:
@@ -55,10 +55,11 @@ def move_port(plan: LocalPayload, run_dir: str, attempt: int, attempts: int) -> 
     try:
         typed = read_typed_plan(run_dir)
         move_plan_port(typed, new)
-        write_json(os.path.join(run_dir, "plan.json"), to_json(typed))
-        with open(os.path.join(run_dir, "plan.txt"), encoding="utf-8") as f:
+        folder = RunFolder(run_dir)
+        write_json(folder.plan, to_json(typed))
+        with open(folder.plan_text, encoding="utf-8") as f:
             text = f.read()
-        atomic_write(os.path.join(run_dir, "plan.txt"), moved_port_text(text, old, new))
+        atomic_write(folder.plan_text, moved_port_text(text, old, new))
     except (OSError, ValueError, TargetError) as e:
         say(f"[ddpjob] could not record port {new} in the plan files: {e}")
     note = (f"[ddpjob] rendezvous port {old} was taken by another program before torchrun could bind it; "

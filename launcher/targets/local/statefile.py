@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import sys
 import time
 from typing import Any
 
 from launcher.targets.shared.files import write_json
+from launcher.targets.shared.runfolder import STATE, RunFolder
 
-NOTE = "supervisor.note"
 NOTE_SIZE = 1024  # bytes allocated up front; a note is far smaller
 RETRY_EVERY = 1.0  # seconds between two tries of a state that could not be written
 
@@ -38,8 +37,8 @@ class StateFile:
     """``state.json`` of one run directory, and the note that says why it is stale."""
 
     def __init__(self, run_dir: str) -> None:
-        self.path = os.path.join(run_dir, "state.json")
-        self.note = os.path.join(run_dir, NOTE)
+        folder = RunFolder(run_dir)
+        self.path, self.note = folder.state, folder.stale_note
         self.failed: str | None = None  # why the last write failed; None when the file is current
         self.passing = False  # whether that failure is one that time can cure (a full disk, a quota)
         self.ended = False  # whether the note says the job has ended
@@ -57,7 +56,7 @@ class StateFile:
         try:
             write_json(self.path, state)
         except OSError as e:
-            reason = f"could not write state.json: {e.strerror or e}"
+            reason = f"could not write {STATE}: {e.strerror or e}"
             if reason != self.failed:
                 say(f"[ddpjob] {reason}; the supervisor keeps the state in memory and writes it when it can")
             ended = state.get("ended") is not None
@@ -72,7 +71,7 @@ class StateFile:
         if self.failed is not None:
             self.failed = None
             self._write_note(None)
-            say("[ddpjob] state.json is written again")
+            say(f"[ddpjob] {STATE} is written again")
         return True
 
     def retry(self, state: dict[str, Any]) -> None:
@@ -99,7 +98,7 @@ def read_note(run_dir: str) -> str | None:
     """Why the supervisor's ``state.json`` is stale, or None when it is current; with how the job
     ended when it has (the supervisor waits to write that)."""
     try:
-        with open(os.path.join(run_dir, NOTE), "rb") as f:
+        with open(RunFolder(run_dir).stale_note, "rb") as f:
             note = json.loads(f.read().decode("utf-8", "replace").strip() or "null")
     except (OSError, ValueError):
         return None

@@ -26,6 +26,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from launcher.targets.local import node as node_wrapper
+from launcher.targets.shared.runfolder import RunFolder, exit_file, node_tag
 
 if TYPE_CHECKING:
     from launcher.targets.local.payload import LocalElement, LocalNode, LocalPayload
@@ -104,7 +105,7 @@ def start_nodes(nodes: list[Any], output_dir: str, index: int) -> tuple[list[tup
         try:
             os.makedirs(os.path.dirname(node.log), exist_ok=True)
             # Through the node wrapper: it records how the agent ended even if we are killed.
-            p = node_wrapper.start(sys.executable, node_wrapper.exit_file(node.log), node.argv,
+            p = node_wrapper.start(sys.executable, exit_file(node.log), node.argv,
                                    env={**os.environ, **node.env, **_secrets.get(f"{index}/{node.node}", {})},
                                    cwd=node.cwd, log=node.log,
                                    cgroup=cgroups.node_dir(_cgroup[0], index, node.node) if _cgroup[0] else None)
@@ -126,7 +127,7 @@ def read_plan(run_dir: str, from_submit: bool = False) -> LocalPayload:
     import json
 
     try:
-        with open(os.path.join(run_dir, "plan.json"), "rb") as f:
+        with open(RunFolder(run_dir).plan, "rb") as f:
             data = json.load(f)
         data["elements"] = [SimpleNamespace(**{**el, "nodes": [SimpleNamespace(**n) for n in el["nodes"]]})
                             for el in data["elements"]]
@@ -149,7 +150,7 @@ class Started(SimpleNamespace):
 def start_first_run(run_dir: str, plan: LocalPayload) -> Started | None:
     """The first run's nodes, started before anything else is imported; None when a cancel came
     first (the run loop records it)."""
-    if not plan.elements or _stop_requested or os.path.exists(os.path.join(run_dir, "cancel-requested")):
+    if not plan.elements or _stop_requested or os.path.exists(RunFolder(run_dir).cancel_requested):
         return None
     first = plan.elements[0]
     marks = {n.node: _size(n.log) for n in first.nodes}
@@ -182,7 +183,7 @@ class Supervisor:
         self.files.save(self.state)
 
     def cancelled(self) -> bool:
-        return _stop_requested or os.path.exists(os.path.join(self.run_dir, "cancel-requested"))
+        return _stop_requested or os.path.exists(RunFolder(self.run_dir).cancel_requested)
 
     def run(self, early: Started | None = None) -> int:
         """Run every element in turn; ``early``: the first one's nodes, already started
@@ -279,7 +280,7 @@ class Supervisor:
             ended = [NodeFailure(n.node, n.log, n.error_file, n.torchrun_log_dir) for n, p in running if p.poll()]
             self._stop(running, st)
             st["state"] = JobState.FAILED.value
-            record = node_wrapper.read_record(node_wrapper.exit_file(failed_node.log))
+            record = node_wrapper.read_record(exit_file(failed_node.log))
             killed = killed_node(node=failed_node.node, nodes=len(el.nodes), wrapper_pid=failed[0],
                                  wrapper_code=failed[1], record=record)
             first, st["message"] = (failed_node.node, killed) if killed else first_and_after(ended, self.plan.procs_per_node)
@@ -341,7 +342,7 @@ class Supervisor:
             from launcher.targets.local import cgroups
 
             for n, _ in running:
-                cgroups.stop(os.path.join(_cgroup[0], f"task-{st['index']}-node-{n.node}"))
+                cgroups.stop(os.path.join(_cgroup[0], node_tag(st['index'], n.node)))
         # A container whose engine client was killed may outlive it: remove the run's containers by name.
         names = [n.container for n, _ in running if n.container]
         from launcher.targets.local import container

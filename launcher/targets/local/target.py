@@ -38,8 +38,9 @@ from launcher.targets.local.payload import (
 )
 from launcher.targets.local.statefile import read_note
 from launcher.targets.shared import netif, procs
-from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
+from launcher.targets.shared.files import atomic_write, to_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
+from launcher.targets.shared.runfolder import RunFolder
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
@@ -100,7 +101,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         # Simulated nodes share this machine's cores.
         cpus_per_node = spec.resources.cpus or max(1, ctx.cpu_count // spec.nodes)
         workdir = spec.workdir or ctx.cwd
-        output_root = spec.output_dir or f"{ctx.run_dir}/output"
+        output_root = spec.output_dir or RunFolder(ctx.run_dir).output
         if not os.path.isabs(output_root):
             output_root = os.path.normpath(os.path.join(workdir, output_root))
         engine = spec.local.container
@@ -121,16 +122,16 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
             env_base["GLOO_SOCKET_IFNAME"] = ",".join(names) or env_base["GLOO_SOCKET_IFNAME"]
         elements = []
         for el in runs:
-            task_dir = f"{ctx.run_dir}/task-{el.index}"
+            task = RunFolder(ctx.run_dir).task(el.index)
             nodes = []
             for node in range(spec.nodes):
-                error_file = f"{task_dir}/node-{node}.error.json"
+                error_file = task.error_file(node)
                 env = run_env(env_base, el.env, job_id=ctx.job_id, sweep_index=el.index,
                               output_dir=el.output_dir, error_file=error_file)
                 if engine == "none":  # the stall watch and the ranks' vitals (launcher.targets.local.watch)
-                    env.update(watch.node_env(spec, task_dir=task_dir, node=node))
+                    env.update(watch.node_env(spec, task=task, node=node))
                 env = dict(sorted({**env, **dist.node_gpu_env(ctx.gpu_count, spec.nodes, procs_per_node, node)}.items()))
-                log_dir = f"{task_dir}/torchrun-node-{node}"
+                log_dir = task.torchrun_logs(node)
                 argv = torchrun_argv(
                     worker_command(el.command, python), launcher=[python, "-m", "torch.distributed.run"],
                     max_restarts=spec.max_restarts, nodes=spec.nodes, node_rank=str(node),
@@ -144,7 +145,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                         env_names=[*env, *spec.env_from_host], user=ctr.user_args(engine, ctx.inputs),
                         gpus=ctr.gpu_args(engine, ctx.gpu_count), command=argv,
                         network=net.run_args(net.network_name(ctx.job_id), addresses, node) if subnet else None)
-                nodes.append(LocalNode(node, argv, env, workdir, f"{task_dir}/node-{node}.log", error_file, log_dir,
+                nodes.append(LocalNode(node, argv, env, workdir, task.log(node), error_file, log_dir,
                                        name))
             elements.append(LocalElement(el.index, el.params, el.output_dir, nodes))
         payload = LocalPayload(ctx.job_id, ctx.run_dir, spec.nodes, procs_per_node, port,
@@ -184,13 +185,13 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
 
         run_dir = Path(plan.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
+        folder = RunFolder(run_dir)
         data, secret_values = supervisor.secrets_apart(to_json(payload), plan.masked)
-        write_json(run_dir / "plan.json", data)  # the secret values go in the supervisor's environment
-        atomic_write(run_dir / "plan.txt", plan.render())
+        folder.write_plan(data, plan.render())  # the secret values go in the supervisor's environment
         env = {**os.environ, MARKER: plan.job_id, **({supervisor.SECRET_ENV: secret_values} if secret_values else {})}
         _create_network(payload)
         try:
-            with open(run_dir / "supervisor.log", "ab") as log:
+            with open(folder.supervisor_log, "ab") as log:
                 proc = subprocess.Popen(
                     supervisor.command(str(run_dir)),
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -228,7 +229,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         live = procs.marked_pids(MARKER, handle.job_id)
         if live:
             note = (f"the supervisor (pid {handle.pid}) is gone; {len(live)} process(es) of the job run on "
-                    f"(ddpjob cancel stops them); see {handle.run_dir}/supervisor.log")
+                    f"(ddpjob cancel stops them); see {RunFolder(handle.run_dir).supervisor_log}")
             return JobStatus(JobState.RUNNING, note, _tasks(state or {}), details)
         return _ended_without_supervisor(handle, details)
 
@@ -268,7 +269,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
             _remove_containers(handle)
             return
         try:
-            atomic_write(run_dir / "cancel-requested", str(time.time()))
+            atomic_write(RunFolder(run_dir).cancel_requested, str(time.time()))
         except OSError:
             pass  # a full disk: the signals below stop the job all the same
         # The supervisor stops its agents (and their workers) and writes CANCELLED; give it time.
@@ -288,7 +289,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         _remove_containers(handle)
         state = read_state(str(run_dir))
         if state is None or not JobState.parse(state["state"]).terminal:
-            write_json(run_dir / "state.json", {
+            RunFolder(run_dir).write_state({
                 **(state or {"elements": []}), "state": JobState.CANCELLED.value,
                 "message": "cancelled by user", "ended": time.time(),
             })
@@ -296,8 +297,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
 
 def read_state(run_dir: str) -> dict[str, Any] | None:
     """``state.json`` as the supervisor last wrote it, or None before its first write."""
-    state = read_json(os.path.join(run_dir, "state.json"))
-    return state if isinstance(state, dict) else None
+    return RunFolder(run_dir).read_state()
 
 
 def _stop_cgroup(handle: LocalHandle, state: dict[str, Any] | None) -> list[int]:
@@ -346,7 +346,7 @@ def _bridge_subnet(spec: JobSpec, ctx: PlanContext) -> str:
 
 
 def _supervisor_died(handle: LocalHandle) -> str:
-    return f"the supervisor (pid {handle.pid}) exited without a final state; see {handle.run_dir}/supervisor.log"
+    return f"the supervisor (pid {handle.pid}) exited without a final state; see {RunFolder(handle.run_dir).supervisor_log}"
 
 
 def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
@@ -359,7 +359,8 @@ def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
 
 def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> JobStatus:
     """Every process has ended and the supervisor left no final state: read the nodes' records."""
-    from launcher.targets.local.node import exit_file, read_record
+    from launcher.targets.local.node import read_record
+    from launcher.targets.shared.runfolder import exit_file
 
     try:
         plan = read_plan(handle.run_dir)

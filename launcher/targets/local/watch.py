@@ -6,38 +6,24 @@ the wrapper's to see."""
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
 from launcher.targets.local.node import WATCH_ENV
+from launcher.targets.shared.runfolder import RunFolder, TaskFolder
 from launcher.targets.shared.vitals import VITALS_DIR_ENV
 
 if TYPE_CHECKING:
     from launcher.spec.model import JobSpec
 
 
-def watch_file(task_dir: str) -> str:
-    return os.path.join(task_dir, "watch.json")
-
-
-def node_env(spec: JobSpec, *, task_dir: str, node: int) -> dict[str, str]:
+def node_env(spec: JobSpec, *, task: TaskFolder, node: int) -> dict[str, str]:
     """The variables that give node ``node`` its watch (the first node) or beacon (the others). The
     node wrapper finds the rest where it is: the rendezvous address and port in its torchrun command
     (as moved, if it was), its log and ``watch.json`` beside its exit record, the run's metrics file
     in ``DDPJOB_METRICS_FILE``."""
     watch = f"node={node} nodes={spec.nodes} timeout={spec.stall.timeout_s} action={spec.stall.action}"
-    return {WATCH_ENV: watch, VITALS_DIR_ENV: os.path.join(task_dir, "vitals")}
-
-
-def read_watch(run_dir: str, index: int) -> dict[str, Any] | None:
-    try:
-        with open(watch_file(os.path.join(run_dir, f"task-{index}")), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return {WATCH_ENV: watch, VITALS_DIR_ENV: task.vitals}
 
 
 def running_note(run_dir: str, state: dict[str, Any], message: str) -> str:
@@ -48,7 +34,7 @@ def running_note(run_dir: str, state: dict[str, Any], message: str) -> str:
     for el in state.get("elements", []):
         if el.get("state") != "RUNNING":
             continue
-        watch = read_watch(run_dir, int(el["index"]))
+        watch = RunFolder(run_dir).task(int(el["index"])).read_watch()
         note = report(watch, time.time()) if watch is not None else None
         if note:
             el["message"] = note

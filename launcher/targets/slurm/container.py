@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import Issue
 from launcher.targets.shared.container import LocalInputs, gpu_args, mount_problem, mounts, run_argv, user_args
+from launcher.targets.shared.runfolder import RunFolder, TaskFolder
 from launcher.targets.slurm.script import RUNTIME, shell_word
 
 if TYPE_CHECKING:
@@ -51,6 +52,9 @@ _CAPS = ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]  # runc spec's d
 # Each task of an oci job starts with this check (<job dir>/oci-check.sh): the bundle's config.json
 # sets OCI_MARKER; without it Slurm ran the task on the node itself, and it stops before Python.
 OCI_MARKER = "DDPJOB_OCI_IMAGE"
+# The script's paths in shell words, named by shared.runfolder: the run's folder beside the script, the node's files in it.
+_CHECK_TASK = RunFolder('$(dirname "$0")').task("${SLURM_ARRAY_TASK_ID:-0}")
+_CHECK_LOG, _CHECK_RECORD = TaskFolder("$d").log("$n"), TaskFolder("$d").record("$n")
 OCI_CHECK = f"""#!/bin/sh
 # Written by ddpjob: each task of this job starts here. In the OCI bundle, its config.json sets
 # {OCI_MARKER}; without it Slurm ran the task on the node itself (a Slurm without container support
@@ -60,10 +64,10 @@ n=${{SLURM_NODEID:-0}}; h=$(hostname)
 m="node $n ($h): slurm.container.runtime oci is not in force: Slurm ran the task on the node itself, not in \\
 the OCI bundle; this cluster has no container support for srun --container (Slurm needs an oci.conf beside \\
 slurm.conf on every node, naming the OCI runtime, e.g. runc)"
-d=$(dirname "$0")/task-${{SLURM_ARRAY_TASK_ID:-0}}
+d={_CHECK_TASK.path}
 mkdir -p "$d"
-echo "[ddpjob] $m" >> "$d/node-$n.log"
-printf '{{"node": %s, "host": "%s", "state": "exited", "exit_code": 2, "error": "%s"}}\\n' "$n" "$h" "$m" > "$d/node-$n.json"
+echo "[ddpjob] $m" >> "{_CHECK_LOG}"
+printf '{{"node": %s, "host": "%s", "state": "exited", "exit_code": 2, "error": "%s"}}\\n' "$n" "$h" "$m" > "{_CHECK_RECORD}"
 echo "ddpjob: $m" >&2
 exit 2
 """
@@ -198,7 +202,7 @@ def _podman(loaded: LoadedSpec, ctx: PlanContext, image: str, volumes: list[str]
         argv[at:at] = ["--volume", m if ":" in m else f"{m}:{m}"]
         at += 2
     script = "exec " + " ".join(shell_word(a) for a in argv) + ' "$@"'
-    epilog = f"{job_dir}/podman-epilog.sh"
+    epilog = RunFolder(job_dir).podman_epilog
     shown_name = shell_word(name).replace('"$SLURM_ARRAY_TASK_ID"', '"${SLURM_ARRAY_TASK_ID:-0}"')
     text = ("#!/bin/sh\n# Written by ddpjob: slurmstepd runs this after each task of the job ends, however it ended "
             "(srun --task-epilog),\n# and it removes the node's container with anything still running in it.\n"
@@ -235,7 +239,7 @@ def _oci(loaded: LoadedSpec, folder: str, image: str | None, volumes: list[str],
         bundle = OciBundle(f"{base}-{digest}", image, image_id, base, text)
     if c.bundle:
         return Launch(c.python, shlex.join(python), [*srun_args, f"--container={bundle.path}"], oci=bundle)
-    check = f"{job_dir}/oci-check.sh"
+    check = RunFolder(job_dir).oci_check
     return Launch(c.python, shlex.join(["sh", check, *python]), [*srun_args, f"--container={bundle.path}"], oci=bundle,
                   files={check: OCI_CHECK})
 

@@ -29,8 +29,9 @@ from typing import Any
 
 from launcher.targets.shared import heartbeat, netif, vitals
 from launcher.targets.shared.files import write_json
+from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.query import expand_nodelist
-from launcher.targets.slurm.script import SlurmCommon, SlurmElement, node_argv, node_env, node_paths, task_dir
+from launcher.targets.slurm.script import SlurmCommon, SlurmElement, node_argv, node_env, node_paths
 
 # Ports derived from the job id fall in this range (below the usual ephemeral range 32768+).
 SLURM_PORT_BASE = 20000
@@ -197,7 +198,7 @@ class NodeRunner:
         c = self.common
         timeout, action = float(c.stall_timeout_s), c.stall_action
         sampler = vitals.Sampler(node=node, agent=lambda: self._proc.pid if self._proc else None, log=paths["log"],
-                                 steps_dir=f"{task_dir(c.job_dir, self.element.index)}/vitals")
+                                 steps_dir=RunFolder(c.job_dir).task(self.element.index).vitals)
         if node == 0:
             outputs = [paths["log"], os.path.join(self.element.output_dir, "metrics.jsonl")]
             watch = heartbeat.Watch(port=port, nodes=c.nodes, host=host, outputs=outputs, state_path=paths["watch"],

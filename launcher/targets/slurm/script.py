@@ -27,6 +27,7 @@ from typing import Any
 from launcher.spec.secrets import shown_value
 from launcher.targets.base import Handle
 from launcher.targets.shared.launch import run_env, torchrun_argv
+from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.shared.vitals import VITALS_DIR_ENV
 
 # Values only known inside the job. Render shows them as shell variables; the node runner fills
@@ -88,7 +89,8 @@ class SlurmElement:
 def submitit_paths(job_dir: str, array: bool) -> tuple[str, str]:
     """submitit's stdout/stderr patterns for its folder (``JobPaths.stdout``/``stderr``)."""
     job = "%A_%a" if array else "%j"
-    return f"{job_dir}/{job}_%t_log.out", f"{job_dir}/{job}_%t_log.err"
+    folder = RunFolder(job_dir)
+    return folder.submitit_log(job, "%t", "out"), folder.submitit_log(job, "%t", "err")
 
 
 def submitit_command(python: str, job_dir: str) -> str:
@@ -140,19 +142,15 @@ def sbatch_script(params: dict[str, Any], *, job_dir: str, python: str, map_coun
 
 # --------------------------------------------------------------------------- per-node command
 
-def task_dir(job_dir: str, index: int) -> str:
-    return f"{job_dir}/task-{index}"
-
-
 def node_paths(job_dir: str, index: int, node: str | int) -> dict[str, str]:
-    """Files of one node of one run (``node`` may be the runtime marker)."""
-    base = task_dir(job_dir, index)
+    """Files of one node of one run (``node`` may be the runtime marker), named by ``shared.runfolder``."""
+    task = RunFolder(job_dir).task(index)
     return {
-        "log": f"{base}/node-{node}.log",
-        "record": f"{base}/node-{node}.json",
-        "error_file": f"{base}/node-{node}.error.json",
-        "torchrun_log_dir": f"{base}/torchrun-node-{node}",
-        "watch": f"{base}/watch.json",  # the first node's view of every node's heartbeat and output
+        "log": task.log(node),
+        "record": task.record(node),
+        "error_file": task.error_file(node),
+        "torchrun_log_dir": task.torchrun_logs(node),
+        "watch": task.watch,  # the first node's view of every node's heartbeat and output
     }
 
 
@@ -172,7 +170,7 @@ def node_env(common: SlurmCommon, element: SlurmElement, *, node: str) -> dict[s
                   output_dir=element.output_dir,
                   error_file=node_paths(common.job_dir, element.index, node)["error_file"])
     # where the trainer reports each rank's steps for the node runner's vitals (launcher.targets.shared.vitals)
-    return dict(sorted({**env, VITALS_DIR_ENV: f"{task_dir(common.job_dir, element.index)}/vitals"}.items()))
+    return dict(sorted({**env, VITALS_DIR_ENV: RunFolder(common.job_dir).task(element.index).vitals}.items()))
 
 
 def shell_word(word: str) -> str:

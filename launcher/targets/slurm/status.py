@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.core.states import JobState, summarize
 from launcher.targets.base import JobStatus, TaskStatus
 from launcher.targets.shared.files import read_json
+from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.script import SlurmHandle, node_paths
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def _message(handle: SlurmHandle, index: int, rec: slurm_query.SlurmRecord, stat
     # No node reported a torchrun failure: Slurm itself (time limit, memory, node failure) or the
     # node runner before torchrun (see submitit's log).
     return (f"Slurm state {rec.state}" + (f", exit code {rec.exit_code}" if rec.exit_code else "")
-            + f"; see {handle.job_dir}/{sid}_0_log.err")
+            + f"; see {RunFolder(handle.job_dir).submitit_log(sid, '0', 'err')}")
 
 
 def recorded_status(handle: SlurmHandle, state: JobState, message: str, why: str) -> JobStatus:

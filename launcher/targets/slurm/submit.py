@@ -18,6 +18,7 @@ from typing import Any
 from submitit.core import utils
 from submitit.slurm import slurm as submitit_slurm
 
+from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.script import SlurmPayload
 
 SBATCH_TIMEOUT_S = 120
@@ -92,4 +93,4 @@ def submit(payload: SlurmPayload) -> tuple[str, str]:
             return str(job.job_id), str(job.paths.submission_file)
         jobs = ex.submit_array(runners)
     array_id = str(jobs[0].job_id).split("_", 1)[0]
-    return array_id, str(Path(c.job_dir) / f"{array_id}_submission.sh")
+    return array_id, str(Path(RunFolder(c.job_dir).submission_script(array_id)))

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.quantity import parse_memory, slurm_mem
 from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target
-from launcher.targets.shared.files import atomic_write, mask_env_values, to_json, write_json
+from launcher.targets.shared.files import atomic_write, mask_env_values, to_json
 from launcher.targets.shared.launch import worker_command
+from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.script import (
     PORT_SETUP,
     SlurmCommon,
@@ -91,7 +92,7 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         folder = resolve_folder(s.folder, ctx.home, ctx.cwd)
         job_dir = f"{folder}/{ctx.job_id}"
         workdir = spec.workdir or ctx.cwd
-        output_root = spec.output_dir or f"{job_dir}/output"
+        output_root = spec.output_dir or RunFolder(job_dir).output
         if not os.path.isabs(output_root):
             output_root = os.path.normpath(os.path.join(workdir, output_root))
         runs = expand(spec, job_id=ctx.job_id, output_root=output_root)
@@ -112,7 +113,7 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         )
         elements = [SlurmElement(el.index, el.params, el.output_dir, el.env, worker_command(el.command, launch.python))
                     for el in runs]
-        submission_file = f"{job_dir}/" + ("<SLURM_ARRAY_JOB_ID>" if array else "<SLURM_JOB_ID>") + "_submission.sh"
+        submission_file = RunFolder(job_dir).submission_script("<SLURM_ARRAY_JOB_ID>" if array else "<SLURM_JOB_ID>")
         payload = SlurmPayload(common, elements, params, map_count, script, ctx.run_dir, submission_file,
                                launch.files, launch.oci, _container_text(launch))
         return Plan("slurm", ctx.job_id, spec.name, ctx.run_dir, payload, render_plan, spec.nodes, procs_per_node,
@@ -129,9 +130,8 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
             raise
         p: SlurmPayload = plan.payload
         os.makedirs(plan.run_dir, exist_ok=True)
-        atomic_write(f"{plan.run_dir}/plan.txt", plan.render())
         # A record only (the job runs from submitit's pickle): secret values stay out of it.
-        write_json(f"{plan.run_dir}/plan.json", mask_env_values(to_json(p), plan.masked))
+        RunFolder(plan.run_dir).write_plan(mask_env_values(to_json(p), plan.masked), plan.render())
         _prepare_container(p)
         try:
             slurm_id, script_path = slurm_submit.submit(p)
