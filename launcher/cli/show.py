@@ -36,7 +36,7 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
         out.append(f"rerun of: {rerun_of}")
     out.append(f"run dir:  {rec.run_dir}")
     out.append(f"created:  {when(rec.created_at)}" + (f"   ended: {when(rec.ended_at)}" if rec.ended_at else ""))
-    if rec.spec.get("notify"):
+    if rec.summary.notify:
         from launcher.service import notifier
 
         notify = notifier.state_of(rec)
@@ -76,7 +76,7 @@ def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] |
         if total > 1:
             note = f"runs {done if done is not None else '?'}/{total}" + (f"; {note}" if note else "")
         size = (_size(disk_use(r.run_dir)),) if disk else ()
-        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), duration(e.age_s(now)),
+        rows.append((r.id, r.target, r.state.value, _text(r.summary.nodes), duration(e.age_s(now)),
                      duration(e.duration_s(now)), *size, note[:60]))
     n = len(head)
     widths = [max(len(row[i]) for row in rows) for i in range(n)]
@@ -90,7 +90,7 @@ def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: 
     """The compact record of ``list -o json`` (the whole spec is in ``status -o json``); ``native``:
     the scheduler's own ids (``Jobs.native_ids``); ``entry``: the queue's view (age, duration, runs
     ended: None when not known)."""
-    shape = rec.shape or {}
+    shape = rec.shape
     extra = {}
     if entry is not None:
         extra = {"age_s": round(entry.age_s(), 1), "duration_s": round(entry.duration_s(), 1),
@@ -100,10 +100,14 @@ def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: 
         "message": rec.message[:500],
         "created": datetime.fromtimestamp(rec.created_at, timezone.utc).isoformat(timespec="seconds"),
         "ended": datetime.fromtimestamp(rec.ended_at, timezone.utc).isoformat(timespec="seconds") if rec.ended_at else None,
-        "nodes": shape.get("nodes", rec.spec.get("nodes")), "procs_per_node": shape.get("procs_per_node"),
-        "runs": shape.get("runs"), "native_ids": native or [], "progress": progress,
+        "nodes": shape.nodes if shape and shape.nodes is not None else rec.summary.nodes, "procs_per_node": shape.procs_per_node if shape else None,
+        "runs": shape.runs if shape else None, "native_ids": native or [], "progress": progress,
         "rerun_of": (rec.origin or {}).get("rerun_of"), **extra,
     }
+
+
+def _text(value: int | None) -> str:
+    return "" if value is None else str(value)
 
 
 def _size(n: int) -> str:

@@ -139,10 +139,10 @@ def job_facets(rec: JobRecord, *, with_target_section: bool) -> dict[str, str]:
     """The facets of the job ``rec`` (those of its runs less their sweep values)."""
     from launcher.targets import TARGET_NAMES
 
-    shape = rec.shape or {}
-    out = {"target": rec.target, "nodes": _text(shape.get("nodes", rec.spec.get("nodes"))),
-           "procs": _text(shape.get("procs_per_node", rec.spec.get("procs_per_node"))),
-           "image": _text(rec.spec.get("image"))}
+    shape, spec = rec.shape, rec.summary
+    out = {"target": rec.target, "nodes": _text(shape.nodes if shape else spec.nodes),
+           "procs": _text(shape.procs_per_node if shape else spec.procs_per_node),
+           "image": _text(spec.image)}
     for key, value in rec.spec.items():
         if key in _NOT_FACETS or key == "image" or key in JOB_FACETS:
             continue

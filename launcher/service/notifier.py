@@ -156,7 +156,7 @@ def watcher_alive(run_dir: str) -> bool:
 def state_of(rec: JobRecord) -> dict[str, Any] | None:
     """For ``status``: the notification's record once sent, else whether its watcher still waits
     (None for a job without notify)."""
-    if not rec.spec.get("notify"):
+    if not rec.summary.notify:
         return None
     sent = read(rec.run_dir)
     if sent is not None:

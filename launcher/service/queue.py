@@ -29,7 +29,7 @@ class Entry:
 
     def runs(self) -> tuple[int | None, int]:
         """(runs ended, runs in all): ended is None when not known (a finished job, not asked)."""
-        total = int((self.rec.shape or {}).get("runs") or 1)
+        total = (self.rec.shape.runs if self.rec.shape else None) or 1
         if self.rec.state is JobState.SUCCEEDED:
             return total, total
         tasks = self.status.tasks if self.status is not None else []

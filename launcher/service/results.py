@@ -162,7 +162,7 @@ def job_results(jobs: Jobs, job_id: str) -> list[RunResult]:
     except DdpjobError:
         status = None
     runs = _runs(rec, status)
-    sweep = rec.spec.get("sweep") or {}
+    sweep = rec.summary.sweep or {}
     out = []
     for run in runs:
         metrics = read_metrics(os.path.join(run.output_dir, METRICS_FILE)) if run.output_dir else Metrics()
@@ -199,7 +199,7 @@ def _planned(rec: JobRecord) -> dict[int, _Run]:
     whose runs write in their pods."""
     if rec.target in UNREADABLE or rec.handle is None:
         return {}
-    run_dir = rec.handle.get("run_dir") or rec.run_dir
+    run_dir = str(rec.handle.get("run_dir") or rec.run_dir)
     try:
         with open(os.path.join(run_dir, "plan.json"), encoding="utf-8") as f:
             plan = json.load(f)
@@ -215,7 +215,7 @@ def _planned(rec: JobRecord) -> dict[int, _Run]:
     return out
 
 
-def _typed(params: dict[str, str], sweep: dict[str, Any]) -> dict[str, object]:
+def _typed(params: dict[str, str], sweep: dict[str, list[object]]) -> dict[str, object]:
     """A run's sweep values as the spec typed them (``0.1``, ``1``), matched by their text in the plan."""
     from launcher.spec.model import format_value
 

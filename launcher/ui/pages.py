@@ -129,7 +129,7 @@ def jobs_table(rows: list[JobRow], token: str, now: float | None = None, filtere
            "<th>State</th><th>Progress</th><th>Nodes</th><th>Age</th><th>Message</th></tr></thead><tbody>"]
     for row in rows:
         r = row.rec
-        nodes = (r.shape or {}).get("nodes", r.spec.get("nodes")) or EMPTY
+        nodes = (r.shape.nodes if r.shape else r.summary.nodes) or EMPTY
         out.append(f"<tr data-job=\"{escape(r.id)}\"><td><input type=\"checkbox\" name=\"id\" value=\"{escape(r.id)}\" "
                    f"aria-label=\"compare {escape(r.id)}\"></td>"
                    f"<td class=\"id\"><a href=\"{url(job_path(r.id), token)}\">{escape(r.id)}</a></td>"

@@ -44,8 +44,7 @@ class JobView:
 
     @property
     def procs_per_node(self) -> int | None:
-        value = (self.rec.shape or {}).get("procs_per_node")
-        return value if isinstance(value, int) else None
+        return self.rec.shape.procs_per_node if self.rec.shape else None
 
 
 @dataclass(frozen=True)
@@ -90,13 +89,13 @@ def job_rows(jobs: Jobs, limit: int = 100, flt: JobFilter | None = None) -> list
 
 
 def _runs_of(rec: JobRecord) -> int:
-    value = (rec.shape or {}).get("runs")
-    return value if isinstance(value, int) and value > 0 else 1
+    value = rec.shape.runs if rec.shape else None
+    return value if value is not None and value > 0 else 1
 
 
 def _nodes_of(rec: JobRecord) -> int:
-    value = (rec.shape or {}).get("nodes", rec.spec.get("nodes"))
-    return value if isinstance(value, int) and value > 0 else 1
+    value = rec.shape.nodes if rec.shape else rec.summary.nodes
+    return value if value is not None and value > 0 else 1
 
 
 def job_view(jobs: Jobs, job_id: str, task: int | None = None, tail: int = LOG_TAIL) -> JobView:
@@ -152,9 +151,10 @@ def spec_text(rec: JobRecord) -> str:
     other targets are left out."""
     import yaml
 
+    from launcher.spec.secrets import mask_spec
     from launcher.targets import TARGET_NAMES
 
-    spec = {k: v for k, v in rec.to_json()["spec"].items() if k not in TARGET_NAMES or k == rec.target}
+    spec = {k: v for k, v in mask_spec(rec.spec).items() if k not in TARGET_NAMES or k == rec.target}
     return str(yaml.safe_dump(_set_only(spec), sort_keys=False, default_flow_style=None, allow_unicode=True,
                               width=100))
 

@@ -48,3 +48,26 @@ def test_list_json_survives_a_record_whose_handle_cannot_be_read(ddpjob_home, cl
     proc = cli("list", "-o", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["native_ids"] == []
+
+
+def test_the_registry_gives_back_the_shape_and_spec_summary_typed_and_shows_the_json_as_stored(ddpjob_home):
+    """The shape recorded with the handle comes back a ``JobShape``, the stored spec is read through
+    ``SpecSummary``; ``status -o json`` (``JobRecord.to_json``) shows the shape as it was stored."""
+    from launcher.service.records import JobShape
+    from launcher.service.shape import shape_of
+
+    registry = Registry(ddpjob_home)
+    spec = {"name": "t", "nodes": 2, "procs_per_node": "auto", "sweep": {"lr": [0.1, 0.2], "bs": [1, 2, 3]},
+            "notify": {"command": ["true"]}, "output_dir": "/data/out", "image": "img:1"}
+    job_id, _ = registry.reserve("t", "local", spec)
+    old = registry.get(job_id)  # no shape recorded yet: read from the stored spec
+    assert old.shape is None and old.to_json()["shape"] is None
+    assert shape_of(old) == JobShape(runs=6, nodes=2, procs_per_node=None)
+    summary = old.summary
+    assert (summary.nodes, summary.procs_per_node, summary.notify, summary.output_dir, summary.image) == (
+        2, "auto", True, "/data/out", "img:1")
+    assert summary.sweep == {"lr": [0.1, 0.2], "bs": [1, 2, 3]}
+    registry.record_handle(job_id, {"job_id": job_id, "run_dir": "/r"}, shape=JobShape(runs=6, nodes=2, procs_per_node=4))
+    rec = registry.get(job_id)
+    assert rec.shape == JobShape(runs=6, nodes=2, procs_per_node=4) and shape_of(rec) is rec.shape
+    assert json.dumps(rec.to_json()["shape"]) == '{"nodes": 2, "procs_per_node": 4, "runs": 6}'

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from launcher.core.states import JobState
 from launcher.service.compare import ComparedRun
+from launcher.service.records import JobShape
 from launcher.service.registry import JobRecord
 from launcher.service.results import RunResult
 from launcher.ui import guard, pages, svg
@@ -89,7 +90,7 @@ def test_ticks_are_round_and_inside(lo, hi):
 def record(**kw) -> JobRecord:
     base = {"id": "demo-ab2cd", "name": "demo", "target": "local", "state": JobState.RUNNING, "spec": {"nodes": 2},
             "handle": None, "run_dir": "/tmp/x", "port": None, "message": "", "created_at": time.time() - 125,
-            "updated_at": time.time(), "ended_at": None, "shape": {"nodes": 2, "procs_per_node": 2, "runs": 2}}
+            "updated_at": time.time(), "ended_at": None, "shape": JobShape(runs=2, nodes=2, procs_per_node=2)}
     base.update(kw)
     return JobRecord(**base)  # type: ignore[arg-type]
 
