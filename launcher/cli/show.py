@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from launcher.service.queue import Entry
     from launcher.service.registry import JobRecord
-    from launcher.targets.base import JobStatus
+    from launcher.targets.jobstatus import JobStatus
 
 
 def when(ts: float | None) -> str:
@@ -52,8 +52,8 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
                        + (f": {t.message}" if t.message else ""))
             for n in t.nodes:
                 # A value not known yet (a running node's exit code) is left out, never shown as None.
-                extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log", "ended") and v is not None)
-                out.append(f"    node {n.get('node', '?')}: {extra}")
+                extra = " ".join(f"{k}={v}" for k, v in n.details())
+                out.append(f"    node {'?' if n.node is None else n.node}: {extra}")
     return out
 
 

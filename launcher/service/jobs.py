@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from launcher.service.imagebuild.pin import Resolved
     from launcher.service.registry import JobRecord, Registry
     from launcher.spec.load import LoadedSpec
-    from launcher.targets.base import AnyTarget, Handle, JobStatus, LogFilter, Plan, PlanContext
+    from launcher.targets.base import AnyTarget, Handle, LogFilter, Plan, PlanContext
+    from launcher.targets.jobstatus import JobStatus
 
 # A job without a handle this long after its reservation was abandoned by its submitting process.
 ABANDONED_AFTER_S = 120.0
@@ -205,7 +206,7 @@ class Jobs:
 
     def refresh(self, job_id: str) -> tuple[JobRecord, JobStatus | None]:
         """Ask the target for the job's status and store it; terminal records are final."""
-        from launcher.targets.base import JobStatus
+        from launcher.targets.jobstatus import JobStatus
 
         rec = self.registry.get(job_id)
         if rec.handle is None:

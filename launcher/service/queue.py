@@ -15,7 +15,7 @@ from launcher.service.shape import check_count
 
 if TYPE_CHECKING:
     from launcher.service.registry import JobRecord, Registry
-    from launcher.targets.base import JobStatus
+    from launcher.targets.jobstatus import JobStatus
 
 _LIVE = frozenset(JobState) - TERMINAL
 

@@ -38,7 +38,7 @@ from launcher.core.progress import METRICS_FILE
 if TYPE_CHECKING:
     from launcher.service.jobs import Jobs
     from launcher.service.registry import JobRecord
-    from launcher.targets.base import JobStatus
+    from launcher.targets.jobstatus import JobStatus
 
 # Numbers on a metrics line that are not metrics: where the line is, not how the run does.
 NOT_METRICS = frozenset({"step", "time", "total_steps", "epoch", "world_size", "eval_samples"})

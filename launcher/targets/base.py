@@ -13,10 +13,11 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from launcher.core.states import JobState
+from launcher.targets.jobstatus import JobStatus
 from launcher.targets.shared.files import from_json, read_json, to_json
 
 if TYPE_CHECKING:
@@ -160,42 +161,6 @@ def _first_runs(payload: PayloadT, count: int) -> tuple[PayloadT, list[Any]]:
     if isinstance(manifests, list) and len(manifests) == len(elements):
         cut["manifests"] = manifests[:count]
     return dataclasses.replace(payload, **cut), elements[count:]
-
-
-@dataclass
-class TaskStatus:
-    """One run of a job (a sweep element, or the only run) and, where known, its nodes."""
-
-    index: int
-    state: JobState
-    message: str = ""
-    nodes: list[dict[str, Any]] = field(default_factory=list)
-    params: dict[str, str] = field(default_factory=dict)
-    native_id: str | None = None
-    started: float | None = None  # when the run started and ended (seconds since the epoch), where the target records it
-    ended: float | None = None
-
-
-@dataclass
-class JobStatus:
-    """What ``ddpjob status`` shows. ``message`` carries the root cause of a failure."""
-
-    state: JobState
-    message: str = ""
-    tasks: list[TaskStatus] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "state": self.state.value,
-            "message": self.message,
-            "details": self.details,
-            "tasks": [
-                {"index": t.index, "state": t.state.value, "message": t.message, "nodes": t.nodes,
-                 "params": t.params, "native_id": t.native_id}
-                for t in self.tasks
-            ],
-        }
 
 
 @dataclass(frozen=True)

@@ -228,12 +228,12 @@ def nodes_section(view: JobView) -> str:
     ppn = view.procs_per_node
     out = [title, "<table class=\"nodes\"><thead><tr><th>Node</th><th>Ranks</th><th>Details</th><th>Log</th></tr></thead><tbody>"]
     for n in task.nodes:
-        node = n.get("node")
+        node = n.node
         ranks = (f"{node * ppn}" + (f"-{node * ppn + ppn - 1}" if ppn > 1 else "")
                  if isinstance(node, int) and ppn else "?")
-        extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log", "ended") and v not in (None, ""))
+        extra = " ".join(f"{k}={v}" for k, v in n.details() if v != "")
         out.append(f"<tr><td>{escape(str(node))}</td><td>{ranks}</td><td>{escape(extra)}</td>"
-                   f"<td><code>{escape(str(n.get('log', '')))}</code></td></tr>")
+                   f"<td><code>{escape(n.log or '')}</code></td></tr>")
     out.append("</tbody></table>")
     if task.message:
         out.append(f"<p>Run {task.index}: {escape(task.message)}</p>")

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from launcher.service.jobs import Jobs
     from launcher.service.registry import JobRecord
     from launcher.service.results import RunResult
-    from launcher.targets.base import JobStatus
+    from launcher.targets.jobstatus import JobStatus
 
 LOG_TAIL = 40  # lines of each node's log on the job page
 LOG_NODES = 8  # nodes whose logs the job page shows (the others: ddpjob logs ID --node N)

@@ -54,7 +54,8 @@ def _stage_line(runs: list[list[tuple[str, str]]]) -> str:
 
     from launcher.cli import follow
     from launcher.core.states import JobState
-    from launcher.targets.base import JobStatus, Target
+    from launcher.targets.base import Target
+    from launcher.targets.jobstatus import JobStatus
 
     class Nodes:  # the target's side that stage() reads: where each node's files are
         stage = Target.stage

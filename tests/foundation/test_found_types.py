@@ -71,3 +71,19 @@ def test_the_registry_gives_back_the_shape_and_spec_summary_typed_and_shows_the_
     rec = registry.get(job_id)
     assert rec.shape == JobShape(runs=6, nodes=2, procs_per_node=4) and shape_of(rec) is rec.shape
     assert json.dumps(rec.to_json()["shape"]) == '{"nodes": 2, "procs_per_node": 4, "runs": 6}'
+
+
+def test_a_node_row_is_typed_and_its_json_keeps_the_targets_keys_and_order():
+    """``NodeStatus.of`` a target's row: typed node, log and exit code; ``status -o json`` shows the
+    row as the target wrote it (key order too), the text and the dashboard its details in that order."""
+    from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
+
+    row = {"node": 1, "host": "h1", "state": "exited", "exit_code": 3, "ended": 5.0, "error": None, "log": "/r/n1.log"}
+    node = NodeStatus.of(row)
+    assert (node.node, node.log, node.exit_code) == (1, "/r/n1.log", 3)
+    assert node.details() == [("host", "h1"), ("state", "exited"), ("exit_code", 3)]
+    pod = NodeStatus.of({"node": "odd-pod", "pod": "odd-pod", "phase": "Running", "restarts": 0})
+    assert (pod.node, pod.log, pod.exit_code) == ("odd-pod", None, None)
+    shown = JobStatus(JobState.FAILED, "x", [TaskStatus(0, JobState.FAILED, "", [node, pod])]).to_json()
+    assert json.dumps(shown["tasks"][0]["nodes"]) == json.dumps([row, {"node": "odd-pod", "pod": "odd-pod",
+                                                                         "phase": "Running", "restarts": 0}])

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.core.errors import DdpjobError, TargetError
 from launcher.core.states import JobState, summarize
-from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
+from launcher.targets.base import Handle, LogFilter, Plan, PlanContext, Target
+from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.k8s import runner
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi, api_of
 from launcher.targets.k8s.check import located, spec_where
@@ -189,10 +190,10 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
                 said = note(kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
                 msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
             seen[el.name] = {"state": state.value, "message": msg}
-            tasks.append(TaskStatus(el.index, state, msg, nodes, el.params, el.name))
+            tasks.append(TaskStatus(el.index, state, msg, [NodeStatus.of(n) for n in nodes], el.params, el.name))
         _write_seen(handle.run_dir, seen)
         overall, message = summarize(tasks)
-        details = {"namespace": handle.namespace, "context": handle.context,
+        details: dict[str, object] = {"namespace": handle.namespace, "context": handle.context,
                    api.plural: ", ".join(el.name for el in handle.jobs)}
         if replicas:
             details["replicas"] = " | ".join(replicas)

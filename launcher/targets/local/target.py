@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.core.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.states import JobState, summarize
-from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
+from launcher.targets.base import Handle, LogFilter, Plan, PlanContext, Target
+from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.local import container as ctr
 from launcher.targets.local import network as net
 from launcher.targets.local import ports, watch
@@ -352,7 +353,7 @@ def _supervisor_died(handle: LocalHandle) -> str:
 def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
     return [
         TaskStatus(index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
-                   nodes=t.get("nodes", []), params=t.get("params", {}), started=t.get("started"), ended=t.get("ended"))
+                   nodes=[NodeStatus.of(n) for n in t.get("nodes", [])], params=t.get("params", {}), started=t.get("started"), ended=t.get("ended"))
         for t in state.get("elements", [])
     ]
 
@@ -368,7 +369,7 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
     tasks = []
     for el in plan.elements:
         records = [(n, read_record(exit_file(n.log))) for n in el.nodes]
-        nodes = [{"node": n.node, "exit_code": r["exit_code"] if r else None, "log": n.log} for n, r in records]
+        nodes = [NodeStatus.of({"node": n.node, "exit_code": r["exit_code"] if r else None, "log": n.log}) for n, r in records]
         if all(r is None for _, r in records):  # a node's log says it started: its record was refused (a full disk)
             ran = any(os.path.exists(n.log) for n in el.nodes)
             tasks.append(TaskStatus(el.index, JobState.FAILED, "ran, but left no exit record (a full disk?): see its logs"

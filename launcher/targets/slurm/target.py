@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.quantity import parse_memory, slurm_mem
-from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target
+from launcher.targets.base import Handle, LogFilter, Plan, PlanContext, Target
+from launcher.targets.jobstatus import JobStatus
 from launcher.targets.shared.files import atomic_write, mask_env_values, to_json, write_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.slurm.script import (
