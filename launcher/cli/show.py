@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from launcher.core.progress import Progress
     from launcher.service.queue import Entry
     from launcher.service.registry import JobRecord
     from launcher.targets.jobstatus import JobStatus
@@ -16,7 +17,7 @@ def when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
-def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] | None = None, *,
+def status_lines(rec: JobRecord, st: JobStatus | None, progress: Progress | None = None, *,
                  colour: bool = False) -> list[str]:
     """The job, its state and root cause, its progress, each run (task) and its nodes; ``colour``:
     states in colour (``launcher.cli.colour``, on a terminal)."""
@@ -29,7 +30,7 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
     if rec.message:
         out.append(f"message:  {rec.message}")
     if progress:
-        out.append(f"progress: {describe(progress)}" + (f" (task {progress['task']})" if "task" in progress else ""))
+        out.append(f"progress: {describe(progress)}" + (f" (task {progress.task})" if progress.task is not None else ""))
         if hint := advice(progress):
             out.append(f"advice:   {hint}")
     if rerun_of := (rec.origin or {}).get("rerun_of"):
@@ -57,7 +58,7 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
     return out
 
 
-def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] | None = None, *,
+def job_table(entries: list[Entry], progress: dict[str, Progress | None] | None = None, *,
               disk: bool = False, colour: bool = False) -> list[str]:
     """One row per job, columns aligned: age (since submit) and duration (submit to end, or to now
     while it runs); last, a sweep's runs ended (``runs 2/4``) and the message (or a running job's
@@ -85,7 +86,7 @@ def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] |
                       for i, (c, w) in enumerate(zip(row, widths))) + "  " + row[n] for k, row in enumerate(rows)]
 
 
-def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: list[str] | None = None,
+def job_summary(rec: JobRecord, progress: Progress | None = None, native: list[str] | None = None,
                 entry: Entry | None = None) -> dict[str, Any]:
     """The compact record of ``list -o json`` (the whole spec is in ``status -o json``); ``native``:
     the scheduler's own ids (``Jobs.native_ids``); ``entry``: the queue's view (age, duration, runs
@@ -101,7 +102,7 @@ def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: 
         "created": datetime.fromtimestamp(rec.created_at, timezone.utc).isoformat(timespec="seconds"),
         "ended": datetime.fromtimestamp(rec.ended_at, timezone.utc).isoformat(timespec="seconds") if rec.ended_at else None,
         "nodes": shape.nodes if shape and shape.nodes is not None else rec.summary.nodes, "procs_per_node": shape.procs_per_node if shape else None,
-        "runs": shape.runs if shape else None, "native_ids": native or [], "progress": progress,
+        "runs": shape.runs if shape else None, "native_ids": native or [], "progress": progress.to_json() if progress else None,
         "rerun_of": (rec.origin or {}).get("rerun_of"), **extra,
     }
 

@@ -38,6 +38,7 @@ from launcher.service.loading import load as load  # the service's way in: a spe
 from launcher.service.shape import check_count, check_selection, check_timeout, plan_shape
 
 if TYPE_CHECKING:
+    from launcher.core.progress import Progress
     from launcher.service.imagebuild.pin import Resolved
     from launcher.service.registry import JobRecord, Registry
     from launcher.spec.load import LoadedSpec
@@ -240,7 +241,7 @@ class Jobs:
 
         return [entry.rec for entry in queue(self.registry, limit=limit, target=target)]
 
-    def progress(self, rec: JobRecord) -> dict[str, Any] | None:
+    def progress(self, rec: JobRecord) -> Progress | None:
         """How far the job is (``launcher.core.progress``), as its target can tell: from a run's
         metrics file read here (local, Slurm), from the pods' logs (Kubernetes). A job still PENDING
         has none, and its target is not asked (``list`` stays one query per target)."""

@@ -21,6 +21,7 @@ from launcher.targets.jobstatus import JobStatus
 from launcher.targets.shared.files import from_json, read_json, to_json
 
 if TYPE_CHECKING:
+    from launcher.core.progress import Progress
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
 
@@ -292,7 +293,7 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         elements = plan.get("elements", []) if isinstance(plan, dict) else []
         return [metrics_path(el["output_dir"]) for el in elements if isinstance(el, dict) and el.get("output_dir")]
 
-    def progress(self, handle: HandleT) -> dict[str, Any] | None:
+    def progress(self, handle: HandleT) -> Progress | None:
         """How far the job is (``launcher.core.progress``): the latest run whose metrics file this
         machine can read and that reports steps (``task`` says which, for a sweep). None while a
         later run has started and reports no step yet, once that one has reached its last step: the
@@ -308,12 +309,12 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         index, progress = found[-1]
         if len(files) == 1:
             return progress
-        total = progress.get("total_steps")
-        if not isinstance(total, int) or progress["step"] >= total:  # it may have ended: has a later run started?
+        total = progress.total_steps
+        if not isinstance(total, int) or progress.step >= total:  # it may have ended: has a later run started?
             started = [i for i, nodes in enumerate(self.startup_files(handle)) if any(os.path.exists(log) for log, _ in nodes)]
             if started and started[-1] > index:
                 return None
-        return {**progress, "task": index}
+        return progress.of_task(index)
 
     def watch_files(self, handle: HandleT) -> list[str]:
         """Each run's ``watch.json`` (``launcher.targets.shared.heartbeat``) where this machine can read

@@ -4,6 +4,7 @@ from a job (names, messages, log lines, the spec) is escaped."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from html import escape
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ from launcher.ui.view import JobFilter
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
+    from launcher.core.progress import Progress
     from launcher.service.results import RunResult
     from launcher.ui.view import JobRow, JobView
 
@@ -107,13 +109,13 @@ def jobs_page(token: str, home: str, live: str, flt: JobFilter | None = None) ->
     return page("ddpjob: jobs", body, token, home)
 
 
-def progress_cell(progress: dict[str, object] | None) -> str:
+def progress_cell(progress: Progress | None) -> str:
     if not progress:
         return ""
-    step, total = progress.get("step"), progress.get("total_steps")
+    step, total = progress.step, progress.total_steps
     bar = (f'<progress max="{total}" value="{min(step, total)}"></progress>'
            if isinstance(step, int) and isinstance(total, int) and total > 0 else "")
-    run = f" (run {progress['task']})" if isinstance(progress.get("task"), int) else ""
+    run = f" (run {progress.task})" if progress.task is not None else ""
     return bar + escape(describe(progress) + run)
 
 
@@ -302,9 +304,9 @@ def job_live(view: JobView, token: str, now: float | None = None) -> str:
     if rec.ended_at:
         facts.append(("ended", when(rec.ended_at)))
     if view.progress:  # no ETA once the job has ended
-        shown = {k: v for k, v in view.progress.items() if k != "eta_s" or not rec.state.terminal}
+        shown = dataclasses.replace(view.progress, eta_s=None) if rec.state.terminal else view.progress
         facts.append(("progress", progress_cell(shown)))
-        if (split := StepSplit.of(view.progress)) is not None:
+        if (split := view.progress.split()) is not None:
             facts.append(("step", escape(split.text()) + "".join(
                 f"<div class=\"note advice\">{escape(hint)}</div>" for hint in [split.advice()] if hint)))
     facts.append(("run dir", f"<code>{escape(rec.run_dir)}</code>"))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.core.errors import DdpjobError
 
 if TYPE_CHECKING:
+    from launcher.core.progress import Progress
     from launcher.service.compare import Comparison
     from launcher.service.jobs import Jobs
     from launcher.service.registry import JobRecord
@@ -25,7 +26,7 @@ _PLAN_MAX = 64 * 1024
 @dataclass
 class JobRow:
     rec: JobRecord
-    progress: dict[str, Any] | None
+    progress: Progress | None
 
 
 @dataclass
@@ -34,7 +35,7 @@ class JobView:
 
     rec: JobRecord
     status: JobStatus | None
-    progress: dict[str, Any] | None
+    progress: Progress | None
     runs: list[RunResult]
     task: int
     logs: list[tuple[int, list[str]]]  # (node, its last lines)

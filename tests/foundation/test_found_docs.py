@@ -182,13 +182,14 @@ def check_results_own_metric(block: list[str], tmp_path: Path, monkeypatch: pyte
 def check_status_data_bound(block: list[str], tmp_path: Path) -> None:
     """``ddpjob status``'s progress and advice lines of a run whose batches wait 45% of each step."""
     from launcher.cli.show import status_lines
+    from launcher.core.progress import Progress
     from launcher.core.states import JobState
     from launcher.service.registry import JobRecord
 
     rec = JobRecord(id="mlp-ab12c", name="mlp", target="local", state=JobState.RUNNING, spec={}, handle=None,
                     run_dir=str(tmp_path), port=None, message="", created_at=0.0, updated_at=0.0, ended_at=None)
-    progress = {"step": 40, "total_steps": 40, "loss": 0.0288, "samples_per_s": 258.0, "eta_s": 0.0,
-                "data_ms": 45.0, "compute_ms": 55.0, "comm_ms": 0.0}
+    progress = Progress(40, 0.0, total_steps=40, loss=0.0288, samples_per_s=258.0, eta_s=0.0, data_ms=45.0,
+                        compute_ms=55.0, comm_ms=0.0)
     printed = status_lines(rec, None, progress)
     assert all(line in printed for line in block), "\n".join(["quoted:", *block, "printed:", *printed])
 

@@ -87,3 +87,22 @@ def test_a_node_row_is_typed_and_its_json_keeps_the_targets_keys_and_order():
     shown = JobStatus(JobState.FAILED, "x", [TaskStatus(0, JobState.FAILED, "", [node, pod])]).to_json()
     assert json.dumps(shown["tasks"][0]["nodes"]) == json.dumps([row, {"node": "odd-pod", "pod": "odd-pod",
                                                                          "phase": "Running", "restarts": 0}])
+
+
+def test_progress_is_typed_and_its_json_keeps_the_keys_and_order_users_script_against(tmp_path):
+    """``read_progress`` gives a ``Progress``; ``-o json`` shows it as the dict it was before it was
+    typed: the keys a metrics file gave, in a fixed order, ``task`` last for a sweep's run."""
+    from launcher.core.progress import read_progress
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 10, "total_steps": 30, "loss": 2, "time": 100.0}) + "\n"
+                    + json.dumps({"step": 20, "loss": 0.5, "samples_per_s": 90.5, "data_ms": 6, "compute_ms": 3.0,
+                                  "comm_ms": 1.0, "peak_memory_mb": 512.0, "time": 110.0}) + "\n")
+    progress = read_progress(str(path))
+    assert progress is not None and (progress.step, progress.total_steps, progress.loss) == (20, 30, 0.5)
+    assert json.dumps(progress.to_json()) == (
+        '{"step": 20, "total_steps": 30, "loss": 0.5, "samples_per_s": 90.5, "data_ms": 6, "compute_ms": 3.0, '
+        '"comm_ms": 1.0, "peak_memory_mb": 512.0, "updated": 110.0, "eta_s": 10.0}')
+    assert list(progress.of_task(2).to_json())[-2:] == ["eta_s", "task"] and progress.of_task(2).to_json()["task"] == 2
+    path.write_text(json.dumps({"step": 3}) + "\n")
+    assert list(read_progress(str(path)).to_json()) == ["step", "updated"]

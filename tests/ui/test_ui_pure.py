@@ -11,6 +11,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from launcher.core.progress import Progress
 from launcher.core.states import JobState
 from launcher.service.compare import ComparedRun
 from launcher.service.records import JobShape
@@ -96,7 +97,7 @@ def record(**kw) -> JobRecord:
 
 
 def test_jobs_table_shows_state_progress_age_target_and_escapes():
-    rows = [JobRow(record(message="<img src=x onerror=alert(1)>"), {"step": 30, "total_steps": 120, "loss": 0.5, "task": 1}),
+    rows = [JobRow(record(message="<img src=x onerror=alert(1)>"), Progress(30, 0.0, total_steps=120, loss=0.5, task=1)),
             JobRow(record(id="old-zzzzz", state=JobState.FAILED, created_at=time.time() - 3 * 86400), None)]
     html = pages.jobs_table(rows, "TOKEN")
     assert "<img" not in html and "&lt;img" in html
@@ -230,7 +231,7 @@ def test_pages_hold_nothing_their_policy_blocks():
     """The pages' Content-Security-Policy allows only the dashboard's own script and style files:
     an inline script, style or event handler would silently not work."""
     runs = [RunResult(0, {}, "RUNNING", 1.0, {"loss": 1.0}, {"loss": 1.0}, {"loss": [(1, 2.0), (2, 1.0)]}, None)]
-    view = JobView(record(), None, {"step": 2, "total_steps": 9}, runs, 0, [(0, ["x"])])
+    view = JobView(record(), None, Progress(2, 0.0, total_steps=9), runs, 0, [(0, ["x"])])
     live = pages.job_live(view, "T")
     from launcher.service.compare import _split, job_facets
     from launcher.ui.comparepage import compare_page

@@ -42,6 +42,7 @@ from launcher.targets.k8s.render import LABEL_JOB_ID, secret_env_issues
 from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
 
 if TYPE_CHECKING:
+    from launcher.core.progress import Progress
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
     from launcher.targets.k8s.options import K8sOptions
@@ -254,7 +255,7 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
     def metrics_files(self, handle: K8sHandle) -> list[str]:
         return []  # the runs write their metrics inside the pods
 
-    def progress(self, handle: K8sHandle) -> dict[str, Any] | None:
+    def progress(self, handle: K8sHandle) -> Progress | None:
         from launcher.targets.k8s.pods import pod_progress
 
         api = api_of(handle.api)
