@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher.service.results import UNREADABLE, RunResult, job_results
+from launcher.service.results import RunResult, job_results, metrics_elsewhere
 
 if TYPE_CHECKING:
     from launcher.service.jobs import Jobs
@@ -130,8 +130,8 @@ def no_metrics_note(rec: JobRecord, runs: list[RunResult]) -> str | None:
         return "no runs: the job's submission did not complete (ddpjob status ID says why)"
     if any(r.curves for r in runs):
         return None
-    if rec.target in UNREADABLE:
-        return f"no metrics: {UNREADABLE[rec.target]}"
+    if elsewhere := metrics_elsewhere(rec.target):
+        return f"no metrics: {elsewhere}"
     return "no metrics yet: its program has not appended a line with a step to $DDPJOB_METRICS_FILE"
 
 

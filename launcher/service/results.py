@@ -17,7 +17,7 @@ Where the file is read: local runs write under ``$DDPJOB_HOME/runs/<id>/output/`
 ``output_dir``), Slurm runs in the job folder (``<slurm.folder>/<id>/output/``, on the filesystem the
 nodes share with the submitting machine); both come from the job's ``plan.json``. Kubernetes runs
 write inside their pods (``/workspace/outputs/<id>/`` or the spec's ``output_dir``), which this machine
-cannot read: their rows have states and sweep values but no metrics (``UNREADABLE``).
+cannot read: their rows have states and sweep values but no metrics (``metrics_elsewhere``).
 
 Pure standard library: the command line and the dashboard import this without any heavy library.
 """
@@ -47,12 +47,16 @@ NOT_METRICS = frozenset({"step", "time", "total_steps", "epoch", "world_size", "
 _HIGHER_WORDS = frozenset({"acc", "accuracy", "auc", "auroc", "f1", "precision", "recall", "score", "iou", "map",
                            "bleu", "rouge", "top1", "top5", "throughput", "reward", "return"})
 
-# Why a target's metrics files cannot be read from this machine (no row of such a job has metrics).
-UNREADABLE = {
-    "k8s": "Kubernetes runs write their metrics inside their pods (/workspace/outputs/<id>/ or the spec's "
-           "output_dir), which this machine cannot read: copy them out (kubectl cp) or write to a volume "
-           "you can reach",
-}
+
+def metrics_elsewhere(target: str) -> str | None:
+    """Why this machine cannot read the metrics files of a job of ``target`` (its target's
+    ``metrics_elsewhere``: no row of such a job has metrics); None where it can."""
+    from launcher.targets.lookup import get_target
+
+    try:
+        return get_target(target).metrics_elsewhere
+    except DdpjobError:  # a target not installed here: its files are read as any other's
+        return None
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,7 @@ def _runs(rec: JobRecord, status: JobStatus | None) -> list[_Run]:
 def _planned(rec: JobRecord) -> dict[int, _Run]:
     """Each run's params and output folder from the job's ``plan.json`` (local, Slurm); none on Kubernetes,
     whose runs write in their pods."""
-    if rec.target in UNREADABLE or rec.handle is None:
+    if rec.handle is None or metrics_elsewhere(rec.target):
         return {}
     run_dir = str(rec.handle.get("run_dir") or rec.run_dir)
     try:

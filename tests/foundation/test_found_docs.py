@@ -73,8 +73,12 @@ def _stage_line(runs: list[list[tuple[str, str]]]) -> str:
         def progress(self, rec: Record) -> None:
             return None
 
-        def _target_and_handle(self, rec: Record) -> tuple[Nodes, object]:
-            return Nodes(), object()
+        def bound(self, rec: Record) -> Job:
+            return Job()
+
+    class Job:  # the recorded job: its target's stage() with its handle
+        def stage(self, status: JobStatus) -> str:
+            return Nodes().stage(object(), status)  # type: ignore[arg-type]
 
     shown: list[str] = []
     original = click.echo

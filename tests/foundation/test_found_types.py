@@ -106,3 +106,27 @@ def test_progress_is_typed_and_its_json_keeps_the_keys_and_order_users_script_ag
     assert list(progress.of_task(2).to_json())[-2:] == ["eta_s", "task"] and progress.of_task(2).to_json()["task"] == 2
     path.write_text(json.dumps({"step": 3}) + "\n")
     assert list(read_progress(str(path)).to_json()) == ["step", "updated"]
+
+
+def test_the_service_holds_each_target_with_its_own_types_checked_at_run_time(ddpjob_home, tmp_path):
+    """A target chosen by name reads a stored handle back as its own dataclass (no cast), refuses a
+    plan made by another target, and says itself whether this machine can read its runs' metrics."""
+    import pytest
+
+    from launcher.service.results import metrics_elsewhere
+    from launcher.spec.load import load_spec
+    from launcher.targets.lookup import get_target
+
+    registry = Registry(ddpjob_home)
+    job_id, _ = registry.reserve("t-slurm", "slurm", {"name": "t-slurm", "nodes": 1})
+    registry.record_handle(job_id, SlurmHandle(job_id, "/r", slurm_job_id="91", job_dir="/f").to_json())
+    handle = Jobs(registry).bound(registry.get(job_id)).handle
+    assert type(handle) is SlurmHandle and handle.native_ids() == ["91"] and handle.log_dir() == "/f"
+    spec = tmp_path / "j.yaml"
+    spec.write_text("name: j\ncommand: [python, t.py]\n")
+    jobs = Jobs(registry)
+    local_plan = jobs.plan(load_spec(str(spec)), "local")
+    with pytest.raises(TypeError, match="a plan for the local target handed to the k8s target"):
+        get_target("k8s").server_dry_run(local_plan)
+    assert metrics_elsewhere("local") is None and metrics_elsewhere("gone") is None
+    assert "inside their pods" in (metrics_elsewhere("k8s") or "")

@@ -18,11 +18,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from launcher.core.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.states import JobState, summarize
-from launcher.targets.base import Handle, LogFilter, Plan, PlanContext, Target
+from launcher.targets.base import LogFilter, Plan, PlanContext, Target
 from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.local import container as ctr
 from launcher.targets.local import network as net
@@ -39,24 +39,22 @@ from launcher.targets.local.payload import (
 )
 from launcher.targets.local.statefile import read_note
 from launcher.targets.shared import netif, procs
-from launcher.targets.shared.files import atomic_write, read_json, to_json, write_json
+from launcher.targets.shared.files import atomic_write, from_json, read_json, to_json, write_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
-    from launcher.targets.local.options import LocalOptions
 
 __all__ = ["MARKER", "LocalElement", "LocalHandle", "LocalNode", "LocalPayload", "LocalTarget", "read_plan",
            "render_local"]
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "WARN"}
 
-class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
+class LocalTarget(Target[LocalPayload, LocalHandle]):
     """Runs every node on this machine. Rendezvous: 127.0.0.1 and a port no live local job uses."""
 
     name = "local"
-    handle_type: ClassVar[type[Handle]] = LocalHandle
     picks_port = True
     passes_host_env = True  # the supervisor and its agents inherit the submitting environment
 
@@ -86,8 +84,11 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
     def runs_image(self, spec: JobSpec) -> bool:
         return spec.local.container != "none"
 
-    def options(self, spec: JobSpec) -> LocalOptions:
-        return spec.local
+    def owns(self, plan: Plan[object]) -> TypeGuard[Plan[LocalPayload]]:
+        return isinstance(plan.payload, LocalPayload)
+
+    def load_handle(self, data: dict[str, object]) -> LocalHandle:
+        return from_json(LocalHandle, data)
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[LocalPayload]:
         # Imported here: status, logs, cancel and the supervisor never load the spec's models.
@@ -98,8 +99,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         port = spec.master_port or ctx.port
         port_text = str(port) if port is not None else PORT_AT_SUBMIT
         procs_per_node = dist.resolve_procs_per_node(spec, ctx.gpu_count // max(1, spec.nodes))
-        # Simulated nodes share this machine's cores.
-        cpus_per_node = spec.resources.cpus or max(1, ctx.cpu_count // spec.nodes)
+        cpus_per_node = spec.resources.cpus or max(1, ctx.cpu_count // spec.nodes)  # the nodes share its cores
         workdir = spec.workdir or ctx.cwd
         output_root = spec.output_dir or f"{ctx.run_dir}/output"
         if not os.path.isabs(output_root):
