@@ -3,7 +3,7 @@ start-up; the plot's matplotlib (``pip install 'ddpjob[plot]'``) only when a plo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -141,4 +141,4 @@ def plot(job_ids: tuple[str, ...], metric: str, out: str | None, log_y: bool) ->
                + (f"; {missing} run(s) without {metric} yet left out" if missing else ""))
 
 
-COMMANDS: list[Any] = [results, plot]
+COMMANDS: list[click.Command] = [results, plot]

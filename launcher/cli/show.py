@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from launcher.core.progress import Progress
@@ -87,7 +87,7 @@ def job_table(entries: list[Entry], progress: dict[str, Progress | None] | None 
 
 
 def job_summary(rec: JobRecord, progress: Progress | None = None, native: list[str] | None = None,
-                entry: Entry | None = None) -> dict[str, Any]:
+                entry: Entry | None = None) -> dict[str, object]:
     """The compact record of ``list -o json`` (the whole spec is in ``status -o json``); ``native``:
     the scheduler's own ids (``Jobs.native_ids``); ``entry``: the queue's view (age, duration, runs
     ended: None when not known)."""

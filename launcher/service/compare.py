@@ -17,7 +17,7 @@ Pure standard library, like ``launcher.service.results``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.service.results import RunResult, job_results, metrics_elsewhere
 
@@ -206,7 +206,7 @@ def _sweep_facets(values: dict[str, object], base: dict[str, str]) -> dict[str, 
     return {(f"sweep.{k}" if k in base else k): _text(v) for k, v in values.items()}
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+def _flatten(prefix: str, value: object, out: dict[str, str]) -> None:
     """Set values only: None, ``[]`` and ``{}`` are no facet (unset is unset everywhere)."""
     if isinstance(value, dict):
         for key, inner in value.items():

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from launcher.service.registry import JobRecord
@@ -44,13 +44,13 @@ def start(home: str, job_id: str, run_dir: str, options: NotifyOptions) -> int:
     return proc.pid
 
 
-def payload(rec: JobRecord) -> dict[str, Any]:
+def payload(rec: JobRecord) -> dict[str, str]:
     """What the URL receives (and, as DDPJOB_* variables, the command)."""
     return {"job_id": rec.id, "name": rec.name, "target": rec.target, "state": rec.state.value,
             "message": rec.message, "run_dir": rec.run_dir}
 
 
-def deliver(rec: JobRecord, options: NotifyOptions) -> dict[str, Any] | None:
+def deliver(rec: JobRecord, options: NotifyOptions) -> dict[str, object] | None:
     """Send the notification of the ended job ``rec`` unless it was sent already (None then);
     the record written to ``notified.json``."""
     if rec.state.value.lower() not in options.when:
@@ -77,7 +77,7 @@ def deliver(rec: JobRecord, options: NotifyOptions) -> dict[str, Any] | None:
     return claimed
 
 
-def _post(url: str, data: dict[str, Any]) -> str:
+def _post(url: str, data: dict[str, str]) -> str:
     """POST ``data`` to ``url``; what happened, in words that never hold the URL's path."""
     import urllib.error
     import urllib.request
@@ -116,7 +116,7 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
-def _claim(run_dir: str, record: dict[str, Any]) -> dict[str, Any] | None:
+def _claim(run_dir: str, record: dict[str, object]) -> dict[str, object] | None:
     try:
         fd = os.open(os.path.join(run_dir, RECORD), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -126,20 +126,20 @@ def _claim(run_dir: str, record: dict[str, Any]) -> dict[str, Any] | None:
     return record
 
 
-def _write(run_dir: str, record: dict[str, Any]) -> None:
+def _write(run_dir: str, record: dict[str, object]) -> None:
     from launcher.targets.shared.files import atomic_write
 
     atomic_write(os.path.join(run_dir, RECORD), json.dumps(record))
 
 
-def read(run_dir: str) -> dict[str, Any] | None:
-    """``notified.json``, or None before the job ended (or without notify)."""
+def read(run_dir: str) -> dict[str, object] | None:
+    """``notified.json``, or None before the job ended (or without notify, or not a record)."""
     try:
         with open(os.path.join(run_dir, RECORD)) as f:
-            data: dict[str, Any] = json.load(f)
-            return data
+            data = json.load(f)
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def watcher_alive(run_dir: str) -> bool:
@@ -153,7 +153,7 @@ def watcher_alive(run_dir: str) -> bool:
     return True
 
 
-def state_of(rec: JobRecord) -> dict[str, Any] | None:
+def state_of(rec: JobRecord) -> dict[str, object] | None:
     """For ``status``: the notification's record once sent, else whether its watcher still waits
     (None for a job without notify)."""
     if not rec.summary.notify:
@@ -166,7 +166,7 @@ def state_of(rec: JobRecord) -> dict[str, Any] | None:
     return {"waiting": watcher_alive(rec.run_dir) or (not rec.state.terminal and "watcher gone: nothing will be sent")}
 
 
-def describe(state: dict[str, Any]) -> str:
+def describe(state: dict[str, object]) -> str:
     """One line of ``state_of``."""
     if "skipped" in state:
         return f"not sent: {state['skipped']}"
@@ -180,9 +180,9 @@ def describe(state: dict[str, Any]) -> str:
     return ("sent: " if delivered(state) else "FAILED: ") + "; ".join(p for p in parts if p)
 
 
-def delivered(state: dict[str, Any]) -> bool:
+def delivered(state: dict[str, object]) -> bool:
     """Whether every part of an ended notification went through: the command exited 0, the URL
     answered 2xx."""
     import re
 
-    return state.get("command", "exit 0") == "exit 0" and bool(re.fullmatch(r"HTTP 2\d\d", state.get("url", "HTTP 200")))
+    return state.get("command", "exit 0") == "exit 0" and bool(re.fullmatch(r"HTTP 2\d\d", str(state.get("url", "HTTP 200"))))

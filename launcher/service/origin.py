@@ -15,7 +15,7 @@ with the way to give it; no value is ever stored to make a rerun possible.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.spec.secrets import MASK, is_secret
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _STDIN = "<stdin>"  # launcher.spec.load.STDIN_NAME (not imported: that module loads pydantic)
 
 
-def origin_of(loaded: LoadedSpec) -> dict[str, Any]:
+def origin_of(loaded: LoadedSpec) -> dict[str, object]:
     """The origin the registry records for a job submitted from ``loaded`` (names, never values)."""
     if loaded.origin is not None:
         return loaded.origin
@@ -42,7 +42,7 @@ def origin_of(loaded: LoadedSpec) -> dict[str, Any]:
 
 
 def rerun_spec(rec: JobRecord, overrides: list[str],
-               values: list[tuple[tuple[str, ...], Any, str]] = ()) -> LoadedSpec:  # type: ignore[assignment]
+               values: list[tuple[tuple[str, ...], object, str]] = ()) -> LoadedSpec:  # type: ignore[assignment]
     """The recorded spec of ``rec`` with its secret values read again, ``values`` (``--env-file``,
     ``--env``: ``load_spec``'s) set over it and ``overrides`` applied.
 
@@ -97,7 +97,7 @@ def rerun_spec(rec: JobRecord, overrides: list[str],
     return loaded
 
 
-def _without_defaults(data: dict[str, Any]) -> dict[str, Any]:
+def _without_defaults(data: dict[str, object]) -> dict[str, object]:
     """The recorded spec as its author wrote it, near enough: the registry records every field, and
     a default written out is not always the same as a field left out (``k8s.runtime`` is refused
     on a PyTorchJob when it is given). Fields equal to their default are left out again."""
@@ -105,13 +105,13 @@ def _without_defaults(data: dict[str, Any]) -> dict[str, Any]:
 
     defaults = JobSpec.model_validate({"name": "x", "command": ["x"]}).model_dump(mode="json")
 
-    def strip(have: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    def strip(have: dict[str, object], default: dict[str, object]) -> dict[str, object]:
         out = {}
         for key, value in have.items():
             if key in default and value == default[key]:
                 continue
-            both = isinstance(value, dict) and isinstance(default.get(key), dict)
-            out[key] = strip(value, default[key]) if both else value
+            inner = default.get(key)
+            out[key] = strip(value, inner) if isinstance(value, dict) and isinstance(inner, dict) else value
         return out
 
     return {**strip(data, defaults), "name": data["name"], "command": data["command"]}
@@ -135,13 +135,12 @@ def _why_missing(source: str | None, spec_file: str | None) -> str:
     return "a secret value, not stored by ddpjob, and where it came from was not recorded"
 
 
-def _file_env(path: str | None) -> dict[str, Any]:
+def _file_env(path: str | None) -> dict[str, object]:
     """The ``env`` mapping of the spec file at ``path`` as it is now ({} when it cannot be read)."""
-    env = _file_spec(path).get("env")
-    return env if isinstance(env, dict) else {}
+    return _mapping(_file_spec(path).get("env"))
 
 
-def _file_spec(path: str | None) -> dict[str, Any]:
+def _file_spec(path: str | None) -> dict[str, object]:
     """The spec file at ``path`` as it is now, as plain data ({} when it cannot be read)."""
     if not path:
         return {}

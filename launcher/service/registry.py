@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import HomeUnusable, JobNotFound
 from launcher.core.home import ddpjob_home
@@ -209,11 +209,11 @@ class Registry:
         self,
         name: str,
         target: str,
-        spec: dict[str, Any],
+        spec: dict[str, object],
         *,
         port: int | None = None,
         port_picker: Callable[[set[int]], int] | None = None,
-        origin: dict[str, Any] | None = None,
+        origin: dict[str, object] | None = None,
     ) -> tuple[str, int | None]:
         """Phase one: insert a PENDING job with a new id (and, for targets that need one, a port).
 
@@ -339,7 +339,7 @@ class Registry:
         """Jobs, newest first: of ``target``, in one of ``states``, with a name matching the glob
         ``name`` (``sweep-*``), when given."""
         sql = "SELECT * FROM jobs WHERE 1 = 1"
-        params: dict[str, Any] = {}
+        params: dict[str, object] = {}
         if target:
             sql += " AND target = :target"
             params["target"] = target
@@ -385,7 +385,7 @@ def _cause(e: BaseException, home: Path) -> str:
     return str(e)
 
 
-def _busy_ports(conn: Any) -> set[int]:
+def _busy_ports(conn: sqlite3.Connection) -> set[int]:
     """The rendezvous ports recorded for jobs that have not ended."""
     sql = f"SELECT port FROM jobs WHERE port IS NOT NULL AND state NOT IN ({','.join('?' * len(_TERMINAL_SQL))})"
     return {r[0] for r in conn.execute(sql, _TERMINAL_SQL)}

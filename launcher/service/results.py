@@ -30,7 +30,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import DdpjobError
 from launcher.core.progress import METRICS_FILE
@@ -110,7 +110,7 @@ class Metrics:
         return out
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

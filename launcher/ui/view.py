@@ -6,7 +6,7 @@ the page."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import DdpjobError
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from launcher.service.registry import JobRecord
     from launcher.service.results import RunResult
     from launcher.targets.jobstatus import JobStatus
+    from launcher.targets.shared.health import JobHealth
 
 LOG_TAIL = 40  # lines of each node's log on the job page
 LOG_NODES = 8  # nodes whose logs the job page shows (the others: ddpjob logs ID --node N)
@@ -41,7 +42,7 @@ class JobView:
     logs: list[tuple[int, list[str]]]  # (node, its last lines)
     problems: list[str] = field(default_factory=list)
     nodes: int = 1
-    health: Any = None  # every rank's health (launcher.targets.shared.health.JobHealth), as ddpjob top shows it
+    health: JobHealth | None = None  # every rank's health, as ddpjob top shows it
 
     @property
     def procs_per_node(self) -> int | None:
@@ -160,7 +161,7 @@ def spec_text(rec: JobRecord) -> str:
                               width=100))
 
 
-def _set_only(value: Any) -> Any:
+def _set_only(value: object) -> object:
     if isinstance(value, dict):
         return {k: _set_only(v) for k, v in value.items() if v not in (None, [], {})}
     return value

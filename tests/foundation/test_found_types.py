@@ -4,6 +4,9 @@ reading the stored JSON by key: native ids and where the logs live, per target."
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from launcher.core.states import JobState
 from launcher.service.jobs import Jobs
@@ -111,8 +114,6 @@ def test_progress_is_typed_and_its_json_keeps_the_keys_and_order_users_script_ag
 def test_the_service_holds_each_target_with_its_own_types_checked_at_run_time(ddpjob_home, tmp_path):
     """A target chosen by name reads a stored handle back as its own dataclass (no cast), refuses a
     plan made by another target, and says itself whether this machine can read its runs' metrics."""
-    import pytest
-
     from launcher.service.results import metrics_elsewhere
     from launcher.spec.load import load_spec
     from launcher.targets.lookup import get_target
@@ -130,3 +131,15 @@ def test_the_service_holds_each_target_with_its_own_types_checked_at_run_time(dd
         get_target("k8s").server_dry_run(local_plan)
     assert metrics_elsewhere("local") is None and metrics_elsewhere("gone") is None
     assert "inside their pods" in (metrics_elsewhere("k8s") or "")
+
+
+def test_mypy_refuses_an_explicit_any_where_what_comes_back_is_typed():
+    """CI's mypy (strict) refuses ``Any`` written out in the target interface, the service, the
+    command line and the dashboard: the override in pyproject.toml names them."""
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    blocks = [b.split("\n[", 1)[0] for b in text.split("[[tool.mypy.overrides]]")[1:]]
+    strict = [b for b in blocks if "disallow_any_explicit = true" in b]
+    assert len(strict) == 1, blocks
+    for module in ("launcher.targets.base", "launcher.targets.chosen", "launcher.service.*", "launcher.cli.*",
+                   "launcher.ui.*"):
+        assert f'"{module}"' in strict[0], module
