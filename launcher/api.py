@@ -38,7 +38,8 @@ from launcher.core.errors import (
 from launcher.core.states import JobState
 from launcher.service.jobs import Jobs, load
 from launcher.service.results import RunResult, job_results
-from launcher.targets.base import JobStatus, LogFilter
+from launcher.targets.base import LogFilter
+from launcher.targets.jobstatus import JobStatus
 
 __all__ = [
     "DdpjobError", "Job", "JobNotFound", "JobState", "JobStatus", "RunResult", "SpecError", "SubmitRejected",

@@ -4,7 +4,6 @@ value comes from. Imports only click at start-up."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
@@ -50,16 +49,18 @@ def show(spec_file: str | None, output: str) -> None:
     in_spec: dict[tuple[str | int, ...], tuple[int, int]] = {}
     if spec_file is not None:
         _, in_spec, _ = yamlread.parse(yamlread.read_spec_text(spec_file), spec_file)
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, dict[str, object]] = {}
+    hidden: dict[str, list[str]] = {}  # each key's sources that a higher one hides
     for layer in reversed(found):  # the higher file first: its value is the one used
-        entries: list[tuple[tuple[str, ...], Any]] = [(("target",), layer.data["target"])] if "target" in layer.data else []
+        entries: list[tuple[tuple[str, ...], object]] = [(("target",), layer.data["target"])] if "target" in layer.data else []
         entries += defaults.leaves({k: v for k, v in layer.data.items() if k != "target"}, ())
         for path, value in entries:
             key = ".".join(str(p) for p in path)
             row = rows.setdefault(key, {"key": key, "value": _shown(path, value),
                                         "from": layer.source(path), "spec_sets_it": path in in_spec})
             if row["from"] != layer.source(path):
-                row.setdefault("hidden", []).append(layer.source(path))
+                row["hidden"] = hidden.setdefault(key, [])
+                hidden[key].append(layer.source(path))
     user, project = defaults.user_config_path(), defaults.project_file()
     files = {"user_config": user, "user_config_found": bool(user and any(la.kind == defaults.USER_KIND for la in found)),
              "project_file": project if user is not None else None}
@@ -81,7 +82,7 @@ def show(spec_file: str | None, output: str) -> None:
         click.echo(line + ("  (the spec sets its own: the spec wins)" if row["spec_sets_it"] else ""))
 
 
-def _shown(path: tuple[str, ...], value: Any) -> Any:
+def _shown(path: tuple[str, ...], value: object) -> object:
     """A default's value as shown: secrets masked as everywhere else (``launcher.spec.secrets``)."""
     from launcher.spec.secrets import MASK, is_secret, shown_url
 

@@ -14,13 +14,15 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from launcher.core.states import JobState
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from launcher.service.jobs import Jobs, Submission
     from launcher.service.registry import JobRecord
     from launcher.spec.load import LoadedSpec
@@ -164,7 +166,7 @@ def follow_to_end(service: Jobs, job_id: str, flt: LogFilter | None = None) -> i
     return 0 if rec.state is JobState.SUCCEEDED else 1
 
 
-def wait_line(service: Jobs, start: float) -> Any:
+def wait_line(service: Jobs, start: float) -> Callable[[JobRecord], None]:
     """``wait``'s ``on_poll``: the job's line (stages, then progress) rewritten in place."""
     from launcher.service.stages import live_line
 

@@ -184,7 +184,7 @@ def status(job_id: str, output: str) -> None:
     if output == "json":
         data = rec.to_json()
         data["status"] = st.to_json() if st else None
-        data["progress"], data["notify"] = progress, state_of(rec)
+        data["progress"], data["notify"] = progress.to_json() if progress else None, state_of(rec)
         click.echo(json.dumps(data, indent=2, sort_keys=True))
         return
     from launcher.cli.colour import enabled

@@ -3,7 +3,7 @@ start-up; the plot's matplotlib (``pip install 'ddpjob[plot]'``) only when a plo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,14 +26,14 @@ def _load(job_id: str) -> tuple[str, str, list[RunResult]]:
 
 
 def _notes(target: str, runs: list[RunResult]) -> list[str]:
-    from launcher.service.results import UNREADABLE
+    from launcher.service.results import metrics_elsewhere
 
     if not runs:
         return ["no runs: the job's submission did not complete (ddpjob status ID says why)"]
     if any(r.curves for r in runs):
         return []
-    if target in UNREADABLE:
-        return [f"no metrics: {UNREADABLE[target]}"]
+    if elsewhere := metrics_elsewhere(target):
+        return [f"no metrics: {elsewhere}"]
     where = next((r.output_dir for r in runs if r.output_dir), None)
     return ["no metrics yet: each run's program appends JSON lines with a step to $DDPJOB_METRICS_FILE"
             + (f" ({where}/metrics.jsonl)" if where else "") + "; see ddpjob docs trainer (the metrics file)"]
@@ -141,4 +141,4 @@ def plot(job_ids: tuple[str, ...], metric: str, out: str | None, log_y: bool) ->
                + (f"; {missing} run(s) without {metric} yet left out" if missing else ""))
 
 
-COMMANDS: list[Any] = [results, plot]
+COMMANDS: list[click.Command] = [results, plot]

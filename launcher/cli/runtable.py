@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from launcher.core.stepsplit import StepSplit
@@ -134,7 +134,7 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None  # JSON has no NaN
 
 
-def as_json(runs: list[RunResult]) -> list[dict[str, Any]]:
+def as_json(runs: list[RunResult]) -> list[dict[str, object]]:
     from launcher.core.stepsplit import run_split
 
     return [{"index": r.index, "values": r.values, "state": r.state, "duration_s": r.duration_s,
@@ -143,7 +143,7 @@ def as_json(runs: list[RunResult]) -> list[dict[str, Any]]:
              "step_split": _split_json(run_split(r.curves))} for r in runs]
 
 
-def _split_json(split: StepSplit | None) -> dict[str, Any] | None:
+def _split_json(split: StepSplit | None) -> dict[str, object] | None:
     """A run's step split for -o json: milliseconds per step, shares, the bound part and the advice."""
     if split is None:
         return None

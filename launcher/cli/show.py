@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from launcher.core.progress import Progress
     from launcher.service.queue import Entry
     from launcher.service.registry import JobRecord
-    from launcher.targets.base import JobStatus
+    from launcher.targets.jobstatus import JobStatus
 
 
 def when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
-def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] | None = None, *,
+def status_lines(rec: JobRecord, st: JobStatus | None, progress: Progress | None = None, *,
                  colour: bool = False) -> list[str]:
     """The job, its state and root cause, its progress, each run (task) and its nodes; ``colour``:
     states in colour (``launcher.cli.colour``, on a terminal)."""
@@ -29,14 +30,14 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
     if rec.message:
         out.append(f"message:  {rec.message}")
     if progress:
-        out.append(f"progress: {describe(progress)}" + (f" (task {progress['task']})" if "task" in progress else ""))
+        out.append(f"progress: {describe(progress)}" + (f" (task {progress.task})" if progress.task is not None else ""))
         if hint := advice(progress):
             out.append(f"advice:   {hint}")
     if rerun_of := (rec.origin or {}).get("rerun_of"):
         out.append(f"rerun of: {rerun_of}")
     out.append(f"run dir:  {rec.run_dir}")
     out.append(f"created:  {when(rec.created_at)}" + (f"   ended: {when(rec.ended_at)}" if rec.ended_at else ""))
-    if rec.spec.get("notify"):
+    if rec.summary.notify:
         from launcher.service import notifier
 
         notify = notifier.state_of(rec)
@@ -52,12 +53,12 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: dict[str, Any] 
                        + (f": {t.message}" if t.message else ""))
             for n in t.nodes:
                 # A value not known yet (a running node's exit code) is left out, never shown as None.
-                extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log", "ended") and v is not None)
-                out.append(f"    node {n.get('node', '?')}: {extra}")
+                extra = " ".join(f"{k}={v}" for k, v in n.details())
+                out.append(f"    node {'?' if n.node is None else n.node}: {extra}")
     return out
 
 
-def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] | None = None, *,
+def job_table(entries: list[Entry], progress: dict[str, Progress | None] | None = None, *,
               disk: bool = False, colour: bool = False) -> list[str]:
     """One row per job, columns aligned: age (since submit) and duration (submit to end, or to now
     while it runs); last, a sweep's runs ended (``runs 2/4``) and the message (or a running job's
@@ -76,7 +77,7 @@ def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] |
         if total > 1:
             note = f"runs {done if done is not None else '?'}/{total}" + (f"; {note}" if note else "")
         size = (_size(disk_use(r.run_dir)),) if disk else ()
-        rows.append((r.id, r.target, r.state.value, str(r.spec.get("nodes", "")), duration(e.age_s(now)),
+        rows.append((r.id, r.target, r.state.value, _text(r.summary.nodes), duration(e.age_s(now)),
                      duration(e.duration_s(now)), *size, note[:60]))
     n = len(head)
     widths = [max(len(row[i]) for row in rows) for i in range(n)]
@@ -85,12 +86,12 @@ def job_table(entries: list[Entry], progress: dict[str, dict[str, Any] | None] |
                       for i, (c, w) in enumerate(zip(row, widths))) + "  " + row[n] for k, row in enumerate(rows)]
 
 
-def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: list[str] | None = None,
-                entry: Entry | None = None) -> dict[str, Any]:
+def job_summary(rec: JobRecord, progress: Progress | None = None, native: list[str] | None = None,
+                entry: Entry | None = None) -> dict[str, object]:
     """The compact record of ``list -o json`` (the whole spec is in ``status -o json``); ``native``:
     the scheduler's own ids (``Jobs.native_ids``); ``entry``: the queue's view (age, duration, runs
     ended: None when not known)."""
-    shape = rec.shape or {}
+    shape = rec.shape
     extra = {}
     if entry is not None:
         extra = {"age_s": round(entry.age_s(), 1), "duration_s": round(entry.duration_s(), 1),
@@ -100,10 +101,14 @@ def job_summary(rec: JobRecord, progress: dict[str, Any] | None = None, native: 
         "message": rec.message[:500],
         "created": datetime.fromtimestamp(rec.created_at, timezone.utc).isoformat(timespec="seconds"),
         "ended": datetime.fromtimestamp(rec.ended_at, timezone.utc).isoformat(timespec="seconds") if rec.ended_at else None,
-        "nodes": shape.get("nodes", rec.spec.get("nodes")), "procs_per_node": shape.get("procs_per_node"),
-        "runs": shape.get("runs"), "native_ids": native or [], "progress": progress,
+        "nodes": shape.nodes if shape and shape.nodes is not None else rec.summary.nodes, "procs_per_node": shape.procs_per_node if shape else None,
+        "runs": shape.runs if shape else None, "native_ids": native or [], "progress": progress.to_json() if progress else None,
         "rerun_of": (rec.origin or {}).get("rerun_of"), **extra,
     }
+
+
+def _text(value: int | None) -> str:
+    return "" if value is None else str(value)
 
 
 def _size(n: int) -> str:

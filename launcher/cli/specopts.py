@@ -4,7 +4,7 @@ a loaded spec. Imports only click and the target names at start-up."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import click
 
@@ -18,7 +18,11 @@ if TYPE_CHECKING:
 TARGET_CHOICE = click.Choice(TARGET_NAMES)
 
 
-def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def spec_options(fn: Callable[P, R]) -> Callable[P, R]:
     for deco in reversed([
         click.option("--target", "-t", type=TARGET_CHOICE, help="Where to run [default: the project file's or user "
                      "config's target, else local: see ddpjob config show]."),
@@ -57,7 +61,7 @@ ENV_FILE_OPTION = click.option("--env-file", multiple=True, metavar="FILE", expo
                                "leaves the file out of the image.")
 
 
-def _values(ctx: click.Context) -> list[tuple[tuple[str, ...], Any, str]]:
+def _values(ctx: click.Context) -> list[tuple[tuple[str, ...], object, str]]:
     """(field path, value, source) of ``--env-file`` (in order), ``--env`` (a later one wins),
     ``--notify`` and ``--notify-url``: values taken as given, never parsed as YAML."""
     from launcher.spec.defaults import env_pair, notify_values, read_env_file
@@ -145,7 +149,7 @@ def with_env_files(loaded: LoadedSpec) -> LoadedSpec:
     return dataclasses.replace(loaded, env_files=tuple(os.path.abspath(p) for p in ctx.meta["ddpjob.env_file"]))
 
 
-def given_values() -> list[tuple[tuple[str, ...], Any, str]]:
+def given_values() -> list[tuple[tuple[str, ...], object, str]]:
     """The current command's ``--env-file``, ``--env``, ``--notify`` and ``--notify-url`` values
     (``load_spec``'s ``values``)."""
     return _values(click.get_current_context())

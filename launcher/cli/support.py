@@ -8,10 +8,12 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import NoReturn, ParamSpec, TypeVar
 
 import click
 
+P = ParamSpec("P")
+R = TypeVar("R")
 DEBUG = {"on": bool(os.environ.get("DDPJOB_DEBUG"))}
 
 
@@ -77,10 +79,10 @@ def interrupted(e: BaseException) -> bool:
     return False
 
 
-def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+def guard(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn ddpjob's typed errors into a message and an exit code; never a traceback for them."""
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         from launcher.core.errors import DdpjobError, SpecError
 
         try:

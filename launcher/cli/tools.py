@@ -4,7 +4,7 @@ click at start-up; each command imports what it needs."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -15,10 +15,12 @@ from launcher.cli.support import guard
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
+    from launcher.service.jobs import Jobs
+
 SHELLS = ("bash", "zsh", "fish")
 
 
-def complete_job_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+def complete_job_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem[str]]:
     """Job ids for ID arguments, newest first, with their state as help (zsh and fish show it)."""
     from click.shell_completion import CompletionItem
 
@@ -31,7 +33,7 @@ def complete_job_ids(ctx: click.Context, param: click.Parameter, incomplete: str
     return [CompletionItem(r.id, help=r.state.value) for r in records if r.id.startswith(incomplete)]
 
 
-def complete_examples(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+def complete_examples(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem[str]]:
     """The names of the examples ``init`` writes, with what each is as help (zsh and fish show it)."""
     from click.shell_completion import CompletionItem
 
@@ -40,7 +42,7 @@ def complete_examples(ctx: click.Context, param: click.Parameter, incomplete: st
     return [CompletionItem(n, help=starters.summary(starters.text(n))) for n in starters.names() if n.startswith(incomplete)]
 
 
-def complete_spec_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+def complete_spec_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem[str]]:
     """Spec files: the shell completes paths."""
     from click.shell_completion import CompletionItem
 
@@ -184,7 +186,7 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
     _doctor_report(jobs, job_id, output, f"doctor: job {job_id} on {target}, {loaded.spec.nodes} node(s); waiting for it...")
 
 
-def _doctor_report(jobs: Any, job_id: str, output: str, announce: str = "") -> None:
+def _doctor_report(jobs: Jobs, job_id: str, output: str, announce: str = "") -> None:
     """Wait for doctor job ``job_id`` and print its report; Ctrl-C leaves it running (exit 130)."""
     try:  # from the first statement: a Ctrl-C right after "waiting for it..." is one too
         if announce:
@@ -266,4 +268,4 @@ def init(example: str, output: str | None, force: bool, list_: bool) -> None:
     click.echo(f"run it:  ddpjob submit {path} --target local --nodes 2 -f")
 
 
-TOOLS: list[Any] = [completion, rm, prune, doctor, init, build]
+TOOLS: list[click.Command] = [completion, rm, prune, doctor, init, build]

@@ -15,12 +15,57 @@ last 64 KiB are read, so a long run costs no more than a short one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.core.stepsplit import StepSplit
 
 METRICS_FILE = "metrics.jsonl"
 _CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a run is: its last ``step`` and what else its metrics say (None: not said), ``updated``
+    (when the last line was written), ``eta_s`` where the rate is known, and ``task``: which run of a
+    sweep it is (None for a job of one run). ``to_json`` is what ``status``/``list -o json`` show."""
+
+    step: int
+    updated: float
+    total_steps: int | float | None = None  # numbers as the metrics line wrote them (an int stays an int)
+    loss: float | None = None
+    samples_per_s: float | None = None
+    data_ms: float | None = None  # the step split (launcher.core.stepsplit) of the last window that has one
+    compute_ms: float | None = None
+    comm_ms: float | None = None
+    peak_memory_mb: float | None = None
+    eta_s: float | None = None
+    task: int | None = None
+
+    def of_task(self, index: int) -> Progress:
+        return dataclasses.replace(self, task=index)
+
+    def to_json(self) -> dict[str, float]:
+        out: dict[str, float] = {"step": self.step}
+        for key in ("total_steps", "loss", "samples_per_s", "data_ms", "compute_ms", "comm_ms", "peak_memory_mb"):
+            if (value := getattr(self, key)) is not None:
+                out[key] = value
+        out["updated"] = self.updated
+        if self.eta_s is not None:
+            out["eta_s"] = self.eta_s
+        if self.task is not None:
+            out["task"] = self.task
+        return out
+
+    def split(self) -> StepSplit | None:
+        """The step split (``launcher.core.stepsplit``), or None without one."""
+        from launcher.core.stepsplit import StepSplit
+
+        return StepSplit.of(self.to_json())
 
 
 def metrics_path(output_dir: str) -> str:
@@ -39,9 +84,8 @@ def _records(data: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def read_progress(path: str) -> dict[str, Any] | None:
-    """``{"step", "total_steps", "loss", "samples_per_s", "eta_s", "updated"}`` (what is known), or
-    None when the file does not exist or has no step yet."""
+def read_progress(path: str) -> Progress | None:
+    """What the metrics file at ``path`` says of the run, or None when it does not exist or has no step yet."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -61,7 +105,7 @@ def read_progress(path: str) -> dict[str, Any] | None:
 PROGRESS_MARK = "DDPJOB_PROGRESS "
 
 
-def progress_from_lines(lines: list[str], now: float) -> dict[str, Any] | None:
+def progress_from_lines(lines: list[str], now: float) -> Progress | None:
     """Progress from the ``DDPJOB_PROGRESS`` lines among ``lines`` (a log's tail, any prefixes);
     ``now`` dates the last record when it has no ``time``."""
     found = [line[line.index(PROGRESS_MARK) + len(PROGRESS_MARK):] for line in lines if PROGRESS_MARK in line]
@@ -69,7 +113,7 @@ def progress_from_lines(lines: list[str], now: float) -> dict[str, Any] | None:
     return _progress(records, records, now)
 
 
-def _progress(head: list[dict[str, Any]], last_records: list[dict[str, Any]], mtime: float) -> dict[str, Any] | None:
+def _progress(head: list[dict[str, Any]], last_records: list[dict[str, Any]], mtime: float) -> Progress | None:
     if not last_records:
         return None
     first, last = (head or last_records)[0], last_records[-1]
@@ -92,24 +136,22 @@ def _progress(head: list[dict[str, Any]], last_records: list[dict[str, Any]], mt
     if isinstance(total, int) and isinstance(t0, (int, float)) and updated > t0 and last["step"] > first["step"]:
         per_step = (updated - t0) / (last["step"] - first["step"])
         progress["eta_s"] = round(max(0, total - last["step"]) * per_step, 1)
-    return progress
+    return Progress(**progress)
 
 
-def describe(progress: dict[str, Any] | None) -> str:
+def describe(progress: Progress | None) -> str:
     """``step 120/300, loss 0.4100, 2100 samples/s, ETA 1m20s`` ('' without progress)."""
     if not progress:
         return ""
-    total = progress.get("total_steps")
-    parts = [f"step {progress['step']}" + (f"/{total}" if total else "")]
-    if "loss" in progress:
-        parts.append(f"loss {progress['loss']:.4f}")
-    if "samples_per_s" in progress:
-        parts.append(f"{progress['samples_per_s']:.0f} samples/s")
-    if "eta_s" in progress:
-        parts.append(f"ETA {duration(progress['eta_s'])}")
-    from launcher.core.stepsplit import StepSplit
-
-    split = StepSplit.of(progress)
+    total = progress.total_steps
+    parts = [f"step {progress.step}" + (f"/{total}" if total else "")]
+    if progress.loss is not None:
+        parts.append(f"loss {progress.loss:.4f}")
+    if progress.samples_per_s is not None:
+        parts.append(f"{progress.samples_per_s:.0f} samples/s")
+    if progress.eta_s is not None:
+        parts.append(f"ETA {duration(progress.eta_s)}")
+    split = progress.split()
     if split is not None:
         parts.append(f"step: {split.text()}")
     return ", ".join(parts)
@@ -127,11 +169,9 @@ def with_health(text: str, message: str | None) -> str:
     return text
 
 
-def advice(progress: dict[str, Any] | None) -> str | None:
+def advice(progress: Progress | None) -> str | None:
     """The step split's advice (``StepSplit.advice``) for a run's progress, or None."""
-    from launcher.core.stepsplit import StepSplit
-
-    split = StepSplit.of(progress) if progress else None
+    split = progress.split() if progress else None
     return split.advice() if split is not None else None
 
 

@@ -104,7 +104,7 @@ def _folders_elsewhere(rec: JobRecord) -> list[str]:
     job_dir = (rec.handle or {}).get("job_dir")
     if job_dir:
         out.append(str(job_dir))
-    output_dir = rec.spec.get("output_dir")
+    output_dir = rec.summary.output_dir
     if output_dir and os.path.isabs(output_dir) and "{" not in output_dir:
         out.append(output_dir)
     return out

@@ -17,9 +17,9 @@ Pure standard library, like ``launcher.service.results``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from launcher.service.results import UNREADABLE, RunResult, job_results
+from launcher.service.results import RunResult, job_results, metrics_elsewhere
 
 if TYPE_CHECKING:
     from launcher.service.jobs import Jobs
@@ -130,8 +130,8 @@ def no_metrics_note(rec: JobRecord, runs: list[RunResult]) -> str | None:
         return "no runs: the job's submission did not complete (ddpjob status ID says why)"
     if any(r.curves for r in runs):
         return None
-    if rec.target in UNREADABLE:
-        return f"no metrics: {UNREADABLE[rec.target]}"
+    if elsewhere := metrics_elsewhere(rec.target):
+        return f"no metrics: {elsewhere}"
     return "no metrics yet: its program has not appended a line with a step to $DDPJOB_METRICS_FILE"
 
 
@@ -139,10 +139,10 @@ def job_facets(rec: JobRecord, *, with_target_section: bool) -> dict[str, str]:
     """The facets of the job ``rec`` (those of its runs less their sweep values)."""
     from launcher.targets import TARGET_NAMES
 
-    shape = rec.shape or {}
-    out = {"target": rec.target, "nodes": _text(shape.get("nodes", rec.spec.get("nodes"))),
-           "procs": _text(shape.get("procs_per_node", rec.spec.get("procs_per_node"))),
-           "image": _text(rec.spec.get("image"))}
+    shape, spec = rec.shape, rec.summary
+    out = {"target": rec.target, "nodes": _text(shape.nodes if shape else spec.nodes),
+           "procs": _text(shape.procs_per_node if shape else spec.procs_per_node),
+           "image": _text(spec.image)}
     for key, value in rec.spec.items():
         if key in _NOT_FACETS or key == "image" or key in JOB_FACETS:
             continue
@@ -206,7 +206,7 @@ def _sweep_facets(values: dict[str, object], base: dict[str, str]) -> dict[str, 
     return {(f"sweep.{k}" if k in base else k): _text(v) for k, v in values.items()}
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+def _flatten(prefix: str, value: object, out: dict[str, str]) -> None:
     """Set values only: None, ``[]`` and ``{}`` are no facet (unset is unset everywhere)."""
     if isinstance(value, dict):
         for key, inner in value.items():

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import (
     DdpjobError,
@@ -38,10 +38,14 @@ from launcher.service.loading import load as load  # the service's way in: a spe
 from launcher.service.shape import check_count, check_selection, check_timeout, plan_shape
 
 if TYPE_CHECKING:
+    from launcher.core.progress import Progress
     from launcher.service.imagebuild.pin import Resolved
     from launcher.service.registry import JobRecord, Registry
     from launcher.spec.load import LoadedSpec
-    from launcher.targets.base import AnyTarget, Handle, JobStatus, LogFilter, Plan, PlanContext
+    from launcher.targets.base import Handle, LogFilter, Plan, PlanContext
+    from launcher.targets.chosen import Bound, Chosen
+    from launcher.targets.jobstatus import JobStatus
+    from launcher.targets.shared.health import JobHealth
 
 # A job without a handle this long after its reservation was abandoned by its submitting process.
 ABANDONED_AFTER_S = 120.0
@@ -52,7 +56,7 @@ class Submission:
     """What ``Jobs.submit`` returns: the recorded id, the plan that was submitted and its handle."""
 
     job_id: str
-    plan: Plan[Any]
+    plan: Plan[object]
     handle: Handle
     # Lines for the person submitting (on stderr): what the build left out of the image as secret-looking.
     notices: tuple[str, ...] = ()
@@ -102,7 +106,7 @@ class Jobs:
 
     # ------------------------------------------------------------------ plan and submit
 
-    def context(self, job_id: str, port: int | None = None, inputs: Any = None) -> PlanContext:
+    def context(self, job_id: str, port: int | None = None, inputs: object = None) -> PlanContext:
         """What a plan may depend on besides the spec, read from this machine once."""
         from launcher.targets.base import PlanContext
 
@@ -114,7 +118,7 @@ class Jobs:
             if port is not None else (),
         )
 
-    def plan(self, loaded: LoadedSpec, target: str, *, online: bool = False) -> Plan[Any]:
+    def plan(self, loaded: LoadedSpec, target: str, *, online: bool = False) -> Plan[object]:
         """The plan ``submit`` would make, with a placeholder id and no port: submits nothing and
         asks no scheduler (the target's inputs come from local copies only), unless ``online``
         (``--dry-run=server``: the inputs come from the scheduler, as on submit)."""
@@ -126,7 +130,7 @@ class Jobs:
         ctx = self.context(f"{loaded.spec.name}-xxxxx", inputs=tgt.inputs(loaded, online=online))
         return _noted(self._plan(tgt, loaded, ctx, submitting=False), pinned)
 
-    def _plan(self, tgt: AnyTarget, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan[Any]:
+    def _plan(self, tgt: Chosen, loaded: LoadedSpec, ctx: PlanContext, *, submitting: bool) -> Plan[object]:
         """The target's plan, with the text people see (and ``plan.txt`` holds): secret values
         masked, ``env_from_host`` names listed (``launcher.service.shown``)."""
         from launcher.service import shown as secretenv
@@ -141,7 +145,7 @@ class Jobs:
             raise loaded.error([too_big])
         return secretenv.shown_plan(loaded, plan)
 
-    def server_dry_run(self, plan: Plan[Any]) -> str:
+    def server_dry_run(self, plan: Plan[object]) -> str:
         """Ask the scheduler to check ``plan`` without creating anything (Kubernetes: dryRun=All)."""
         from launcher.targets.lookup import get_target
 
@@ -205,7 +209,7 @@ class Jobs:
 
     def refresh(self, job_id: str) -> tuple[JobRecord, JobStatus | None]:
         """Ask the target for the job's status and store it; terminal records are final."""
-        from launcher.targets.base import JobStatus
+        from launcher.targets.jobstatus import JobStatus
 
         rec = self.registry.get(job_id)
         if rec.handle is None:
@@ -216,14 +220,14 @@ class Jobs:
                 self.registry.update_state(rec.id, JobState.FAILED, msg + " (the submitting process stopped)")
                 return self.registry.get(rec.id), None
             return rec, JobStatus(JobState.PENDING, "being submitted")
-        tgt, handle = self._target_and_handle(rec)
+        job = self.bound(rec)
         try:
-            st = tgt.status(handle)
+            st = job.status()
         except TargetUnavailable as e:
             if not rec.state.terminal:  # a job that may still run: its state is unknown from here
                 raise
             # What ddpjob recorded when the job ended stays true whether or not its scheduler answers now.
-            st = tgt.recorded_status(handle, rec.state, rec.message, str(e).split(";")[0])
+            st = job.recorded_status(rec.state, rec.message, str(e).split(";")[0])
         if not rec.state.terminal:
             rec = self.registry.note_state(rec, st.state, st.message)
         return rec, st
@@ -239,22 +243,20 @@ class Jobs:
 
         return [entry.rec for entry in queue(self.registry, limit=limit, target=target)]
 
-    def progress(self, rec: JobRecord) -> dict[str, Any] | None:
+    def progress(self, rec: JobRecord) -> Progress | None:
         """How far the job is (``launcher.core.progress``), as its target can tell: from a run's
         metrics file read here (local, Slurm), from the pods' logs (Kubernetes). A job still PENDING
         has none, and its target is not asked (``list`` stays one query per target)."""
         if rec.handle is None or rec.state is JobState.PENDING:
             return None
-        tgt, handle = self._target_and_handle(rec)
-        return tgt.progress(handle)
+        return self.bound(rec).progress()
 
-    def health(self, rec: JobRecord) -> Any:
+    def health(self, rec: JobRecord) -> JobHealth | None:
         """Every rank's health (``launcher.targets.shared.health.JobHealth``) as its target can tell,
         the last sample of a job that ended; None before the first sample, or where none is kept."""
         if rec.handle is None:
             return None
-        tgt, handle = self._target_and_handle(rec)
-        return tgt.health(handle)
+        return self.bound(rec).health()
 
     def wait(self, job_id: str, timeout: float | None = None,
              on_poll: Callable[[JobRecord], None] | None = None) -> JobRecord:
@@ -286,8 +288,7 @@ class Jobs:
         check_selection(rec, task=flt.task, node=flt.node, rank=flt.rank)
         if rec.handle is None:
             raise NotSubmitted(f"{rec.id} has no logs: its submission did not complete ({rec.message or rec.state.value})")
-        tgt, handle = self._target_and_handle(rec)
-        yield from tgt.logs(handle, flt, follow=follow)
+        yield from self.bound(rec).logs(flt, follow=follow)
 
     # ------------------------------------------------------------------ stop
 
@@ -304,11 +305,11 @@ class Jobs:
             rec, _ = self.refresh(rec.id)
             if rec.state.terminal:
                 return self._free_held(rec)
-            tgt, handle = self._target_and_handle(rec)
+            job = self.bound(rec)
             if task is not None:
-                tgt.cancel_task(handle, task)
+                job.cancel_task(task)
                 return Cancelled.TASK_CANCELLED
-            tgt.cancel(handle)
+            job.cancel()
         self.registry.update_state(rec.id, JobState.CANCELLED, "cancelled by user")
         return Cancelled.CANCELLED
 
@@ -317,10 +318,10 @@ class Jobs:
         while Slurm waits on a node): cancel it there; the recorded state stays as it is."""
         if rec.handle is None:
             return Cancelled.ALREADY_ENDED
-        tgt, handle = self._target_and_handle(rec)
-        if not tgt.still_held(handle):
+        job = self.bound(rec)
+        if not job.still_held():
             return Cancelled.ALREADY_ENDED
-        tgt.cancel(handle)
+        job.cancel()
         return Cancelled.RELEASED
 
     def cancel_note(self, job_id: str) -> str | None:
@@ -328,27 +329,27 @@ class Jobs:
         rec = self.registry.get(job_id)
         if rec.handle is None:
             return None
-        tgt, handle = self._target_and_handle(rec)
-        return tgt.cancel_note(handle)
+        return self.bound(rec).cancel_note()
 
     def native_ids(self, rec: JobRecord) -> list[str]:
         """The scheduler's own ids of a recorded job (the handle's ``native_ids``); [] before submit."""
         if rec.handle is None:
             return []
         try:
-            return self._target_and_handle(rec)[1].native_ids()
+            return self.bound(rec).handle.native_ids()
         except (DdpjobError, TypeError, ValueError, KeyError):  # a target not installed here, an old record
             return []
 
-    def _target_and_handle(self, rec: JobRecord) -> tuple[AnyTarget, Handle]:
+    def bound(self, rec: JobRecord) -> Bound:
+        """The recorded job with its target (``launcher.targets.chosen``); its handle read back by the target."""
         from launcher.targets.lookup import get_target
 
-        tgt = get_target(rec.target)
-        assert rec.handle is not None
-        return tgt, tgt.load_handle(rec.handle)
+        if rec.handle is None:
+            raise NotSubmitted(f"{rec.id}: its submission did not complete ({rec.message or rec.state.value})")
+        return get_target(rec.target).bind(rec.handle)
 
 
-def _pinned(tgt: AnyTarget, loaded: LoadedSpec, *, build: bool) -> Resolved | None:
+def _pinned(tgt: Chosen, loaded: LoadedSpec, *, build: bool) -> Resolved | None:
     """``build:``'s image (``service/imagebuild``, loaded only for a spec that has one: ~10 ms)."""
     if loaded.spec.build is None:
         return None
@@ -357,7 +358,7 @@ def _pinned(tgt: AnyTarget, loaded: LoadedSpec, *, build: bool) -> Resolved | No
     return pin.for_target(tgt, loaded, build=build)
 
 
-def _noted(plan: Plan[Any], pinned: Resolved | None) -> Plan[Any]:
+def _noted(plan: Plan[object], pinned: Resolved | None) -> Plan[object]:
     if pinned is None or not pinned.note:
         return plan
     from launcher.service.imagebuild import pin

@@ -4,7 +4,7 @@ after the script it runs), with the defaults files and the command line's values
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import UsageError
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def load(spec_path: str | None, *, command: list[str] | None = None, overrides: list[str] = (),  # type: ignore[assignment]
-         text: str | None = None, values: list[tuple[tuple[str, ...], Any, str]] = ()) -> LoadedSpec:  # type: ignore[assignment]
+         text: str | None = None, values: list[tuple[tuple[str, ...], object, str]] = ()) -> LoadedSpec:  # type: ignore[assignment]
     """A spec file, or a spec made of a bare ``command`` (``ddpjob submit -- python train.py``).
 
     The project file and user config fill what the spec leaves out (``spec/defaults.py``); ``values``

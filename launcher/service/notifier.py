@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.targets.shared.runfolder import NOTIFIER_LOG, RunFolder
 
@@ -45,13 +45,13 @@ def start(home: str, job_id: str, run_dir: str, options: NotifyOptions) -> int:
     return proc.pid
 
 
-def payload(rec: JobRecord) -> dict[str, Any]:
+def payload(rec: JobRecord) -> dict[str, str]:
     """What the URL receives (and, as DDPJOB_* variables, the command)."""
     return {"job_id": rec.id, "name": rec.name, "target": rec.target, "state": rec.state.value,
             "message": rec.message, "run_dir": rec.run_dir}
 
 
-def deliver(rec: JobRecord, options: NotifyOptions) -> dict[str, Any] | None:
+def deliver(rec: JobRecord, options: NotifyOptions) -> dict[str, object] | None:
     """Send the notification of the ended job ``rec`` unless it was sent already (None then);
     the record written to ``notified.json``."""
     if rec.state.value.lower() not in options.when:
@@ -78,7 +78,7 @@ def deliver(rec: JobRecord, options: NotifyOptions) -> dict[str, Any] | None:
     return claimed
 
 
-def _post(url: str, data: dict[str, Any]) -> str:
+def _post(url: str, data: dict[str, str]) -> str:
     """POST ``data`` to ``url``; what happened, in words that never hold the URL's path."""
     import urllib.error
     import urllib.request
@@ -117,7 +117,7 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
-def _claim(run_dir: str, record: dict[str, Any]) -> dict[str, Any] | None:
+def _claim(run_dir: str, record: dict[str, object]) -> dict[str, object] | None:
     try:
         fd = os.open(RunFolder(run_dir).notified, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -127,20 +127,20 @@ def _claim(run_dir: str, record: dict[str, Any]) -> dict[str, Any] | None:
     return record
 
 
-def _write(run_dir: str, record: dict[str, Any]) -> None:
+def _write(run_dir: str, record: dict[str, object]) -> None:
     from launcher.targets.shared.files import atomic_write
 
     atomic_write(RunFolder(run_dir).notified, json.dumps(record))
 
 
-def read(run_dir: str) -> dict[str, Any] | None:
-    """``notified.json``, or None before the job ended (or without notify)."""
+def read(run_dir: str) -> dict[str, object] | None:
+    """``notified.json``, or None before the job ended (or without notify, or not a record)."""
     try:
         with open(RunFolder(run_dir).notified) as f:
-            data: dict[str, Any] = json.load(f)
-            return data
+            data = json.load(f)
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def watcher_alive(run_dir: str) -> bool:
@@ -154,10 +154,10 @@ def watcher_alive(run_dir: str) -> bool:
     return True
 
 
-def state_of(rec: JobRecord) -> dict[str, Any] | None:
+def state_of(rec: JobRecord) -> dict[str, object] | None:
     """For ``status``: the notification's record once sent, else whether its watcher still waits
     (None for a job without notify)."""
-    if not rec.spec.get("notify"):
+    if not rec.summary.notify:
         return None
     sent = read(rec.run_dir)
     if sent is not None:
@@ -167,7 +167,7 @@ def state_of(rec: JobRecord) -> dict[str, Any] | None:
     return {"waiting": watcher_alive(rec.run_dir) or (not rec.state.terminal and "watcher gone: nothing will be sent")}
 
 
-def describe(state: dict[str, Any]) -> str:
+def describe(state: dict[str, object]) -> str:
     """One line of ``state_of``."""
     if "skipped" in state:
         return f"not sent: {state['skipped']}"
@@ -181,9 +181,9 @@ def describe(state: dict[str, Any]) -> str:
     return ("sent: " if delivered(state) else "FAILED: ") + "; ".join(p for p in parts if p)
 
 
-def delivered(state: dict[str, Any]) -> bool:
+def delivered(state: dict[str, object]) -> bool:
     """Whether every part of an ended notification went through: the command exited 0, the URL
     answered 2xx."""
     import re
 
-    return state.get("command", "exit 0") == "exit 0" and bool(re.fullmatch(r"HTTP 2\d\d", state.get("url", "HTTP 200")))
+    return state.get("command", "exit 0") == "exit 0" and bool(re.fullmatch(r"HTTP 2\d\d", str(state.get("url", "HTTP 200"))))

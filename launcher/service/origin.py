@@ -15,7 +15,7 @@ with the way to give it; no value is ever stored to make a rerun possible.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.spec.secrets import MASK, is_secret
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _STDIN = "<stdin>"  # launcher.spec.load.STDIN_NAME (not imported: that module loads pydantic)
 
 
-def origin_of(loaded: LoadedSpec) -> dict[str, Any]:
+def origin_of(loaded: LoadedSpec) -> dict[str, object]:
     """The origin the registry records for a job submitted from ``loaded`` (names, never values)."""
     if loaded.origin is not None:
         return loaded.origin
@@ -42,7 +42,7 @@ def origin_of(loaded: LoadedSpec) -> dict[str, Any]:
 
 
 def rerun_spec(rec: JobRecord, overrides: list[str],
-               values: list[tuple[tuple[str, ...], Any, str]] = ()) -> LoadedSpec:  # type: ignore[assignment]
+               values: list[tuple[tuple[str, ...], object, str]] = ()) -> LoadedSpec:  # type: ignore[assignment]
     """The recorded spec of ``rec`` with its secret values read again, ``values`` (``--env-file``,
     ``--env``: ``load_spec``'s) set over it and ``overrides`` applied.
 
@@ -56,12 +56,13 @@ def rerun_spec(rec: JobRecord, overrides: list[str],
     from launcher.spec.secrets import shown_url
 
     origin = rec.origin or {}
-    sources: dict[str, str] = dict(origin.get("secrets") or {})
-    env = dict(rec.spec.get("env") or {})
+    spec_file = _text(origin.get("spec_file"))
+    sources = {str(k): str(v) for k, v in _mapping(origin.get("secrets")).items()}
+    env = _mapping(rec.spec.get("env"))
     given = {parse_override(o)[0] for o in overrides} | {tuple(path) for path, _, _ in values}
     masked = [n for n, v in env.items() if v == MASK and (n in sources or is_secret(n))]
     missing: list[Issue] = []
-    from_file = _file_env(origin.get("spec_file")) if any(sources.get(n) == "file" for n in masked) else {}
+    from_file = _file_env(spec_file) if any(sources.get(n) == "file" for n in masked) else {}
     for name in masked:
         if ("env", name) in given or ("env",) in given:
             sources[name] = "set"
@@ -70,15 +71,15 @@ def rerun_spec(rec: JobRecord, overrides: list[str],
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             env[name] = str(value)
             continue
-        missing.append(Issue(("env", name), _why_missing(sources.get(name), origin.get("spec_file")),
+        missing.append(Issue(("env", name), _why_missing(sources.get(name), spec_file),
                              hint=f"give it again: ddpjob rerun {rec.id} --set env.{name}=VALUE, or --env-file FILE (or name it "
                              "in env_from_host, so the job takes it from your shell and ddpjob stores nothing)",
                              source=f"the recorded spec of {rec.id}"))
-    notify = dict(rec.spec.get("notify") or {})
+    notify = _mapping(rec.spec.get("notify"))
     masked_url = notify.get("url") if str(notify.get("url") or "").endswith("/***") else None
     if masked_url and not {("notify", "url"), ("notify",)} & given:
         # Read again where it can have come from: the spec file, the project file, the user config.
-        places = [_file_spec(origin.get("spec_file")), *(layer.data for layer in layers())]
+        places = [_file_spec(spec_file), *(layer.data for layer in layers())]
         urls = [p["notify"].get("url") for p in places if isinstance(p.get("notify"), dict)]
         notify["url"] = next((u for u in urls if isinstance(u, str) and shown_url(u) == masked_url), None)
         if notify["url"] is None:
@@ -90,13 +91,13 @@ def rerun_spec(rec: JobRecord, overrides: list[str],
         raise SpecError(None, missing)
     data = _without_defaults({**rec.spec, "env": env, **({"notify": notify} if notify else {})})
     loaded = load_spec(None, overrides=overrides, base=data, values=values)
-    loaded.origin = {"cwd": origin.get("cwd") or os.getcwd(), "spec_file": origin.get("spec_file"),
+    loaded.origin = {"cwd": origin.get("cwd") or os.getcwd(), "spec_file": spec_file,
                      "secrets": {n: sources.get(n, "set") for n in sorted(loaded.spec.env) if is_secret(n)},
                      "rerun_of": rec.id}
     return loaded
 
 
-def _without_defaults(data: dict[str, Any]) -> dict[str, Any]:
+def _without_defaults(data: dict[str, object]) -> dict[str, object]:
     """The recorded spec as its author wrote it, near enough: the registry records every field, and
     a default written out is not always the same as a field left out (``k8s.runtime`` is refused
     on a PyTorchJob when it is given). Fields equal to their default are left out again."""
@@ -104,16 +105,25 @@ def _without_defaults(data: dict[str, Any]) -> dict[str, Any]:
 
     defaults = JobSpec.model_validate({"name": "x", "command": ["x"]}).model_dump(mode="json")
 
-    def strip(have: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    def strip(have: dict[str, object], default: dict[str, object]) -> dict[str, object]:
         out = {}
         for key, value in have.items():
             if key in default and value == default[key]:
                 continue
-            both = isinstance(value, dict) and isinstance(default.get(key), dict)
-            out[key] = strip(value, default[key]) if both else value
+            inner = default.get(key)
+            out[key] = strip(value, inner) if isinstance(value, dict) and isinstance(inner, dict) else value
         return out
 
     return {**strip(data, defaults), "name": data["name"], "command": data["command"]}
+
+
+def _mapping(value: object) -> dict[str, object]:
+    """A mapping of the stored record (a copy; {} for anything else)."""
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _why_missing(source: str | None, spec_file: str | None) -> str:
@@ -125,13 +135,12 @@ def _why_missing(source: str | None, spec_file: str | None) -> str:
     return "a secret value, not stored by ddpjob, and where it came from was not recorded"
 
 
-def _file_env(path: str | None) -> dict[str, Any]:
+def _file_env(path: str | None) -> dict[str, object]:
     """The ``env`` mapping of the spec file at ``path`` as it is now ({} when it cannot be read)."""
-    env = _file_spec(path).get("env")
-    return env if isinstance(env, dict) else {}
+    return _mapping(_file_spec(path).get("env"))
 
 
-def _file_spec(path: str | None) -> dict[str, Any]:
+def _file_spec(path: str | None) -> dict[str, object]:
     """The spec file at ``path`` as it is now, as plain data ({} when it cannot be read)."""
     if not path:
         return {}

@@ -7,7 +7,7 @@ import dataclasses
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import DdpjobError
 from launcher.core.states import TERMINAL, JobState
@@ -15,7 +15,7 @@ from launcher.service.shape import check_count
 
 if TYPE_CHECKING:
     from launcher.service.registry import JobRecord, Registry
-    from launcher.targets.base import JobStatus
+    from launcher.targets.jobstatus import JobStatus
 
 _LIVE = frozenset(JobState) - TERMINAL
 
@@ -29,7 +29,7 @@ class Entry:
 
     def runs(self) -> tuple[int | None, int]:
         """(runs ended, runs in all): ended is None when not known (a finished job, not asked)."""
-        total = int((self.rec.shape or {}).get("runs") or 1)
+        total = (self.rec.shape.runs if self.rec.shape else None) or 1
         if self.rec.state is JobState.SUCCEEDED:
             return total, total
         tasks = self.status.tasks if self.status is not None else []
@@ -58,7 +58,7 @@ def queue(registry: Registry, *, limit: int | None = 50, target: str | None = No
     # An unfinished job may have ended since it was recorded: ask for those too, then filter.
     asked = wanted | _LIVE if wanted & TERMINAL else wanted
     records = registry.list(limit=None if wanted else (limit or None), target=target, states=asked, name=name)
-    live: dict[str, dict[str, Any]] = {}
+    live: dict[str, dict[str, dict[str, object]]] = {}
     for rec in records:
         if not rec.state.terminal and rec.handle is not None:
             live.setdefault(rec.target, {})[rec.id] = rec.handle
@@ -67,7 +67,7 @@ def queue(registry: Registry, *, limit: int | None = 50, target: str | None = No
     for tname, handles in live.items():
         try:
             tgt = get_target(tname)
-            fresh.update(tgt.status_many({j: tgt.load_handle(h) for j, h in handles.items()}))
+            fresh.update(tgt.status_many(handles))
         except DdpjobError as e:
             stale[tname] = str(e)
     out = []

@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import HomeUnusable, JobNotFound
 from launcher.core.home import ddpjob_home
 from launcher.core.states import TERMINAL, JobState
+from launcher.service.records import JobShape, SpecSummary
 from launcher.spec.secrets import mask_spec
 
 if TYPE_CHECKING:
@@ -66,25 +67,30 @@ class JobRecord:
     name: str
     target: str
     state: JobState
-    spec: dict[str, Any]
-    handle: dict[str, Any] | None
+    spec: dict[str, object]  # the submitted spec as JSON (secret values masked); ``summary`` reads it
+    handle: dict[str, object] | None
     run_dir: str
     port: int | None
     message: str
     created_at: float
     updated_at: float
     ended_at: float | None
-    shape: dict[str, int] | None = None  # runs, nodes, procs_per_node of the submitted plan
+    shape: JobShape | None = None  # runs, nodes, procs_per_node of the submitted plan
     # Where the spec came from (``launcher.service.origin``): working directory, spec file, which
     # secret values came from where (names only), and the job a rerun came from.
-    origin: dict[str, Any] | None = None
+    origin: dict[str, object] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    @property
+    def summary(self) -> SpecSummary:
+        """What ddpjob reads of the stored spec (nodes, sweep, notify, ...), typed."""
+        return SpecSummary.from_json(self.spec)
+
+    def to_json(self) -> dict[str, object]:
         return {
             "id": self.id, "name": self.name, "target": self.target, "state": self.state.value,
             "message": self.message, "run_dir": self.run_dir, "port": self.port,
             "created_at": self.created_at, "updated_at": self.updated_at, "ended_at": self.ended_at,
-            "handle": self.handle, "spec": mask_spec(self.spec), "shape": self.shape,
+            "handle": self.handle, "spec": mask_spec(self.spec), "shape": self.shape.to_json() if self.shape else None,
             "origin": self.origin, "rerun_of": (self.origin or {}).get("rerun_of"),
         }
 
@@ -203,11 +209,11 @@ class Registry:
         self,
         name: str,
         target: str,
-        spec: dict[str, Any],
+        spec: dict[str, object],
         *,
         port: int | None = None,
         port_picker: Callable[[set[int]], int] | None = None,
-        origin: dict[str, Any] | None = None,
+        origin: dict[str, object] | None = None,
     ) -> tuple[str, int | None]:
         """Phase one: insert a PENDING job with a new id (and, for targets that need one, a port).
 
@@ -264,7 +270,7 @@ class Registry:
         with self._connect(write=True) as conn:
             conn.execute("DELETE FROM jobs WHERE id = :id", {"id": job_id})
 
-    def record_handle(self, job_id: str, handle: dict[str, Any], shape: dict[str, int] | None = None) -> None:
+    def record_handle(self, job_id: str, handle: dict[str, object], shape: JobShape | None = None) -> None:
         """Phase two: what the target returned, so later shells can find the job, and the shape of
         the plan (``runs``, ``nodes``, ``procs_per_node``) that ``logs`` and ``cancel`` check against."""
         with self._connect(write=True) as conn:
@@ -272,7 +278,7 @@ class Registry:
                 "UPDATE jobs SET handle_json = :h, shape_json = COALESCE(:shape, shape_json), updated_at = :now"
                 " WHERE id = :id",
                 {"h": json.dumps(handle, sort_keys=True), "now": time.time(), "id": job_id,
-                 "shape": json.dumps(shape, sort_keys=True) if shape else None},
+                 "shape": json.dumps(shape.to_json(), sort_keys=True) if shape else None},
             )
 
     def update_state(self, job_id: str, state: JobState, message: str | None = None) -> None:
@@ -333,7 +339,7 @@ class Registry:
         """Jobs, newest first: of ``target``, in one of ``states``, with a name matching the glob
         ``name`` (``sweep-*``), when given."""
         sql = "SELECT * FROM jobs WHERE 1 = 1"
-        params: dict[str, Any] = {}
+        params: dict[str, object] = {}
         if target:
             sql += " AND target = :target"
             params["target"] = target
@@ -358,7 +364,7 @@ def _record(row: sqlite3.Row) -> JobRecord:
         spec=json.loads(row["spec_json"]), handle=json.loads(row["handle_json"]) if row["handle_json"] else None,
         run_dir=row["run_dir"], port=row["port"], message=row["message"], created_at=row["created_at"],
         updated_at=row["updated_at"], ended_at=row["ended_at"],
-        shape=json.loads(row["shape_json"]) if row["shape_json"] else None,
+        shape=JobShape.from_json(json.loads(row["shape_json"])) if row["shape_json"] else None,
         origin=json.loads(row["origin_json"]) if row["origin_json"] else None,
     )
 
@@ -379,7 +385,7 @@ def _cause(e: BaseException, home: Path) -> str:
     return str(e)
 
 
-def _busy_ports(conn: Any) -> set[int]:
+def _busy_ports(conn: sqlite3.Connection) -> set[int]:
     """The rendezvous ports recorded for jobs that have not ended."""
     sql = f"SELECT port FROM jobs WHERE port IS NOT NULL AND state NOT IN ({','.join('?' * len(_TERMINAL_SQL))})"
     return {r[0] for r in conn.execute(sql, _TERMINAL_SQL)}

@@ -17,7 +17,7 @@ Where the file is read: local runs write under ``$DDPJOB_HOME/runs/<id>/output/`
 ``output_dir``), Slurm runs in the job folder (``<slurm.folder>/<id>/output/``, on the filesystem the
 nodes share with the submitting machine); both come from the job's ``plan.json``. Kubernetes runs
 write inside their pods (``/workspace/outputs/<id>/`` or the spec's ``output_dir``), which this machine
-cannot read: their rows have states and sweep values but no metrics (``UNREADABLE``).
+cannot read: their rows have states and sweep values but no metrics (``metrics_elsewhere``).
 
 Pure standard library: the command line and the dashboard import this without any heavy library.
 """
@@ -30,7 +30,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import DdpjobError
 from launcher.core.progress import METRICS_FILE
@@ -38,7 +38,7 @@ from launcher.core.progress import METRICS_FILE
 if TYPE_CHECKING:
     from launcher.service.jobs import Jobs
     from launcher.service.registry import JobRecord
-    from launcher.targets.base import JobStatus
+    from launcher.targets.jobstatus import JobStatus
 
 # Numbers on a metrics line that are not metrics: where the line is, not how the run does.
 NOT_METRICS = frozenset({"step", "time", "total_steps", "epoch", "world_size", "eval_samples"})
@@ -47,12 +47,16 @@ NOT_METRICS = frozenset({"step", "time", "total_steps", "epoch", "world_size", "
 _HIGHER_WORDS = frozenset({"acc", "accuracy", "auc", "auroc", "f1", "precision", "recall", "score", "iou", "map",
                            "bleu", "rouge", "top1", "top5", "throughput", "reward", "return"})
 
-# Why a target's metrics files cannot be read from this machine (no row of such a job has metrics).
-UNREADABLE = {
-    "k8s": "Kubernetes runs write their metrics inside their pods (/workspace/outputs/<id>/ or the spec's "
-           "output_dir), which this machine cannot read: copy them out (kubectl cp) or write to a volume "
-           "you can reach",
-}
+
+def metrics_elsewhere(target: str) -> str | None:
+    """Why this machine cannot read the metrics files of a job of ``target`` (its target's
+    ``metrics_elsewhere``: no row of such a job has metrics); None where it can."""
+    from launcher.targets.lookup import get_target
+
+    try:
+        return get_target(target).metrics_elsewhere
+    except DdpjobError:  # a target not installed here: its files are read as any other's
+        return None
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ class Metrics:
         return out
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -162,7 +166,7 @@ def job_results(jobs: Jobs, job_id: str) -> list[RunResult]:
     except DdpjobError:
         status = None
     runs = _runs(rec, status)
-    sweep = rec.spec.get("sweep") or {}
+    sweep = rec.summary.sweep or {}
     out = []
     for run in runs:
         metrics = read_metrics(os.path.join(run.output_dir, METRICS_FILE)) if run.output_dir else Metrics()
@@ -197,12 +201,12 @@ def _runs(rec: JobRecord, status: JobStatus | None) -> list[_Run]:
 def _planned(rec: JobRecord) -> dict[int, _Run]:
     """Each run's params and output folder from the job's ``plan.json`` (local, Slurm); none on Kubernetes,
     whose runs write in their pods."""
-    if rec.target in UNREADABLE or rec.handle is None:
+    if rec.handle is None or metrics_elsewhere(rec.target):
         return {}
-    run_dir = rec.handle.get("run_dir") or rec.run_dir
+    run_dir = str(rec.handle.get("run_dir") or rec.run_dir)
     from launcher.targets.shared.runfolder import RunFolder
 
-    plan = RunFolder(run_dir).read_plan()
+    plan: object = RunFolder(run_dir).read_plan()
     out = {}
     for el in plan.get("elements", []) if isinstance(plan, dict) else []:
         if isinstance(el, dict) and isinstance(el.get("index"), int):
@@ -213,7 +217,7 @@ def _planned(rec: JobRecord) -> dict[int, _Run]:
     return out
 
 
-def _typed(params: dict[str, str], sweep: dict[str, Any]) -> dict[str, object]:
+def _typed(params: dict[str, str], sweep: dict[str, list[object]]) -> dict[str, object]:
     """A run's sweep values as the spec typed them (``0.1``, ``1``), matched by their text in the plan."""
     from launcher.spec.model import format_value
 

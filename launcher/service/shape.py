@@ -9,41 +9,44 @@ plan's, recorded with the handle; for records older than that it is read from th
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from launcher.core.errors import UsageError
 from launcher.core.fields import COUNT_MAX
+from launcher.service.records import JobShape
 
 if TYPE_CHECKING:
     from launcher.service.registry import JobRecord
     from launcher.targets.base import Plan
 
 
-def plan_shape(plan: Plan[Any]) -> dict[str, int]:
+PayloadT = TypeVar("PayloadT")
+
+
+def plan_shape(plan: Plan[PayloadT]) -> JobShape:
     """What the registry records of a submitted plan."""
-    return {"runs": plan.runs, "nodes": plan.nodes, "procs_per_node": plan.procs_per_node}
+    return JobShape(runs=plan.runs, nodes=plan.nodes, procs_per_node=plan.procs_per_node)
 
 
-def shape_of(rec: JobRecord) -> dict[str, int | None]:
-    """``runs``, ``nodes`` and ``procs_per_node`` of a job (None where unknown)."""
-    if rec.shape:
-        return {k: rec.shape.get(k) for k in ("runs", "nodes", "procs_per_node")}
-    spec: dict[str, Any] = rec.spec or {}
-    sweep = spec.get("sweep") or {}
-    ppn = spec.get("procs_per_node")
-    return {
-        "runs": math.prod(len(v) for v in sweep.values()) if isinstance(sweep, dict) else None,
-        "nodes": spec.get("nodes") if isinstance(spec.get("nodes"), int) else None,
-        "procs_per_node": ppn if isinstance(ppn, int) and not isinstance(ppn, bool) else None,
-    }
+def shape_of(rec: JobRecord) -> JobShape:
+    """``runs``, ``nodes`` and ``procs_per_node`` of a job: the submitted plan's, else the stored spec's
+    (``procs_per_node: auto`` then unknown)."""
+    if rec.shape is not None:
+        return rec.shape
+    spec = rec.summary
+    return JobShape(
+        runs=math.prod(len(v) for v in spec.sweep.values()) if spec.sweep is not None else None,
+        nodes=spec.nodes,
+        procs_per_node=spec.procs_per_node if isinstance(spec.procs_per_node, int) else None,
+    )
 
 
 def check_selection(rec: JobRecord, *, task: int | None = None, node: int | None = None,
                     rank: int | None = None) -> None:
     """Refuse a task, node or rank the job does not have (``UsageError``, with the valid range)."""
     shape = shape_of(rec)
-    ranks = shape["nodes"] * shape["procs_per_node"] if shape["nodes"] and shape["procs_per_node"] else None
-    for option, value, count, what in (("--task", task, shape["runs"], "run"), ("--node", node, shape["nodes"], "node"),
+    ranks = shape.nodes * shape.procs_per_node if shape.nodes and shape.procs_per_node else None
+    for option, value, count, what in (("--task", task, shape.runs, "run"), ("--node", node, shape.nodes, "node"),
                                        ("--rank", rank, ranks, "rank")):
         if value is None:
             continue

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.spec.secrets import host_env_note, secret_names
 
 if TYPE_CHECKING:
+    from launcher.core.errors import Issue
     from launcher.spec.load import LoadedSpec
-    from launcher.targets.base import AnyTarget, Plan
+    from launcher.targets.base import Plan
+    from launcher.targets.chosen import Chosen
 
 
-def shown_plan(loaded: LoadedSpec, plan: Plan[Any]) -> Plan[Any]:
+def shown_plan(loaded: LoadedSpec, plan: Plan[object]) -> Plan[object]:
     """``plan`` as people see it: the values of secret env names masked, ``env_from_host`` names listed.
 
     Nothing is planned again: ``Plan.render`` renders the same payload (which keeps the real values,
@@ -26,7 +28,7 @@ def shown_plan(loaded: LoadedSpec, plan: Plan[Any]) -> Plan[Any]:
     return dataclasses.replace(plan, masked=secret_names(spec.env), notes=notes)
 
 
-def host_env_issues(target: AnyTarget, loaded: LoadedSpec, *, submitting: bool) -> list[Any]:
+def host_env_issues(target: Chosen, loaded: LoadedSpec, *, submitting: bool) -> list[Issue]:
     """Why ``env_from_host`` cannot be honoured: a target that would have to store the values, or
     (at submit) a name the submitting shell does not set. Returns spec ``Issue``s."""
     from launcher.core.errors import Issue

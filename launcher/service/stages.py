@@ -21,5 +21,4 @@ def live_line(jobs: Jobs, job_id: str) -> tuple[JobRecord, str]:
     progress = jobs.progress(rec)
     if progress:
         return rec, f"{rec.state.value}, {with_health(describe(progress), st.message)}"
-    tgt, handle = jobs._target_and_handle(rec)  # the service's own helper: one target, one handle
-    return rec, f"{rec.state.value}: {tgt.stage(handle, st)}"
+    return rec, f"{rec.state.value}: {jobs.bound(rec).stage(st)}"

@@ -4,6 +4,8 @@
 What ``Plan.render()`` prints (``ddpjob render``, ``submit --dry-run``) is rendered from the very
 payload that ``submit(plan)`` hands to the scheduler (secret values shown masked). ``submit`` returns the target's ``Handle`` (a dataclass
 stored as JSON in the registry); ``status``, ``logs``, ``cancel`` and ``cancel_task`` take it back.
+The service holds a target chosen by name through ``launcher.targets.chosen``, which keeps each
+target's payload and handle types paired inside it.
 """
 
 from __future__ import annotations
@@ -13,15 +15,19 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeGuard, TypeVar
 
 from launcher.core.states import JobState
-from launcher.targets.shared.files import from_json, read_json, to_json
+from launcher.targets.jobstatus import JobStatus
+from launcher.targets.shared.files import read_json, to_json
 
 if TYPE_CHECKING:
+    from launcher.core.errors import Issue
+    from launcher.core.progress import Progress
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
+    from launcher.targets.shared.health import JobHealth
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,7 @@ class PlanContext:
     home: str = "/home/user"
     cwd: str = "/work"
     python: str = "python3"
-    inputs: Any = None
+    inputs: object = None
     port_command: tuple[str, ...] = ()
 
 
@@ -63,8 +69,8 @@ class Handle:
     job_id: str
     run_dir: str
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = to_json(self)
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = to_json(self)
         return data
 
     def native_ids(self) -> list[str]:
@@ -77,12 +83,14 @@ class Handle:
 
 
 PayloadT = TypeVar("PayloadT")
+# A plan is made once and only read after (frozen; ``renderer`` is applied to its own payload only),
+# so a ``Plan[LocalPayload]`` is a ``Plan[object]``: what the service holds of any target's plan.
+PayloadT_co = TypeVar("PayloadT_co", covariant=True)
 HandleT = TypeVar("HandleT", bound=Handle)
-OptionsT = TypeVar("OptionsT")
 
 
-@dataclass
-class Plan(Generic[PayloadT]):
+@dataclass(frozen=True)
+class Plan(Generic[PayloadT_co]):
     """A printable, submittable request, planned once. ``payload`` is the target's own typed request
     and ``renderer`` the target's text of a payload; ``checks`` says what the plan was checked against
     beyond the spec's own rules (``ddpjob validate`` prints it).
@@ -96,8 +104,8 @@ class Plan(Generic[PayloadT]):
     job_id: str
     name: str
     run_dir: str
-    payload: PayloadT
-    renderer: Callable[[PayloadT, frozenset[str]], str]
+    payload: PayloadT_co
+    renderer: Callable[[PayloadT_co, frozenset[str]], str]
     nodes: int
     procs_per_node: int
     runs: int = 1
@@ -150,52 +158,23 @@ def shown_runs(total: int) -> int:
     return total if total <= FULL_UP_TO else SHOWN_RUNS
 
 
-def _first_runs(payload: PayloadT, count: int) -> tuple[PayloadT, list[Any]]:
+class _Run(Protocol):
+    """A run as a payload lists it in ``elements`` (the summary of a sweep names each)."""
+
+    index: int
+    params: dict[str, str]
+
+
+def _first_runs(payload: PayloadT, count: int) -> tuple[PayloadT, list[_Run]]:
     """``payload`` with only its first ``count`` runs, and the runs left out."""
     elements = getattr(payload, "elements", None)
     if not dataclasses.is_dataclass(payload) or isinstance(payload, type) or not isinstance(elements, list):
         return payload, []
-    cut: dict[str, Any] = {"elements": elements[:count]}
+    cut: dict[str, list[object]] = {"elements": elements[:count]}
     manifests = getattr(payload, "manifests", None)
     if isinstance(manifests, list) and len(manifests) == len(elements):
         cut["manifests"] = manifests[:count]
     return dataclasses.replace(payload, **cut), elements[count:]
-
-
-@dataclass
-class TaskStatus:
-    """One run of a job (a sweep element, or the only run) and, where known, its nodes."""
-
-    index: int
-    state: JobState
-    message: str = ""
-    nodes: list[dict[str, Any]] = field(default_factory=list)
-    params: dict[str, str] = field(default_factory=dict)
-    native_id: str | None = None
-    started: float | None = None  # when the run started and ended (seconds since the epoch), where the target records it
-    ended: float | None = None
-
-
-@dataclass
-class JobStatus:
-    """What ``ddpjob status`` shows. ``message`` carries the root cause of a failure."""
-
-    state: JobState
-    message: str = ""
-    tasks: list[TaskStatus] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "state": self.state.value,
-            "message": self.message,
-            "details": self.details,
-            "tasks": [
-                {"index": t.index, "state": t.state.value, "message": t.message, "nodes": t.nodes,
-                 "params": t.params, "native_id": t.native_id}
-                for t in self.tasks
-            ],
-        }
 
 
 @dataclass(frozen=True)
@@ -209,34 +188,36 @@ class LogFilter:
     verbose: bool = False  # also torchrun's own log records and tracebacks (logtail.AgentNoise)
 
 
-class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
+class Target(abc.ABC, Generic[PayloadT, HandleT]):
     """One execution backend. Implementations import heavy clients lazily, inside methods.
 
-    Type parameters: the target's spec section (``options``), the request its ``plan`` builds and
-    its ``submit`` takes (``Plan[PayloadT]``: what dry-run prints is what is submitted), and the
-    handle ``submit`` returns and every later call takes back.
+    Type parameters: the request its ``plan`` builds and its ``submit`` takes (``Plan[PayloadT]``:
+    what dry-run prints is what is submitted), and the handle ``submit`` returns and every later
+    call takes back. ``owns`` and ``load_handle`` say at run time which plans and stored handles are
+    the target's own, so that the service needs no cast (``launcher.targets.chosen``).
 
     Class attributes:
         name: the name in ``launcher.targets.TARGETS``.
-        handle_type: the target's ``Handle`` dataclass.
         picks_port: the service reserves a rendezvous port (``pick_port``) with the job id, in one
             registry transaction, so jobs submitted at the same moment never share one.
         passes_host_env: the job's processes inherit the submitting process's environment, so the
             spec's ``env_from_host`` names reach them without their values being stored; targets
             without it refuse ``env_from_host``.
+        metrics_elsewhere: why this machine cannot read the runs' metrics files (they write them
+            where it cannot reach: in pods); None where it can.
     """
 
     name: ClassVar[str]
-    handle_type: ClassVar[type[Handle]] = Handle
     picks_port: ClassVar[bool] = False
     passes_host_env: ClassVar[bool] = False
+    metrics_elsewhere: ClassVar[str | None] = None
 
-    def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
+    def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Issue]:
         """Problems found on this machine before submitting (a missing script, ...), as spec
         ``Issue``s; ``submit --no-preflight`` skips this. Default: nothing to check."""
         return []
 
-    def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
+    def inputs(self, loaded: LoadedSpec, *, online: bool) -> object:
         """What ``plan`` needs from outside ddpjob, read once before planning and passed in
         ``PlanContext.inputs`` (e.g. a scheduler's schema). ``online``: submitting, so the
         scheduler may be asked; offline (render, validate, --dry-run) only local copies are used."""
@@ -247,12 +228,17 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         return False
 
     @abc.abstractmethod
-    def options(self, spec: JobSpec) -> OptionsT:
-        """This target's section of ``spec`` (its ``<name>:`` options)."""
-
-    @abc.abstractmethod
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[PayloadT]:
         """Build the request. Pure; raises ``SpecError`` (via ``loaded.error``) for target-specific problems."""
+
+    @abc.abstractmethod
+    def owns(self, plan: Plan[object]) -> TypeGuard[Plan[PayloadT]]:
+        """Whether ``plan`` is this target's (its payload is this target's payload type)."""
+
+    @abc.abstractmethod
+    def load_handle(self, data: dict[str, object]) -> HandleT:
+        """The handle stored in the registry as JSON, back as this target's dataclass
+        (``launcher.targets.shared.files.from_json``)."""
 
     @abc.abstractmethod
     def submit(self, plan: Plan[PayloadT]) -> HandleT:
@@ -326,7 +312,7 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         elements = plan.get("elements", []) if isinstance(plan, dict) else []
         return [metrics_path(el["output_dir"]) for el in elements if isinstance(el, dict) and el.get("output_dir")]
 
-    def progress(self, handle: HandleT) -> dict[str, Any] | None:
+    def progress(self, handle: HandleT) -> Progress | None:
         """How far the job is (``launcher.core.progress``): the latest run whose metrics file this
         machine can read and that reports steps (``task`` says which, for a sweep). None while a
         later run has started and reports no step yet, once that one has reached its last step: the
@@ -342,12 +328,12 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         index, progress = found[-1]
         if len(files) == 1:
             return progress
-        total = progress.get("total_steps")
-        if not isinstance(total, int) or progress["step"] >= total:  # it may have ended: has a later run started?
+        total = progress.total_steps
+        if not isinstance(total, int) or progress.step >= total:  # it may have ended: has a later run started?
             started = [i for i, nodes in enumerate(self.startup_files(handle)) if any(os.path.exists(log) for log, _ in nodes)]
             if started and started[-1] > index:
                 return None
-        return {**progress, "task": index}
+        return progress.of_task(index)
 
     def watch_files(self, handle: HandleT) -> list[str]:
         """Each run's ``watch.json`` (``launcher.targets.shared.heartbeat``) where this machine can read
@@ -358,7 +344,7 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
 
         return [TaskFolder(os.path.dirname(files[0][0])).watch for files in self.startup_files(handle) if files]
 
-    def health(self, handle: HandleT) -> Any:
+    def health(self, handle: HandleT) -> JobHealth | None:
         """Every rank's health (``launcher.targets.shared.health.JobHealth``) of the latest run whose
         watch this machine can read: its last sample once the run has ended; None when there is none."""
         from launcher.targets.shared.health import parse
@@ -387,12 +373,3 @@ class Target(abc.ABC, Generic[OptionsT, PayloadT, HandleT]):
         elements = plan.get("elements", []) if isinstance(plan, dict) else []
         return [[(n["log"], n["torchrun_log_dir"]) for n in el.get("nodes", []) if "torchrun_log_dir" in n]
                 for el in elements if isinstance(el, dict) and isinstance(el.get("nodes"), list)]
-
-    def load_handle(self, data: dict[str, Any]) -> HandleT:
-        """The handle stored in the registry as JSON, back as this target's dataclass."""
-        return cast("HandleT", from_json(self.handle_type, data))
-
-
-# A target chosen by name at run time (``launcher.targets.lookup.get_target``): the service walks
-# the same path for each, and each target's own types hold inside it.
-AnyTarget = Target[Any, Any, Handle]

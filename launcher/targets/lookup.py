@@ -11,11 +11,17 @@ import importlib
 
 from launcher.core.errors import TargetUnavailable
 from launcher.targets import TARGET_NAMES, TARGETS
-from launcher.targets.base import AnyTarget
+from launcher.targets.chosen import Chosen, chosen
 
 
-def get_target(name: str) -> AnyTarget:
-    """The target called ``name``; raises ``TargetUnavailable`` if it cannot be loaded here."""
+def get_target(name: str) -> Chosen:
+    """The target called ``name``, as the service holds it (``launcher.targets.chosen``); raises
+    ``TargetUnavailable`` if it cannot be loaded here."""
+    return chosen(target_class(name)())
+
+
+def target_class(name: str) -> type:
+    """The ``Target`` class of the target called ``name`` (``TargetUnavailable`` if it cannot be loaded here)."""
     entry = TARGETS.get(name)
     if entry is None:
         raise TargetUnavailable(f"unknown target {name!r}; choose one of {', '.join(TARGET_NAMES)}")
@@ -26,5 +32,6 @@ def get_target(name: str) -> AnyTarget:
         if e.name == module_name:
             raise TargetUnavailable(f"the {name} target is not part of this installation") from e
         raise
-    target: AnyTarget = cls()
-    return target
+    if not isinstance(cls, type):
+        raise TypeError(f"{entry.target} is not a class")
+    return cls

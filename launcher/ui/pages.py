@@ -4,6 +4,7 @@ from a job (names, messages, log lines, the spec) is escaped."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from html import escape
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from launcher.ui.view import JobFilter
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
+    from launcher.core.progress import Progress
     from launcher.service.results import RunResult
     from launcher.ui.view import JobRow, JobView
 
@@ -108,13 +110,13 @@ def jobs_page(token: str, home: str, live: str, flt: JobFilter | None = None) ->
     return page("ddpjob: jobs", body, token, home)
 
 
-def progress_cell(progress: dict[str, object] | None) -> str:
+def progress_cell(progress: Progress | None) -> str:
     if not progress:
         return ""
-    step, total = progress.get("step"), progress.get("total_steps")
+    step, total = progress.step, progress.total_steps
     bar = (f'<progress max="{total}" value="{min(step, total)}"></progress>'
            if isinstance(step, int) and isinstance(total, int) and total > 0 else "")
-    run = f" (run {progress['task']})" if isinstance(progress.get("task"), int) else ""
+    run = f" (run {progress.task})" if progress.task is not None else ""
     return bar + escape(describe(progress) + run)
 
 
@@ -130,7 +132,7 @@ def jobs_table(rows: list[JobRow], token: str, now: float | None = None, filtere
            "<th>State</th><th>Progress</th><th>Nodes</th><th>Age</th><th>Message</th></tr></thead><tbody>"]
     for row in rows:
         r = row.rec
-        nodes = (r.shape or {}).get("nodes", r.spec.get("nodes")) or EMPTY
+        nodes = (r.shape.nodes if r.shape else r.summary.nodes) or EMPTY
         out.append(f"<tr data-job=\"{escape(r.id)}\"><td><input type=\"checkbox\" name=\"id\" value=\"{escape(r.id)}\" "
                    f"aria-label=\"compare {escape(r.id)}\"></td>"
                    f"<td class=\"id\"><a href=\"{url(job_path(r.id), token)}\">{escape(r.id)}</a></td>"
@@ -229,12 +231,12 @@ def nodes_section(view: JobView) -> str:
     ppn = view.procs_per_node
     out = [title, "<table class=\"nodes\"><thead><tr><th>Node</th><th>Ranks</th><th>Details</th><th>Log</th></tr></thead><tbody>"]
     for n in task.nodes:
-        node = n.get("node")
+        node = n.node
         ranks = (f"{node * ppn}" + (f"-{node * ppn + ppn - 1}" if ppn > 1 else "")
                  if isinstance(node, int) and ppn else "?")
-        extra = " ".join(f"{k}={v}" for k, v in n.items() if k not in ("node", "log", "ended") and v not in (None, ""))
+        extra = " ".join(f"{k}={v}" for k, v in n.details() if v != "")
         out.append(f"<tr><td>{escape(str(node))}</td><td>{ranks}</td><td>{escape(extra)}</td>"
-                   f"<td><code>{escape(str(n.get('log', '')))}</code></td></tr>")
+                   f"<td><code>{escape(n.log or '')}</code></td></tr>")
     out.append("</tbody></table>")
     if task.message:
         out.append(f"<p>Run {task.index}: {escape(task.message)}</p>")
@@ -303,9 +305,9 @@ def job_live(view: JobView, token: str, now: float | None = None) -> str:
     if rec.ended_at:
         facts.append(("ended", when(rec.ended_at)))
     if view.progress:  # no ETA once the job has ended
-        shown = {k: v for k, v in view.progress.items() if k != "eta_s" or not rec.state.terminal}
+        shown = dataclasses.replace(view.progress, eta_s=None) if rec.state.terminal else view.progress
         facts.append(("progress", progress_cell(shown)))
-        if (split := StepSplit.of(view.progress)) is not None:
+        if (split := view.progress.split()) is not None:
             facts.append(("step", escape(split.text()) + "".join(
                 f"<div class=\"note advice\">{escape(hint)}</div>" for hint in [split.advice()] if hint)))
     facts.append(("run dir", f"<code>{escape(rec.run_dir)}</code>"))

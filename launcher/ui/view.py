@@ -6,16 +6,18 @@ the page."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import DdpjobError
 
 if TYPE_CHECKING:
+    from launcher.core.progress import Progress
     from launcher.service.compare import Comparison
     from launcher.service.jobs import Jobs
     from launcher.service.registry import JobRecord
     from launcher.service.results import RunResult
-    from launcher.targets.base import JobStatus
+    from launcher.targets.jobstatus import JobStatus
+    from launcher.targets.shared.health import JobHealth
 
 LOG_TAIL = 40  # lines of each node's log on the job page
 LOG_NODES = 8  # nodes whose logs the job page shows (the others: ddpjob logs ID --node N)
@@ -25,7 +27,7 @@ _PLAN_MAX = 64 * 1024
 @dataclass
 class JobRow:
     rec: JobRecord
-    progress: dict[str, Any] | None
+    progress: Progress | None
 
 
 @dataclass
@@ -34,18 +36,17 @@ class JobView:
 
     rec: JobRecord
     status: JobStatus | None
-    progress: dict[str, Any] | None
+    progress: Progress | None
     runs: list[RunResult]
     task: int
     logs: list[tuple[int, list[str]]]  # (node, its last lines)
     problems: list[str] = field(default_factory=list)
     nodes: int = 1
-    health: Any = None  # every rank's health (launcher.targets.shared.health.JobHealth), as ddpjob top shows it
+    health: JobHealth | None = None  # every rank's health, as ddpjob top shows it
 
     @property
     def procs_per_node(self) -> int | None:
-        value = (self.rec.shape or {}).get("procs_per_node")
-        return value if isinstance(value, int) else None
+        return self.rec.shape.procs_per_node if self.rec.shape else None
 
 
 @dataclass(frozen=True)
@@ -90,13 +91,13 @@ def job_rows(jobs: Jobs, limit: int = 100, flt: JobFilter | None = None) -> list
 
 
 def _runs_of(rec: JobRecord) -> int:
-    value = (rec.shape or {}).get("runs")
-    return value if isinstance(value, int) and value > 0 else 1
+    value = rec.shape.runs if rec.shape else None
+    return value if value is not None and value > 0 else 1
 
 
 def _nodes_of(rec: JobRecord) -> int:
-    value = (rec.shape or {}).get("nodes", rec.spec.get("nodes"))
-    return value if isinstance(value, int) and value > 0 else 1
+    value = rec.shape.nodes if rec.shape else rec.summary.nodes
+    return value if value is not None and value > 0 else 1
 
 
 def job_view(jobs: Jobs, job_id: str, task: int | None = None, tail: int = LOG_TAIL) -> JobView:
@@ -152,14 +153,15 @@ def spec_text(rec: JobRecord) -> str:
     other targets are left out."""
     import yaml
 
+    from launcher.spec.secrets import mask_spec
     from launcher.targets import TARGET_NAMES
 
-    spec = {k: v for k, v in rec.to_json()["spec"].items() if k not in TARGET_NAMES or k == rec.target}
+    spec = {k: v for k, v in mask_spec(rec.spec).items() if k not in TARGET_NAMES or k == rec.target}
     return str(yaml.safe_dump(_set_only(spec), sort_keys=False, default_flow_style=None, allow_unicode=True,
                               width=100))
 
 
-def _set_only(value: Any) -> Any:
+def _set_only(value: object) -> object:
     if isinstance(value, dict):
         return {k: _set_only(v) for k, v in value.items() if v not in (None, [], {})}
     return value

@@ -8,6 +8,7 @@ import pytest
 
 from launcher.core.states import JobState
 from launcher.service.compare import ComparedRun, Comparison, _split, command_facets, job_facets, no_metrics_note, short
+from launcher.service.records import JobShape
 from launcher.service.registry import JobRecord
 from launcher.service.results import RunResult
 
@@ -18,7 +19,7 @@ def record(job_id: str, target: str, spec: dict, shape: dict | None = None) -> J
     full = {"name": "mine", "command": ["python", "train.py"], "nodes": 1, "procs_per_node": 1, "env": {},
             "image": None, "sweep": {}, "local": {"network": "host"}, "slurm": {"time": "10"}, **spec}
     return JobRecord(job_id, "mine", target, JobState.SUCCEEDED, full, {"run_dir": "/r"}, "/r", None, "", 0.0, 0.0,
-                     None, shape or {"runs": 1, "nodes": full["nodes"], "procs_per_node": 1})
+                     None, JobShape.from_json(shape or {"runs": 1, "nodes": full["nodes"], "procs_per_node": 1}))
 
 
 def runs_of(rec: JobRecord, same_target: bool, *values: dict) -> list[ComparedRun]:

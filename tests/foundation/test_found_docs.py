@@ -54,7 +54,8 @@ def _stage_line(runs: list[list[tuple[str, str]]]) -> str:
 
     from launcher.cli import follow
     from launcher.core.states import JobState
-    from launcher.targets.base import JobStatus, Target
+    from launcher.targets.base import Target
+    from launcher.targets.jobstatus import JobStatus
 
     class Nodes:  # the target's side that stage() reads: where each node's files are
         stage = Target.stage
@@ -72,8 +73,12 @@ def _stage_line(runs: list[list[tuple[str, str]]]) -> str:
         def progress(self, rec: Record) -> None:
             return None
 
-        def _target_and_handle(self, rec: Record) -> tuple[Nodes, object]:
-            return Nodes(), object()
+        def bound(self, rec: Record) -> Job:
+            return Job()
+
+    class Job:  # the recorded job: its target's stage() with its handle
+        def stage(self, status: JobStatus) -> str:
+            return Nodes().stage(object(), status)  # type: ignore[arg-type]
 
     shown: list[str] = []
     original = click.echo
@@ -181,13 +186,14 @@ def check_results_own_metric(block: list[str], tmp_path: Path, monkeypatch: pyte
 def check_status_data_bound(block: list[str], tmp_path: Path) -> None:
     """``ddpjob status``'s progress and advice lines of a run whose batches wait 45% of each step."""
     from launcher.cli.show import status_lines
+    from launcher.core.progress import Progress
     from launcher.core.states import JobState
     from launcher.service.registry import JobRecord
 
     rec = JobRecord(id="mlp-ab12c", name="mlp", target="local", state=JobState.RUNNING, spec={}, handle=None,
                     run_dir=str(tmp_path), port=None, message="", created_at=0.0, updated_at=0.0, ended_at=None)
-    progress = {"step": 40, "total_steps": 40, "loss": 0.0288, "samples_per_s": 258.0, "eta_s": 0.0,
-                "data_ms": 45.0, "compute_ms": 55.0, "comm_ms": 0.0}
+    progress = Progress(40, 0.0, total_steps=40, loss=0.0288, samples_per_s=258.0, eta_s=0.0, data_ms=45.0,
+                        compute_ms=55.0, comm_ms=0.0)
     printed = status_lines(rec, None, progress)
     assert all(line in printed for line in block), "\n".join(["quoted:", *block, "printed:", *printed])
 

@@ -23,11 +23,11 @@ def _sweep_spec(tmp_path, runs: int, nodes: int) -> str:
 
 
 def test_a_plan_of_too_many_processes_is_refused_from_the_spec(tmp_path, monkeypatch):
-    from launcher.targets.lookup import get_target
+    from launcher.targets.lookup import target_class
 
     planned = []
     for name in ("local", "slurm", "k8s"):  # nothing may be planned: the refusal comes first
-        cls = type(get_target(name))
+        cls = target_class(name)
         monkeypatch.setattr(cls, "plan", lambda self, loaded, ctx: planned.append(ctx))
     spec = _sweep_spec(tmp_path, 1000, 1024)
     with pytest.raises(SpecError) as info:

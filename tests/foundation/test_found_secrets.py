@@ -126,9 +126,9 @@ def test_error_messages_and_older_records_never_show_a_secret(cli, ddpjob_home):
 
 def _count_plans(monkeypatch, target: str) -> list[str]:
     """The job ids the target's real ``plan`` is called with, from now on."""
-    from launcher.targets.lookup import get_target
+    from launcher.targets.lookup import target_class
 
-    cls = type(get_target(target))
+    cls = target_class(target)
     real, calls = cls.plan, []
 
     def plan(self, loaded, ctx):

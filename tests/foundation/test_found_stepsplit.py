@@ -12,7 +12,7 @@ import pytest
 
 from launcher.cli import results as cli_results
 from launcher.cli.show import status_lines
-from launcher.core.progress import advice, describe, read_progress
+from launcher.core.progress import Progress, advice, describe, read_progress
 from launcher.core.states import JobState
 from launcher.core.stepsplit import BOUND_SHARE, StepSplit, run_split
 from launcher.service.registry import JobRecord
@@ -94,7 +94,7 @@ def test_the_progress_line_and_status_carry_the_last_windows_split(tmp_path):
          "peak_memory_mb": 512.0},
         {"step": 20, "event": "eval", "eval_loss": 0.4, "time": now})  # a line without the split comes last
     progress = read_progress(path)
-    assert progress is not None and progress["data_ms"] == 6 and progress["peak_memory_mb"] == 512.0
+    assert progress is not None and progress.data_ms == 6 and progress.peak_memory_mb == 512.0
     line = describe(progress)
     assert line.startswith("step 20/100, loss 0.5000") and line.endswith("step: data 60% compute 30% comm 10% (data-bound)")
     assert advice(progress).startswith("data-bound: 60% of each step")
@@ -148,7 +148,7 @@ def test_results_show_the_split_and_advise_per_run():
 def test_the_dashboard_shows_the_split_and_its_advice():
     rec = _record(run_dir="/tmp/x")
     runs = [_run(0, 8.0, 2.0, 0.0)]
-    progress = {"step": 10, "total_steps": 20, "loss": 1.0, "data_ms": 8.0, "compute_ms": 2.0, "comm_ms": 0.0}
+    progress = Progress(10, 0.0, total_steps=20, loss=1.0, data_ms=8.0, compute_ms=2.0, comm_ms=0.0)
     live = pages.job_live(JobView(rec, None, progress, runs, 0, []), "TOKEN")
     assert "<dt>step</dt><dd>data 80% compute 20% comm 0% (data-bound)" in live
     assert live.count("data-bound: 80% of each step waits for its batch") == 2  # the live fact and the run's row

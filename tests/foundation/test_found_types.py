@@ -4,6 +4,9 @@ reading the stored JSON by key: native ids and where the logs live, per target."
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from launcher.core.states import JobState
 from launcher.service.jobs import Jobs
@@ -48,3 +51,95 @@ def test_list_json_survives_a_record_whose_handle_cannot_be_read(ddpjob_home, cl
     proc = cli("list", "-o", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["native_ids"] == []
+
+
+def test_the_registry_gives_back_the_shape_and_spec_summary_typed_and_shows_the_json_as_stored(ddpjob_home):
+    """The shape recorded with the handle comes back a ``JobShape``, the stored spec is read through
+    ``SpecSummary``; ``status -o json`` (``JobRecord.to_json``) shows the shape as it was stored."""
+    from launcher.service.records import JobShape
+    from launcher.service.shape import shape_of
+
+    registry = Registry(ddpjob_home)
+    spec = {"name": "t", "nodes": 2, "procs_per_node": "auto", "sweep": {"lr": [0.1, 0.2], "bs": [1, 2, 3]},
+            "notify": {"command": ["true"]}, "output_dir": "/data/out", "image": "img:1"}
+    job_id, _ = registry.reserve("t", "local", spec)
+    old = registry.get(job_id)  # no shape recorded yet: read from the stored spec
+    assert old.shape is None and old.to_json()["shape"] is None
+    assert shape_of(old) == JobShape(runs=6, nodes=2, procs_per_node=None)
+    summary = old.summary
+    assert (summary.nodes, summary.procs_per_node, summary.notify, summary.output_dir, summary.image) == (
+        2, "auto", True, "/data/out", "img:1")
+    assert summary.sweep == {"lr": [0.1, 0.2], "bs": [1, 2, 3]}
+    registry.record_handle(job_id, {"job_id": job_id, "run_dir": "/r"}, shape=JobShape(runs=6, nodes=2, procs_per_node=4))
+    rec = registry.get(job_id)
+    assert rec.shape == JobShape(runs=6, nodes=2, procs_per_node=4) and shape_of(rec) is rec.shape
+    assert json.dumps(rec.to_json()["shape"]) == '{"nodes": 2, "procs_per_node": 4, "runs": 6}'
+
+
+def test_a_node_row_is_typed_and_its_json_keeps_the_targets_keys_and_order():
+    """``NodeStatus.of`` a target's row: typed node, log and exit code; ``status -o json`` shows the
+    row as the target wrote it (key order too), the text and the dashboard its details in that order."""
+    from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
+
+    row = {"node": 1, "host": "h1", "state": "exited", "exit_code": 3, "ended": 5.0, "error": None, "log": "/r/n1.log"}
+    node = NodeStatus.of(row)
+    assert (node.node, node.log, node.exit_code) == (1, "/r/n1.log", 3)
+    assert node.details() == [("host", "h1"), ("state", "exited"), ("exit_code", 3)]
+    pod = NodeStatus.of({"node": "odd-pod", "pod": "odd-pod", "phase": "Running", "restarts": 0})
+    assert (pod.node, pod.log, pod.exit_code) == ("odd-pod", None, None)
+    shown = JobStatus(JobState.FAILED, "x", [TaskStatus(0, JobState.FAILED, "", [node, pod])]).to_json()
+    assert json.dumps(shown["tasks"][0]["nodes"]) == json.dumps([row, {"node": "odd-pod", "pod": "odd-pod",
+                                                                         "phase": "Running", "restarts": 0}])
+
+
+def test_progress_is_typed_and_its_json_keeps_the_keys_and_order_users_script_against(tmp_path):
+    """``read_progress`` gives a ``Progress``; ``-o json`` shows it as the dict it was before it was
+    typed: the keys a metrics file gave, in a fixed order, ``task`` last for a sweep's run."""
+    from launcher.core.progress import read_progress
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 10, "total_steps": 30, "loss": 2, "time": 100.0}) + "\n"
+                    + json.dumps({"step": 20, "loss": 0.5, "samples_per_s": 90.5, "data_ms": 6, "compute_ms": 3.0,
+                                  "comm_ms": 1.0, "peak_memory_mb": 512.0, "time": 110.0}) + "\n")
+    progress = read_progress(str(path))
+    assert progress is not None and (progress.step, progress.total_steps, progress.loss) == (20, 30, 0.5)
+    assert json.dumps(progress.to_json()) == (
+        '{"step": 20, "total_steps": 30, "loss": 0.5, "samples_per_s": 90.5, "data_ms": 6, "compute_ms": 3.0, '
+        '"comm_ms": 1.0, "peak_memory_mb": 512.0, "updated": 110.0, "eta_s": 10.0}')
+    assert list(progress.of_task(2).to_json())[-2:] == ["eta_s", "task"] and progress.of_task(2).to_json()["task"] == 2
+    path.write_text(json.dumps({"step": 3}) + "\n")
+    assert list(read_progress(str(path)).to_json()) == ["step", "updated"]
+
+
+def test_the_service_holds_each_target_with_its_own_types_checked_at_run_time(ddpjob_home, tmp_path):
+    """A target chosen by name reads a stored handle back as its own dataclass (no cast), refuses a
+    plan made by another target, and says itself whether this machine can read its runs' metrics."""
+    from launcher.service.results import metrics_elsewhere
+    from launcher.spec.load import load_spec
+    from launcher.targets.lookup import get_target
+
+    registry = Registry(ddpjob_home)
+    job_id, _ = registry.reserve("t-slurm", "slurm", {"name": "t-slurm", "nodes": 1})
+    registry.record_handle(job_id, SlurmHandle(job_id, "/r", slurm_job_id="91", job_dir="/f").to_json())
+    handle = Jobs(registry).bound(registry.get(job_id)).handle
+    assert type(handle) is SlurmHandle and handle.native_ids() == ["91"] and handle.log_dir() == "/f"
+    spec = tmp_path / "j.yaml"
+    spec.write_text("name: j\ncommand: [python, t.py]\n")
+    jobs = Jobs(registry)
+    local_plan = jobs.plan(load_spec(str(spec)), "local")
+    with pytest.raises(TypeError, match="a plan for the local target handed to the k8s target"):
+        get_target("k8s").server_dry_run(local_plan)
+    assert metrics_elsewhere("local") is None and metrics_elsewhere("gone") is None
+    assert "inside their pods" in (metrics_elsewhere("k8s") or "")
+
+
+def test_mypy_refuses_an_explicit_any_where_what_comes_back_is_typed():
+    """CI's mypy (strict) refuses ``Any`` written out in the target interface, the service, the
+    command line and the dashboard: the override in pyproject.toml names them."""
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    blocks = [b.split("\n[", 1)[0] for b in text.split("[[tool.mypy.overrides]]")[1:]]
+    strict = [b for b in blocks if "disallow_any_explicit = true" in b]
+    assert len(strict) == 1, blocks
+    for module in ("launcher.targets.base", "launcher.targets.chosen", "launcher.service.*", "launcher.cli.*",
+                   "launcher.ui.*"):
+        assert f'"{module}"' in strict[0], module

@@ -190,5 +190,5 @@ def test_progress_from_a_metrics_file(tmp_path, lines, expected):
     if expected is None:
         assert got is None and describe(got) == ""
         return
-    assert {k: got[k] for k in expected} == expected
+    assert {k: got.to_json()[k] for k in expected} == expected
     assert describe(got).startswith(f"step {expected['step']}")

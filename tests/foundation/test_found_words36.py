@@ -15,14 +15,14 @@ from launcher.core.states import JobState
 def test_status_of_a_running_node_leaves_out_what_is_not_known_yet():
     from launcher.cli.show import status_lines
     from launcher.service.registry import JobRecord
-    from launcher.targets.base import JobStatus, TaskStatus
+    from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 
     rec = JobRecord("j-abcde", "j", "local", JobState.RUNNING, {}, None, "/tmp/run", None, "", 1.0, 1.0, None)
     node = {"node": 0, "pid": 41, "exit_code": None, "host": "h0", "log": "/tmp/run/node-0.log"}
-    shown = "\n".join(status_lines(rec, JobStatus(JobState.RUNNING, "", [TaskStatus(0, JobState.RUNNING, "", [node])])))
+    shown = "\n".join(status_lines(rec, JobStatus(JobState.RUNNING, "", [TaskStatus(0, JobState.RUNNING, "", [NodeStatus.of(node)])])))
     assert "node 0: pid=41 host=h0" in shown and "None" not in shown, shown
     node["exit_code"] = 0  # a known exit code is shown
-    assert "exit_code=0" in "\n".join(status_lines(rec, JobStatus(JobState.RUNNING, "", [TaskStatus(0, JobState.RUNNING, "", [node])])))
+    assert "exit_code=0" in "\n".join(status_lines(rec, JobStatus(JobState.RUNNING, "", [TaskStatus(0, JobState.RUNNING, "", [NodeStatus.of(node)])])))
 
 
 def test_cancel_asks_about_one_job_in_the_singular(monkeypatch, capsys):

@@ -11,8 +11,10 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from launcher.core.progress import Progress
 from launcher.core.states import JobState
 from launcher.service.compare import ComparedRun
+from launcher.service.records import JobShape
 from launcher.service.registry import JobRecord
 from launcher.service.results import RunResult
 from launcher.ui import guard, pages, svg
@@ -89,13 +91,13 @@ def test_ticks_are_round_and_inside(lo, hi):
 def record(**kw) -> JobRecord:
     base = {"id": "demo-ab2cd", "name": "demo", "target": "local", "state": JobState.RUNNING, "spec": {"nodes": 2},
             "handle": None, "run_dir": "/tmp/x", "port": None, "message": "", "created_at": time.time() - 125,
-            "updated_at": time.time(), "ended_at": None, "shape": {"nodes": 2, "procs_per_node": 2, "runs": 2}}
+            "updated_at": time.time(), "ended_at": None, "shape": JobShape(runs=2, nodes=2, procs_per_node=2)}
     base.update(kw)
     return JobRecord(**base)  # type: ignore[arg-type]
 
 
 def test_jobs_table_shows_state_progress_age_target_and_escapes():
-    rows = [JobRow(record(message="<img src=x onerror=alert(1)>"), {"step": 30, "total_steps": 120, "loss": 0.5, "task": 1}),
+    rows = [JobRow(record(message="<img src=x onerror=alert(1)>"), Progress(30, 0.0, total_steps=120, loss=0.5, task=1)),
             JobRow(record(id="old-zzzzz", state=JobState.FAILED, created_at=time.time() - 3 * 86400), None)]
     html = pages.jobs_table(rows, "TOKEN")
     assert "<img" not in html and "&lt;img" in html
@@ -229,7 +231,7 @@ def test_pages_hold_nothing_their_policy_blocks():
     """The pages' Content-Security-Policy allows only the dashboard's own script and style files:
     an inline script, style or event handler would silently not work."""
     runs = [RunResult(0, {}, "RUNNING", 1.0, {"loss": 1.0}, {"loss": 1.0}, {"loss": [(1, 2.0), (2, 1.0)]}, None)]
-    view = JobView(record(), None, {"step": 2, "total_steps": 9}, runs, 0, [(0, ["x"])])
+    view = JobView(record(), None, Progress(2, 0.0, total_steps=9), runs, 0, [(0, ["x"])])
     live = pages.job_live(view, "T")
     from launcher.service.compare import _split, job_facets
     from launcher.ui.comparepage import compare_page

@@ -15,7 +15,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import Issue, TargetUnavailable
 from launcher.service.imagebuild import context as buildctx
@@ -26,7 +26,8 @@ from launcher.targets.shared.container import IMAGE_RE
 if TYPE_CHECKING:
     from launcher.spec.build import BuildOptions
     from launcher.spec.load import LoadedSpec
-    from launcher.targets.base import AnyTarget, Plan
+    from launcher.targets.base import Plan
+    from launcher.targets.chosen import Chosen
 
 REGISTRY_ENV = "DDPJOB_BUILD_REGISTRY"
 
@@ -199,7 +200,7 @@ class Resolved:
         return (self.left_out,) if self.left_out else ()
 
 
-def for_target(target: AnyTarget, loaded: LoadedSpec, *, build: bool) -> Resolved:
+def for_target(target: Chosen, loaded: LoadedSpec, *, build: bool) -> Resolved:
     """``resolve`` where ``target`` runs the spec's image; elsewhere ``build:`` is only noted."""
     if loaded.spec.build is not None and not target.runs_image(loaded.spec):
         return Resolved(loaded, f"# build: not used: the {target.name} target does not run the spec's image with "
@@ -236,7 +237,7 @@ def with_build(loaded: LoadedSpec) -> LoadedSpec:
     return dataclasses.replace(loaded, spec=loaded.spec.model_copy(update={"build": BuildOptions()}))
 
 
-def noted(plan: Plan[Any], note: str) -> Plan[Any]:
+def noted(plan: Plan[object], note: str) -> Plan[object]:
     """``plan`` with the note about its image added to what people see."""
     return dataclasses.replace(plan, notes=plan.notes + note) if note else plan
 

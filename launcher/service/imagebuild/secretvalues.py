@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import Issue
 from launcher.spec.secrets import is_secret, printable
@@ -94,7 +94,7 @@ def _secret_fields(file: str) -> list[tuple[str, str]]:
     return out
 
 
-def _written(value: Any) -> bool:
+def _written(value: object) -> bool:
     return value is not None and str(value) != ""
 
 

@@ -9,10 +9,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.shared.runfolder import LOG_SUFFIX, RunFolder
+
+if TYPE_CHECKING:
+    from launcher.core.progress import Progress
 
 _POD_RE = re.compile(r"^(?P<job>.+)-(?P<type>master|worker)-(?P<index>\d+)$")
 # A TrainJob's pods (JobSet, replicatedJob `node`, Job index 0): <job>-node-0-<completion index>-<5 random>.
@@ -162,7 +165,7 @@ def object_warnings(kube: Any, name: str) -> list[str]:
     return [f"{name}: {e.get('reason')}: {e.get('message')}" for e in events[-1:]]
 
 
-def pod_progress(kube: Any, handle: Any, api: Any, run_dir: str) -> dict[str, Any] | None:
+def pod_progress(kube: Any, handle: Any, api: Any, run_dir: str) -> Progress | None:
     """How far the job is, from the ``DDPJOB_PROGRESS`` lines in the tail of rank 0's pod log (the
     first pod) of the latest run that has one; the copy ddpjob kept once the pod is gone."""
     import time
@@ -179,5 +182,5 @@ def pod_progress(kube: Any, handle: Any, api: Any, run_dir: str) -> dict[str, An
             data = kept[-1].read_bytes()[-65536:]
         found = progress_from_lines(data.decode("utf-8", "replace").splitlines(), time.time()) if data else None
         if found:
-            return {**found, "task": index} if len(handle.jobs) > 1 else found
+            return found.of_task(index) if len(handle.jobs) > 1 else found
     return None

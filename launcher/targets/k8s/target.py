@@ -25,11 +25,12 @@ import copy
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from launcher.core.errors import DdpjobError, TargetError
 from launcher.core.states import JobState, summarize
-from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
+from launcher.targets.base import LogFilter, Plan, PlanContext, Target
+from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.k8s import runner
 from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi, api_of
 from launcher.targets.k8s.check import located, spec_where
@@ -38,23 +39,25 @@ from launcher.targets.k8s.flavours import flavour_of
 from launcher.targets.k8s.payload import K8sHandle, K8sPayload, K8sRun, render_text
 from launcher.targets.k8s.pods import object_warnings, pod_nodes
 from launcher.targets.k8s.render import LABEL_JOB_ID, secret_env_issues
-from launcher.targets.shared.files import read_json, to_json, write_json
+from launcher.targets.shared.files import from_json, read_json, to_json, write_json
 from launcher.targets.shared.runfolder import RunFolder
 
 if TYPE_CHECKING:
+    from launcher.core.progress import Progress
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
-    from launcher.targets.k8s.options import K8sOptions
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}
 NCCL_DEFAULTS_RDMA = {**NCCL_DEFAULTS, "NCCL_IB_DISABLE": "0"}  # k8s.rdma: the pods have InfiniBand
 
 
-class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
+class KubernetesTarget(Target[K8sPayload, K8sHandle]):
     """Submits PyTorchJobs with the official kubernetes client (``pip install 'ddpjob[k8s]'``)."""
 
     name = "k8s"
-    handle_type: ClassVar[type[Handle]] = K8sHandle
+    metrics_elsewhere = ("Kubernetes runs write their metrics inside their pods (/workspace/outputs/<id>/ or the "
+                         "spec's output_dir), which this machine cannot read: copy them out (kubectl cp) or write to "
+                         "a volume you can reach")
 
     # ------------------------------------------------------------------ plan
     def inputs(self, loaded: LoadedSpec, *, online: bool) -> CrdInput:
@@ -70,8 +73,11 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
     def runs_image(self, spec: JobSpec) -> bool:
         return True
 
-    def options(self, spec: JobSpec) -> K8sOptions:
-        return spec.k8s
+    def owns(self, plan: Plan[object]) -> TypeGuard[Plan[K8sPayload]]:
+        return isinstance(plan.payload, K8sPayload)
+
+    def load_handle(self, data: dict[str, object]) -> K8sHandle:
+        return from_json(K8sHandle, data)
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[K8sPayload]:
         spec = loaded.spec
@@ -188,10 +194,10 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
                 said = note(kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
                 msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
             seen[el.name] = {"state": state.value, "message": msg}
-            tasks.append(TaskStatus(el.index, state, msg, nodes, el.params, el.name))
+            tasks.append(TaskStatus(el.index, state, msg, [NodeStatus.of(n) for n in nodes], el.params, el.name))
         _write_seen(handle.run_dir, seen)
         overall, message = summarize(tasks)
-        details = {"namespace": handle.namespace, "context": handle.context,
+        details: dict[str, object] = {"namespace": handle.namespace, "context": handle.context,
                    api.plural: ", ".join(el.name for el in handle.jobs)}
         if replicas:
             details["replicas"] = " | ".join(replicas)
@@ -252,7 +258,7 @@ class KubernetesTarget(Target["K8sOptions", K8sPayload, K8sHandle]):
     def metrics_files(self, handle: K8sHandle) -> list[str]:
         return []  # the runs write their metrics inside the pods
 
-    def progress(self, handle: K8sHandle) -> dict[str, Any] | None:
+    def progress(self, handle: K8sHandle) -> Progress | None:
         from launcher.targets.k8s.pods import pod_progress
 
         api = api_of(handle.api)

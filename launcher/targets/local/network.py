@@ -86,6 +86,31 @@ def node_address(subnet: str, node: int) -> str:
     return str(ipaddress.IPv4Network(subnet)[node + 2])
 
 
+def job_subnet(job_id: str, used: list[str], engine: str) -> str:
+    """The job's subnet: free of this machine's routes and the engine's networks (``used``)."""
+    subnet = pick_subnet(job_id, used)
+    if subnet is None:
+        from launcher.core.errors import TargetUnavailable
+
+        raise TargetUnavailable(f"every /{PREFIX} of {POOL} overlaps a route or an engine network of this "
+                                f"machine: local.network: bridge has no free subnet (remove unused networks: "
+                                f"{engine} network prune)")
+    return subnet
+
+
+def create_job_network(argv: list[str], engine: str, name: str | None) -> None:
+    """Make the job's network (``argv``: its ``create_argv``; none for ``host``) before any container
+    needs it."""
+    if not argv:
+        return
+    why = create(argv)
+    if why is not None:
+        from launcher.core.errors import SubmitRejected
+
+        raise SubmitRejected(f"{engine} could not create the job's network {name} ({' '.join(argv)}): {why}; "
+                             "submit again (another subnet is chosen for a new job), or use local.network: host")
+
+
 def create_argv(engine: str, name: str, subnet: str, job_id: str) -> list[str]:
     """The command that makes the job's network (podman and docker take the same words)."""
     return [engine, "network", "create", "--internal", "--subnet", subnet, "--label", f"{LABEL}={job_id}", name]

@@ -18,11 +18,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, TypeGuard
 
-from launcher.core.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
+from launcher.core.errors import Issue, TargetError, TargetUnavailable
 from launcher.core.states import JobState, summarize
-from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target, TaskStatus
+from launcher.targets.base import LogFilter, Plan, PlanContext, Target
+from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.local import container as ctr
 from launcher.targets.local import network as net
 from launcher.targets.local import ports, watch
@@ -38,25 +39,23 @@ from launcher.targets.local.payload import (
 )
 from launcher.targets.local.statefile import read_note
 from launcher.targets.shared import netif, procs
-from launcher.targets.shared.files import atomic_write, to_json
+from launcher.targets.shared.files import atomic_write, from_json, to_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 from launcher.targets.shared.runfolder import RunFolder
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
-    from launcher.targets.local.options import LocalOptions
 
 __all__ = ["MARKER", "LocalElement", "LocalHandle", "LocalNode", "LocalPayload", "LocalTarget", "read_plan",
            "render_local"]
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "WARN"}
 
-class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
+class LocalTarget(Target[LocalPayload, LocalHandle]):
     """Runs every node on this machine. Rendezvous: 127.0.0.1 and a port no live local job uses."""
 
     name = "local"
-    handle_type: ClassVar[type[Handle]] = LocalHandle
     picks_port = True
     passes_host_env = True  # the supervisor and its agents inherit the submitting environment
 
@@ -86,8 +85,11 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
     def runs_image(self, spec: JobSpec) -> bool:
         return spec.local.container != "none"
 
-    def options(self, spec: JobSpec) -> LocalOptions:
-        return spec.local
+    def owns(self, plan: Plan[object]) -> TypeGuard[Plan[LocalPayload]]:
+        return isinstance(plan.payload, LocalPayload)
+
+    def load_handle(self, data: dict[str, object]) -> LocalHandle:
+        return from_json(LocalHandle, data)
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[LocalPayload]:
         # Imported here: status, logs, cancel and the supervisor never load the spec's models.
@@ -98,8 +100,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         port = spec.master_port or ctx.port
         port_text = str(port) if port is not None else PORT_AT_SUBMIT
         procs_per_node = dist.resolve_procs_per_node(spec, ctx.gpu_count // max(1, spec.nodes))
-        # Simulated nodes share this machine's cores.
-        cpus_per_node = spec.resources.cpus or max(1, ctx.cpu_count // spec.nodes)
+        cpus_per_node = spec.resources.cpus or max(1, ctx.cpu_count // spec.nodes)  # the nodes share its cores
         workdir = spec.workdir or ctx.cwd
         output_root = spec.output_dir or RunFolder(ctx.run_dir).output
         if not os.path.isabs(output_root):
@@ -111,7 +112,8 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         issues += net.plan_issues(spec.local.network, engine, spec.nodes)
         if issues:
             raise loaded.error(issues)
-        subnet = _bridge_subnet(spec, ctx) if spec.local.network == "bridge" else None
+        used = list(ctx.inputs.used_subnets) if isinstance(ctx.inputs, ctr.LocalInputs) else []
+        subnet = net.job_subnet(ctx.job_id, used, spec.local.container) if spec.local.network == "bridge" else None
         addresses = [net.node_address(subnet, n) if subnet else "127.0.0.1" for n in range(spec.nodes)]
         env_base = dist.process_env(
             spec, {**NCCL_DEFAULTS, **net.NCCL_IFACE} if subnet else NCCL_DEFAULTS, cpus_per_node=cpus_per_node,
@@ -189,7 +191,7 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
         data, secret_values = supervisor.secrets_apart(to_json(payload), plan.masked)
         folder.write_plan(data, plan.render())  # the secret values go in the supervisor's environment
         env = {**os.environ, MARKER: plan.job_id, **({supervisor.SECRET_ENV: secret_values} if secret_values else {})}
-        _create_network(payload)
+        net.create_job_network(payload.network_create, payload.container, payload.network_name)
         try:
             with open(folder.supervisor_log, "ab") as log:
                 proc = subprocess.Popen(
@@ -323,28 +325,6 @@ def _remove_containers(handle: LocalHandle) -> None:
                           f"try {plan.container} network rm {plan.network_name}")
 
 
-def _create_network(payload: LocalPayload) -> None:
-    """Make the job's network (local.network: bridge) before any container needs it."""
-    if not payload.network_create:
-        return
-    why = net.create(payload.network_create)
-    if why is not None:
-        raise SubmitRejected(f"{payload.container} could not create the job's network {payload.network_name} "
-                             f"({' '.join(payload.network_create)}): {why}; submit again (another subnet is "
-                             "chosen for a new job), or use local.network: host")
-
-
-def _bridge_subnet(spec: JobSpec, ctx: PlanContext) -> str:
-    """The job's subnet (local.network: bridge): free of this machine's routes and engine networks."""
-    used = list(ctx.inputs.used_subnets) if isinstance(ctx.inputs, ctr.LocalInputs) else []
-    subnet = net.pick_subnet(ctx.job_id, used)
-    if subnet is None:
-        raise TargetUnavailable(f"every /{net.PREFIX} of {net.POOL} overlaps a route or an engine network of this "
-                                f"machine: local.network: bridge has no free subnet (remove unused networks: "
-                                f"{spec.local.container} network prune)")
-    return subnet
-
-
 def _supervisor_died(handle: LocalHandle) -> str:
     return f"the supervisor (pid {handle.pid}) exited without a final state; see {RunFolder(handle.run_dir).supervisor_log}"
 
@@ -352,7 +332,7 @@ def _supervisor_died(handle: LocalHandle) -> str:
 def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
     return [
         TaskStatus(index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
-                   nodes=t.get("nodes", []), params=t.get("params", {}), started=t.get("started"), ended=t.get("ended"))
+                   nodes=[NodeStatus.of(n) for n in t.get("nodes", [])], params=t.get("params", {}), started=t.get("started"), ended=t.get("ended"))
         for t in state.get("elements", [])
     ]
 
@@ -369,7 +349,7 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
     tasks = []
     for el in plan.elements:
         records = [(n, read_record(exit_file(n.log))) for n in el.nodes]
-        nodes = [{"node": n.node, "exit_code": r["exit_code"] if r else None, "log": n.log} for n, r in records]
+        nodes = [NodeStatus.of({"node": n.node, "exit_code": r["exit_code"] if r else None, "log": n.log}) for n, r in records]
         if all(r is None for _, r in records):  # a node's log says it started: its record was refused (a full disk)
             ran = any(os.path.exists(n.log) for n in el.nodes)
             tasks.append(TaskStatus(el.index, JobState.FAILED, "ran, but left no exit record (a full disk?): see its logs"

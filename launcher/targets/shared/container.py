@@ -58,8 +58,8 @@ def mounts(*paths: str) -> list[str]:
     return [p for p in norm if not any(q != p and os.path.commonpath([p, q]) == q for q in norm)]
 
 
-def user_args(engine: str, inputs: LocalInputs | None) -> list[str]:
-    if inputs is None:
+def user_args(engine: str, inputs: object) -> list[str]:
+    if not isinstance(inputs, LocalInputs):  # no user read from this machine (a plan's inputs of another kind)
         return []
     if engine == "podman" and inputs.uid != 0:
         return ["--userns=keep-id"]  # rootless podman: the user's own uid inside, not a sub-uid

@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from launcher.core.states import JobState, summarize
-from launcher.targets.base import JobStatus, TaskStatus
+from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.shared.files import read_json
 from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.script import SlurmHandle, node_paths
@@ -28,15 +28,15 @@ def job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord])
         nodes = node_records(handle, index)
         if rec is None:
             tasks.append(TaskStatus(index, JobState.UNKNOWN, f"Slurm has no record of job {nid} (no accounting and "
-                                    "purged from the controller?)", nodes, params, nid))
+                                    "purged from the controller?)", _typed(nodes), params, nid))
             continue
         state = slurm_query.map_state(rec.state)
         message = _message(handle, index, rec, state, nodes)
         if state in (JobState.RUNNING, JobState.CANCELLED):
             state, message = _stall(handle, index, nodes, state, message, held=slurm_query.held(rec.state))
-        tasks.append(TaskStatus(index, state, message, nodes, params, nid))
+        tasks.append(TaskStatus(index, state, message, _typed(nodes), params, nid))
     overall, message = summarize(tasks)
-    details = {"run_dir": handle.run_dir, "slurm_job_id": jid, "job_dir": handle.job_dir,
+    details: dict[str, object] = {"run_dir": handle.run_dir, "slurm_job_id": jid, "job_dir": handle.job_dir,
                **({"container": handle.container} if handle.container else {}),
                "source": ",".join(sorted({r.source for k, r in records.items() if k == jid or k.startswith(jid + "_")}))}
     return JobStatus(overall, message, tasks, details)
@@ -61,6 +61,10 @@ def _stall(handle: SlurmHandle, index: int, nodes: list[dict[str, Any]], state: 
     watch = read_json(node_paths(handle.job_dir, index, 0)["watch"])
     note = report(watch, time.time()) if isinstance(watch, dict) else None
     return state, note or message
+
+
+def _typed(nodes: list[dict[str, Any]]) -> list[NodeStatus]:
+    return [NodeStatus.of(n) for n in nodes]
 
 
 def node_records(handle: SlurmHandle, index: int) -> list[dict[str, Any]]:
@@ -117,8 +121,8 @@ def recorded_status(handle: SlurmHandle, state: JobState, message: str, why: str
                else JobState.SUCCEEDED if all(c == 0 for c in codes) else JobState.FAILED)
         params = handle.params[index] if index < len(handle.params) else {}
         nid = f"{handle.slurm_job_id}_{index}" if handle.array else handle.slurm_job_id
-        tasks.append(TaskStatus(index, own, message if handle.runs == 1 else "", nodes, params, nid))
-    details = {"run_dir": handle.run_dir, "slurm_job_id": handle.slurm_job_id, "job_dir": handle.job_dir,
+        tasks.append(TaskStatus(index, own, message if handle.runs == 1 else "", _typed(nodes), params, nid))
+    details: dict[str, object] = {"run_dir": handle.run_dir, "slurm_job_id": handle.slurm_job_id, "job_dir": handle.job_dir,
                "source": f"ddpjob's record and the job folder; {why}"}
     return JobStatus(state, message, tasks, details)
 

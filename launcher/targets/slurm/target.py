@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.quantity import parse_memory, slurm_mem
-from launcher.targets.base import Handle, JobStatus, LogFilter, Plan, PlanContext, Target
-from launcher.targets.shared.files import atomic_write, mask_env_values, to_json
+from launcher.targets.base import LogFilter, Plan, PlanContext, Target
+from launcher.targets.jobstatus import JobStatus
+from launcher.targets.shared.files import atomic_write, from_json, mask_env_values, to_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.script import (
@@ -40,16 +41,14 @@ if TYPE_CHECKING:
     from launcher.core.states import JobState
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
-    from launcher.targets.slurm.options import SlurmOptions
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"}  # HPC fabrics usually have InfiniBand
 
 
-class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
+class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
     """Runs jobs on a Slurm cluster through submitit (``pip install 'ddpjob[slurm]'``)."""
 
     name = "slurm"
-    handle_type: ClassVar[type[Handle]] = SlurmHandle
     passes_host_env = True  # sbatch exports the submitting environment (ddpjob refuses sbatch.export)
 
     # ------------------------------------------------------------------ plan
@@ -69,8 +68,11 @@ class SlurmTarget(Target["SlurmOptions", SlurmPayload, SlurmHandle]):
         c = spec.slurm.container
         return c.runtime in ("oci", "podman") and c.image is None and c.bundle is None
 
-    def options(self, spec: JobSpec) -> SlurmOptions:
-        return spec.slurm
+    def owns(self, plan: Plan[object]) -> TypeGuard[Plan[SlurmPayload]]:
+        return isinstance(plan.payload, SlurmPayload)
+
+    def load_handle(self, data: dict[str, object]) -> SlurmHandle:
+        return from_json(SlurmHandle, data)
 
     def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
         """oci and podman: the submitting user's ids; oci: the image's id and environment too."""
