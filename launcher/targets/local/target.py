@@ -127,8 +127,8 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                 error_file = f"{task_dir}/node-{node}.error.json"
                 env = run_env(env_base, el.env, job_id=ctx.job_id, sweep_index=el.index,
                               output_dir=el.output_dir, error_file=error_file)
-                if engine == "none":  # the stall watch and the ranks' vitals (launcher.targets.local.watch)
-                    env.update(watch.node_env(spec, task_dir=task_dir, node=node))
+                name = ctr.container_name(ctx.job_id, el.index, node) if engine != "none" else None
+                env.update(watch.node_env(spec, task_dir=task_dir, node=node, container=name))  # stall watch, vitals
                 env = dict(sorted({**env, **dist.node_gpu_env(ctx.gpu_count, spec.nodes, procs_per_node, node)}.items()))
                 log_dir = f"{task_dir}/torchrun-node-{node}"
                 argv = torchrun_argv(
@@ -136,12 +136,11 @@ class LocalTarget(Target["LocalOptions", LocalPayload, LocalHandle]):
                     max_restarts=spec.max_restarts, nodes=spec.nodes, node_rank=str(node),
                     procs_per_node=procs_per_node, addr=addresses[0], port=port_text, log_dir=log_dir,
                 )
-                name = ctr.container_name(ctx.job_id, el.index, node) if engine != "none" else None
                 if name is not None:
                     argv = ctr.run_argv(
                         engine, name=name, image=str(spec.image), workdir=workdir,
                         volumes=ctr.mounts(workdir, ctx.run_dir, el.output_dir),
-                        env_names=[*env, *spec.env_from_host], user=ctr.user_args(engine, ctx.inputs),
+                        env_names=[*watch.container_env(env), *spec.env_from_host], user=ctr.user_args(engine, ctx.inputs),
                         gpus=ctr.gpu_args(engine, ctx.gpu_count), command=argv,
                         network=net.run_args(net.network_name(ctx.job_id), addresses[node]) if subnet else None)
                 nodes.append(LocalNode(node, argv, env, workdir, f"{task_dir}/node-{node}.log", error_file, log_dir,

@@ -153,7 +153,7 @@ def rows(health: JobHealth) -> list[tuple[str, ...]]:
         where = f"{n.node}" + (f" {n.host}" if n.host else "")
         no_gpu = "no GPU" if n.no_gpu or not n.gpus else ""
         if not n.ranks:
-            why = n.error or ("no vitals yet" if n.sampled is None else "no rank seen (not started, or in a container)")
+            why = n.error or ("no vitals yet" if n.sampled is None else "no rank seen (not started yet, or ended)")
             out.append((where, "-", "-", why, *["-"] * 9, ""))
             continue
         for r in sorted(n.ranks, key=lambda r: (r.rank is None, r.rank or 0)):
