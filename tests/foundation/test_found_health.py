@@ -120,6 +120,9 @@ def test_a_slowed_rank_is_named_the_straggler_in_status_and_top(cli, tmp_path):
     cli("cancel", job_id, check=True)
     after = json.loads(cli("top", job_id, "-o", "json", check=True).stdout)
     assert after["state"] == "CANCELLED" and {r["rank"] for n in after["health"]["nodes"] for r in n["ranks"]} == {0, 1}
+    # every node has ended: its ranks show it (torchrun ends 1 on the cancel's SIGTERM), not the last "sleeping"
+    assert all(n["ended"] and r["state"] == "exited" and r["cpu_pct"] is None
+               for n in after["health"]["nodes"] for r in n["ranks"]), after["health"]["nodes"]
 
 
 BUSY = """
@@ -291,6 +294,33 @@ def test_a_rank_stopped_past_the_timeout_is_stuck_and_parsed_for_top():
     assert ranks[3].flag == "stuck" and ranks[3].state == "stopped" and ranks[3].output_age_s == 31
     lines = table(health)
     assert lines[0].startswith("NODE") and "STUCK" in lines[2] and "50.0 MiB" in lines[2], lines
+
+
+def test_the_ranks_of_a_node_that_ended_show_it_with_the_exit_code_known(tmp_path):
+    """A node's exit record (the local node wrapper's, beside its log) turns its ranks' last mid-run
+    sample into "exited": exit code 0 for each rank when its torchrun ended 0, the node's code or
+    signal otherwise; a node still running (no code yet) keeps its sample."""
+    from launcher.targets.shared.health import exit_records, parse, table
+
+    now = 1000.0
+    sample = {"local_rank": 0, "state": "S", "cpu": 40.0, "rss": 1 << 20, "output": now - 1}
+    state = {"updated": now, "nodes": [_node(n, [{**sample, "rank": n, "pid": 40 + n}]) for n in range(4)]}
+    records = [{"exit_code": 0, "signal": None}, {"exit_code": 1, "signal": None},
+               {"exit_code": -15, "signal": "SIGTERM"}, {"exit_code": None, "started": now - 60}]
+    logs = []
+    for n, record in enumerate(records):
+        (tmp_path / f"node-{n}.exit.json").write_text(json.dumps(record).ljust(1024))  # padded, as the wrapper writes
+        logs.append((str(tmp_path / f"node-{n}.log"), str(tmp_path / f"torchrun-node-{n}")))
+    ends = exit_records([*logs, (str(tmp_path / "node-4.log"), "")])
+    assert ends[4] is None and ends[0] == records[0], ends
+    health = parse(state, now=now, ends=ends)
+    ranks = {r.rank: r for n in health.nodes for r in n.ranks}
+    assert [(ranks[n].state, ranks[n].exit_code) for n in range(4)] == [
+        ("exited", 0), ("exited", None), ("exited", None), ("sleeping", None)]
+    assert ranks[0].cpu_pct is None and ranks[3].cpu_pct == 40.0
+    lines = table(health)
+    assert "exited 0" in lines[1] and "exited (node exit 1)" in lines[2] and "exited (node SIGTERM)" in lines[3], lines
+    assert "sleeping" in lines[4], lines
 
 
 def test_the_sampler_reads_each_worker_and_its_output_from_proc(tmp_path):
