@@ -26,7 +26,8 @@ def top(job_id: str, output: str, once: bool, interval: float) -> None:
     ddpjob's trainer its step and its own work per step (data + compute, without waiting on its
     peers); on a GPU machine each rank's GPU, its use and memory ("no GPU" elsewhere). A rank named
     STUCK or STRAGGLER is the one status names. Samples come from each node's runner every few
-    seconds (stall watch); after the job ends it shows the last one. Ctrl-C leaves.
+    seconds (stall watch); after the job ends it shows the last one, the ranks of a local node
+    that ended "exited" with their exit code (0 when their node's torchrun ended 0). Ctrl-C leaves.
 
     \b
     Examples:
@@ -67,7 +68,7 @@ def _screen(job_id: str, state: str, health: object) -> list[str]:
     head = f"job {job_id}: {state}  ({time.strftime('%H:%M:%S')})"
     if not isinstance(health, JobHealth):
         return [head, "no sample of its ranks yet (the nodes' runners sample every few seconds; a job on "
-                      "Kubernetes, or in a local container, may keep none)"]
+                      "Kubernetes with k8s.runner: none, or an elastic one, keeps none)"]
     lines = [head]
     if health.updated:
         lines[0] += f"; sampled {max(0.0, time.time() - health.updated):.0f}s ago" + (

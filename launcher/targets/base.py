@@ -346,14 +346,15 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
 
     def health(self, handle: HandleT) -> JobHealth | None:
         """Every rank's health (``launcher.targets.shared.health.JobHealth``) of the latest run whose
-        watch this machine can read: its last sample once the run has ended; None when there is none."""
-        from launcher.targets.shared.health import parse
+        watch this machine can read: its last sample once the run has ended, each node that has ended
+        saying how (the local node wrapper's exit record beside its log); None when there is none."""
+        from launcher.targets.shared.health import exit_records, parse
 
-        files = self.watch_files(handle)
+        files, logs = self.watch_files(handle), self.startup_files(handle)
         for index in reversed(range(len(files))):
             state = read_json(files[index])
             if isinstance(state, dict):
-                return parse(state, index)
+                return parse(state, index, ends=exit_records(logs[index] if index < len(logs) else []))
         return None
 
     def stage(self, handle: HandleT, status: JobStatus) -> str:

@@ -62,8 +62,10 @@ def test_golden_podman_plan_is_the_exact_command_line():
     volumes = [opts[i + 1] for i, w in enumerate(opts) if w == "--volume"]
     assert volumes == ["/work/proj:/work/proj", "/home/u/.ddpjob/runs/demo-abcde:/home/u/.ddpjob/runs/demo-abcde",
                        "/data/out/demo-abcde/sweep-1:/data/out/demo-abcde/sweep-1"]
-    # Every variable of the node passes by name only: no value (a secret) is on the command line.
-    assert [opts[i + 1] for i, w in enumerate(opts) if w == "--env"] == list(node.env)
+    # Every variable of the node passes by name only: no value (a secret) is on the command line; the
+    # stall watch's is the node wrapper's own, outside the container.
+    assert [opts[i + 1] for i, w in enumerate(opts) if w == "--env"] == [n for n in node.env if n != "DDPJOB_WATCH"]
+    assert node.env["DDPJOB_WATCH"].endswith(" container=ddpjob-demo-abcde-1-1")
     assert not any("s3cr3t" in w or "a b;c" in w for w in argv)
     assert argv[image_at + 1 : image_at + 5] == ["sh", "-c", 'umask 077 && exec "$@"', "sh"]
     torchrun = argv[image_at + 5 :]

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -70,9 +71,16 @@ def test_a_slowed_rank_on_the_second_node_is_named_the_straggler(apart_cluster, 
     spec = write_spec(tmp_path, "slow", ["python", "-m", "launcher.train", "--model", "mlp", "--train-size", "4000",
                                          "--batch-size", "8", "--epochs", "20", "--log-every", "50", "--slow-rank", "1",
                                          "--slow-rank-delay", "0.05"])
+    from launcher.train.vitals import REPORT_S
+
     job_id = submit(cli, str(spec))
+    job_dir = Path(wait_for_value(lambda: status(cli, job_id)["handle"].get("job_dir"), "the job's folder", timeout=60))
+    wait_for_value((job_dir / "task-0" / "vitals" / "rank-1.json").exists, "rank 1's first step report", timeout=180)
+    stepping = time.time() - REPORT_S  # its first report comes within REPORT_S of its first step
     data = wait_for_value(lambda: "straggler: rank 1 on node 1 (n2)" in (d := status(cli, job_id))["status"]["message"]
-                          and d, "status to name the straggler", timeout=180)
+                          and d, "status to name the straggler", timeout=150)  # past the minute: the figure fails
+    took = time.time() - stepping
+    assert took <= 60, f"rank 1 named the straggler {took:.0f} s after its first steps, not within a minute: {data['status']['message']}"
     assert data["status"]["state"] == "RUNNING" and "short of compute" in data["status"]["message"], data["status"]
     top = cli("top", job_id, "--once", timeout=60).stdout
     rows = {line.split()[2]: line for line in top.splitlines() if line[:1].isdigit()}

@@ -22,6 +22,8 @@ import time
 
 TYPE_CHECKING = False  # typing is never imported here (see above); mypy reads this block all the same
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from launcher.targets.shared import heartbeat
 
 RECORD_SIZE = 1024  # bytes allocated up front; a record is far smaller
@@ -230,7 +232,9 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     the first node runs the ``Watch``, the others a ``Beacon``, as Slurm's node runner does
     (``launcher.targets.shared.heartbeat``). Imported only now, the agent already started. With
     ``stall.action: fail`` a stall stops the agent (its stopped ranks killed first, as nothing else
-    would end them) and the node ends failed with the reason in its exit record."""
+    would end them) and the node ends failed with the reason in its exit record. A node in a container
+    (``container=NAME``): ``agent`` is the engine's client, and the ranks are found under the
+    container's own torchrun agent (``_in_container``)."""
     import threading
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -243,17 +247,21 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     except (ValueError, KeyError, IndexError) as e:
         _say(f"[ddpjob] no stall watch: {WATCH_ENV}={config!r} and the torchrun command do not say it ({e!r})")
         return None
+    if c.get("container"):  # every wrapper runs on this machine, outside the containers (whose bridge
+        addr = "127.0.0.1"  # network's addresses are theirs, not the wrappers')
     from launcher.targets.shared.runfolder import TaskFolder, log_of_exit_file
 
     task = TaskFolder(os.path.dirname(os.path.abspath(exit_file)))
     log = log_of_exit_file(exit_file)
     outputs = [log, *([os.environ["DDPJOB_METRICS_FILE"]] if node == 0 and os.environ.get("DDPJOB_METRICS_FILE") else [])]
-    sampler = vitals.Sampler(node=node, agent=agent, log=log, steps_dir=os.environ.get(vitals.VITALS_DIR_ENV))
+    ranks_of = _in_container(argv[0], c["container"]) if c.get("container") else (lambda: agent)
+    sampler = vitals.Sampler(node=node, agent=ranks_of, log=log, steps_dir=os.environ.get(vitals.VITALS_DIR_ENV))
 
     def on_stall(message: str) -> None:
         stalled.append(message)
         _say(f"[ddpjob] stall.action fail: {message}; stopping this node")
-        for pid in vitals.children(agent):  # a stopped rank ignores torchrun's SIGTERM until it is killed
+        inner = ranks_of()  # a container's: the engine's client passes the SIGTERM on to it
+        for pid in vitals.children(inner) if inner else []:  # a stopped rank ignores torchrun's SIGTERM until killed
             if vitals.STATES.get((vitals.proc_stat(pid) or ("",))[0], "").startswith("stopped"):
                 _kill(pid, signal.SIGKILL)
         _kill(agent, signal.SIGTERM)
@@ -273,6 +281,34 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     b = heartbeat.Beacon(addr=addr, node=node, **common)  # type: ignore[arg-type]
     b.start()
     return b
+
+
+def _in_container(engine: str, name: str) -> Callable[[], int | None]:
+    """The pid of the torchrun agent in container ``name``, as this machine's ``/proc`` sees it, for the
+    sampler (None until the container runs): ``ENGINE inspect`` gives the pid of the container's init
+    (``--init``), whose child is the agent (``sh -c '... exec "$@"'`` became torchrun). The engine is
+    asked at most every 2 s until it answers, then never again."""
+    from launcher.targets.shared import vitals
+
+    found: list[int] = []
+    asked = [0.0]
+
+    def agent() -> int | None:
+        if found or time.time() - asked[0] < 2.0:
+            return found[0] if found else None
+        import subprocess
+
+        asked[0] = time.time()
+        try:
+            out = subprocess.run([engine, "inspect", "--format", "{{.State.Pid}}", name], capture_output=True,
+                                 text=True, timeout=10, stdin=subprocess.DEVNULL, check=False).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+        init = vitals.children(int(out)) if out.isdigit() and int(out) > 0 else []
+        found.extend(init[:1])
+        return found[0] if found else None
+
+    return agent
 
 
 def _kill(pid: int, signum: int) -> None:

@@ -130,8 +130,8 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
                 error_file = task.error_file(node)
                 env = run_env(env_base, el.env, job_id=ctx.job_id, sweep_index=el.index,
                               output_dir=el.output_dir, error_file=error_file)
-                if engine == "none":  # the stall watch and the ranks' vitals (launcher.targets.local.watch)
-                    env.update(watch.node_env(spec, task=task, node=node))
+                name = ctr.container_name(ctx.job_id, el.index, node) if engine != "none" else None
+                env.update(watch.node_env(spec, task=task, node=node, container=name))  # stall watch, vitals
                 env = dict(sorted({**env, **dist.node_gpu_env(ctx.gpu_count, spec.nodes, procs_per_node, node)}.items()))
                 log_dir = task.torchrun_logs(node)
                 argv = torchrun_argv(
@@ -139,12 +139,11 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
                     max_restarts=spec.max_restarts, nodes=spec.nodes, node_rank=str(node),
                     procs_per_node=procs_per_node, addr=addresses[0], port=port_text, log_dir=log_dir,
                 )
-                name = ctr.container_name(ctx.job_id, el.index, node) if engine != "none" else None
                 if name is not None:
                     argv = ctr.run_argv(
                         engine, name=name, image=str(spec.image), workdir=workdir,
                         volumes=ctr.mounts(workdir, ctx.run_dir, el.output_dir),
-                        env_names=[*env, *spec.env_from_host], user=ctr.user_args(engine, ctx.inputs),
+                        env_names=[*watch.container_env(env), *spec.env_from_host], user=ctr.user_args(engine, ctx.inputs),
                         gpus=ctr.gpu_args(engine, ctx.gpu_count), command=argv,
                         network=net.run_args(net.network_name(ctx.job_id), addresses, node) if subnet else None)
                 nodes.append(LocalNode(node, argv, env, workdir, task.log(node), error_file, log_dir,

@@ -1,8 +1,10 @@
 """The local target's side of the stall watch and the ranks' vitals (``launcher.targets.shared.heartbeat``,
 ``shared.vitals``): what each node wrapper is told in its plan (``DDPJOB_WATCH``, read and removed by
 ``launcher.targets.local.node`` before its agent starts), and what ``status`` reads back from the first
-node's ``task-<i>/watch.json``. Nodes in containers (local.container) have no watch: their ranks are not
-the wrapper's to see."""
+node's ``task-<i>/watch.json``. A node in a container (local.container) is watched the same way: its
+wrapper runs on this machine outside the container and finds the container's torchrun agent in
+``/proc`` by the container's name (the engine runs it on this machine's kernel), see
+``launcher.targets.local.node``."""
 
 from __future__ import annotations
 
@@ -17,13 +19,18 @@ if TYPE_CHECKING:
     from launcher.spec.model import JobSpec
 
 
-def node_env(spec: JobSpec, *, task: TaskFolder, node: int) -> dict[str, str]:
+def node_env(spec: JobSpec, *, task: TaskFolder, node: int, container: str | None = None) -> dict[str, str]:
     """The variables that give node ``node`` its watch (the first node) or beacon (the others). The
     node wrapper finds the rest where it is: the rendezvous address and port in its torchrun command
     (as moved, if it was), its log and ``watch.json`` beside its exit record, the run's metrics file
-    in ``DDPJOB_METRICS_FILE``."""
+    in ``DDPJOB_METRICS_FILE``; ``container``: the name of the node's container, if it has one."""
     watch = f"node={node} nodes={spec.nodes} timeout={spec.stall.timeout_s} action={spec.stall.action}"
-    return {WATCH_ENV: watch, VITALS_DIR_ENV: task.vitals}
+    return {WATCH_ENV: watch + (f" container={container}" if container else ""), VITALS_DIR_ENV: task.vitals}
+
+
+def container_env(env: dict[str, str]) -> list[str]:
+    """The names of ``env`` a node's container gets: all but the watch's, which is its wrapper's."""
+    return [name for name in env if name != WATCH_ENV]
 
 
 def running_note(run_dir: str, state: dict[str, Any], message: str) -> str:

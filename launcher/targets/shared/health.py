@@ -38,6 +38,7 @@ class RankVitals:
     gpu_util: float | None = None
     gpu_mem_mib: float | None = None
     flag: str = ""  # "stuck", "straggler" or ""
+    exit_code: int | None = None  # once its node has ended: 0 when its node's torchrun ended 0 (every rank did)
 
 
 @dataclass
@@ -50,6 +51,7 @@ class NodeVitals:
     gpus: list[dict[str, Any]] = field(default_factory=list)
     no_gpu: str | None = None  # why there are no GPU columns ("no GPU (nvidia-smi not found)")
     error: str | None = None
+    ended: str | None = None  # how its torchrun ended, once it has: "exit 0", "exit 1", "SIGTERM"
 
 
 @dataclass
@@ -82,8 +84,11 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def parse(state: dict[str, Any], task: int = 0, now: float | None = None) -> JobHealth:
-    """``watch.json``'s content as a ``JobHealth`` (anything missing or malformed left None)."""
+def parse(state: dict[str, Any], task: int = 0, now: float | None = None,
+          ends: dict[int, Any] | None = None) -> JobHealth:
+    """``watch.json``'s content as a ``JobHealth`` (anything missing or malformed left None). ``ends``:
+    per node, the record of how its torchrun ended, where one is kept (the local node wrapper's): the
+    ranks of a node that has ended are shown "exited", whatever its last sample said mid-run."""
     now = time.time() if now is None else now
     verdict = _dict(state.get("verdict")) or None
     slow = [s for s in state.get("stragglers") or [] if isinstance(s, dict)]
@@ -113,16 +118,46 @@ def parse(state: dict[str, Any], task: int = 0, now: float | None = None) -> Job
                 gpu=gpu.get("gpu"), gpu_util=_num((devices.get(gpu.get("gpu")) or {}).get("util")),
                 gpu_mem_mib=_num(gpu.get("mem_mib")),
                 flag="stuck" if rank is not None and rank == stuck else "straggler" if rank in slow_ranks else ""))
+        ended = _ended((ends or {}).get(_int(rec.get("node")) or 0))
+        if ended is not None:
+            for r in ranks:
+                r.state, r.cpu_pct, r.exit_code = "exited", None, 0 if ended == "exit 0" else None
         heard = _num(rec.get("heard"))
         nodes.append(NodeVitals(
             node=int(rec.get("node") or 0), host=rec.get("host") if isinstance(rec.get("host"), str) else None,
             heard_age_s=round(now - heard, 1) if heard else None, sampled=_num(v.get("t")), ranks=ranks,
             gpus=[d for d in v.get("gpus") or [] if isinstance(d, dict)],
             no_gpu=v.get("no_gpu") if isinstance(v.get("no_gpu"), str) else None,
-            error=v.get("error") if isinstance(v.get("error"), str) else None))
+            error=v.get("error") if isinstance(v.get("error"), str) else None, ended=ended))
     return JobHealth(task=task, updated=_num(state.get("updated")), timeout=_num(state.get("timeout")),
                      action=state.get("action") if isinstance(state.get("action"), str) else None, nodes=nodes,
                      note=report(state, now), stragglers=slow, verdict=verdict)
+
+
+def exit_records(nodes: list[tuple[str, str]]) -> dict[int, Any]:
+    """Per node, the record of how its torchrun ended (``launcher.targets.local.node``: beside its log,
+    ``node-<n>.exit.json``), from each node's (log, torchrun log folder); None where there is none."""
+    import json
+
+    from launcher.targets.shared.runfolder import exit_file
+
+    out: dict[int, Any] = {}
+    for n, (log, _) in enumerate(nodes):
+        try:
+            with open(exit_file(log), encoding="utf-8") as f:
+                out[n] = json.load(f)
+        except (OSError, ValueError):
+            out[n] = None
+    return out
+
+
+def _ended(record: Any) -> str | None:
+    """How a node's torchrun ended, from its exit record; None while it runs (or with no record)."""
+    record = _dict(record)
+    if isinstance(record.get("signal"), str):
+        return str(record["signal"])
+    code = _int(record.get("exit_code"))
+    return None if code is None else f"exit {code}"
 
 
 COLUMNS = ("NODE", "RANK", "PID", "STATE", "CPU%", "RSS", "OUTPUT", "STEP", "STEP MS", "OWN MS", "GPU", "GPU%",
@@ -153,11 +188,13 @@ def rows(health: JobHealth) -> list[tuple[str, ...]]:
         where = f"{n.node}" + (f" {n.host}" if n.host else "")
         no_gpu = "no GPU" if n.no_gpu or not n.gpus else ""
         if not n.ranks:
-            why = n.error or ("no vitals yet" if n.sampled is None else "no rank seen (not started, or in a container)")
+            why = n.error or ("no vitals yet" if n.sampled is None else "no rank seen (not started yet, or ended)")
             out.append((where, "-", "-", why, *["-"] * 9, ""))
             continue
         for r in sorted(n.ranks, key=lambda r: (r.rank is None, r.rank or 0)):
             since = f" since {time.strftime('%H:%M:%S', time.localtime(r.stopped_since))}" if r.stopped_since else ""
+            if r.state == "exited":  # the rank's own code where it is known, else its node's torchrun's
+                since = f" {r.exit_code}" if r.exit_code is not None else f" (node {n.ended})"
             out.append((
                 where, _f(r.rank) if r.rank is not None else "?", str(r.pid), r.state + since, _f(r.cpu_pct),
                 _size(r.rss_bytes), "never" if r.output_age_s is None else f"{r.output_age_s:.0f}s ago", _f(r.step),

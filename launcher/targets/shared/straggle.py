@@ -9,6 +9,23 @@ stays well above the median of the others' (``FACTOR`` times, and ``MIN_EXTRA_MS
 ``SAMPLES`` samples in a row is a straggler: named with its node, by how much, and what it is short
 of (data if most of its extra time is waiting for batches, else compute); the others meanwhile wait
 on it, which their larger ``comm_ms`` shows.
+
+A program that reports no step times (not ddpjob's trainer) is judged by what its node's sampler
+measures of each rank's process instead, with the same ``SAMPLES`` in a row, and the message says
+what was measured, not more:
+
+- CPU: a rank whose CPU use stays ``USE_FACTOR`` times the others' median and ``USE_APART`` points
+  above it does more work per step than they do; in lockstep training (every rank waits for the
+  others in each collective) the others wait on it. Under Gloo a rank waiting in a collective blocks
+  and uses little CPU, so the busy one stands out. The opposite is not judged: a rank slowed by
+  sleeping, by I/O or by a lock uses as little CPU as its peers waiting for it, so CPU use cannot
+  tell it from them. The measure is the rank's own process (all its threads), not its DataLoader
+  worker processes, so a rank slowed by its data workers is not seen either.
+- GPU (where ``nvidia-smi`` lists the rank's process, each rank on a GPU of its own): only a rank
+  whose GPU is well *less* busy than the others' (their median ``USE_FACTOR`` times its use and
+  ``USE_APART`` points more) is named: its time goes to work off its GPU (data, CPU work, I/O).
+  The opposite is not judged: NCCL's kernels keep a GPU busy while its rank waits for its peers, so a
+  waiting rank's GPU reads as busy as a working one's.
 """
 
 from __future__ import annotations
@@ -19,7 +36,10 @@ from typing import Any
 FACTOR = 1.5
 MIN_EXTRA_MS = 5.0
 SAMPLES = 3
-FRESH_S = 60.0  # a step report older than this is no longer the rank's pace
+FRESH_S = 60.0  # a step report (or a node's sample) older than this is no longer the rank's pace
+USE_FACTOR = 2.0  # CPU or GPU use this many times apart from the others' median ...
+USE_APART = 25.0  # ... and this many percentage points apart
+_GONE = ("T", "t", "Z", "X")  # stopped (the stall rule's), zombie or ended: no pace to judge
 
 
 def _own(steps: dict[str, Any]) -> tuple[float, float, float] | None:
@@ -31,23 +51,52 @@ def _own(steps: dict[str, Any]) -> tuple[float, float, float] | None:
     return data + compute, data, compute
 
 
+def _where(rec: dict[str, Any]) -> str:
+    return f"node {rec['node']}" + (f" ({rec['host']})" if rec.get("host") else "")
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 class Straggle:
     """The stragglers of one run; ``judge`` at each of the watch's intervals."""
 
     def __init__(self) -> None:
-        self._apart: dict[int, tuple[int, float]] = {}  # rank -> (samples in a row apart, since)
+        self._apart: dict[tuple[str, int], tuple[int, float]] = {}  # (rule, rank) -> (samples in a row apart, since)
+        self._seen: set[tuple[str, int]] = set()  # what was apart in this judgement
 
     def judge(self, nodes: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
         ranks: list[tuple[int, dict[str, Any], tuple[float, float, float], dict[str, Any]]] = []
+        plain: list[tuple[int, dict[str, Any], dict[str, Any]]] = []  # ranks without step reports
         for rec in nodes:
             vitals = rec.get("vitals")
+            fresh = isinstance(vitals, dict) and now - (_num(vitals.get("t")) or now) < FRESH_S
             for r in vitals.get("ranks") or [] if isinstance(vitals, dict) else []:
                 steps = r.get("steps")
                 parts = _own(steps) if isinstance(steps, dict) else None
-                if parts is not None and isinstance(steps, dict) and isinstance(r.get("rank"), int) \
-                        and now - float(steps.get("t") or 0) < FRESH_S:
+                if not isinstance(r.get("rank"), int):
+                    continue
+                if parts is not None and isinstance(steps, dict) and now - float(steps.get("t") or 0) < FRESH_S:
                     ranks.append((r["rank"], rec, parts, steps))
-        out, seen = [], set()
+                elif parts is None and fresh and r.get("state") not in _GONE:
+                    plain.append((r["rank"], rec, r))
+        self._seen = set()
+        out = sorted(self._by_steps(ranks, now), key=lambda s: -s["own_ms"])
+        out += sorted(self._by_use(plain, now), key=lambda s: -s["apart"])
+        self._apart = {k: v for k, v in self._apart.items() if k in self._seen}
+        return out
+
+    def _count(self, rule: str, rank: int, now: float) -> tuple[bool, float]:
+        """One more sample apart for ``rank`` under ``rule``: (whether it makes ``SAMPLES`` in a row, since)."""
+        self._seen.add((rule, rank))
+        count, since = self._apart.get((rule, rank), (0, now))
+        self._apart[(rule, rank)] = (count + 1, since)
+        return count + 1 >= SAMPLES, since
+
+    def _by_steps(self, ranks: list[tuple[int, dict[str, Any], tuple[float, float, float], dict[str, Any]]],
+                  now: float) -> list[dict[str, Any]]:
+        out = []
         for rank, rec, (own, data, _compute), _steps in ranks:
             others = [o for k, _, o, _ in ranks if k != rank]
             if not others:
@@ -55,18 +104,63 @@ class Straggle:
             mid, mid_data = statistics.median(o[0] for o in others), statistics.median(o[1] for o in others)
             if own < FACTOR * mid or own - mid < MIN_EXTRA_MS:
                 continue
-            seen.add(rank)
-            count, since = self._apart.get(rank, (0, now))
-            self._apart[rank] = (count + 1, since)
-            if count + 1 < SAMPLES:
+            named, since = self._count("steps", rank, now)
+            if not named:
                 continue
             short = "data (waiting for its batches)" if data - mid_data > (own - mid) / 2 else "compute (its own work is slower)"
-            where = f"node {rec['node']}" + (f" ({rec['host']})" if rec.get("host") else "")
             comm = statistics.median(float(s.get("comm_ms") or 0) for k, _, _, s in ranks if k != rank)
             out.append({"rank": rank, "node": rec["node"], "host": rec.get("host"), "since": since,
                         "own_ms": round(own, 1), "others_ms": round(mid, 1), "short_of": short.split(" ")[0],
-                        "message": f"rank {rank} on {where} is the slowest: {own:.0f} ms of its own work a step "
+                        "message": f"rank {rank} on {_where(rec)} is the slowest: {own:.0f} ms of its own work a step "
                                    f"against {mid:.0f} ms for the others (x{own / max(mid, 0.1):.1f}), short of {short}; "
                                    f"the others wait on it ({comm:.0f} ms a step)"})
-        self._apart = {k: v for k, v in self._apart.items() if k in seen}
-        return sorted(out, key=lambda s: -s["own_ms"])
+        return out
+
+    def _by_use(self, ranks: list[tuple[int, dict[str, Any], dict[str, Any]]], now: float) -> list[dict[str, Any]]:
+        """The rules for a program without step reports (see the module): more CPU, or a less busy GPU."""
+        out = []
+        cpus = {rank: c for rank, _, r in ranks if (c := _num(r.get("cpu"))) is not None}
+        gpus = _own_gpus(ranks)
+        for rank, rec, _r in ranks:
+            others = [c for k, c in cpus.items() if k != rank]
+            if rank in cpus and others:
+                cpu, mid = cpus[rank], statistics.median(others)
+                if cpu >= USE_FACTOR * mid and cpu - mid >= USE_APART:
+                    named, since = self._count("cpu", rank, now)
+                    if named:
+                        out.append({"rank": rank, "node": rec["node"], "host": rec.get("host"), "since": since,
+                                    "measured": "cpu", "use": cpu, "others_use": mid, "apart": cpu - mid,
+                                    "short_of": "compute", "message":
+                                    f"rank {rank} on {_where(rec)} uses {cpu:.0f}% CPU against {mid:.0f}% for the "
+                                    f"others: it works the most, and in lockstep training the others wait on it "
+                                    f"(judged by CPU use: the program reports no step times)"})
+            others = [u for k, u in gpus.items() if k != rank]
+            if rank in gpus and others:
+                util, mid = gpus[rank], statistics.median(others)
+                if mid >= USE_FACTOR * util and mid - util >= USE_APART:
+                    named, since = self._count("gpu", rank, now)
+                    if named:
+                        out.append({"rank": rank, "node": rec["node"], "host": rec.get("host"), "since": since,
+                                    "measured": "gpu", "use": util, "others_use": mid, "apart": mid - util,
+                                    "short_of": "work off its GPU", "message":
+                                    f"rank {rank} on {_where(rec)} keeps its GPU {util:.0f}% busy against {mid:.0f}% "
+                                    f"for the others: its time goes to work off the GPU (data, CPU work, I/O) while "
+                                    f"the others wait on it (judged by GPU use: the program reports no step times)"})
+        return out
+
+
+def _own_gpus(ranks: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> dict[int, float]:
+    """Each rank's GPU use %, for the ranks that have a GPU of their own (a GPU's use is the device's,
+    so ranks sharing one cannot be told apart)."""
+    users: dict[tuple[int, Any], list[int]] = {}
+    util: dict[int, float] = {}
+    for rank, rec, r in ranks:
+        gpu: dict[str, Any] = r["gpu"] if isinstance(r.get("gpu"), dict) else {}
+        if gpu.get("gpu") is None:
+            continue
+        users.setdefault((rec["node"], gpu["gpu"]), []).append(rank)
+        devices = rec.get("vitals", {}).get("gpus") or []
+        use = next((_num(d.get("util")) for d in devices if isinstance(d, dict) and d.get("index") == gpu["gpu"]), None)
+        if use is not None:
+            util[rank] = use
+    return {rank: u for rank, u in util.items() if all(len(v) == 1 for k, v in users.items() if rank in v)}
