@@ -87,3 +87,16 @@ def test_the_pure_tier_does_not_import_modules_marked_real_as_a_whole(request: p
     assert pytest_ignore_collect(TESTS / "slurm" / "test_slurm_target.py", config("not real")) is True
     assert pytest_ignore_collect(train / "test_train_config.py", config("not real")) is None  # it has pure tests
     assert pytest_ignore_collect(train / "test_train_unit.py", config("")) is None
+
+
+def test_test_modules_are_compiled_once_and_kept_outside_the_checkout():
+    """pytest rewrites a test module's asserts when it imports it and keeps the result only where Python
+    may write bytecode: tests/conftest.py lets it, into a folder outside the checkout (under
+    PYTHONDONTWRITEBYTECODE=1 every run rewrote every module again: ~2.5 s of collection)."""
+    import sys
+
+    from _pytest.assertion.rewrite import PYC_TAIL, get_cache_dir
+
+    assert sys.pycache_prefix and not Path(sys.pycache_prefix).resolve().is_relative_to(TESTS.parent)
+    here = Path(__file__)
+    assert (get_cache_dir(here) / (here.name[:-3] + PYC_TAIL)).is_file()
