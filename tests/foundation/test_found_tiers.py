@@ -100,3 +100,24 @@ def test_test_modules_are_compiled_once_and_kept_outside_the_checkout():
     assert sys.pycache_prefix and not Path(sys.pycache_prefix).resolve().is_relative_to(TESTS.parent)
     here = Path(__file__)
     assert (get_cache_dir(here) / (here.name[:-3] + PYC_TAIL)).is_file()
+
+
+def test_the_pure_tier_fuzzes_with_a_third_of_the_examples(request: pytest.FixtureRequest, monkeypatch):
+    """Under -m "not real" tests/conftest.py sets $DDPJOB_FUZZ_EXAMPLES to 40 (the fuzz's own default is
+    120, which the full suite runs), unless the user set it."""
+    import os
+
+    root_conftest = request.config.pluginmanager.get_plugin(str(TESTS / "conftest.py"))
+
+    def configured(markexpr: str, before: str | None) -> str | None:
+        if before is None:
+            monkeypatch.delenv("DDPJOB_FUZZ_EXAMPLES", raising=False)
+        else:
+            monkeypatch.setenv("DDPJOB_FUZZ_EXAMPLES", before)
+        root_conftest.pytest_configure(type("Config", (), {"getoption": staticmethod(lambda name: markexpr)})())
+        return os.environ.get("DDPJOB_FUZZ_EXAMPLES")
+
+    assert configured("not real", None) == "40"
+    assert configured("not real", "500") == "500"
+    assert configured("", None) is None
+    assert configured("real", None) is None
