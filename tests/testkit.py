@@ -5,6 +5,8 @@ name (``from testkit import needs_crd``)."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 import signal
 import subprocess
@@ -236,6 +238,16 @@ def ddpjob(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None
     if check and proc.returncode != 0:
         raise AssertionError(f"ddpjob {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@functools.cache
+def start_up_modules() -> frozenset[str]:
+    """The modules a fresh Python has loaded once it has imported the command line (``import
+    launcher.cli.main``, what ``ddpjob`` does before it parses its arguments): one process for all the
+    tests of what start-up loads (heavy libraries, plotting, the service layer), each asking its own."""
+    code = "import json, sys, launcher.cli.main; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return frozenset(json.loads(out))
 
 
 def ddpjob_in_process(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,

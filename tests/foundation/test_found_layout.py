@@ -6,8 +6,6 @@ from __future__ import annotations
 import ast
 import functools
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -259,9 +257,9 @@ def test_submit_path_is_one_service(tmp_path):
     calls of its own)."""
     text = "".join(p.read_text() for p in cli_modules())
     assert "Registry(" not in text and "get_target(" not in text and ".reserve(" not in text
-    proc = subprocess.run([sys.executable, "-c", "import launcher.cli.main, sys; print(sorted(sys.modules))"],
-                          capture_output=True, text=True, check=True)
-    assert "'launcher.service.jobs'" not in proc.stdout  # imported by the commands, not at start-up
+    from testkit import start_up_modules
+
+    assert "launcher.service.jobs" not in start_up_modules()  # imported by the commands, not at start-up
 
 
 def test_the_entry_point_loads_nothing_before_its_ctrl_c_handling():
