@@ -127,6 +127,7 @@ def test_the_pure_tier_fuzzes_with_a_third_of_the_examples(request: pytest.Fixtu
 
     monkeypatch.setattr(sys, "pycache_prefix", sys.pycache_prefix)  # put back afterwards: the hook sets them
     monkeypatch.setattr(sys, "dont_write_bytecode", sys.dont_write_bytecode)
+    monkeypatch.setenv("DDPJOB_FUZZ_EXAMPLES", "")  # so that its value (or its absence) is put back too
 
     def configured(markexpr: str, before: str | None) -> str | None:
         if before is None:
