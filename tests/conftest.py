@@ -26,8 +26,9 @@ from testkit import REAL_FIXTURES, REAL_MARKERS, ddpjob, ddpjob_in_process, stop
 # a test's @given reads the code's constants when it is collected.
 settings.register_profile("ddpjob", database=None)
 settings.load_profile("ddpjob")
-HYPOTHESIS_HOME = Path(tempfile.gettempdir()) / f"ddpjob-tests-{os.getuid()}" / "hypothesis"
-HYPOTHESIS_HOME.parent.mkdir(mode=0o700, exist_ok=True)
+TESTS_HOME = Path(tempfile.gettempdir()) / f"ddpjob-tests-{os.getuid()}"
+HYPOTHESIS_HOME = TESTS_HOME / "hypothesis"
+TESTS_HOME.mkdir(mode=0o700, exist_ok=True)
 set_hypothesis_home_dir(HYPOTHESIS_HOME)
 
 
@@ -42,6 +43,29 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
             and collection_path.suffix == ".py" and WHOLE_MODULE_REAL.search(collection_path.read_text())):
         return True
     return None
+
+
+# The pure tier (-m "not real") is the loop run after every edit; two things make it cheaper:
+# 1. Its compiled code is kept, outside the checkout. pytest rewrites every test module's asserts when
+#    it imports it and keeps the result only where Python may write bytecode: under
+#    PYTHONDONTWRITEBYTECODE=1 (or -B) it rewrote all of them at each run (~2.5 s of ~4 s of
+#    collection). So the process writes bytecode, of the test modules, launcher and the libraries it
+#    imports alike, into PYCACHE (a folder of this user, keyed by each file's full path), never into a
+#    __pycache__/ of the checkout. Only the pure tier: the first run on a machine compiles every library
+#    it imports into that folder once (~1 s here; torch, kubernetes and the rest in a full run, which
+#    CI makes once on a fresh machine, where it would cost and never pay). Processes the tests start
+#    are left as the user set them.
+# 2. It fuzzes the front door (tests/foundation/test_found_fuzz.py) with a third of the examples the
+#    full suite runs: ~2.5 s rather than ~7 s. $DDPJOB_FUZZ_EXAMPLES, when set, counts for both.
+PYCACHE = TESTS_HOME / "pycache"
+FUZZ_EXAMPLES_PURE = 40
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("markexpr") == "not real":
+        sys.pycache_prefix = str(PYCACHE)
+        sys.dont_write_bytecode = False
+        os.environ.setdefault("DDPJOB_FUZZ_EXAMPLES", str(FUZZ_EXAMPLES_PURE))
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not real" deselects: it must see these marks

@@ -5,6 +5,8 @@ name (``from testkit import needs_crd``)."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 import signal
 import subprocess
@@ -227,25 +229,36 @@ def marked_sweep(cli: Callable[..., object], tmp_path: Path, name: str, stage: s
 # The command line, as the `cli` fixture of tests/conftest.py runs it (here: one module name from
 # any test directory; each directory's own conftest.py is also imported as ``conftest``).
 def ddpjob(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
-           timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run the real ``ddpjob`` command line in a subprocess (what users run)."""
+           timeout: float = 300, check: bool = False, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real ``ddpjob`` command line in a subprocess (what users run); ``input``: what it reads
+    from its standard input (a pipe), else it has this process's."""
     full_env = {**os.environ, **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "launcher", *args], cwd=cwd or ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, input=input)
     if check and proc.returncode != 0:
         raise AssertionError(f"ddpjob {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
+@functools.cache
+def start_up_modules() -> frozenset[str]:
+    """The modules a fresh Python has loaded once it has imported the command line (``import
+    launcher.cli.main``, what ``ddpjob`` does before it parses its arguments): one process for all the
+    tests of what start-up loads (heavy libraries, plotting, the service layer), each asking its own."""
+    code = "import json, sys, launcher.cli.main; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return frozenset(json.loads(out))
+
+
 def ddpjob_in_process(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
-                      timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
+                      timeout: float = 300, check: bool = False,
+                      input: str | bytes | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``ddpjob`` like ``ddpjob()`` does, but in this process: ``launcher.cli.main.main`` (what the
     entry point runs once it has set up the process) with ``sys.argv``, the environment (``env`` over
-    this one), the folder and empty standard streams of its own, as click's ``CliRunner`` isolates
-    them. An exception that would end the process does the same here: Python's traceback on stderr
-    and exit 1. What ``main`` sets for the whole process (the umask, SIGINT ignored once it is done,
-    ``--debug``)
-    is put back afterwards. ``timeout`` is not enforced in-process (a pure test runs no job)."""
+    this one), the folder and standard streams of its own (standard input holds ``input``), as
+    click's ``CliRunner`` isolates them. An exception that would end the process does the same here:
+    Python's traceback on stderr and exit 1. What ``main`` sets for the whole process (the umask,
+    SIGINT ignored once it is done, ``--debug``) is put back afterwards. ``timeout`` is not enforced in-process (a pure test runs no job)."""
     import signal
     import traceback
 
@@ -258,7 +271,7 @@ def ddpjob_in_process(*args: str, cwd: Path | str | None = None, env: dict[str, 
     saved = (os.umask(0o077), signal.getsignal(signal.SIGINT), sys.argv, os.getcwd(), DEBUG["on"])
     os.umask(saved[0])
     code: int = 0
-    with CliRunner().isolation(env=env) as (out, err, _):
+    with CliRunner().isolation(input=input, env=env) as (out, err, _):
         sys.argv = ["ddpjob", *args]
         DEBUG["on"] = bool(os.environ.get("DDPJOB_DEBUG"))  # read at start-up in a process of its own
         # --help as wide as in a process whose output is a pipe: $COLUMNS or 80, less click's margin

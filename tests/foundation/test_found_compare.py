@@ -87,14 +87,9 @@ def test_long_values_are_cut_for_tables_and_legends():
     assert short("x" * 100) == "x" * 45 + "..." and short("x" * 48) == "x" * 48
 
 
-def test_unknown_ids_are_named_at_once_and_nothing_is_half_printed(tmp_path):
-    import os
-    import subprocess
-    import sys
-
+def test_unknown_ids_are_named_at_once_and_nothing_is_half_printed(tmp_path, cli):
     for command in ("results", "plot"):
-        proc = subprocess.run([sys.executable, "-m", "launcher", command, "nope-1", "nope-2"], capture_output=True,
-                              text=True, env={**os.environ, "DDPJOB_HOME": str(tmp_path)}, timeout=120)
+        proc = cli(command, "nope-1", "nope-2", env={"DDPJOB_HOME": str(tmp_path)})
         assert proc.returncode == 4 and proc.stdout == "", proc.stdout + proc.stderr
         assert "no job with id 'nope-1'; no job with id 'nope-2'; run `ddpjob list`" in proc.stderr
         assert "Traceback" not in proc.stderr

@@ -1,5 +1,5 @@
 """The stall watch (launcher.targets.shared.heartbeat) on this machine's loopback: real UDP between a
-Watch and a Beacon, with a 1-second timeout instead of the spec's minimum of 20 s."""
+Watch and a Beacon, with a timeout of a second or less instead of the spec's minimum of 20 s."""
 
 from __future__ import annotations
 
@@ -35,10 +35,10 @@ def test_a_node_whose_heartbeats_stop_is_lost_and_fail_ends_once(tmp_path):
 
     threading.Thread(target=write, daemon=True).start()
     ended: list[str] = []
-    watch = heartbeat.Watch(port=port, nodes=2, host="n1", outputs=[str(out0)], timeout=2.0, action="fail",
+    watch = heartbeat.Watch(port=port, nodes=2, host="n1", outputs=[str(out0)], timeout=1.0, action="fail",
                             state_path=str(state), on_stall=ended.append, interval=0.2)
     assert watch.start() is None
-    beacon = heartbeat.Beacon(addr="127.0.0.1", port=port, node=1, host="n2", outputs=[str(log1)], timeout=2.0,
+    beacon = heartbeat.Beacon(addr="127.0.0.1", port=port, node=1, host="n2", outputs=[str(log1)], timeout=1.0,
                               action="fail", on_stall=ended.append, interval=0.2)
     beacon.start()
     try:
@@ -63,7 +63,7 @@ def test_a_node_whose_heartbeats_stop_is_lost_and_fail_ends_once(tmp_path):
 
 def test_a_beacon_whose_first_node_never_answers_gives_up(tmp_path):
     ended: list[str] = []
-    beacon = heartbeat.Beacon(addr="127.0.0.1", port=_free_udp_port(), node=1, host="n2", outputs=[], timeout=1.0,
+    beacon = heartbeat.Beacon(addr="127.0.0.1", port=_free_udp_port(), node=1, host="n2", outputs=[], timeout=0.5,
                               action="fail", on_stall=ended.append, interval=0.2)
     beacon.start()
     try:
@@ -120,10 +120,13 @@ def test_one_silent_node_is_not_quiet_while_another_writes(tmp_path):
     try:
         wait_for(lambda: state.exists() and json.loads(state.read_text())["nodes"][1]["heard"], "node 1 heard", timeout=10)
         seen = []
-        deadline = time.monotonic() + 3.0  # three stall timeouts with node 1 silent
-        while time.monotonic() < deadline:
-            seen.append(json.loads(state.read_text())["verdict"])
-            time.sleep(0.2)
+
+        def silent_long() -> bool:  # until the watch has judged node 1 silent for 1.5 stall timeouts
+            s = json.loads(state.read_text())
+            seen.append(s["verdict"])
+            return bool(s["updated"] - s["nodes"][1]["output"] > 1.5 * s["timeout"])
+
+        wait_for(silent_long, "the watch to see node 1 silent past the stall timeout", timeout=15, poll=0.1)
         assert seen == [None] * len(seen)
     finally:
         writing.set()

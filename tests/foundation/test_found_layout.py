@@ -6,8 +6,6 @@ from __future__ import annotations
 import ast
 import functools
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -35,14 +33,26 @@ def parsed(path: Path) -> ast.Module:
 
 
 @functools.cache
+def all_imports(path: Path) -> list[ast.AST]:
+    """Every import statement of the module, wherever it is (one walk of its tree for all the graphs)."""
+    return [n for n in ast.walk(parsed(path)) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+@functools.cache
+def type_checking_imports(path: Path) -> frozenset[int]:
+    """The import statements (their ids) inside the module's ``if TYPE_CHECKING:`` blocks."""
+    return frozenset(
+        id(n) for node in ast.walk(parsed(path)) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
+@functools.cache
 def imports(path: Path, *, top_level_only: bool, by_type: bool = False) -> frozenset[str]:
     """Modules of ``launcher`` that ``path`` imports, outside ``if TYPE_CHECKING:`` blocks (inside
     them too with ``by_type``); with ``top_level_only``, only those run when the module is imported
     (not inside functions)."""
     tree = parsed(path)
-    skip = set() if by_type else {
-        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for n in ast.walk(node)}
+    skip = frozenset() if by_type else type_checking_imports(path)
 
     def statements(body: list[ast.stmt]) -> list[ast.AST]:
         out: list[ast.AST] = []
@@ -55,7 +65,7 @@ def imports(path: Path, *, top_level_only: bool, by_type: bool = False) -> froze
                     out += statements(h.body)
         return out
 
-    nodes = statements(tree.body) if top_level_only else list(ast.walk(tree))
+    nodes = statements(tree.body) if top_level_only else all_imports(path)
     found: set[str] = set()
     for node in nodes:
         if id(node) in skip:
@@ -259,9 +269,9 @@ def test_submit_path_is_one_service(tmp_path):
     calls of its own)."""
     text = "".join(p.read_text() for p in cli_modules())
     assert "Registry(" not in text and "get_target(" not in text and ".reserve(" not in text
-    proc = subprocess.run([sys.executable, "-c", "import launcher.cli.main, sys; print(sorted(sys.modules))"],
-                          capture_output=True, text=True, check=True)
-    assert "'launcher.service.jobs'" not in proc.stdout  # imported by the commands, not at start-up
+    from testkit import start_up_modules
+
+    assert "launcher.service.jobs" not in start_up_modules()  # imported by the commands, not at start-up
 
 
 def test_the_entry_point_loads_nothing_before_its_ctrl_c_handling():

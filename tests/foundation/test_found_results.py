@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -138,10 +137,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_command_line_start_imports_no_plotting_library():
-    code = ("import sys, launcher.cli.main; print([m for m in ('matplotlib', 'tensorboard', 'PIL', 'numpy') "
-            "if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    from testkit import start_up_modules
+
+    assert [m for m in ("matplotlib", "tensorboard", "PIL", "numpy") if m in start_up_modules()] == []
 
 
 def test_help_teaches_with_examples():

@@ -15,7 +15,7 @@ from launcher import api
 from launcher.core.errors import JobNotFound, SpecError, UsageError
 from tests.foundation.test_found_hostile import no_jobs, refused, run_here
 from tests.foundation.test_found_hostile import run as run_process
-from tests.testkit import wait_for
+from tests.testkit import ddpjob_in_process, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = REPO / "jobs" / "quickstart.yaml"
@@ -47,18 +47,15 @@ def test_a_file_not_named_yaml_is_still_a_spec_and_never_a_command(tmp_path, ddp
     no_jobs(ddpjob_home)
 
 
-def test_dash_reads_the_spec_from_standard_input(ddpjob_home):
-    def piped(*args: str, text: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "launcher", *args], input=text, capture_output=True, text=True,
-                              cwd=REPO)
-
-    assert piped("validate", "-", text=QUICK.read_text()).stdout == "-: ok (2 node(s), 1 run(s))\n"
-    assert "# ddpjob local plan: job quickstart-xxxxx" in piped("render", "-", text=QUICK.read_text()).stdout
-    bad = piped("submit", "-", text=QUICK.read_text().replace("nodes: 2", "nodes: 0"))
+def test_dash_reads_the_spec_from_standard_input(ddpjob_home, cli_process):
+    """Once through a real pipe into a ddpjob process, then in this process (the ``cli`` fixture's runner
+    with the text as its standard input)."""
+    assert cli_process("validate", "-", input=QUICK.read_text()).stdout == "-: ok (2 node(s), 1 run(s))\n"
+    assert "# ddpjob local plan: job quickstart-xxxxx" in ddpjob_in_process("render", "-", input=QUICK.read_text()).stdout
+    bad = ddpjob_in_process("submit", "-", input=QUICK.read_text().replace("nodes: 2", "nodes: 0"))
     assert "<stdin>:9:1: nodes: Input should be greater than or equal to 1" in refused(bad)
-    raw = subprocess.run([sys.executable, "-m", "launcher", "validate", "-"], input=b"name: \xff\n", capture_output=True,
-                         cwd=REPO)
-    assert raw.returncode == 2 and b"<stdin>:1:7: <root>: not UTF-8 text (byte 0xff)" in raw.stderr, raw.stderr
+    raw = ddpjob_in_process("validate", "-", input=b"name: \xff\n")
+    assert raw.returncode == 2 and "<stdin>:1:7: <root>: not UTF-8 text (byte 0xff)" in raw.stderr, raw.stderr
     no_jobs(ddpjob_home)
 
 

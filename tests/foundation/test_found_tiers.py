@@ -87,3 +87,57 @@ def test_the_pure_tier_does_not_import_modules_marked_real_as_a_whole(request: p
     assert pytest_ignore_collect(TESTS / "slurm" / "test_slurm_target.py", config("not real")) is True
     assert pytest_ignore_collect(train / "test_train_config.py", config("not real")) is None  # it has pure tests
     assert pytest_ignore_collect(train / "test_train_unit.py", config("")) is None
+
+
+
+def _configured(request: pytest.FixtureRequest, markexpr: str) -> None:
+    """tests/conftest.py's ``pytest_configure`` run again, as for ``pytest -m MARKEXPR``."""
+    root_conftest = request.config.pluginmanager.get_plugin(str(TESTS / "conftest.py"))
+    root_conftest.pytest_configure(type("Config", (), {"getoption": staticmethod(lambda name: markexpr)})())
+
+
+def test_the_pure_tier_keeps_compiled_test_modules_outside_the_checkout(request: pytest.FixtureRequest, monkeypatch):
+    """pytest rewrites a test module's asserts when it imports it and keeps the result only where Python
+    may write bytecode: under -m "not real" tests/conftest.py lets it, into a folder outside the checkout
+    (under PYTHONDONTWRITEBYTECODE=1 every run rewrote every module again: ~2.5 s of collection); other
+    runs are left as they were."""
+    import sys
+
+    from _pytest.assertion.rewrite import PYC_TAIL, get_cache_dir
+
+    if request.config.getoption("markexpr") == "not real":  # this very run: this module's compiled code is kept
+        here = Path(__file__)
+        assert (get_cache_dir(here) / (here.name[:-3] + PYC_TAIL)).is_file()
+    for markexpr in ("not real", "", "real"):
+        monkeypatch.setattr(sys, "pycache_prefix", None)
+        monkeypatch.setattr(sys, "dont_write_bytecode", True)
+        _configured(request, markexpr)
+        if markexpr == "not real":
+            assert sys.pycache_prefix and not Path(sys.pycache_prefix).resolve().is_relative_to(TESTS.parent)
+            assert sys.dont_write_bytecode is False
+        else:
+            assert (sys.pycache_prefix, sys.dont_write_bytecode) == (None, True)
+
+
+def test_the_pure_tier_fuzzes_with_a_third_of_the_examples(request: pytest.FixtureRequest, monkeypatch):
+    """Under -m "not real" tests/conftest.py sets $DDPJOB_FUZZ_EXAMPLES to 40 (the fuzz's own default is
+    120, which the full suite runs), unless the user set it."""
+    import os
+    import sys
+
+    monkeypatch.setattr(sys, "pycache_prefix", sys.pycache_prefix)  # put back afterwards: the hook sets them
+    monkeypatch.setattr(sys, "dont_write_bytecode", sys.dont_write_bytecode)
+    monkeypatch.setenv("DDPJOB_FUZZ_EXAMPLES", "")  # so that its value (or its absence) is put back too
+
+    def configured(markexpr: str, before: str | None) -> str | None:
+        if before is None:
+            monkeypatch.delenv("DDPJOB_FUZZ_EXAMPLES", raising=False)
+        else:
+            monkeypatch.setenv("DDPJOB_FUZZ_EXAMPLES", before)
+        _configured(request, markexpr)
+        return os.environ.get("DDPJOB_FUZZ_EXAMPLES")
+
+    assert configured("not real", None) == "40"
+    assert configured("not real", "500") == "500"
+    assert configured("", None) is None
+    assert configured("real", None) is None

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -236,12 +235,12 @@ def test_no_help_text_sends_a_pip_user_to_a_jobs_folder_they_do_not_have():
     assert "jobs/" not in (api.__doc__ or "")
 
 
-def test_completion_offers_inits_example_names():
-    env = {**os.environ, "COMP_WORDS": "ddpjob init ", "COMP_CWORD": "2", "_DDPJOB_COMPLETE": "bash_complete"}
-    out = subprocess.run([sys.executable, "-m", "launcher"], env=env, capture_output=True, text=True, check=True).stdout
+def test_completion_offers_inits_example_names(cli):
+    env = {"COMP_WORDS": "ddpjob init ", "COMP_CWORD": "2", "_DDPJOB_COMPLETE": "bash_complete"}
+    out = cli(env=env, check=True).stdout
     assert [line.split(",", 1)[1] for line in out.splitlines()] == ["quickstart", "cifar", "linreg", "sweep"]
     env.update(COMP_WORDS="ddpjob init sw", _DDPJOB_COMPLETE="zsh_complete")
-    out = subprocess.run([sys.executable, "-m", "launcher"], env=env, capture_output=True, text=True, check=True).stdout
+    out = cli(env=env, check=True).stdout
     assert out.splitlines()[:2] == ["plain", "sweep"] and "grid" in out
 
 

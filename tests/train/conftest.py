@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from multiprocessing import resource_tracker
 from pathlib import Path
 
-import numpy as np
 import pytest
 from testkit import descendants
 
@@ -23,6 +22,8 @@ def write_cifar(root: Path, train_batches: int = 5, per_batch: int = 40, test_si
 
     Classes are learnable: each has its own mean colour pattern.
     """
+    import numpy as np  # here, not at the top: the pure tier collects this folder and needs no numpy
+
     rng = np.random.default_rng(seed)
     protos = rng.integers(0, 256, size=(10, 3072))
     d = root / "cifar-10-batches-py"
