@@ -13,9 +13,11 @@
 #               images/s (global, median of the logged windows after the first two) for 1 process and
 #               for 2 (one per GPU where there are 2, else 2 sharing one GPU over gloo)
 #   dup         two ranks on one GPU with NCCL, by hand: what NCCL says (why ddpjob uses gloo then)
+#   top         `ddpjob top ID --once` (text and -o json) of a running ResNet-18 job, one rank per GPU:
+#               the GPU, GPU% and GPU MEM columns filled from nvidia-smi (issue 34's GPU check)
 set -u
 OUT=${OUT:-/tmp/ddpjob-gpu-check}
-STEPS=${1:-env,doctor,quickstart,resnet,dup}
+STEPS=${1:-env,doctor,quickstart,resnet,dup,top}
 mkdir -p "$OUT"
 export DDPJOB_HOME=${DDPJOB_HOME:-$(mktemp -d)} DDPJOB_CONFIG=none PYTHONUNBUFFERED=1
 DDPJOB=${DDPJOB:-ddpjob}
@@ -74,4 +76,14 @@ print("all_reduce ok", t.item())
 dist.destroy_process_group()
 EOF
   TAIL=8 step dup-nccl 90 python3 -m torch.distributed.run --nproc-per-node 2 "$OUT/dup.py"
+fi
+if want top; then
+  train=(python -m launcher.train --dataset synthetic --model resnet18 --amp bf16 --batch-size 256
+         --eval-size 512 --epochs 1 --log-every 20 --lr 0.1 --train-size 2000000)
+  TAIL=3 step top-submit 60 $DDPJOB submit --name top-gpu --nodes 1 -p "$GPUS" -- "${train[@]}"
+  id=$(job_id top-submit)
+  sleep 45  # past the start and a few samples of the watch (every few seconds)
+  TAIL=12 step top-text 60 $DDPJOB top "$id" --once
+  TAIL=40 step top-json 60 $DDPJOB top "$id" --once -o json
+  TAIL=3 step top-cancel 120 $DDPJOB cancel "$id" -y
 fi
