@@ -309,10 +309,11 @@ net_up() {
     ip -n "$ns" link set eth0 up
     ip link set "$veth" master "$BRIDGE"
     ip link set "$veth" up
-    # The node's own name resolution: the nodes by their bridge addresses, its own name included, also
-    # as IPv4-mapped IPv6 addresses: torch's rendezvous store (listening on both) looks its clients up
-    # in that form and warns "err=-3" on every connection it cannot name.
-    printf '127.0.0.1 localhost\n%s n1\n%s n2\n%s slurm-controller\n::ffff:%s n1\n::ffff:%s n2\n' \
+    # The node's own name resolution: the nodes by their bridge addresses, its own name included, and
+    # their IPv4-mapped IPv6 addresses under names of their own (so that n1 and n2 still resolve to
+    # IPv4 alone): torch's rendezvous store (listening on both) looks its clients up in that form and
+    # warns "err=-3" on every connection it cannot name.
+    printf '127.0.0.1 localhost\n%s n1\n%s n2\n%s slurm-controller\n::ffff:%s n1-v4mapped\n::ffff:%s n2-v4mapped\n' \
       "$(node_addr n1)" "$(node_addr n2)" "$CTL_ADDR" "$(node_addr n1)" "$(node_addr n2)" > "$ROOT/etc/hosts-$node"
     chmod 0644 "$ROOT/etc/hosts-$node"
   done

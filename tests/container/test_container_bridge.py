@@ -41,6 +41,8 @@ with open("/proc/net/route") as f:
 rec = {k: os.environ.get(k) for k in ("RANK", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
 rec.update(own=own, everyone=everyone, routes=routes, ifaces=sorted(os.listdir("/sys/class/net")))
 rec["names"] = [socket.gethostbyaddr(a)[0] for a in everyone]  # what torch's store asks of each client
+rec["mapped"] = [socket.getnameinfo(("::ffff:" + a, 0), socket.NI_NAMEREQD)[0] for a in everyone]  # as it asks
+rec["resolved"] = [sorted({i[4][0] for i in socket.getaddrinfo("node%d" % n, None)}) for n in range(len(everyone))]
 out = os.path.join(os.environ["DDPJOB_OUTPUT_DIR"], "rank%d.json" % dist.get_rank())
 with open(out, "w") as f:
     json.dump(rec, f)
@@ -90,6 +92,8 @@ def test_two_nodes_at_their_own_addresses_across_a_sweep(bridge_image, tmp_path)
             assert rec["ifaces"] == ["eth0", "lo"]
             assert "00000000" not in rec["routes"]  # internal: no default route, nothing leaves this machine
             assert rec["names"] == [network.host_name(0), network.host_name(1)]  # each node knows the others' names
+            assert rec["mapped"] == [network.host_name(0) + "-v4mapped", network.host_name(1) + "-v4mapped"]
+            assert rec["resolved"] == [[a] for a in planned]  # a node's name is still its IPv4 address alone
         for node in (0, 1):  # so torch's store never warns that it cannot name a client
             assert "err=-3" not in (home() / "runs" / job / f"task-{el['index']}" / f"node-{node}.log").read_text()
     plan_txt = (home() / "runs" / job / "plan.txt").read_text()

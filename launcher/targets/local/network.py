@@ -126,13 +126,13 @@ def run_args(name: str, addresses: list[str], node: int) -> list[str]:
     every node's name in its /etc/hosts. torch's rendezvous store (listening on IPv6 and IPv4 at once)
     looks up the name of each client that connects, as an IPv4-mapped IPv6 address (``::ffff:A.B.C.D``),
     and without an entry for that form warns ``The hostname of the client socket cannot be retrieved.
-    err=-3`` on every connection (the job's network has no DNS to ask)."""
+    err=-3`` on every connection (the job's network has no DNS to ask). Those entries name
+    ``node<i>-v4mapped``, so that looking up ``node<i>`` still gives its IPv4 address alone."""
     args = ["--network", name, "--ip", addresses[node], "--hostname", host_name(node)]
-    for other, address in enumerate(addresses):
-        if other != node:
-            args += ["--add-host", f"{host_name(other)}:{address}"]
-        args += ["--add-host", f"{host_name(other)}:::ffff:{address}"]
-    return args
+    # Every IPv4 line first (its own too): glibc answers an IPv4 address from a mapped line that comes first.
+    args += [a for n, address in enumerate(addresses) for a in ("--add-host", f"{host_name(n)}:{address}")]
+    return args + [a for n, address in enumerate(addresses)
+                   for a in ("--add-host", f"{host_name(n)}-v4mapped:::ffff:{address}")]
 
 
 def _engine(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str] | None:
