@@ -46,6 +46,19 @@ def type_checking_imports(path: Path) -> frozenset[int]:
         for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 
+def top_statements(body: list[ast.stmt]) -> list[ast.AST]:
+    """The statements run when a module is imported: not those inside functions or classes."""
+    out: list[ast.AST] = []
+    for node in body:
+        out.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody"):
+                out += top_statements(getattr(node, field, []) or [])
+            for h in getattr(node, "handlers", []):
+                out += top_statements(h.body)
+    return out
+
+
 @functools.cache
 def imports(path: Path, *, top_level_only: bool, by_type: bool = False) -> frozenset[str]:
     """Modules of ``launcher`` that ``path`` imports, outside ``if TYPE_CHECKING:`` blocks (inside
@@ -54,18 +67,7 @@ def imports(path: Path, *, top_level_only: bool, by_type: bool = False) -> froze
     tree = parsed(path)
     skip = frozenset() if by_type else type_checking_imports(path)
 
-    def statements(body: list[ast.stmt]) -> list[ast.AST]:
-        out: list[ast.AST] = []
-        for node in body:
-            out.append(node)
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                for field in ("body", "orelse", "finalbody"):
-                    out += statements(getattr(node, field, []) or [])
-                for h in getattr(node, "handlers", []):
-                    out += statements(h.body)
-        return out
-
-    nodes = statements(tree.body) if top_level_only else all_imports(path)
+    nodes = top_statements(tree.body) if top_level_only else all_imports(path)
     found: set[str] = set()
     for node in nodes:
         if id(node) in skip:
@@ -317,3 +319,74 @@ def test_the_architecture_check_sees_a_missing_module():
     text = (REPO / "ARCHITECTURE.md").read_text()
     assert "launcher.service.queue" in unnamed_modules(text.replace("`queue`", "the queue"))
     assert unnamed_modules("`ruff check` `service/jobs.py`") == sorted(set(MODULES) - {"launcher.service.jobs"})
+
+
+# The code that runs inside a job lives in its target's wing, ``targets/<name>/job/`` (issue 35
+# item 3). Before its children start it may use the standard library only (the local supervisor and
+# node wrapper run as ``python -I -S``; the pod runner runs in an image without ddpjob), so at module
+# top a module of the wing imports the standard library, its own wing and these shared in-job
+# modules, which follow the same rule (``ddpjob_<name>``: one of them as the pod's bundle names it).
+SHARED_IN_JOB = frozenset(f"launcher.targets.shared.{m}"
+                          for m in ("heartbeat", "vitals", "straggle", "runfolder", "netif", "files"))
+
+
+def job_wing(module: str) -> str | None:
+    """``launcher.targets.local.job.node`` -> ``launcher.targets.local.job``; None outside a wing."""
+    parts = module.split(".")
+    return ".".join(parts[:4]) if len(parts) >= 4 and parts[1] == "targets" and parts[3] == "job" else None
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports when it is imported (not in functions, classes or
+    ``if TYPE_CHECKING:``), standard library and third party included."""
+    skip = type_checking_imports(path)
+    found: set[str] = set()
+    for node in top_statements(parsed(path).body):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                         for a in node.names)
+    return found
+
+
+def in_job_wrong(modules: dict[str, Path]) -> list[str]:
+    import sys
+
+    wrong = []
+    for name, path in modules.items():
+        wing = job_wing(name)
+        if wing is None and name not in SHARED_IN_JOB:
+            continue
+        above = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}  # the packages run first
+        for mod in sorted(top_level_imports(path)) + [f"{p} (package)" for p in sorted(above & set(modules))]:
+            if mod.endswith(" (package)"):
+                wrong += [f"{mod[:-10]} -> {m}" for m in sorted(top_level_imports(modules[mod[:-10]]))
+                          if m.split(".")[0] not in sys.stdlib_module_names]
+                continue
+            ours = mod.split(".")[0] == "launcher"
+            if (ours and not ((wing and mod.startswith(wing + ".")) or mod in SHARED_IN_JOB)) or (
+                    not ours and mod.split(".")[0] not in sys.stdlib_module_names and not mod.startswith("ddpjob_")):
+                wrong.append(f"{name} -> {mod}")
+    return wrong
+
+
+def test_the_in_job_wing_imports_only_the_standard_library_at_module_top():
+    wings = {job_wing(m) for m in MODULES} - {None}
+    assert wings == {f"launcher.targets.{t}.job" for t in TARGET_NAMES}, "each target has its in-job wing"
+    assert in_job_wrong(MODULES) == []
+
+
+def test_the_in_job_rule_finds_a_forbidden_import(tmp_path):
+    """The rule above is not blind: a wing module that imports a client module, or a third-party one,
+    at its top is named; the same imports inside a function are not."""
+    for i, (line, named) in enumerate((("from launcher.targets.local import payload", "launcher.targets.local.payload"),
+                        ("import yaml", "yaml"), ("import launcher.core.errors", "launcher.core.errors"),
+                        ("from launcher.targets.shared import logtail", "launcher.targets.shared.logtail"),
+                        ("from launcher.targets.slurm.job import node", "launcher.targets.slurm.job.node"))):
+        source = tmp_path / f"m{i}.py"  # a new file each time: modules are parsed once per path
+        source.write_text(f"import os\n{line}\nfrom launcher.targets.shared import heartbeat\n"
+                          "from launcher.targets.local.job import cgroups\n\n\ndef f():\n    import pydantic\n")
+        assert in_job_wrong({"launcher.targets.local.job.m": source}) == [f"launcher.targets.local.job.m -> {named}"]

@@ -21,11 +21,11 @@ from launcher.core.quantity import parse_memory, slurm_mem
 from launcher.core.states import JobState
 from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
+from launcher.targets.slurm.job.nodelist import expand_nodelist
 from launcher.targets.slurm.options import time_to_minutes
 from launcher.targets.slurm.query import (
     SLURM_STATES,
     expand_job_id,
-    expand_nodelist,
     map_state,
     parse_sacct,
     parse_scontrol,

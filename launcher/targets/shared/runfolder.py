@@ -79,7 +79,7 @@ class TaskFolder:
         return _join(self.path, f"node-{node}{LOG_SUFFIX}")
 
     def record(self, node: int | str) -> str:
-        """Slurm: node ``node``'s record (``slurm/node.py``: host, state, exit code)."""
+        """Slurm: node ``node``'s record (``slurm/job/node.py``: host, state, exit code)."""
         return _join(self.path, f"node-{node}.json")
 
     def error_file(self, node: int | str) -> str:
@@ -87,7 +87,7 @@ class TaskFolder:
         return _join(self.path, f"node-{node}.error.json")
 
     def exit_file(self, node: int | str) -> str:
-        """Local: how node ``node``'s agent ended (``local/node.py``)."""
+        """Local: how node ``node``'s agent ended (``local/job/node.py``)."""
         return exit_file(self.log(node))
 
     def torchrun_logs(self, node: int | str) -> str:
