@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.core.errors import Issue
 from launcher.targets.shared.container import LocalInputs, gpu_args, mount_problem, mounts, run_argv, user_args
 from launcher.targets.shared.runfolder import RunFolder, TaskFolder
-from launcher.targets.slurm.script import RUNTIME, shell_word
+from launcher.targets.slurm.payload import RUNTIME, shell_word
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec

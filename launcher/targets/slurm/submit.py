@@ -19,7 +19,7 @@ from submitit.core import utils
 from submitit.slurm import slurm as submitit_slurm
 
 from launcher.targets.shared.runfolder import RunFolder
-from launcher.targets.slurm.script import SlurmPayload
+from launcher.targets.slurm.payload import SlurmPayload
 
 SBATCH_TIMEOUT_S = 120
 

@@ -25,7 +25,7 @@ from launcher.targets.jobstatus import JobStatus
 from launcher.targets.shared.files import atomic_write, from_json, mask_env_values, to_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.shared.runfolder import RunFolder
-from launcher.targets.slurm.script import (
+from launcher.targets.slurm.payload import (
     PORT_SETUP,
     SlurmCommon,
     SlurmElement,

@@ -33,7 +33,7 @@ from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.job.nodelist import expand_nodelist
 
 if TYPE_CHECKING:
-    from launcher.targets.slurm.script import SlurmCommon, SlurmElement
+    from launcher.targets.slurm.payload import SlurmCommon, SlurmElement
 
 # Ports derived from the job id fall in this range (below the usual ephemeral range 32768+).
 SLURM_PORT_BASE = 20000
@@ -90,7 +90,7 @@ class NodeRunner:
     def __call__(self) -> dict[str, Any]:
         # The payload's module (already loaded where submitit unpickled this runner), not at module
         # top: a module of job/ imports only the standard library and job/ modules there.
-        from launcher.targets.slurm.script import node_argv, node_env, node_paths
+        from launcher.targets.slurm.payload import node_argv, node_env, node_paths
 
         node = os.environ.get("SLURM_NODEID", "0")
         first, port = self.rendezvous(dict(os.environ))
@@ -185,7 +185,7 @@ class NodeRunner:
         slurmd on one host: Slurm's multiple-slurmd setup), so a loopback address of the first node is
         reachable from here. Reads the first node's record (written as it starts, on the job's shared
         directory), waiting up to ``FIRST_NODE_WAIT_S`` seconds for the one of this very start."""
-        from launcher.targets.slurm.script import node_paths
+        from launcher.targets.slurm.payload import node_paths
 
         path = node_paths(self.common.job_dir, self.element.index, 0)["record"]
         deadline = time.monotonic() + FIRST_NODE_WAIT_S
