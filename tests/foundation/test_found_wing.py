@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from test_found_layout import MODULES, PKG, parsed, top_statements, type_checking_imports
+from test_found_layout import MODULES, PKG, imports, parsed, top_statements, type_checking_imports
 
 from launcher.targets import TARGET_NAMES
 
@@ -113,3 +113,29 @@ def test_the_skeleton_check_finds_a_missing_or_misplaced_part(tmp_path):
     (tmp_path / "local" / "payload.py").write_text("class LocalPayload:\n    pass\n")
     assert skeleton_wrong(tmp_path) == ["slurm/payload.py is missing", "k8s/job/__init__.py is missing",
                                         "local/target.py's Target[Payload, Handle] is not of classes of local/payload.py"]
+
+
+K8S_ROOMS = ("objects", "validation", "cluster")
+
+
+def k8s_rooms_wrong(root: Path, modules: dict[str, Path]) -> list[str]:
+    """Kubernetes in three rooms (issue 35 item 3): beside the skeleton its modules are in
+    ``objects/``, ``validation/`` or ``cluster/``, and the objects (pure) import nothing of the cluster room."""
+    loose = sorted(p.name for p in root.glob("*.py") if p.name not in SKELETON)
+    wrong = [f"k8s/{name} is in no room ({', '.join(K8S_ROOMS)})" for name in loose]
+    wrong += [f"{name} -> {m}" for name, path in sorted(modules.items()) if name.startswith("launcher.targets.k8s.objects")
+              for m in sorted(imports(path, top_level_only=False, by_type=True)) if m.startswith("launcher.targets.k8s.cluster")]
+    return wrong
+
+
+def test_kubernetes_is_in_three_rooms(tmp_path):
+    k8s = PKG / "targets" / "k8s"
+    assert sorted(p.name for p in k8s.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted([*K8S_ROOMS, "job"])
+    assert k8s_rooms_wrong(k8s, MODULES) == []
+    (tmp_path / "watch.py").write_text("")
+    bad = tmp_path / "render.py"
+    bad.write_text("def f():\n    from launcher.targets.k8s.cluster import pods\n")
+    assert k8s_rooms_wrong(tmp_path, {"launcher.targets.k8s.objects.render": bad}) == [
+        "k8s/render.py is in no room (objects, validation, cluster)",
+        "k8s/watch.py is in no room (objects, validation, cluster)",
+        "launcher.targets.k8s.objects.render -> launcher.targets.k8s.cluster.pods"]

@@ -22,8 +22,8 @@ import fake_apiserver
 import pytest
 from test_k8s_target import REPO, job_id_of, run
 
-from launcher.targets.k8s import runner
 from launcher.targets.k8s.job.podrun import STALL_EXIT
+from launcher.targets.k8s.objects import runner
 from launcher.targets.k8s.payload import K8sHandle, K8sRun
 from launcher.targets.k8s.target import KubernetesTarget
 
@@ -203,8 +203,8 @@ def served_watch(k8s_api):
 
 
 def test_status_reads_the_first_pods_watch_through_the_pod_proxy(served_watch):
-    from launcher.targets.k8s.client import Kube
-    from launcher.targets.k8s.watch import note
+    from launcher.targets.k8s.cluster.client import Kube
+    from launcher.targets.k8s.cluster.watch import note
 
     kube = Kube()
     assert KubernetesTarget().read_watch(handle_of("demo")) == WATCH
@@ -216,8 +216,8 @@ def test_status_reads_the_first_pods_watch_through_the_pod_proxy(served_watch):
 
 
 def test_a_user_without_pods_proxy_gets_one_line_in_status(served_watch):
-    from launcher.targets.k8s.client import Kube
-    from launcher.targets.k8s.watch import note
+    from launcher.targets.k8s.cluster.client import Kube
+    from launcher.targets.k8s.cluster.watch import note
 
     served_watch.server.fail_next("GET", r"/proxy", 403)
     said = note(Kube(), "demo-master-0", 29501)
@@ -275,7 +275,7 @@ def test_render_does_not_load_the_runner_and_says_its_exit_code():
     import subprocess
     import sys
 
-    code = ("import sys; from launcher.targets.k8s import runner, target; "
+    code = ("import sys; from launcher.targets.k8s.objects import runner; from launcher.targets.k8s import target; "
             "print(sorted(m for m in ('launcher.targets.k8s.job.podrun', 'http.server', 'subprocess') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

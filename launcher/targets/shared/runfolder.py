@@ -28,7 +28,7 @@ Slurm's job folder (``<slurm.folder>/<job id>``, submitit's folder) is a ``RunFo
 
 Standard library only, nothing of ddpjob at import time and no dataclasses or pathlib: the local
 supervisor's quick start, the node wrappers and the k8s pod runner (which carries this file in its
-bundle, ``k8s/runner.py``) import it before their children start. A node may be a shell word or a
+bundle, ``k8s/objects/runner.py``) import it before their children start. A node may be a shell word or a
 runtime marker (``"$n"``, Slurm's render): the names are built by formatting, never parsed.
 """
 
