@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-# The k8s pod runner's code is shown by size and digest (launcher.targets.k8s.runner.shown): masked, so
+# The k8s pod runner's code is shown by size and digest (launcher.targets.k8s.objects.runner.shown): masked, so
 # that the goldens do not change with every edit of heartbeat.py (test_k8s_runner checks the real values).
 POD_RUNNER = re.compile(r"<pod runner: \d+ characters, sha256 [0-9a-f]{12};")
 

@@ -56,7 +56,7 @@ def _cli_code(undo: str) -> str:
 
 def _supervisor_code(undo: str, run_dir: str) -> str:
     boot = f"import sys; sys.path.insert(0, {str(REPO)!r}); "
-    return (boot + "from launcher.targets.local import supervisor; " + (undo + "; " if undo else "")
+    return (boot + "from launcher.targets.local.job import supervisor; " + (undo + "; " if undo else "")
             + f"sys.exit(supervisor.main([{run_dir!r}], from_submit=True))")  # as submit starts it
 
 

@@ -2,7 +2,7 @@
 """What the stall watch and the ranks' vitals cost the training (issue 34: under 1%); prints JSON.
 
 The reference trainer (mlp on synthetic data, CPU, gloo) as a local job of 2 nodes x 1 process,
-each node run through ddpjob's own node wrapper (``launcher/targets/local/node.py``, as the local
+each node run through ddpjob's own node wrapper (``launcher/targets/local/job/node.py``, as the local
 supervisor starts it), in two sides alternating within each repeat (the order flipped every repeat):
 
 - ``watch``: as ddpjob runs it: ``DDPJOB_WATCH`` set, so the first node runs the ``Watch`` and the

@@ -29,15 +29,15 @@ def test_a_local_jobs_own_processes_start_light():
     ``site`` (-I -S), and importing them loads none of the modules their quick start avoids."""
     from pathlib import Path
 
-    from launcher.targets.local import node, supervisor
+    from launcher.targets.local.job import node, supervisor
 
-    root = str(Path(supervisor.__file__).resolve().parents[3])
+    root = str(Path(supervisor.__file__).resolve().parents[4])
     argv = supervisor.command("/run/dir")
     assert argv[:4] == [sys.executable, "-I", "-S", "-c"] and argv[-2:] == [root, "/run/dir"]
     wrapper = node.command(sys.executable, "/run/dir/n.exit.json", ["torchrun"])
     assert wrapper[:3] == [sys.executable, "-I", "-S"] and Path(wrapper[3]).is_file()
     avoided = ("dataclasses", "pathlib", "json", "launcher.targets.base", "launcher.targets.local.target")
-    code = (f"import sys; sys.path.insert(0, {root!r}); import launcher.targets.local.supervisor; "
+    code = (f"import sys; sys.path.insert(0, {root!r}); import launcher.targets.local.job.supervisor; "
             f"print([m for m in {avoided!r} if m in sys.modules])")
     # -B: as the rest of the tests, no bytecode written into the checkout (-I ignores PYTHONDONTWRITEBYTECODE)
     out = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", code], capture_output=True, text=True, check=True)
@@ -77,14 +77,14 @@ def test_the_supervisor_runs_a_job_without_its_heavy_modules(tmp_path):
     their output in their log and nothing on stdin."""
     from pathlib import Path
 
-    from launcher.targets.local import supervisor
+    from launcher.targets.local.job import supervisor
 
     script = "import os, sys; print(os.getcwd(), os.environ['NODE_SAYS'], repr(sys.stdin.read()), sys.argv[1:])"
     run_dir, nodes_cwd = _plan_of_plain_processes(tmp_path, script)
-    root = str(Path(supervisor.__file__).resolve().parents[3])
+    root = str(Path(supervisor.__file__).resolve().parents[4])
     avoided = ("dataclasses", "pathlib", "subprocess", "launcher.targets.base",
                "launcher.targets.local.target")
-    code = (f"import sys; sys.path.insert(0, {root!r}); from launcher.targets.local import supervisor; "
+    code = (f"import sys; sys.path.insert(0, {root!r}); from launcher.targets.local.job import supervisor; "
             f"code = supervisor.main([{str(run_dir)!r}], from_submit=True); print(code, [m for m in {avoided!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=run_dir, stdin=subprocess.PIPE)
@@ -103,7 +103,7 @@ def test_the_supervisors_plan_reader_agrees_with_the_typed_one(tmp_path):
     this ddpjob did not write) it reads through the typed reader, defaults and errors included."""
     import dataclasses
 
-    from launcher.targets.local import supervisor
+    from launcher.targets.local.job import supervisor
     from launcher.targets.local.target import read_plan
 
     def same(typed, light):

@@ -8,8 +8,8 @@ from launcher.spec.load import load_spec
 from launcher.targets.k8s import target as k8s
 from launcher.targets.local import target as local
 from launcher.targets.shared import dist
-from launcher.targets.slurm import node as slurm_node
 from launcher.targets.slurm import target as slurm
+from launcher.targets.slurm.job import node as slurm_node
 
 DEFAULTS = {"local": local.NCCL_DEFAULTS, "slurm": slurm.NCCL_DEFAULTS, "k8s": k8s.NCCL_DEFAULTS}
 

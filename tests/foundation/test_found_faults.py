@@ -351,7 +351,7 @@ def test_a_state_file_that_cannot_be_written_does_not_fail_a_good_run(tmp_path):
     run_dir.mkdir()
     write_json(run_dir / "plan.json", to_json(plan.payload))
     (run_dir / "state.json").mkdir()  # every write of the state file fails
-    sup = subprocess.run([sys.executable, "-m", "launcher.targets.local.supervisor", str(run_dir)],
+    sup = subprocess.run([sys.executable, "-m", "launcher.targets.local.job.supervisor", str(run_dir)],
                          env={**os.environ, "DDPJOB_JOB_ID": "full-abcde"}, capture_output=True, text=True,
                          timeout=240)
     assert sup.returncode == 0 and "could not write state.json" in sup.stderr, sup.stderr
@@ -363,7 +363,7 @@ def test_a_state_file_that_cannot_be_written_does_not_fail_a_good_run(tmp_path):
 def test_the_node_wrapper_records_how_its_agent_ended(tmp_path):
     """The wrapper's record is the job's truth when the supervisor is gone: an exit code, a program
     that cannot start (127, with why), and a stop signal passed on to the agent (no process left)."""
-    from launcher.targets.local import node
+    from launcher.targets.local.job import node
     from launcher.targets.shared import procs
 
     def run(argv: list[str], name: str) -> tuple[int, dict | None]:

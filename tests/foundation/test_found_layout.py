@@ -46,6 +46,19 @@ def type_checking_imports(path: Path) -> frozenset[int]:
         for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 
+def top_statements(body: list[ast.stmt]) -> list[ast.AST]:
+    """The statements run when a module is imported: not those inside functions or classes."""
+    out: list[ast.AST] = []
+    for node in body:
+        out.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody"):
+                out += top_statements(getattr(node, field, []) or [])
+            for h in getattr(node, "handlers", []):
+                out += top_statements(h.body)
+    return out
+
+
 @functools.cache
 def imports(path: Path, *, top_level_only: bool, by_type: bool = False) -> frozenset[str]:
     """Modules of ``launcher`` that ``path`` imports, outside ``if TYPE_CHECKING:`` blocks (inside
@@ -54,18 +67,7 @@ def imports(path: Path, *, top_level_only: bool, by_type: bool = False) -> froze
     tree = parsed(path)
     skip = frozenset() if by_type else type_checking_imports(path)
 
-    def statements(body: list[ast.stmt]) -> list[ast.AST]:
-        out: list[ast.AST] = []
-        for node in body:
-            out.append(node)
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                for field in ("body", "orelse", "finalbody"):
-                    out += statements(getattr(node, field, []) or [])
-                for h in getattr(node, "handlers", []):
-                    out += statements(h.body)
-        return out
-
-    nodes = statements(tree.body) if top_level_only else all_imports(path)
+    nodes = top_statements(tree.body) if top_level_only else all_imports(path)
     found: set[str] = set()
     for node in nodes:
         if id(node) in skip:
@@ -317,3 +319,4 @@ def test_the_architecture_check_sees_a_missing_module():
     text = (REPO / "ARCHITECTURE.md").read_text()
     assert "launcher.service.queue" in unnamed_modules(text.replace("`queue`", "the queue"))
     assert unnamed_modules("`ruff check` `service/jobs.py`") == sorted(set(MODULES) - {"launcher.service.jobs"})
+

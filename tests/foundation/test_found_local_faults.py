@@ -193,7 +193,7 @@ while True:
 def test_cancel_stops_a_process_that_left_the_job_session_and_environment(cli, tmp_path):
     """Each node runs in a cgroup of its own: cancel stops a worker's child that started its own
     session with an empty environment, which neither the process group nor the job's marker finds."""
-    from launcher.targets.local import cgroups
+    from launcher.targets.local.job import cgroups
     from launcher.targets.shared import procs
 
     if cgroups.make_job("probe-00000")[0] is None:

@@ -112,7 +112,7 @@ def test_the_names_are_the_ones_older_versions_wrote():
         "/h/runs/j/task-1/torchrun-node-1", "/h/runs/j/task-1/watch.json", "/h/runs/j/task-1/vitals"]
     assert runfolder.log_of_exit_file(task.exit_file(2)) == task.log(2)
     assert runfolder.node_tag(1, 2) == "task-1-node-2"
-    # Shell words and Slurm's runtime markers go through as they are (slurm/container.py, slurm/script.py).
+    # Shell words and Slurm's runtime markers go through as they are (slurm/container.py, slurm/payload.py).
     assert TaskFolder("$d").log("$n") == "$d/node-$n.log"
     assert RunFolder("/j").task("${SLURM_ARRAY_TASK_ID:-0}").path == "/j/task-${SLURM_ARRAY_TASK_ID:-0}"
     pod = PodFolder("/tmp/ddpjob-pod-x")

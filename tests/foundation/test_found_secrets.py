@@ -161,7 +161,7 @@ def test_a_plan_is_built_once_and_its_text_masks_the_payloads_secrets(monkeypatc
 def test_submit_plans_once_hands_over_the_real_value_and_records_the_masked_text(monkeypatch, tmp_path):
     from launcher.service.jobs import Jobs
     from launcher.spec.load import load_spec
-    from launcher.targets.slurm.script import SlurmHandle
+    from launcher.targets.slurm.payload import SlurmHandle
     from launcher.targets.slurm.target import SlurmTarget
 
     (tmp_path / "s.yaml").write_text(SECRET_SPEC)

@@ -50,7 +50,7 @@ import yaml
 from testkit import descendants
 
 from launcher.core.errors import dotted_path as dotted
-from launcher.targets.k8s.schema import strict_schema, validate_pytorchjob, version_schema
+from launcher.targets.k8s.validation.schema import strict_schema, validate_pytorchjob, version_schema
 
 CRD_PATH = re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/([^/]+)$")
 GROUP_PATH = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")

@@ -30,8 +30,8 @@ from typing import Any
 
 from fake_apiserver import CRD_PATH, Pod, _read_crd, free_port, invalid_obj, match_labels, now, status_obj
 
-from launcher.targets.k8s.schema import strict_schema, version_schema
-from launcher.targets.k8s.trainjob_rules import validate_trainjob
+from launcher.targets.k8s.validation.schema import strict_schema, version_schema
+from launcher.targets.k8s.validation.trainjob_rules import validate_trainjob
 
 PATH = re.compile(r"^/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/([^/]+)/trainjobs(?:/([^/]+))?$")
 CRD_NAME = "trainjobs.trainer.kubeflow.org"

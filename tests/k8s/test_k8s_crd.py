@@ -22,10 +22,10 @@ from testkit import needs_crd
 from launcher.cli.main import cli as ddpjob_cli
 from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
-from launcher.targets.k8s import crd as crd_mod
-from launcher.targets.k8s.crd import CrdInput
-from launcher.targets.k8s.schema import strict_schema, version_schema
 from launcher.targets.k8s.target import KubernetesTarget
+from launcher.targets.k8s.validation import crd as crd_mod
+from launcher.targets.k8s.validation.crd import CrdInput
+from launcher.targets.k8s.validation.schema import strict_schema, version_schema
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_GET = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org"
@@ -219,7 +219,7 @@ def test_a_sweep_is_checked_whole_before_any_element_is_created(k8s_api):
 def test_in_a_pod_without_kubeconfig_the_service_account_is_used(tmp_path, monkeypatch, spec):
     if shutil.which("openssl") is None and os.environ.get("CI", "").lower() != "true":
         pytest.skip("needs openssl to make the loopback server's TLS certificate")
-    from launcher.targets.k8s import client
+    from launcher.targets.k8s.cluster import client
 
     api = start(tmp_path / "cluster", tls=True)  # in-cluster config always speaks HTTPS
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from launcher.targets.base import LogFilter
-from launcher.targets.k8s.logs import PodLogs
+from launcher.targets.k8s.cluster.logs import PodLogs
 
 JOB = "demo-abcde"
 POD = f"{JOB}-master-0"

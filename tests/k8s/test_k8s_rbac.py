@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from launcher.targets.k8s.apis import APIS
+from launcher.targets.k8s.objects.apis import APIS
 
 RBAC = Path(__file__).resolve().parents[2] / "k8s" / "rbac.yaml"
 

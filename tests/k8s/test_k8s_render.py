@@ -21,18 +21,18 @@ from launcher.core.errors import SpecError
 from launcher.core.states import JobState
 from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
-from launcher.targets.k8s import runner
-from launcher.targets.k8s.payload import masked_env
-from launcher.targets.k8s.pytorchjob import (
+from launcher.targets.k8s.objects import runner
+from launcher.targets.k8s.objects.pytorchjob import (
     NOT_RECONCILED,
     PYTORCHJOB_CONDITIONS,
     condition_state,
     replica_summary,
     spec_field,
 )
-from launcher.targets.k8s.render import kubelet_escape
-from launcher.targets.k8s.schema import validate_pytorchjob
+from launcher.targets.k8s.objects.render import kubelet_escape
+from launcher.targets.k8s.payload import masked_env
 from launcher.targets.k8s.target import KubernetesTarget
+from launcher.targets.k8s.validation.schema import validate_pytorchjob
 from launcher.targets.shared.launch import torchrun_escape
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -10,7 +10,7 @@ from fake_apiserver import STAND_IN_CRD, upstream_schema
 from testkit import needs_crd
 
 from launcher.core.errors import dotted_path as dotted
-from launcher.targets.k8s.schema import strict_schema, validate_pytorchjob, version_schema
+from launcher.targets.k8s.validation.schema import strict_schema, validate_pytorchjob, version_schema
 
 
 def job(workers: int = 1) -> dict:

@@ -1,5 +1,5 @@
 """The stall watch on Kubernetes (issue 34): each pod runs ddpjob's pod runner in front of torchrun
-(launcher/targets/k8s/podrun.py, carried in the pod's env), the first pod's runner serves its
+(launcher/targets/k8s/job/podrun.py, carried in the pod's env), the first pod's runner serves its
 watch.json, and status reads it through the API server's pod proxy. Real torchrun and gloo in the
 loopback API server's pods; one rank is stopped with SIGSTOP.
 
@@ -22,9 +22,9 @@ import fake_apiserver
 import pytest
 from test_k8s_target import REPO, job_id_of, run
 
-from launcher.targets.k8s import runner
+from launcher.targets.k8s.job.podrun import STALL_EXIT
+from launcher.targets.k8s.objects import runner
 from launcher.targets.k8s.payload import K8sHandle, K8sRun
-from launcher.targets.k8s.podrun import STALL_EXIT
 from launcher.targets.k8s.target import KubernetesTarget
 
 STUCK = "is stopped (SIGSTOP?) since"  # what status says of the stopped rank (shared/heartbeat.py)
@@ -203,8 +203,8 @@ def served_watch(k8s_api):
 
 
 def test_status_reads_the_first_pods_watch_through_the_pod_proxy(served_watch):
-    from launcher.targets.k8s.client import Kube
-    from launcher.targets.k8s.watch import note
+    from launcher.targets.k8s.cluster.client import Kube
+    from launcher.targets.k8s.cluster.watch import note
 
     kube = Kube()
     assert KubernetesTarget().read_watch(handle_of("demo")) == WATCH
@@ -216,8 +216,8 @@ def test_status_reads_the_first_pods_watch_through_the_pod_proxy(served_watch):
 
 
 def test_a_user_without_pods_proxy_gets_one_line_in_status(served_watch):
-    from launcher.targets.k8s.client import Kube
-    from launcher.targets.k8s.watch import note
+    from launcher.targets.k8s.cluster.client import Kube
+    from launcher.targets.k8s.cluster.watch import note
 
     served_watch.server.fail_next("GET", r"/proxy", 403)
     said = note(Kube(), "demo-master-0", 29501)
@@ -248,7 +248,7 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
     import base64
     import zlib
 
-    import launcher.targets.k8s.podrun as podrun
+    import launcher.targets.k8s.job.podrun as podrun
     import launcher.targets.shared.heartbeat as heartbeat
     import launcher.targets.shared.runfolder as runfolder
     import launcher.targets.shared.straggle as straggle
@@ -275,8 +275,8 @@ def test_render_does_not_load_the_runner_and_says_its_exit_code():
     import subprocess
     import sys
 
-    code = ("import sys; from launcher.targets.k8s import runner, target; "
-            "print(sorted(m for m in ('launcher.targets.k8s.podrun', 'http.server', 'subprocess') if m in sys.modules))")
+    code = ("import sys; from launcher.targets.k8s.objects import runner; from launcher.targets.k8s import target; "
+            "print(sorted(m for m in ('launcher.targets.k8s.job.podrun', 'http.server', 'subprocess') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
     assert runner.STALL_EXIT == STALL_EXIT

@@ -1,4 +1,4 @@
-"""ddpjob's structural-schema validator (``launcher.targets.k8s.structural``): each keyword with the
+"""ddpjob's structural-schema validator (``launcher.targets.k8s.validation.structural``): each keyword with the
 API server's meaning, and the same verdicts as the ``jsonschema`` package on thousands of broken
 manifests, against a schema of our own (always) and the upstream CRDs (when the tests have them)."""
 
@@ -15,8 +15,8 @@ from test_k8s_schema import job as pytorchjob
 from testkit import needs_crd
 from trainjob_kit import needs_trainjob_crd, trainjob_schema
 
-from launcher.targets.k8s.schema import strict_schema
-from launcher.targets.k8s.structural import errors
+from launcher.targets.k8s.validation.schema import strict_schema
+from launcher.targets.k8s.validation.structural import errors
 
 # A schema in the shape controller-gen writes, with every keyword the validator knows.
 OWN = strict_schema({

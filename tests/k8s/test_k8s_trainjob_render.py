@@ -21,11 +21,11 @@ from launcher.core.errors import SpecError
 from launcher.core.states import JobState
 from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
-from launcher.targets.k8s import trainjob
+from launcher.targets.k8s.cluster.pods import pod_ref, sort_key
+from launcher.targets.k8s.objects import trainjob
 from launcher.targets.k8s.payload import masked_env
-from launcher.targets.k8s.pods import pod_ref, sort_key
 from launcher.targets.k8s.target import KubernetesTarget
-from launcher.targets.k8s.trainjob_rules import validate_trainjob
+from launcher.targets.k8s.validation.trainjob_rules import validate_trainjob
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ needs_trainjob_crd = pytest.mark.skipif(
 def _strict_text() -> str:
     from fake_apiserver import _read_crd
 
-    from launcher.targets.k8s.schema import strict_schema, version_schema
+    from launcher.targets.k8s.validation.schema import strict_schema, version_schema
 
     assert TRAINJOB_CRD and Path(TRAINJOB_CRD).is_file(), "needs the TrainJob CRD (DDPJOB_TRAINJOB_CRD)"
     return json.dumps(strict_schema(version_schema(json.loads(_read_crd(TRAINJOB_CRD)), "v1alpha1")))

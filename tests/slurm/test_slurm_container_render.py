@@ -16,8 +16,8 @@ from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
 from launcher.targets.shared.container import LocalInputs
 from launcher.targets.slurm.container import ContainerInputs
+from launcher.targets.slurm.job.task_env import task_variables
 from launcher.targets.slurm.target import SlurmTarget
-from launcher.targets.slurm.task_env import task_variables
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_golden_oci():
     assert bundle.base == "/home/u/.ddpjob/slurm/oci/77f023bfed52" and bundle.image == "localhost/ddpjob-train:cpu"
     # The image's PATH wins over the submitting shell's; task_env sets the per-task variables first.
     i = argv.index("env")
-    assert argv[i:i + 6] == ["env", f"{IMAGE_ENV[0]}", "python3", "-m", "launcher.targets.slurm.task_env", "-u"]
+    assert argv[i:i + 6] == ["env", f"{IMAGE_ENV[0]}", "python3", "-m", "launcher.targets.slurm.job.task_env", "-u"]
     # Before it, each task checks that it runs in the bundle (a Slurm without oci.conf runs it on the node).
     check = f"{plan.payload.common.job_dir}/oci-check.sh"
     assert argv[i - 2:i] == ["sh", check] and 'DDPJOB_OCI_IMAGE:-}" ] && exec "$@"' in plan.payload.files[check]

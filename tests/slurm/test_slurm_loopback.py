@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 
 from launcher.targets.shared.files import write_json
-from launcher.targets.slurm import node as node_mod
-from launcher.targets.slurm.script import SlurmCommon, SlurmElement, node_paths
+from launcher.targets.slurm.job import node as node_mod
+from launcher.targets.slurm.payload import SlurmCommon, SlurmElement, node_paths
 
 
 def _runner(tmp_path):

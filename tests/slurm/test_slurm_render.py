@@ -21,18 +21,18 @@ from launcher.core.quantity import parse_memory, slurm_mem
 from launcher.core.states import JobState
 from launcher.spec.load import load_spec
 from launcher.targets.base import PlanContext
+from launcher.targets.slurm.job.nodelist import expand_nodelist
 from launcher.targets.slurm.options import time_to_minutes
+from launcher.targets.slurm.payload import node_argv, node_env
 from launcher.targets.slurm.query import (
     SLURM_STATES,
     expand_job_id,
-    expand_nodelist,
     map_state,
     parse_sacct,
     parse_scontrol,
     parse_squeue,
     query,
 )
-from launcher.targets.slurm.script import node_argv, node_env
 from launcher.targets.slurm.target import SlurmTarget
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -251,7 +251,7 @@ def test_render_equals_submitit_sbatch_string(path, sets):
     """The rendered script is byte for byte what submitit's own _make_sbatch_string produces."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    from launcher.targets.slurm.script import submitit_command
+    from launcher.targets.slurm.payload import submitit_command
 
     p = plan_of(path, sets).payload
     c = p.common
@@ -325,7 +325,7 @@ def test_parse_sacct_squeue_scontrol():
 
 
 def _probe(env: dict[str, str]) -> int:
-    from launcher.targets.slurm.script import PORT_SETUP
+    from launcher.targets.slurm.payload import PORT_SETUP
 
     out = subprocess.run(["bash", "-c", "\n".join(PORT_SETUP) + '\necho "$DDPJOB_MASTER_PORT"'],
                          env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, check=True)

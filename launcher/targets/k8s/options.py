@@ -1,6 +1,6 @@
 """The ``k8s:`` section of a job spec (options used only by the Kubernetes target).
 
-Everything here ends up in a ``kubeflow.org/v1`` PyTorchJob (see ``launcher.targets.k8s.render``).
+Everything here ends up in a ``kubeflow.org/v1`` PyTorchJob (see ``launcher.targets.k8s.objects.render``).
 Values are checked for what the API server accepts (label syntax, DNS names, quantities), so a
 mistake is reported at its line in the spec instead of as a 422 from the cluster. Secrets are only
 ever referenced (``secretKeyRef``/``envFrom``), never copied into the manifest.

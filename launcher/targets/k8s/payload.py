@@ -15,8 +15,8 @@ import yaml
 
 from launcher.spec.secrets import shown_value
 from launcher.targets.base import Handle
-from launcher.targets.k8s.apis import api_of
-from launcher.targets.k8s.runner import BUNDLE_ENV, shown
+from launcher.targets.k8s.objects.apis import api_of
+from launcher.targets.k8s.objects.runner import BUNDLE_ENV, shown
 
 
 @dataclass

@@ -31,14 +31,14 @@ from launcher.core.errors import DdpjobError, TargetError
 from launcher.core.states import JobState, summarize
 from launcher.targets.base import LogFilter, Plan, PlanContext, Target
 from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
-from launcher.targets.k8s import runner
-from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi, api_of
-from launcher.targets.k8s.check import located, spec_where
-from launcher.targets.k8s.crd import CrdInput, absent
-from launcher.targets.k8s.flavours import flavour_of
+from launcher.targets.k8s.cluster.pods import object_warnings, pod_nodes
+from launcher.targets.k8s.objects import runner
+from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi, api_of
+from launcher.targets.k8s.objects.flavours import flavour_of
+from launcher.targets.k8s.objects.render import LABEL_JOB_ID, secret_env_issues
 from launcher.targets.k8s.payload import K8sHandle, K8sPayload, K8sRun, render_text
-from launcher.targets.k8s.pods import object_warnings, pod_nodes
-from launcher.targets.k8s.render import LABEL_JOB_ID, secret_env_issues
+from launcher.targets.k8s.validation.check import located, spec_where
+from launcher.targets.k8s.validation.crd import CrdInput, absent
 from launcher.targets.shared.files import from_json, read_json, to_json, write_json
 from launcher.targets.shared.runfolder import RunFolder
 
@@ -63,7 +63,7 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
     def inputs(self, loaded: LoadedSpec, *, online: bool) -> CrdInput:
         """The PyTorchJob CRD to check against: the cluster's own when ``online`` (submit,
         --dry-run=server; exit 6 when it has none), else $DDPJOB_PYTORCHJOB_CRD or the cache."""
-        from launcher.targets.k8s import crd
+        from launcher.targets.k8s.validation import crd
 
         api = api_of(loaded.spec.k8s.api)
         if not online:
@@ -189,7 +189,7 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
                 if pending:
                     msg = "; ".join([msg, *pending]) if msg and "not reconciled" not in msg else "; ".join(pending) or msg
             if state == JobState.RUNNING and handle.watch_port:
-                from launcher.targets.k8s.watch import first_pod, note
+                from launcher.targets.k8s.cluster.watch import first_pod, note
 
                 said = note(kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
                 msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
@@ -206,7 +206,7 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
     def read_watch(self, handle: K8sHandle, index: int = 0) -> dict[str, Any] | None:
         """Run ``index``'s ``watch.json`` as its first pod's runner serves it (raw; see ``heartbeat.Watch``),
         or None (no pod runner, the pod not up, or it is gone). Raises TargetError on a 403."""
-        from launcher.targets.k8s.watch import first_pod, read_watch
+        from launcher.targets.k8s.cluster.watch import first_pod, read_watch
 
         if not handle.watch_port:
             return None
@@ -218,7 +218,7 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
     def health(self, handle: K8sHandle) -> Any:
         """Every rank's health (``shared.health.JobHealth``) from the newest run's first pod, read through
         the pod proxy; after the pods are gone, the sample last read (kept in the run folder)."""
-        from launcher.targets.k8s.watch import latest
+        from launcher.targets.k8s.cluster.watch import latest
         from launcher.targets.shared.health import parse
 
         if not handle.watch_port:
@@ -233,8 +233,8 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
 
     # ------------------------------------------------------------------ logs
     def logs(self, handle: K8sHandle, flt: LogFilter, follow: bool = False) -> Iterator[str]:
-        """Lines of every pod, prefixed ``[master-0 rank0]``; see ``launcher.targets.k8s.logs`` for the rules."""
-        from launcher.targets.k8s.logs import PodLogs
+        """Lines of every pod, prefixed ``[master-0 rank0]``; see ``launcher.targets.k8s.cluster.logs`` for the rules."""
+        from launcher.targets.k8s.cluster.logs import PodLogs
 
         elements = [{"index": j.index, "name": j.name} for j in handle.jobs]
         if flt.task is not None and not any(e["index"] == flt.task for e in elements):
@@ -259,7 +259,7 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
         return []  # the runs write their metrics inside the pods
 
     def progress(self, handle: K8sHandle) -> Progress | None:
-        from launcher.targets.k8s.pods import pod_progress
+        from launcher.targets.k8s.cluster.pods import pod_progress
 
         api = api_of(handle.api)
         return pod_progress(_kube(handle.context, handle.namespace, api), handle, api, handle.run_dir)
@@ -278,20 +278,20 @@ def _stall_ending(kube: Any, name: str, api: KubeflowApi, last: dict[str, Any] |
         return str(last["message"])
     if not pods:
         return msg
-    from launcher.targets.k8s.watch import ending
+    from launcher.targets.k8s.cluster.watch import ending
 
     return ending(kube, name, api) or msg
 
 
 def _kube(context: str | None, namespace: str | None, api: KubeflowApi = PYTORCHJOB) -> Any:
-    from launcher.targets.k8s.client import Kube
+    from launcher.targets.k8s.cluster.client import Kube
 
     return Kube(context, namespace, api)
 
 
 def _create(kube: Any, payload: K8sPayload, body: dict[str, Any], *, dry_run: bool) -> None:
     """Create (or with ``dry_run``, have the server check) one object; a 422 names the spec's lines."""
-    from launcher.targets.k8s.client import InvalidObject
+    from launcher.targets.k8s.cluster.client import InvalidObject
 
     try:
         kube.create_job(body, dry_run=dry_run)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.core.errors import TargetError
+from launcher.targets.local.job.statefile import say
 from launcher.targets.local.payload import LocalElement, LocalPayload, moved_port_text
 from launcher.targets.local.payload import move_port as move_plan_port
 from launcher.targets.local.payload import read_plan as read_typed_plan
-from launcher.targets.local.statefile import say
 from launcher.targets.shared.files import atomic_write, to_json, write_json
 from launcher.targets.shared.runfolder import RunFolder
 

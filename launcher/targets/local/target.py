@@ -27,6 +27,7 @@ from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.local import container as ctr
 from launcher.targets.local import network as net
 from launcher.targets.local import ports, watch
+from launcher.targets.local.job.statefile import read_note
 from launcher.targets.local.payload import (
     MARKER,
     PORT_AT_SUBMIT,
@@ -37,7 +38,6 @@ from launcher.targets.local.payload import (
     read_plan,
     render_local,
 )
-from launcher.targets.local.statefile import read_note
 from launcher.targets.shared import netif, procs
 from launcher.targets.shared.files import atomic_write, from_json, to_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
@@ -182,7 +182,7 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
                                         "pip install 'ddpjob[train]'")
         import subprocess  # only at submit: render and status never start a process
 
-        from launcher.targets.local import supervisor
+        from launcher.targets.local.job import supervisor
 
         run_dir = Path(plan.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -255,7 +255,7 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
                                     finished=lambda: self.status(handle).state.terminal, verbose=flt.verbose)
 
     def cancel_note(self, handle: LocalHandle) -> str | None:
-        from launcher.targets.local import cgroups
+        from launcher.targets.local.job import cgroups
 
         return cgroups.cancel_note(read_state(handle.run_dir))
 
@@ -302,9 +302,9 @@ def read_state(run_dir: str) -> dict[str, Any] | None:
 
 
 def _stop_cgroup(handle: LocalHandle, state: dict[str, Any] | None) -> list[int]:
-    """Kill what is left in the job's cgroup (launcher.targets.local.cgroups): processes that left
+    """Kill what is left in the job's cgroup (launcher.targets.local.job.cgroups): processes that left
     the job's session and environment. Returns those that survived."""
-    from launcher.targets.local import cgroups
+    from launcher.targets.local.job import cgroups
 
     path = (state or {}).get("cgroup") or (read_state(handle.run_dir) or {}).get("cgroup")
     return cgroups.stop(path) if isinstance(path, str) and path.endswith(f"/ddpjob-{handle.job_id}") else []
@@ -338,7 +338,7 @@ def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
 
 def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> JobStatus:
     """Every process has ended and the supervisor left no final state: read the nodes' records."""
-    from launcher.targets.local.node import read_record
+    from launcher.targets.local.job.node import read_record
     from launcher.targets.shared.runfolder import exit_file
 
     try:
@@ -370,7 +370,7 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
         tasks.append(TaskStatus(el.index, JobState.FAILED, cause, nodes, el.params))
     state, message = summarize(tasks)
     if state.terminal:
-        from launcher.targets.local import cgroups
+        from launcher.targets.local.job import cgroups
 
         cgroups.remove_ended(handle.job_id, read_state(handle.run_dir))  # its supervisor would have, at the end
         message = (message + "; " if message else "") + "(the supervisor was gone: state read from the nodes' exit records)"

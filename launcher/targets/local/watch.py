@@ -1,17 +1,17 @@
 """The local target's side of the stall watch and the ranks' vitals (``launcher.targets.shared.heartbeat``,
 ``shared.vitals``): what each node wrapper is told in its plan (``DDPJOB_WATCH``, read and removed by
-``launcher.targets.local.node`` before its agent starts), and what ``status`` reads back from the first
+``launcher.targets.local.job.node`` before its agent starts), and what ``status`` reads back from the first
 node's ``task-<i>/watch.json``. A node in a container (local.container) is watched the same way: its
 wrapper runs on this machine outside the container and finds the container's torchrun agent in
 ``/proc`` by the container's name (the engine runs it on this machine's kernel), see
-``launcher.targets.local.node``."""
+``launcher.targets.local.job.node``."""
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
 
-from launcher.targets.local.node import WATCH_ENV
+from launcher.targets.local.job.node import WATCH_ENV
 from launcher.targets.shared.runfolder import RunFolder, TaskFolder
 from launcher.targets.shared.vitals import VITALS_DIR_ENV
 

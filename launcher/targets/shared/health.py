@@ -135,7 +135,7 @@ def parse(state: dict[str, Any], task: int = 0, now: float | None = None,
 
 
 def exit_records(nodes: list[tuple[str, str]]) -> dict[int, Any]:
-    """Per node, the record of how its torchrun ended (``launcher.targets.local.node``: beside its log,
+    """Per node, the record of how its torchrun ended (``launcher.targets.local.job.node``: beside its log,
     ``node-<n>.exit.json``), from each node's (log, torchrun log folder); None where there is none."""
     import json
 

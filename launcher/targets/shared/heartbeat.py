@@ -30,7 +30,7 @@ from typing import Any
 
 try:
     from launcher.targets.shared.straggle import Straggle
-except ImportError:  # in a Kubernetes pod: the pod runner's bundle (``k8s/runner.py``), no ddpjob installed
+except ImportError:  # in a Kubernetes pod: the pod runner's bundle (``k8s/objects/runner.py``), no ddpjob installed
     from ddpjob_straggle import Straggle  # type: ignore[import-not-found, no-redef]
 
 INTERVAL_S = 2.0

@@ -155,7 +155,7 @@ def killed_node(*, node: int, nodes: int, wrapper_pid: int | None, wrapper_code:
 
     ``wrapper_code``: how ddpjob's node wrapper ended as its parent saw it (negative: killed by that
     signal; None: unknown); ``record``: the wrapper's exit record of its torchrun agent
-    (``launcher.targets.local.node``). A killed agent leaves no failure summary, only its workers'
+    (``launcher.targets.local.job.node``). A killed agent leaves no failure summary, only its workers'
     ordinary lines, and a killed wrapper's agent is stopped by ddpjob's own SIGTERM afterwards:
     neither is the cause."""
     others = " and the job's other nodes" if nodes > 1 else ""

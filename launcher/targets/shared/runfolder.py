@@ -28,7 +28,7 @@ Slurm's job folder (``<slurm.folder>/<job id>``, submitit's folder) is a ``RunFo
 
 Standard library only, nothing of ddpjob at import time and no dataclasses or pathlib: the local
 supervisor's quick start, the node wrappers and the k8s pod runner (which carries this file in its
-bundle, ``k8s/runner.py``) import it before their children start. A node may be a shell word or a
+bundle, ``k8s/objects/runner.py``) import it before their children start. A node may be a shell word or a
 runtime marker (``"$n"``, Slurm's render): the names are built by formatting, never parsed.
 """
 
@@ -79,7 +79,7 @@ class TaskFolder:
         return _join(self.path, f"node-{node}{LOG_SUFFIX}")
 
     def record(self, node: int | str) -> str:
-        """Slurm: node ``node``'s record (``slurm/node.py``: host, state, exit code)."""
+        """Slurm: node ``node``'s record (``slurm/job/node.py``: host, state, exit code)."""
         return _join(self.path, f"node-{node}.json")
 
     def error_file(self, node: int | str) -> str:
@@ -87,7 +87,7 @@ class TaskFolder:
         return _join(self.path, f"node-{node}.error.json")
 
     def exit_file(self, node: int | str) -> str:
-        """Local: how node ``node``'s agent ended (``local/node.py``)."""
+        """Local: how node ``node``'s agent ended (``local/job/node.py``)."""
         return exit_file(self.log(node))
 
     def torchrun_logs(self, node: int | str) -> str:

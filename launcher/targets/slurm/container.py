@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.core.errors import Issue
 from launcher.targets.shared.container import LocalInputs, gpu_args, mount_problem, mounts, run_argv, user_args
 from launcher.targets.shared.runfolder import RunFolder, TaskFolder
-from launcher.targets.slurm.script import RUNTIME, shell_word
+from launcher.targets.slurm.payload import RUNTIME, shell_word
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
@@ -217,7 +217,7 @@ def _oci(loaded: LoadedSpec, folder: str, image: str | None, volumes: list[str],
     env = inputs.env if inputs and not inputs.problem else []
     path = next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")), UNKNOWN_PATH if not env else "")
     # Slurm leaves the per-task variables out of the container: task_env fills them in first.
-    python = [*(["env", f"PATH={path}"] if path else []), c.python, "-m", "launcher.targets.slurm.task_env"]
+    python = [*(["env", f"PATH={path}"] if path else []), c.python, "-m", "launcher.targets.slurm.job.task_env"]
     if c.bundle:
         missing = [p for p in (folder, workdir) if inputs and not inputs.problem
                    and not any(os.path.commonpath([p, m]) == m for m in inputs.bundle_mounts if m.startswith("/"))]

@@ -10,7 +10,7 @@ from launcher.core.states import JobState, summarize
 from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.shared.files import read_json
 from launcher.targets.shared.runfolder import RunFolder
-from launcher.targets.slurm.script import SlurmHandle, node_paths
+from launcher.targets.slurm.payload import SlurmHandle, node_paths
 
 if TYPE_CHECKING:
     from launcher.targets.slurm import query as slurm_query

@@ -19,7 +19,7 @@ from submitit.core import utils
 from submitit.slurm import slurm as submitit_slurm
 
 from launcher.targets.shared.runfolder import RunFolder
-from launcher.targets.slurm.script import SlurmPayload
+from launcher.targets.slurm.payload import SlurmPayload
 
 SBATCH_TIMEOUT_S = 120
 
@@ -73,7 +73,7 @@ def submit(payload: SlurmPayload) -> tuple[str, str]:
     Raises ``RuntimeError`` if the script submitit would write differs from the rendered one, before
     anything is submitted.
     """
-    from launcher.targets.slurm.node import NodeRunner
+    from launcher.targets.slurm.job.node import NodeRunner
 
     c = payload.common
     ex = DdpjobExecutor(folder=c.job_dir, max_num_timeout=c.max_timeouts, python=c.submit_python)

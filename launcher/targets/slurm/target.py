@@ -1,7 +1,7 @@
 """Slurm target: one sbatch job (a job array for a sweep) submitted through submitit.
 
 Each run is a multi-node allocation with one Slurm task per node; each task runs
-``launcher.targets.slurm.node.NodeRunner`` (unpickled by submitit), which starts torchrun with
+``launcher.targets.slurm.job.node.NodeRunner`` (unpickled by submitit), which starts torchrun with
 ``--nnodes N --node-rank $SLURM_NODEID`` and the rendezvous resolved inside the job. See
 ``script`` for the job layout on disk and how render == submit is kept.
 
@@ -25,7 +25,7 @@ from launcher.targets.jobstatus import JobStatus
 from launcher.targets.shared.files import atomic_write, from_json, mask_env_values, to_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.shared.runfolder import RunFolder
-from launcher.targets.slurm.script import (
+from launcher.targets.slurm.payload import (
     PORT_SETUP,
     SlurmCommon,
     SlurmElement,
@@ -172,7 +172,7 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
         return recorded_status(handle, state, message, why)
 
     def watch_files(self, handle: SlurmHandle) -> list[str]:
-        """Each run's ``watch.json``, written by its first node's runner (``slurm/node.py``)."""
+        """Each run's ``watch.json``, written by its first node's runner (``slurm/job/node.py``)."""
         return [node_paths(handle.job_dir, index, 0)["watch"] for index in range(handle.runs)]
 
     def startup_files(self, handle: SlurmHandle) -> list[list[tuple[str, str]]]:

@@ -1,6 +1,6 @@
 """Strict validation of a PyTorchJob against a PyTorchJob CRD's schema, plus the operator's own rules.
 
-Pure functions: the CRD's schema is an argument (``launcher.targets.k8s.crd`` finds it: the
+Pure functions: the CRD's schema is an argument (``launcher.targets.k8s.validation.crd`` finds it: the
 cluster's own, ``$DDPJOB_PYTORCHJOB_CRD`` or the cache), never a file read here. Two layers:
 
 - **structural** (always, no CRD needed): ``metadata`` (name, label and annotation syntax) and the
@@ -104,7 +104,7 @@ def structural_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
 
 def strict_issues(obj: dict[str, Any], schema: dict[str, Any]) -> list[SchemaIssue]:
     """The CRD's schema, strictly: unknown fields, types, int ranges, list-map keys."""
-    from launcher.targets.k8s.structural import errors
+    from launcher.targets.k8s.validation.structural import errors
 
     issues = []
     for path, keyword, message in errors(obj, schema):

@@ -26,7 +26,7 @@ from typing import Any
 from launcher.core.errors import Issue
 from launcher.spec.model import JobSpec
 from launcher.spec.sweep import expand
-from launcher.targets.k8s import runner
+from launcher.targets.k8s.objects import runner
 from launcher.targets.k8s.payload import K8sElement
 from launcher.targets.shared import dist
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command

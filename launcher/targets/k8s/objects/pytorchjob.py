@@ -19,10 +19,9 @@ from typing import Any
 from launcher.core.errors import Issue
 from launcher.core.states import JobState
 from launcher.spec.model import JobSpec
-from launcher.targets.k8s import runner
-from launcher.targets.k8s.apis import PYTORCHJOB
-from launcher.targets.k8s.options import is_operator_env
-from launcher.targets.k8s.render import (
+from launcher.targets.k8s.objects import runner
+from launcher.targets.k8s.objects.apis import PYTORCHJOB
+from launcher.targets.k8s.objects.render import (
     FieldMap,
     Run,
     SpecPath,
@@ -38,6 +37,7 @@ from launcher.targets.k8s.render import (
     volume_mounts,
     volumes,
 )
+from launcher.targets.k8s.options import is_operator_env
 
 PORT_NAME = "pytorchjob-port"  # the operator looks the Master's port up by this name
 # The operator injects MASTER_ADDR/PORT from the Master's port named pytorchjob-port; every pod has

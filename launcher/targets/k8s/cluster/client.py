@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from launcher.core import errors
 from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
-from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
+from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
 
 if TYPE_CHECKING:
     from urllib3 import BaseHTTPResponse

@@ -25,13 +25,15 @@ import subprocess
 import sys
 import time
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.targets.shared import heartbeat, netif, vitals
 from launcher.targets.shared.files import write_json
 from launcher.targets.shared.runfolder import RunFolder
-from launcher.targets.slurm.query import expand_nodelist
-from launcher.targets.slurm.script import SlurmCommon, SlurmElement, node_argv, node_env, node_paths
+from launcher.targets.slurm.job.nodelist import expand_nodelist
+
+if TYPE_CHECKING:
+    from launcher.targets.slurm.payload import SlurmCommon, SlurmElement
 
 # Ports derived from the job id fall in this range (below the usual ephemeral range 32768+).
 SLURM_PORT_BASE = 20000
@@ -86,6 +88,10 @@ class NodeRunner:
         return hosts[0], port
 
     def __call__(self) -> dict[str, Any]:
+        # The payload's module (already loaded where submitit unpickled this runner), not at module
+        # top: a module of job/ imports only the standard library and job/ modules there.
+        from launcher.targets.slurm.payload import node_argv, node_env, node_paths
+
         node = os.environ.get("SLURM_NODEID", "0")
         first, port = self.rendezvous(dict(os.environ))
         paths = node_paths(self.common.job_dir, self.element.index, node)
@@ -179,6 +185,8 @@ class NodeRunner:
         slurmd on one host: Slurm's multiple-slurmd setup), so a loopback address of the first node is
         reachable from here. Reads the first node's record (written as it starts, on the job's shared
         directory), waiting up to ``FIRST_NODE_WAIT_S`` seconds for the one of this very start."""
+        from launcher.targets.slurm.payload import node_paths
+
         path = node_paths(self.common.job_dir, self.element.index, 0)["record"]
         deadline = time.monotonic() + FIRST_NODE_WAIT_S
         while True:
@@ -312,4 +320,4 @@ def _ignore_usr2() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - a hint for people who run the module by hand
-    sys.exit("launcher.targets.slurm.node is started by submitit inside a Slurm job, not by hand")
+    sys.exit("launcher.targets.slurm.job.node is started by submitit inside a Slurm job, not by hand")

@@ -29,7 +29,7 @@ from launcher.targets.shared.runfolder import PLAN, WATCH
 BUNDLE_ENV = "DDPJOB_POD_RUNNER"
 # In the order they are loaded: heartbeat imports the straggler rule, podrun the other four.
 MODULES = (("ddpjob_runfolder", "launcher.targets.shared.runfolder"), ("ddpjob_straggle", "launcher.targets.shared.straggle"), ("ddpjob_vitals", "launcher.targets.shared.vitals"),
-           ("ddpjob_heartbeat", "launcher.targets.shared.heartbeat"), ("ddpjob_podrun", "launcher.targets.k8s.podrun"))
+           ("ddpjob_heartbeat", "launcher.targets.shared.heartbeat"), ("ddpjob_podrun", "launcher.targets.k8s.job.podrun"))
 BOOT = ("import base64,json,os,sys,types,zlib;"
         f"b=json.loads(zlib.decompress(base64.b64decode(os.environ.pop('{BUNDLE_ENV}'))));"
         "[sys.modules.__setitem__(n,types.ModuleType(n)) or exec(compile(s,n+'.py','exec'),sys.modules[n].__dict__) "
@@ -98,7 +98,7 @@ def header(spec: JobSpec) -> str:
     if not enabled(spec):
         why = "k8s.runner: none" if spec.k8s.runner == "none" else "an elastic job has no fixed first node"
         return f"pods run torchrun bare ({why}): no stall watch"
-    text = (f"pods start ddpjob's pod runner ({spec.k8s.runner} -c ...: launcher/targets/k8s/podrun.py and "
+    text = (f"pods start ddpjob's pod runner ({spec.k8s.runner} -c ...: launcher/targets/k8s/job/podrun.py and "
             f"shared/heartbeat.py, carried in {BUNDLE_ENV}, shown shortened) in front of torchrun: stall watch "
             f"(stall.timeout {spec.stall.timeout_s} s, action {spec.stall.action}), {WATCH} on port "
             f"{watch_port(spec)}; k8s.runner: none turns it off")

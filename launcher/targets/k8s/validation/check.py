@@ -17,8 +17,8 @@ from launcher.core.errors import Issue, dotted_path
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
-    from launcher.targets.k8s.client import InvalidObject
-    from launcher.targets.k8s.schema import SchemaIssue
+    from launcher.targets.k8s.cluster.client import InvalidObject
+    from launcher.targets.k8s.validation.schema import SchemaIssue
 
 SpecPath = tuple[str | int, ...]
 
@@ -70,7 +70,7 @@ def parse_field(field: str) -> tuple[str | int, ...]:
 def located(e: InvalidObject, where: dict[str, str], k8s_cpu: bool, *, dry_run: bool, kind: str,
             field_of: Callable[..., SpecPath]) -> InvalidObject:
     """``e`` (a 422 from the API server) with each cause at the spec field it comes from."""
-    from launcher.targets.k8s.client import InvalidObject
+    from launcher.targets.k8s.cluster.client import InvalidObject
 
     lines: list[str] = []
     seen: set[tuple[Any, ...]] = set()

@@ -1,5 +1,5 @@
 """The detached process that runs a local job (started by ``LocalTarget.submit``; by hand:
-``python -m launcher.targets.local.supervisor RUN_DIR``).
+``python -m launcher.targets.local.job.supervisor RUN_DIR``).
 
 It outlives the ``ddpjob submit`` call, starts one torchrun agent per node for each run (sweep
 element) in turn, and keeps ``state.json`` current so any later shell can ask for status.
@@ -25,7 +25,7 @@ import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from launcher.targets.local import node as node_wrapper
+from launcher.targets.local.job import node as node_wrapper
 from launcher.targets.shared.runfolder import RunFolder, exit_file, node_tag
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 # Runs this module as ``python -m`` would, from the directory that holds this installation's
 # ``launcher`` package (site-packages, or a checkout), without ``site``: see command().
 _SUPERVISOR_BOOT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
-                    "from launcher.targets.local.supervisor import main; sys.exit(main(sys.argv[1:], from_submit=True))")
+                    "from launcher.targets.local.job.supervisor import main; sys.exit(main(sys.argv[1:], from_submit=True))")
 
 
 def command(run_dir: str) -> list[str]:
@@ -46,12 +46,11 @@ def command(run_dir: str) -> list[str]:
     get the environment unchanged). It needs only the standard library and this package, found at
     the directory the package was loaded from.
     """
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    return [sys.executable, "-I", "-S", "-c", _SUPERVISOR_BOOT, root, run_dir]
+    return [sys.executable, "-I", "-S", "-c", _SUPERVISOR_BOOT, node_wrapper.package_root(), run_dir]
 
 
 _stop_requested = False
-# The job's cgroup (launcher.targets.local.cgroups), or why there is none: made before the first node starts.
+# The job's cgroup (launcher.targets.local.job.cgroups), or why there is none: made before the first node starts.
 _cgroup: tuple[str | None, str] = (None, "")
 # Starts of a run whose rendezvous port another program took before torchrun bound it.
 PORT_ATTEMPTS = 3
@@ -94,7 +93,7 @@ def start_nodes(nodes: list[Any], output_dir: str, index: int) -> tuple[list[tup
     """Start run ``index``'s nodes, each through the node wrapper (in a cgroup of its own where the
     job has one); the ones started, and why the next one could not be (None when all were).
     ``nodes`` are the plan's nodes, typed or raw."""
-    from launcher.targets.local import cgroups
+    from launcher.targets.local.job import cgroups
 
     running: list[tuple[Any, node_wrapper.Proc]] = []
     try:
@@ -178,8 +177,8 @@ class Supervisor:
 
     def save(self) -> None:
         # A full disk must not end the run: the state stays in memory and is written again when it
-        # can be (launcher.targets.local.statefile); the nodes' exit records, written in place by
-        # launcher.targets.local.node, tell status how the runs ended meanwhile.
+        # can be (launcher.targets.local.job.statefile); the nodes' exit records, written in place by
+        # launcher.targets.local.job.node, tell status how the runs ended meanwhile.
         self.files.save(self.state)
 
     def cancelled(self) -> bool:
@@ -189,7 +188,7 @@ class Supervisor:
         """Run every element in turn; ``early``: the first one's nodes, already started
         (start_first_run)."""
         from launcher.core.states import JobState, summarize
-        from launcher.targets.local.statefile import StateFile
+        from launcher.targets.local.job.statefile import StateFile
 
         self.files = StateFile(self.run_dir)  # after the first run's nodes started: nothing delays them
         if early is None:
@@ -220,7 +219,7 @@ class Supervisor:
             final, message = JobState.CANCELLED, "cancelled by user"
         self._remove_network()  # before the final state: a finished job has left nothing behind
         if _cgroup[0]:
-            from launcher.targets.local import cgroups
+            from launcher.targets.local.job import cgroups
 
             cgroups.remove(_cgroup[0])  # the empty ones: a process left running is cancel's to stop
         self.state["state"] = final.value
@@ -311,7 +310,7 @@ class Supervisor:
         if not self.plan.network_name:
             return
         from launcher.targets.local import container, network
-        from launcher.targets.local.statefile import say
+        from launcher.targets.local.job.statefile import say
 
         # The engine refuses to remove a network a container still uses: any the engine has not yet
         # removed (--rm) goes first.
@@ -339,14 +338,14 @@ class Supervisor:
                 p.kill()
             p.wait()
         if _cgroup[0]:  # what the marker cannot find: a process with its own session and environment
-            from launcher.targets.local import cgroups
+            from launcher.targets.local.job import cgroups
 
             for n, _ in running:
                 cgroups.stop(os.path.join(_cgroup[0], node_tag(st['index'], n.node)))
         # A container whose engine client was killed may outlive it: remove the run's containers by name.
         names = [n.container for n, _ in running if n.container]
         from launcher.targets.local import container
-        from launcher.targets.local.statefile import say
+        from launcher.targets.local.job.statefile import say
 
         left = container.remove(self.plan.container, names) if names else []
         if left:
@@ -362,7 +361,7 @@ def main(argv: list[str], from_submit: bool = False) -> int:
     signal.signal(signal.SIGINT, _on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if len(argv) != 1:
-        print("usage: python -m launcher.targets.local.supervisor RUN_DIR", file=sys.stderr)
+        print("usage: python -m launcher.targets.local.job.supervisor RUN_DIR", file=sys.stderr)
         return 2
     if SECRET_ENV in os.environ:  # removed before anything starts: no node inherits the whole set
         import json
@@ -370,7 +369,7 @@ def main(argv: list[str], from_submit: bool = False) -> int:
         _secrets.update(json.loads(os.environ.pop(SECRET_ENV)))
     plan = read_plan(argv[0], from_submit)  # a plan that cannot be read stops here, with why, before any node starts
     global _cgroup
-    from launcher.targets.local import cgroups
+    from launcher.targets.local.job import cgroups
 
     _cgroup = cgroups.make_job(plan.job_id)
     return Supervisor(argv[0], plan).run(start_first_run(argv[0], plan))

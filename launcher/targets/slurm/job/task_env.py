@@ -1,4 +1,4 @@
-"""``python -m launcher.targets.slurm.task_env ARGS...``: how each task of an oci job starts inside
+"""``python -m launcher.targets.slurm.job.task_env ARGS...``: how each task of an oci job starts inside
 its container. Slurm 22.05 builds an OCI container's environment from the step's, without the
 per-task variables (``SLURM_NODEID``, ``SLURM_PROCID``, ``SLURM_LOCALID``): what it has are the
 batch script's (all 0), which srun passed on, so submitit (which picks its result file and the task
@@ -14,7 +14,7 @@ import os
 import socket
 import sys
 
-from launcher.targets.slurm.query import expand_nodelist
+from launcher.targets.slurm.job.nodelist import expand_nodelist
 
 
 def task_variables(env: dict[str, str], hostname: str) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""One node of a local job: ``python -I -S .../launcher/targets/local/node.py EXIT_FILE -- ARGV...``.
+"""One node of a local job: ``python -I -S .../launcher/targets/local/job/node.py EXIT_FILE -- ARGV...``.
 
 The supervisor starts each torchrun agent through this small wrapper, which runs the agent as its
 child, passes on the signals that stop it, and writes how the agent ended to ``EXIT_FILE``
@@ -54,6 +54,11 @@ class LogStream:
         return self.fd
 
 
+def package_root() -> str:
+    """The folder that holds the ``launcher`` package (this file is launcher/targets/local/job/node.py)."""
+    return os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 4))
+
+
 def unbuffered_output() -> None:
     """Replace ``sys.stdout`` and ``sys.stderr`` with ``LogStream``s (see there)."""
     sys.stdout, sys.stderr = LogStream(1), LogStream(2)
@@ -61,7 +66,7 @@ def unbuffered_output() -> None:
 
 def command(python: str, exit_file: str, argv: list[str], cgroup: str | None = None) -> list[str]:
     """The command line that runs ``argv`` as one node, recording how it ends in ``exit_file``;
-    with ``cgroup``, the node's processes run in that cgroup (launcher.targets.local.cgroups)."""
+    with ``cgroup``, the node's processes run in that cgroup (launcher.targets.local.job.cgroups)."""
     where = ["--cgroup", cgroup] if cgroup else []
     return [python, "-I", "-S", os.path.abspath(__file__), exit_file, *where, "--", *argv]
 
@@ -237,7 +242,7 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     container's own torchrun agent (``_in_container``)."""
     import threading
 
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    sys.path.insert(0, package_root())
     from launcher.targets.shared import heartbeat, vitals
 
     try:

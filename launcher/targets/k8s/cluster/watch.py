@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from launcher.core.errors import TargetError
-from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
-from launcher.targets.k8s.podrun import STALL_EXIT, STALL_LINE
-from launcher.targets.k8s.pods import container, pod_ref, sort_key
+from launcher.targets.k8s.cluster.pods import container, pod_ref, sort_key
+from launcher.targets.k8s.job.podrun import STALL_EXIT, STALL_LINE
+from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.shared.runfolder import WATCH_URL_PATH, RunFolder
 
 

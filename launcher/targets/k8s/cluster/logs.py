@@ -35,8 +35,7 @@ from typing import Any
 
 from launcher.core.errors import DdpjobError
 from launcher.targets.base import LogFilter
-from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
-from launcher.targets.k8s.pods import (
+from launcher.targets.k8s.cluster.pods import (
     PodLock,
     PodRef,
     attempt_file,
@@ -48,6 +47,7 @@ from launcher.targets.k8s.pods import (
     sort_key,
     started,
 )
+from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.shared.files import atomic_write
 from launcher.targets.shared.logtail import AgentNoise, LogSource, format_line, hidden_rank_line, split_torchrun_prefix
 from launcher.targets.shared.runfolder import RunFolder

@@ -9,18 +9,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher.targets.k8s import pytorchjob, trainjob
-from launcher.targets.k8s.apis import PYTORCHJOB, TRAINJOB, KubeflowApi
-from launcher.targets.k8s.check import check_objects
-from launcher.targets.k8s.render import Builder, Rendered, SpecPath, render
+from launcher.targets.k8s.objects import pytorchjob, trainjob
+from launcher.targets.k8s.objects.apis import PYTORCHJOB, TRAINJOB, KubeflowApi
+from launcher.targets.k8s.objects.render import Builder, Rendered, SpecPath, render
+from launcher.targets.k8s.validation.check import check_objects
 
 if TYPE_CHECKING:
     from launcher.core.errors import Issue
     from launcher.core.states import JobState
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
-    from launcher.targets.k8s.crd import CrdInput
-    from launcher.targets.k8s.schema import SchemaIssue
+    from launcher.targets.k8s.validation.crd import CrdInput
+    from launcher.targets.k8s.validation.schema import SchemaIssue
 
 
 @dataclass(frozen=True)
@@ -59,13 +59,13 @@ class Flavour:
 
 
 def _validate_pytorchjob(obj: dict[str, Any], schema: dict[str, Any] | None) -> list[SchemaIssue]:
-    from launcher.targets.k8s.schema import validate_pytorchjob
+    from launcher.targets.k8s.validation.schema import validate_pytorchjob
 
     return validate_pytorchjob(obj, schema)
 
 
 def _validate_trainjob(obj: dict[str, Any], schema: dict[str, Any] | None) -> list[SchemaIssue]:
-    from launcher.targets.k8s.trainjob_rules import validate_trainjob
+    from launcher.targets.k8s.validation.trainjob_rules import validate_trainjob
 
     return validate_trainjob(obj, schema)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
+from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.shared.runfolder import LOG_SUFFIX, RunFolder
 
 if TYPE_CHECKING:

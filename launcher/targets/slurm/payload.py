@@ -209,7 +209,7 @@ def render_plan(payload: SlurmPayload, masked: frozenset[str] = frozenset()) -> 
         "",
         *payload.container_text,
         f"#### per-node command: each of the {c.nodes} Slurm task(s) (one per node) runs "
-        "launcher.targets.slurm.node, which starts torchrun without a shell; set at run time:",
+        "launcher.targets.slurm.job.node, which starts torchrun without a shell; set at run time:",
         "#   SLURM_NODEID        this node's index in the allocation",
         "#   DDPJOB_MASTER_ADDR  the first host of $SLURM_JOB_NODELIST (the rendezvous host)",
         f"#   DDPJOB_MASTER_PORT  {port}",

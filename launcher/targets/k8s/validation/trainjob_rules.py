@@ -18,12 +18,18 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from launcher.core.errors import Issue, dotted_path
-from launcher.targets.k8s.schema import DNS1035, SchemaIssue, _metadata_issues, _object, strict_issues
-from launcher.targets.k8s.trainjob import POD_NAME_MAX, REPLICATED_JOB, RUNTIME_GROUP, longest_pod_name, spec_field
+from launcher.targets.k8s.objects.trainjob import (
+    POD_NAME_MAX,
+    REPLICATED_JOB,
+    RUNTIME_GROUP,
+    longest_pod_name,
+    spec_field,
+)
+from launcher.targets.k8s.validation.schema import DNS1035, SchemaIssue, _metadata_issues, _object, strict_issues
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
-    from launcher.targets.k8s.crd import CrdInput
+    from launcher.targets.k8s.validation.crd import CrdInput
 
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 MANAGER = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/[A-Za-z0-9][-A-Za-z0-9_./]*$")

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from launcher.core.errors import SchedulerComponentMissing, TargetUnavailable
-from launcher.targets.k8s.apis import PYTORCHJOB, KubeflowApi
-from launcher.targets.k8s.schema import strict_schema, version_schema
+from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
+from launcher.targets.k8s.validation.schema import strict_schema, version_schema
 
 CACHE_FORMAT = 1
 
@@ -154,7 +154,7 @@ def online(kube: Any, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
         OperatorMissing: the cluster has no such CRD (exit 6), or none with the version ddpjob speaks.
     """
     from launcher.core.errors import PermissionDenied
-    from launcher.targets.k8s.client import operator_missing
+    from launcher.targets.k8s.cluster.client import operator_missing
 
     try:
         crd = kube.read_crd(api.crd_name)

@@ -23,9 +23,9 @@ from typing import Any
 from launcher.core.errors import Issue
 from launcher.core.states import JobState
 from launcher.spec.model import JobSpec
-from launcher.targets.k8s import runner
-from launcher.targets.k8s.apis import TRAINJOB
-from launcher.targets.k8s.render import (
+from launcher.targets.k8s.objects import runner
+from launcher.targets.k8s.objects.apis import TRAINJOB
+from launcher.targets.k8s.objects.render import (
     FieldMap,
     Run,
     SpecPath,
