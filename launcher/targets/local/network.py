@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from launcher.core.errors import Issue
+from launcher.core.errors import Issue, SubmitRejected, TargetUnavailable
 
 if TYPE_CHECKING:
     import subprocess
@@ -90,8 +90,6 @@ def job_subnet(job_id: str, used: list[str], engine: str) -> str:
     """The job's subnet: free of this machine's routes and the engine's networks (``used``)."""
     subnet = pick_subnet(job_id, used)
     if subnet is None:
-        from launcher.core.errors import TargetUnavailable
-
         raise TargetUnavailable(f"every /{PREFIX} of {POOL} overlaps a route or an engine network of this "
                                 f"machine: local.network: bridge has no free subnet (remove unused networks: "
                                 f"{engine} network prune)")
@@ -105,8 +103,6 @@ def create_job_network(argv: list[str], engine: str, name: str | None) -> None:
         return
     why = create(argv)
     if why is not None:
-        from launcher.core.errors import SubmitRejected
-
         raise SubmitRejected(f"{engine} could not create the job's network {name} ({' '.join(argv)}): {why}; "
                              "submit again (another subnet is chosen for a new job), or use local.network: host")
 

@@ -123,30 +123,33 @@ class Straggle:
         gpus = _own_gpus(ranks)
         for rank, rec, _r in ranks:
             others = [c for k, c in cpus.items() if k != rank]
-            if rank in cpus and others:
+            if rank in cpus and others:  # more CPU than the others
                 cpu, mid = cpus[rank], statistics.median(others)
                 if cpu >= USE_FACTOR * mid and cpu - mid >= USE_APART:
-                    named, since = self._count("cpu", rank, now)
-                    if named:
-                        out.append({"rank": rank, "node": rec["node"], "host": rec.get("host"), "since": since,
-                                    "measured": "cpu", "use": cpu, "others_use": mid, "apart": cpu - mid,
-                                    "short_of": "compute", "message":
-                                    f"rank {rank} on {_where(rec)} uses {cpu:.0f}% CPU against {mid:.0f}% for the "
-                                    f"others: it works the most, and in lockstep training the others wait on it "
-                                    f"(judged by CPU use: the program reports no step times)"})
+                    out += self._use_apart("cpu", rank, rec, cpu, mid, now, "compute",
+                                           f"uses {cpu:.0f}% CPU against {mid:.0f}% for the others: it works the most, "
+                                           "and in lockstep training the others wait on it")
             others = [u for k, u in gpus.items() if k != rank]
-            if rank in gpus and others:
+            if rank in gpus and others:  # a less busy GPU than the others'
                 util, mid = gpus[rank], statistics.median(others)
                 if mid >= USE_FACTOR * util and mid - util >= USE_APART:
-                    named, since = self._count("gpu", rank, now)
-                    if named:
-                        out.append({"rank": rank, "node": rec["node"], "host": rec.get("host"), "since": since,
-                                    "measured": "gpu", "use": util, "others_use": mid, "apart": mid - util,
-                                    "short_of": "work off its GPU", "message":
-                                    f"rank {rank} on {_where(rec)} keeps its GPU {util:.0f}% busy against {mid:.0f}% "
-                                    f"for the others: its time goes to work off the GPU (data, CPU work, I/O) while "
-                                    f"the others wait on it (judged by GPU use: the program reports no step times)"})
+                    out += self._use_apart("gpu", rank, rec, util, mid, now, "work off its GPU",
+                                           f"keeps its GPU {util:.0f}% busy against {mid:.0f}% for the others: its "
+                                           "time goes to work off the GPU (data, CPU work, I/O) while the others "
+                                           "wait on it")
         return out
+
+    def _use_apart(self, rule: str, rank: int, rec: dict[str, Any], use: float, mid: float, now: float,
+                   short_of: str, what: str) -> list[dict[str, Any]]:
+        """Rank ``rank`` apart under ``rule`` ("cpu" or "gpu") once more: its straggler record once it has
+        been ``SAMPLES`` in a row, else nothing yet."""
+        named, since = self._count(rule, rank, now)
+        if not named:
+            return []
+        return [{"rank": rank, "node": rec["node"], "host": rec.get("host"), "since": since, "measured": rule,
+                 "use": use, "others_use": mid, "apart": abs(use - mid), "short_of": short_of,
+                 "message": f"rank {rank} on {_where(rec)} {what} (judged by {rule.upper()} use: the program reports "
+                            "no step times)"}]
 
 
 def _own_gpus(ranks: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> dict[int, float]:
