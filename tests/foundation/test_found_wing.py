@@ -82,7 +82,7 @@ def test_the_in_job_rule_finds_a_forbidden_import(tmp_path):
 
 
 # One skeleton per target (issue 35 item 3): the same module names in every target, each holding the same part.
-SKELETON = ("__init__.py", "options.py", "payload.py", "target.py", "job/__init__.py")
+SKELETON = ("__init__.py", "options.py", "payload.py", "status.py", "target.py", "job/__init__.py")
 
 
 def skeleton_wrong(root: Path) -> list[str]:
@@ -95,7 +95,23 @@ def skeleton_wrong(root: Path) -> list[str]:
             held = re.findall(r"\w+", bases[0].removeprefix("Target[")) if len(bases) == 1 else []
             if len(held) != 2 or not set(held) <= classes:
                 wrong.append(f"{name}/target.py's Target[Payload, Handle] is not of classes of {name}/payload.py")
+        if (root / name / "status.py").is_file() and (root / name / "target.py").is_file():
+            tree = ast.parse((root / name / "status.py").read_text())
+            if "job_status" not in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}:
+                wrong.append(f"{name}/status.py defines no job_status")
+            calls = _calls(root / name / "target.py", "status")
+            if "self.status_many" in calls:  # Slurm asks for all its jobs at once
+                calls |= _calls(root / name / "target.py", "status_many")
+            if "job_status" not in calls:
+                wrong.append(f"{name}/target.py's status does not call status.job_status")
     return wrong
+
+
+def _calls(path: Path, method: str) -> set[str]:
+    """What the target class's ``method`` calls, by name."""
+    return {ast.unparse(c.func) for cls in ast.parse(path.read_text()).body if isinstance(cls, ast.ClassDef)
+            for node in cls.body if isinstance(node, ast.FunctionDef) and node.name == method
+            for c in ast.walk(node) if isinstance(c, ast.Call)}
 
 
 def test_every_target_has_the_same_skeleton():
@@ -111,8 +127,13 @@ def test_the_skeleton_check_finds_a_missing_or_misplaced_part(tmp_path):
     (tmp_path / "slurm" / "payload.py").rename(tmp_path / "slurm" / "script.py")
     (tmp_path / "k8s" / "job" / "__init__.py").unlink()
     (tmp_path / "local" / "payload.py").write_text("class LocalPayload:\n    pass\n")
+    (tmp_path / "k8s" / "status.py").write_text("def status_of(handle):\n    pass\n")
+    target = tmp_path / "local" / "target.py"
+    target.write_text(target.read_text().replace("return job_status(handle)", "return read_state(handle)"))
     assert skeleton_wrong(tmp_path) == ["slurm/payload.py is missing", "k8s/job/__init__.py is missing",
-                                        "local/target.py's Target[Payload, Handle] is not of classes of local/payload.py"]
+                                        "local/target.py's Target[Payload, Handle] is not of classes of local/payload.py",
+                                        "local/target.py's status does not call status.job_status",
+                                        "k8s/status.py defines no job_status"]
 
 
 K8S_ROOMS = ("objects", "validation", "cluster")

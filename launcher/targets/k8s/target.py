@@ -28,18 +28,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from launcher.core.errors import DdpjobError, TargetError
-from launcher.core.states import JobState, summarize
 from launcher.targets.base import LogFilter, Plan, PlanContext, Target
-from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
-from launcher.targets.k8s.cluster.pods import object_warnings, pod_nodes
+from launcher.targets.jobstatus import JobStatus
 from launcher.targets.k8s.objects import runner
 from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi, api_of
 from launcher.targets.k8s.objects.flavours import flavour_of
-from launcher.targets.k8s.objects.render import LABEL_JOB_ID, secret_env_issues
+from launcher.targets.k8s.objects.render import secret_env_issues
 from launcher.targets.k8s.payload import K8sHandle, K8sPayload, K8sRun, render_text
+from launcher.targets.k8s.status import job_status
 from launcher.targets.k8s.validation.check import located, spec_where
 from launcher.targets.k8s.validation.crd import CrdInput, absent
-from launcher.targets.shared.files import from_json, read_json, to_json, write_json
+from launcher.targets.shared.files import from_json, to_json
 from launcher.targets.shared.runfolder import RunFolder
 
 if TYPE_CHECKING:
@@ -145,7 +144,7 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
     # ------------------------------------------------------------------ status
     def status(self, handle: K8sHandle) -> JobStatus:
         kube = _kube(handle.context, handle.namespace, api_of(handle.api))
-        return self._status(kube, handle, pods=True)
+        return job_status(kube, handle, pods=True)
 
     def status_many(self, handles: dict[str, K8sHandle]) -> dict[str, JobStatus]:
         kubes: dict[tuple[str | None, str, str], Any] = {}
@@ -154,54 +153,8 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
             key = (handle.context, handle.namespace, handle.api)
             if key not in kubes:
                 kubes[key] = _kube(handle.context, handle.namespace, api_of(handle.api))
-            out[job_id] = self._status(kubes[key], handle, pods=False)  # one list call per job
+            out[job_id] = job_status(kubes[key], handle, pods=False)  # one list call per job
         return out
-
-    def _status(self, kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
-        flavour = flavour_of(handle.api)
-        api = flavour.api
-        objs = {o["metadata"]["name"]: o for o in kube.list_jobs(f"{LABEL_JOB_ID}={handle.job_id}")}
-        seen = _read_seen(handle.run_dir)
-        tasks = []
-        replicas = []
-        for el in handle.jobs:
-            obj = objs.get(el.name)
-            if obj is None:
-                last = seen.get(el.name)
-                if last and JobState.parse(last["state"]).terminal:
-                    state, msg = JobState.parse(last["state"]), last.get("message", "") + f" (the {api.kind} has since been deleted)"
-                else:
-                    state, msg = JobState.CANCELLED, (f"the {api.kind} no longer exists (deleted with kubectl or "
-                                                      "ddpjob cancel, or by its TTL) and its final state was not seen")
-                tasks.append(TaskStatus(el.index, state, msg, params=el.params, native_id=el.name))
-                continue
-            state, msg = flavour.state(obj.get("status"))
-            if state == JobState.FAILED and handle.watch_port:
-                msg = _stall_ending(kube, el.name, api, seen.get(el.name), msg, pods=pods)
-            summary = flavour.summary(obj.get("status"))
-            if summary:
-                replicas.append(summary if len(handle.jobs) == 1 else f"{el.name}: {summary}")
-            nodes: list[dict[str, Any]] = []
-            if pods and not state.terminal:
-                nodes, pending = pod_nodes(kube, el.name, api)
-                if api is not PYTORCHJOB and state == JobState.PENDING:
-                    pending += object_warnings(kube, el.name)
-                if pending:
-                    msg = "; ".join([msg, *pending]) if msg and "not reconciled" not in msg else "; ".join(pending) or msg
-            if state == JobState.RUNNING and handle.watch_port:
-                from launcher.targets.k8s.cluster.watch import first_pod, note
-
-                said = note(kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
-                msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
-            seen[el.name] = {"state": state.value, "message": msg}
-            tasks.append(TaskStatus(el.index, state, msg, [NodeStatus.of(n) for n in nodes], el.params, el.name))
-        _write_seen(handle.run_dir, seen)
-        overall, message = summarize(tasks)
-        details: dict[str, object] = {"namespace": handle.namespace, "context": handle.context,
-                   api.plural: ", ".join(el.name for el in handle.jobs)}
-        if replicas:
-            details["replicas"] = " | ".join(replicas)
-        return JobStatus(overall, message, tasks, details)
 
     def read_watch(self, handle: K8sHandle, index: int = 0) -> dict[str, Any] | None:
         """Run ``index``'s ``watch.json`` as its first pod's runner serves it (raw; see ``heartbeat.Watch``),
@@ -253,7 +206,7 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
         if not follow:
             yield from reader.snapshot()
             return
-        yield from reader.follow(lambda: self._status(kube, handle, pods=False).state.terminal)
+        yield from reader.follow(lambda: job_status(kube, handle, pods=False).state.terminal)
 
     def metrics_files(self, handle: K8sHandle) -> list[str]:
         return []  # the runs write their metrics inside the pods
@@ -269,18 +222,6 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
         kube = _kube(handle.context, handle.namespace, api_of(handle.api))
         for el in handle.jobs:
             kube.delete_job(el.name)  # foreground propagation; a 404 means already gone
-
-
-def _stall_ending(kube: Any, name: str, api: KubeflowApi, last: dict[str, Any] | None, msg: str, *, pods: bool) -> str:
-    """A FAILED run's message naming the stall that ended it (``watch.ending``), found once from the pods
-    (``status``) and kept in ``k8s-status.json`` (what ``list`` then shows)."""
-    if last and last.get("state") == JobState.FAILED.value and str(last.get("message", "")).startswith("stalled: "):
-        return str(last["message"])
-    if not pods:
-        return msg
-    from launcher.targets.k8s.cluster.watch import ending
-
-    return ending(kube, name, api) or msg
 
 
 def _kube(context: str | None, namespace: str | None, api: KubeflowApi = PYTORCHJOB) -> Any:
@@ -309,16 +250,3 @@ def _bodies(payload: K8sPayload, namespace: str) -> list[dict[str, Any]]:
         body["metadata"] = meta
         out.append(body)
     return out
-
-
-def _read_seen(run_dir: str) -> dict[str, Any]:
-    seen = read_json(RunFolder(run_dir).k8s_status)
-    return seen if isinstance(seen, dict) else {}
-
-
-def _write_seen(run_dir: str, seen: dict[str, Any]) -> None:
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-        write_json(RunFolder(run_dir).k8s_status, seen)
-    except OSError:
-        pass  # a cache only

@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from launcher.core.errors import Issue, TargetError, TargetUnavailable
-from launcher.core.states import JobState, summarize
+from launcher.core.states import JobState
 from launcher.targets.base import LogFilter, Plan, PlanContext, Target
-from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
+from launcher.targets.jobstatus import JobStatus
 from launcher.targets.local import container as ctr
 from launcher.targets.local import network as net
 from launcher.targets.local import ports, watch
-from launcher.targets.local.job.statefile import read_note
 from launcher.targets.local.payload import (
     MARKER,
     PORT_AT_SUBMIT,
@@ -38,6 +37,7 @@ from launcher.targets.local.payload import (
     read_plan,
     render_local,
 )
+from launcher.targets.local.status import job_status, read_state
 from launcher.targets.shared import netif, procs
 from launcher.targets.shared.files import atomic_write, from_json, to_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
@@ -205,34 +205,7 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
         return LocalHandle(plan.job_id, str(run_dir), proc.pid, procs.start_time(proc.pid))
 
     def status(self, handle: LocalHandle) -> JobStatus:
-        """The supervisor's ``state.json`` while it runs; when it is gone without a final state, the
-        truth from the processes themselves: RUNNING while any process of the job lives, then how
-        the nodes ended according to their exit records."""
-        state = read_state(handle.run_dir)
-        details = {"run_dir": handle.run_dir, "port": (state or {}).get("port")}
-        if state is not None and JobState.parse(state["state"]).terminal:
-            return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
-        if procs.alive(handle.pid, handle.start):
-            stale = read_note(handle.run_dir)  # the supervisor could not write state.json (a full disk)
-            if stale is not None:
-                details["state_file"] = stale
-            if state is None:
-                return JobStatus(JobState.PENDING, "starting" + (f"; {stale}" if stale else ""), details=details)
-            message = watch.running_note(handle.run_dir, state, state.get("message", ""))
-            if stale is not None:
-                message = (message + "; " if message else "") + (
-                    f"this state may be out of date: the supervisor {stale}, keeps supervising and writes it when it can")
-            return JobStatus(JobState.parse(state["state"]), message, _tasks(state), details)
-        # The supervisor is gone. Re-read first: it may have written its final state as it exited.
-        state = read_state(handle.run_dir)
-        if state is not None and JobState.parse(state["state"]).terminal:
-            return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
-        live = procs.marked_pids(MARKER, handle.job_id)
-        if live:
-            note = (f"the supervisor (pid {handle.pid}) is gone; {len(live)} process(es) of the job run on "
-                    f"(ddpjob cancel stops them); see {RunFolder(handle.run_dir).supervisor_log}")
-            return JobStatus(JobState.RUNNING, note, _tasks(state or {}), details)
-        return _ended_without_supervisor(handle, details)
+        return job_status(handle)
 
     def logs(self, handle: LocalHandle, flt: LogFilter, follow: bool = False) -> Iterator[str]:
         from launcher.targets.shared.logtail import LogSource, follow_files
@@ -296,11 +269,6 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
             })
 
 
-def read_state(run_dir: str) -> dict[str, Any] | None:
-    """``state.json`` as the supervisor last wrote it, or None before its first write."""
-    return RunFolder(run_dir).read_state()
-
-
 def _stop_cgroup(handle: LocalHandle, state: dict[str, Any] | None) -> list[int]:
     """Kill what is left in the job's cgroup (launcher.targets.local.job.cgroups): processes that left
     the job's session and environment. Returns those that survived."""
@@ -322,58 +290,3 @@ def _remove_containers(handle: LocalHandle) -> None:
     if plan.network_name and not net.remove(plan.container, plan.network_name):
         raise TargetError(f"could not remove the network {plan.network_name} of job {handle.job_id}: "
                           f"try {plan.container} network rm {plan.network_name}")
-
-
-def _supervisor_died(handle: LocalHandle) -> str:
-    return f"the supervisor (pid {handle.pid}) exited without a final state; see {RunFolder(handle.run_dir).supervisor_log}"
-
-
-def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
-    return [
-        TaskStatus(index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
-                   nodes=[NodeStatus.of(n) for n in t.get("nodes", [])], params=t.get("params", {}), started=t.get("started"), ended=t.get("ended"))
-        for t in state.get("elements", [])
-    ]
-
-
-def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> JobStatus:
-    """Every process has ended and the supervisor left no final state: read the nodes' records."""
-    from launcher.targets.local.job.node import read_record
-    from launcher.targets.shared.runfolder import exit_file
-
-    try:
-        plan = read_plan(handle.run_dir)
-    except TargetError:
-        return JobStatus(JobState.FAILED, _supervisor_died(handle), details=details)
-    tasks = []
-    for el in plan.elements:
-        records = [(n, read_record(exit_file(n.log))) for n in el.nodes]
-        nodes = [NodeStatus.of({"node": n.node, "exit_code": r["exit_code"] if r else None, "log": n.log}) for n, r in records]
-        if all(r is None for _, r in records):  # a node's log says it started: its record was refused (a full disk)
-            ran = any(os.path.exists(n.log) for n in el.nodes)
-            tasks.append(TaskStatus(el.index, JobState.FAILED, "ran, but left no exit record (a full disk?): see its logs"
-                                    if ran else "not run: the supervisor stopped before it started", nodes, el.params))
-            continue
-        failed = [(n, r) for n, r in records if r is None or r["exit_code"] != 0]
-        if not failed:
-            tasks.append(TaskStatus(el.index, JobState.SUCCEEDED, "", nodes, el.params))
-            continue
-        n, r = failed[0]
-        if r is None:
-            cause = f"node {n.node} left no exit record (killed with the supervisor?)"
-        else:
-            from launcher.targets.shared.rootcause import killed_node, node_failure
-
-            cause = killed_node(node=n.node, nodes=len(el.nodes), wrapper_pid=None, wrapper_code=None,
-                                record=r) or node_failure(node=n.node, procs_per_node=plan.procs_per_node, log=n.log,
-                                                          error_file=n.error_file, torchrun_log_dir=n.torchrun_log_dir)
-        tasks.append(TaskStatus(el.index, JobState.FAILED, cause, nodes, el.params))
-    state, message = summarize(tasks)
-    if state.terminal:
-        from launcher.targets.local.job import cgroups
-
-        cgroups.remove_ended(handle.job_id, read_state(handle.run_dir))  # its supervisor would have, at the end
-        message = (message + "; " if message else "") + "(the supervisor was gone: state read from the nodes' exit records)"
-    return JobStatus(state, message, tasks, details)
-
-

@@ -1,0 +1,94 @@
+"""The Kubernetes target's status: each run's object (a PyTorchJob or a TrainJob) read through the
+API server, its pods while it runs, the stall watch its first pod's runner serves (``cluster.watch``)
+and, for a run that failed, the stall that ended it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from launcher.core.states import JobState, summarize
+from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
+from launcher.targets.k8s.cluster.pods import object_warnings, pod_nodes
+from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
+from launcher.targets.k8s.objects.flavours import flavour_of
+from launcher.targets.k8s.objects.render import LABEL_JOB_ID
+from launcher.targets.k8s.payload import K8sHandle
+from launcher.targets.shared.files import read_json, write_json
+from launcher.targets.shared.runfolder import RunFolder
+
+
+def job_status(kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
+    """Each run's state from its object's status (``objects.flavours``), with its pods' nodes and what
+    they wait on (``pods``: ``status``; ``list`` asks once per job, without them), the stall watch's note
+    of a running run and the stall that ended a failed one; the last state seen is kept in the run folder
+    (``k8s-status.json``) for when the object has been deleted."""
+    flavour = flavour_of(handle.api)
+    api = flavour.api
+    objs = {o["metadata"]["name"]: o for o in kube.list_jobs(f"{LABEL_JOB_ID}={handle.job_id}")}
+    seen = _read_seen(handle.run_dir)
+    tasks = []
+    replicas = []
+    for el in handle.jobs:
+        obj = objs.get(el.name)
+        if obj is None:
+            last = seen.get(el.name)
+            if last and JobState.parse(last["state"]).terminal:
+                state, msg = JobState.parse(last["state"]), last.get("message", "") + f" (the {api.kind} has since been deleted)"
+            else:
+                state, msg = JobState.CANCELLED, (f"the {api.kind} no longer exists (deleted with kubectl or "
+                                                  "ddpjob cancel, or by its TTL) and its final state was not seen")
+            tasks.append(TaskStatus(el.index, state, msg, params=el.params, native_id=el.name))
+            continue
+        state, msg = flavour.state(obj.get("status"))
+        if state == JobState.FAILED and handle.watch_port:
+            msg = _stall_ending(kube, el.name, api, seen.get(el.name), msg, pods=pods)
+        summary = flavour.summary(obj.get("status"))
+        if summary:
+            replicas.append(summary if len(handle.jobs) == 1 else f"{el.name}: {summary}")
+        nodes: list[dict[str, Any]] = []
+        if pods and not state.terminal:
+            nodes, pending = pod_nodes(kube, el.name, api)
+            if api is not PYTORCHJOB and state == JobState.PENDING:
+                pending += object_warnings(kube, el.name)
+            if pending:
+                msg = "; ".join([msg, *pending]) if msg and "not reconciled" not in msg else "; ".join(pending) or msg
+        if state == JobState.RUNNING and handle.watch_port:
+            from launcher.targets.k8s.cluster.watch import first_pod, note
+
+            said = note(kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
+            msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
+        seen[el.name] = {"state": state.value, "message": msg}
+        tasks.append(TaskStatus(el.index, state, msg, [NodeStatus.of(n) for n in nodes], el.params, el.name))
+    _write_seen(handle.run_dir, seen)
+    overall, message = summarize(tasks)
+    details: dict[str, object] = {"namespace": handle.namespace, "context": handle.context,
+               api.plural: ", ".join(el.name for el in handle.jobs)}
+    if replicas:
+        details["replicas"] = " | ".join(replicas)
+    return JobStatus(overall, message, tasks, details)
+
+
+def _stall_ending(kube: Any, name: str, api: KubeflowApi, last: dict[str, Any] | None, msg: str, *, pods: bool) -> str:
+    """A FAILED run's message naming the stall that ended it (``watch.ending``), found once from the pods
+    (``status``) and kept in ``k8s-status.json`` (what ``list`` then shows)."""
+    if last and last.get("state") == JobState.FAILED.value and str(last.get("message", "")).startswith("stalled: "):
+        return str(last["message"])
+    if not pods:
+        return msg
+    from launcher.targets.k8s.cluster.watch import ending
+
+    return ending(kube, name, api) or msg
+
+
+def _read_seen(run_dir: str) -> dict[str, Any]:
+    seen = read_json(RunFolder(run_dir).k8s_status)
+    return seen if isinstance(seen, dict) else {}
+
+
+def _write_seen(run_dir: str, seen: dict[str, Any]) -> None:
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        write_json(RunFolder(run_dir).k8s_status, seen)
+    except OSError:
+        pass  # a cache only

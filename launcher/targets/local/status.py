@@ -1,0 +1,108 @@
+"""The local target's status: the supervisor's ``state.json`` while it runs, what the stall watch of
+each running run says (``local.watch``), and, when the supervisor is gone without a final state, the
+truth from the job's processes and its nodes' exit records."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from launcher.core.errors import TargetError
+from launcher.core.states import JobState, summarize
+from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
+from launcher.targets.local import watch
+from launcher.targets.local.job.statefile import read_note
+from launcher.targets.local.payload import MARKER, LocalHandle, read_plan
+from launcher.targets.shared import procs
+from launcher.targets.shared.runfolder import RunFolder
+
+
+def job_status(handle: LocalHandle) -> JobStatus:
+    """The supervisor's ``state.json`` while it runs; when it is gone without a final state, the
+    truth from the processes themselves: RUNNING while any process of the job lives, then how
+    the nodes ended according to their exit records."""
+    state = read_state(handle.run_dir)
+    details = {"run_dir": handle.run_dir, "port": (state or {}).get("port")}
+    if state is not None and JobState.parse(state["state"]).terminal:
+        return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
+    if procs.alive(handle.pid, handle.start):
+        stale = read_note(handle.run_dir)  # the supervisor could not write state.json (a full disk)
+        if stale is not None:
+            details["state_file"] = stale
+        if state is None:
+            return JobStatus(JobState.PENDING, "starting" + (f"; {stale}" if stale else ""), details=details)
+        message = watch.running_note(handle.run_dir, state, state.get("message", ""))
+        if stale is not None:
+            message = (message + "; " if message else "") + (
+                f"this state may be out of date: the supervisor {stale}, keeps supervising and writes it when it can")
+        return JobStatus(JobState.parse(state["state"]), message, _tasks(state), details)
+    # The supervisor is gone. Re-read first: it may have written its final state as it exited.
+    state = read_state(handle.run_dir)
+    if state is not None and JobState.parse(state["state"]).terminal:
+        return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
+    live = procs.marked_pids(MARKER, handle.job_id)
+    if live:
+        note = (f"the supervisor (pid {handle.pid}) is gone; {len(live)} process(es) of the job run on "
+                f"(ddpjob cancel stops them); see {RunFolder(handle.run_dir).supervisor_log}")
+        return JobStatus(JobState.RUNNING, note, _tasks(state or {}), details)
+    return _ended_without_supervisor(handle, details)
+
+
+def read_state(run_dir: str) -> dict[str, Any] | None:
+    """``state.json`` as the supervisor last wrote it, or None before its first write."""
+    return RunFolder(run_dir).read_state()
+
+
+def _supervisor_died(handle: LocalHandle) -> str:
+    return f"the supervisor (pid {handle.pid}) exited without a final state; see {RunFolder(handle.run_dir).supervisor_log}"
+
+
+def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
+    return [
+        TaskStatus(index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
+                   nodes=[NodeStatus.of(n) for n in t.get("nodes", [])], params=t.get("params", {}), started=t.get("started"), ended=t.get("ended"))
+        for t in state.get("elements", [])
+    ]
+
+
+def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> JobStatus:
+    """Every process has ended and the supervisor left no final state: read the nodes' records."""
+    from launcher.targets.local.job.node import read_record
+    from launcher.targets.shared.runfolder import exit_file
+
+    try:
+        plan = read_plan(handle.run_dir)
+    except TargetError:
+        return JobStatus(JobState.FAILED, _supervisor_died(handle), details=details)
+    tasks = []
+    for el in plan.elements:
+        records = [(n, read_record(exit_file(n.log))) for n in el.nodes]
+        nodes = [NodeStatus.of({"node": n.node, "exit_code": r["exit_code"] if r else None, "log": n.log}) for n, r in records]
+        if all(r is None for _, r in records):  # a node's log says it started: its record was refused (a full disk)
+            ran = any(os.path.exists(n.log) for n in el.nodes)
+            tasks.append(TaskStatus(el.index, JobState.FAILED, "ran, but left no exit record (a full disk?): see its logs"
+                                    if ran else "not run: the supervisor stopped before it started", nodes, el.params))
+            continue
+        failed = [(n, r) for n, r in records if r is None or r["exit_code"] != 0]
+        if not failed:
+            tasks.append(TaskStatus(el.index, JobState.SUCCEEDED, "", nodes, el.params))
+            continue
+        n, r = failed[0]
+        if r is None:
+            cause = f"node {n.node} left no exit record (killed with the supervisor?)"
+        else:
+            from launcher.targets.shared.rootcause import killed_node, node_failure
+
+            cause = killed_node(node=n.node, nodes=len(el.nodes), wrapper_pid=None, wrapper_code=None,
+                                record=r) or node_failure(node=n.node, procs_per_node=plan.procs_per_node, log=n.log,
+                                                          error_file=n.error_file, torchrun_log_dir=n.torchrun_log_dir)
+        tasks.append(TaskStatus(el.index, JobState.FAILED, cause, nodes, el.params))
+    state, message = summarize(tasks)
+    if state.terminal:
+        from launcher.targets.local.job import cgroups
+
+        cgroups.remove_ended(handle.job_id, read_state(handle.run_dir))  # its supervisor would have, at the end
+        message = (message + "; " if message else "") + "(the supervisor was gone: state read from the nodes' exit records)"
+    return JobStatus(state, message, tasks, details)
+
+
