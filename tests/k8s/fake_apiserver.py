@@ -20,7 +20,10 @@ Deviations, because every "pod" shares this machine's network and filesystem:
   injects, so tests can assert the exact values. Likewise the pod runner's ``DDPJOB_WATCH_PORT``
   (one free port per job); the pod proxy (``pods/NAME:PORT/proxy/PATH``) forwards the pod's port
   as declared in its env to that local port.
-- Images are not pulled; the process runs with this machine's Python. Volumes are not mounted.
+- Images are not pulled; the process runs with this machine's Python. Volumes are not mounted; an
+  ``emptyDir`` volume (``Pod.empty_dirs``) is a folder of the pod's own here, which outlives its
+  restarts as an emptyDir outlives the container, and an env value under its mount path is
+  rewritten to that folder.
 """
 
 from __future__ import annotations
@@ -186,6 +189,7 @@ class Pod:
     cond: threading.Condition = field(default_factory=threading.Condition)
     container_name: str = "pytorch"  # a TrainJob's pods run the runtime's container `node`
     annotations: dict[str, str] = field(default_factory=dict)
+    empty_dirs: dict[str, str] = field(default_factory=dict)  # an emptyDir's mount path -> the pod's own folder
 
     def to_json(self) -> dict:
         state: dict[str, Any]
@@ -407,6 +411,8 @@ class FakeCluster:
             else:
                 env[item["name"]] = ""
         env.update(pod.injected_env)  # the kubelet builds env last-wins: the operator's values win
+        for mount, folder in pod.empty_dirs.items():  # deviation: no mounts; the path given is the pod's folder
+            env = {k: folder + v[len(mount):] if v == mount or v.startswith(mount + "/") else v for k, v in env.items()}
         # Deviation (see module docstring): one shared network namespace and no cluster DNS.
         local_port = str(self.ports[(pod.namespace, pod.job)])
         for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):

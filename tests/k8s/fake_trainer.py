@@ -258,6 +258,12 @@ class Trainer:
                       {**injected, "PET_NODE_RANK": str(index)}, time.monotonic() + c.pod_start_delay)
             pod.container_name = "node"
             pod.annotations = {**meta["annotations"], COMPLETION_INDEX: str(index)}
+            empty = {v["name"] for v in pod_tmpl["spec"].get("volumes") or [] if "emptyDir" in v}
+            for m in container.get("volumeMounts") or []:
+                if m["name"] in empty and m["mountPath"] != "/dev/shm":
+                    folder = c.workdir / pod_name / "volumes" / m["name"]
+                    folder.mkdir(parents=True, exist_ok=True)
+                    pod.empty_dirs[m["mountPath"].rstrip("/")] = str(folder)
             c.pods[(ns, pod_name)] = pod
             c.events.append(c._event(ns, pod_name, "Normal", "SuccessfulCreate", f"Created pod: {pod_name}"))
 

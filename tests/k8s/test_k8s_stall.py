@@ -133,21 +133,80 @@ def test_a_stopped_rank_is_named_by_status_within_the_stall_timeout(k8s_api, ste
 
 @pytest.mark.real
 def test_stall_action_fail_ends_the_job_failed_naming_it_and_leaves_no_process(k8s_api, steps, tmp_path, monkeypatch):
+    """One job of each API at once. A PyTorchJob fails on its runner's exit code (restartPolicy ExitCode).
+    A TrainJob's runtime restarts the pod (JobSet's OnFailure, which a TrainJob cannot change): its runner
+    finds the verdict it kept in its emptyDir volume and exits again at once, without starting torchrun,
+    until the Job's backoffLimit fails the TrainJob."""
     monkeypatch.setenv("DDPJOB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv(*FLOOR)
-    job_id = submit(steps, "fail")
     cluster = k8s_api.server
-    trees = {p.name: [p.proc.pid, *fake_apiserver.descendants(p.proc.pid)] for p in cluster.pods_of(job_id) if p.proc}
-    stop_a_rank(cluster, job_id)
-    trees.update({p.name: [p.proc.pid, *fake_apiserver.descendants(p.proc.pid)] for p in cluster.pods_of(job_id)})
-    st = wait_for(job_id, lambda s: s["state"] == "FAILED", TIMEOUT_S + 60)
-    assert st["state"] == "FAILED" and st["message"].startswith("stalled: ") and STUCK in st["message"], st
-    master = next(p for p in cluster.pods_of(job_id) if p.rtype == "Master")
+    jobs = {api: submit(steps, "fail", api) for api in ("pytorchjob", "trainjob")}
+    trees: dict[str, list[int]] = {}
+
+    def note_processes(job_id: str) -> None:
+        for p in cluster.pods_of(job_id):
+            if p.proc:
+                trees.setdefault(p.name, [])
+                trees[p.name] += [p.proc.pid, *fake_apiserver.descendants(p.proc.pid)]
+
+    for job_id in jobs.values():
+        note_processes(job_id)
+        stop_a_rank(cluster, job_id)
+        note_processes(job_id)
+    for api, job_id in jobs.items():
+        st = wait_for(job_id, lambda s: s["state"] == "FAILED", TIMEOUT_S + 60)
+        assert st["state"] == "FAILED" and st["message"].startswith("stalled: ") and STUCK in st["message"], (api, st)
+        assert not [p.name for p in cluster.pods_of(job_id) if p.phase in ("Running", "Pending")], api
+        note_processes(job_id)
+    master = next(p for p in cluster.pods_of(jobs["pytorchjob"]) if p.rtype == "Master")
     assert master.exit_code == STALL_EXIT and master.restarts == 0  # ExitCode: not restarted
-    assert not [p.name for p in cluster.pods_of(job_id) if p.phase in ("Running", "Pending")]
+    first = next(p for p in cluster.pods_of(jobs["trainjob"]) if p.index == 0)
+    assert first.exit_code == STALL_EXIT and first.restarts == cluster.trainer.backoff_limit, first
+    again = bytes(first.log).decode()  # its last start: the kept verdict, and no torchrun
+    assert "does not start torchrun again" in again and STUCK in again and "step " not in again, again
     time.sleep(1)
     alive = [pid for pids in trees.values() for pid in pids if _alive(pid)]
     assert not alive, alive
+
+
+def test_a_trainjob_with_stall_fail_keeps_the_verdict_in_a_volume_of_its_own():
+    from launcher.core.errors import SpecError
+
+    tj = plan("stall.action=fail", "k8s.api=trainjob").payload.manifests[0]
+    pod = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"][
+        "spec"]["template"]["spec"]
+    assert {"name": runner.MARK_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}} in pod["volumes"]
+    assert {"name": runner.MARK_VOLUME, "mountPath": runner.MARK_DIR} in pod["containers"][0]["volumeMounts"]
+    env = {e["name"]: e.get("value") for e in tj["spec"]["trainer"]["env"]}
+    assert env[runner.MARK_ENV] == f"{runner.MARK_DIR}/verdict"
+    for other in (("k8s.api=trainjob",), ("stall.action=fail",)):  # report, or a PyTorchJob (ExitCode): no mark
+        text = json.dumps(plan(*other).payload.manifests)
+        assert runner.MARK_VOLUME not in text and runner.MARK_ENV not in text, other
+    with pytest.raises(SpecError) as e:
+        plan("stall.action=fail", "k8s.api=trainjob",
+             f"k8s.volumes=[{{name: data, mount_path: {runner.MARK_DIR}, pvc: data}}]")
+    assert "k8s.volumes" in str(e.value) and runner.MARK_VOLUME in str(e.value)
+
+
+@pytest.mark.real
+def test_a_restarted_runner_that_finds_the_verdict_starts_nothing(tmp_path):
+    """The runner itself, as a TrainJob's restarted container runs it: the kept verdict is said again
+    and the runner exits STALL_EXIT without starting its command."""
+    import subprocess
+    import sys
+
+    mark = tmp_path / "verdict"
+    started = tmp_path / "started"
+    env = {"PATH": os.environ["PATH"], runner.BUNDLE_ENV: runner.bundle(), "DDPJOB_WATCH_PORT": "0",
+           "MASTER_PORT": str(fake_apiserver.free_port()), "TMPDIR": str(tmp_path), runner.MARK_ENV: str(mark)}
+    argv = [sys.executable, "-I", "-S", "-c", runner.BOOT, "sh", "-c", f"touch {started}"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and started.exists(), done  # no mark: its command runs
+    started.unlink()
+    mark.write_text("rank 1 (pid 7) on node 1 is stopped (SIGSTOP?) since 01:02:03")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == STALL_EXIT and not started.exists(), done
+    assert done.stdout.startswith("[ddpjob] stall.action fail: rank 1 (pid 7) on node 1 is stopped"), done.stdout
 
 
 def handle_of(job_id: str, api: str = "pytorchjob") -> K8sHandle:

@@ -14,6 +14,10 @@ In the pod it:
 - with ``stall.action: fail``, ends torchrun when the watch says the run stalled, prints the verdict
   (``STALL_LINE``, read back by ``status``) and exits ``STALL_EXIT`` (124, within 1-127: the
   operator's ``ExitCode`` policy fails the job rather than recreating the pod);
+- where the runtime restarts the pod after that (a TrainJob: JobSet's OnFailure), keeps the verdict in
+  ``DDPJOB_STALL_MARK`` (an emptyDir volume, which outlives the container); a runner that starts and
+  finds it says the verdict again and exits ``STALL_EXIT`` without starting torchrun, until the Job's
+  backoffLimit fails the job;
 - passes SIGTERM and SIGINT on to torchrun (the kubelet stops a pod with SIGTERM to this process).
 """
 
@@ -57,6 +61,7 @@ class PodRunner:
         self.timeout = float(env.get("DDPJOB_STALL_TIMEOUT_S") or 300)
         self.action = env.get("DDPJOB_STALL_ACTION") or "report"
         self.watch_port = int(env.get("DDPJOB_WATCH_PORT") or 0)
+        self.mark = env.get("DDPJOB_STALL_MARK") or None  # objects/runner.MARK_ENV
         self.proc: subprocess.Popen[bytes] | None = None
         self.stalled: str | None = None
         self._out = threading.Lock()
@@ -71,13 +76,19 @@ class PodRunner:
 
     def say(self, text: str) -> None:
         with self._out:
-            sys.stdout.buffer.write(f"[ddpjob] {text}\n".encode())
+            line = text if text.startswith("[ddpjob] ") else f"[ddpjob] {text}"  # STALL_LINE has it
+            sys.stdout.buffer.write(f"{line}\n".encode())
             sys.stdout.buffer.flush()
 
     def run(self) -> int:
         if not self.argv:
             self.say("the pod runner needs torchrun's command line")
             return 2
+        earlier = self._marked()
+        if earlier is not None:  # restarted after it ended a stalled run: that run stays ended
+            self.say(STALL_LINE + earlier)
+            self.say(f"stalled: {earlier} (this pod's runner ended the run; restarted, it does not start torchrun again)")
+            return STALL_EXIT
         open(self.counted, "wb").close()
         env = {k: v for k, v in self.env.items() if k != "DDPJOB_POD_RUNNER"}
         os.makedirs(self.steps_dir, exist_ok=True)
@@ -181,6 +192,13 @@ class PodRunner:
             return
         self.stalled = message
         self.say(STALL_LINE + message)
+        if self.mark:
+            try:
+                with open(self.mark + ".tmp", "w", encoding="utf-8") as f:
+                    f.write(message)
+                os.replace(self.mark + ".tmp", self.mark)
+            except OSError as exc:
+                self.say(f"the verdict could not be kept in {self.mark} ({exc}): a restarted pod starts torchrun again")
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
@@ -191,6 +209,16 @@ class PodRunner:
             proc.kill()
         except ProcessLookupError:
             pass
+
+    def _marked(self) -> str | None:
+        """The verdict an earlier start of this pod's runner kept (``DDPJOB_STALL_MARK``), if any."""
+        if not self.mark:
+            return None
+        try:
+            with open(self.mark, encoding="utf-8") as f:
+                return f.read().strip() or "an earlier start of this pod ended a stalled run"
+        except OSError:
+            return None
 
     def _forward(self, signum: int, frame: Any) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -39,8 +39,15 @@ DEFAULT_PORT = 29500
 # podrun.STALL_EXIT, spelled again: importing podrun (http.server, subprocess) would cost every render
 # 20 ms, and podrun may import nothing of ddpjob (a test holds the two equal).
 STALL_EXIT = 124
+# A TrainJob's runtime restarts the pod whose runner ended a stalled run (JobSet's OnFailure; a TrainJob cannot
+# set restartPolicy). So there, with stall.action fail, the runner leaves its verdict in an emptyDir volume,
+# which outlives the container, and a restarted runner that finds it exits STALL_EXIT again at once
+# (podrun.PodRunner.run) until the Job's backoffLimit fails the TrainJob: nothing trains again.
+MARK_ENV = "DDPJOB_STALL_MARK"
+MARK_VOLUME = "ddpjob-stall-mark"
+MARK_DIR = "/var/run/ddpjob-stall"
 # The variables the runner reads (besides the controller's PET_*/MASTER_*): none may come from the spec too.
-RUNNER_ENV = (BUNDLE_ENV, "DDPJOB_STALL_ACTION", "DDPJOB_STALL_TIMEOUT_S", "DDPJOB_WATCH_PORT")
+RUNNER_ENV = (BUNDLE_ENV, "DDPJOB_STALL_ACTION", "DDPJOB_STALL_TIMEOUT_S", "DDPJOB_WATCH_PORT", MARK_ENV)
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,9 +78,18 @@ def wrap(spec: JobSpec, command: list[str]) -> list[str]:
 
 
 def env(spec: JobSpec) -> dict[str, str]:
-    """The runner's variables: its code, the spec's ``stall:`` and the port of ``watch.json``."""
-    return {BUNDLE_ENV: bundle(), "DDPJOB_STALL_ACTION": spec.stall.action,
-            "DDPJOB_STALL_TIMEOUT_S": str(spec.stall.timeout_s), "DDPJOB_WATCH_PORT": str(watch_port(spec))}
+    """The runner's variables: its code, the spec's ``stall:``, the port of ``watch.json`` and, where the
+    runtime restarts a pod that ended a stalled run, where its mark is kept (``marks``)."""
+    out = {BUNDLE_ENV: bundle(), "DDPJOB_STALL_ACTION": spec.stall.action,
+           "DDPJOB_STALL_TIMEOUT_S": str(spec.stall.timeout_s), "DDPJOB_WATCH_PORT": str(watch_port(spec))}
+    if marks(spec):
+        out[MARK_ENV] = f"{MARK_DIR}/verdict"
+    return out
+
+
+def marks(spec: JobSpec) -> bool:
+    """A TrainJob's runner with ``stall.action: fail`` keeps its verdict in the volume ``MARK_VOLUME``."""
+    return spec.k8s.api == "trainjob" and spec.stall.action == "fail" and enabled(spec)
 
 
 def shown(value: str) -> str:
@@ -105,8 +121,10 @@ def header(spec: JobSpec) -> str:
     if spec.stall.action != "fail":
         return text
     if spec.k8s.api == "trainjob":
-        return text + ("\n# stall.action fail: the stalled pod exits 124; the runtime's restart policy decides what "
-                       "follows (JobSet's default OnFailure restarts it in place up to the Job's backoffLimit)")
+        return text + (f"\n# stall.action fail: the stalled pod exits {STALL_EXIT} and keeps the verdict in the volume "
+                       f"{MARK_VOLUME} ({MARK_DIR}); restarted by the runtime (JobSet's OnFailure), it exits {STALL_EXIT} "
+                       "again at once until the Job's backoffLimit fails the TrainJob (the kubelet's restart back-off: "
+                       "minutes; ddpjob cancel ends it now)")
     return text + (f"\n# stall.action fail: the stalled pod exits {STALL_EXIT}; restartPolicy "
                    f"{'ExitCode' if 'restart_policy' not in spec.k8s.model_fields_set else spec.k8s.restart_policy} "
                    "fails the job on it (exit codes 1-127) instead of restarting the pod")
