@@ -1,5 +1,9 @@
 """The stall watch (launcher.targets.shared.heartbeat) on this machine's loopback: real UDP between a
-Watch and a Beacon, with a timeout of a second or less instead of the spec's minimum of 20 s."""
+Watch and a Beacon, with a timeout of a second or less instead of the spec's minimum of 20 s.
+
+The scenarios wait on the clock, not the CPU: they all start at once, each in its own thread, the
+first time a test asks for one (``running``), and each test waits for its own; together they take
+as long as the longest (the pure tier's time, issue 35)."""
 
 from __future__ import annotations
 
@@ -7,20 +11,47 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
+import pytest
 from testkit import wait_for
 
 from launcher.targets.shared import heartbeat
 
+_GIVEN: set[int] = set()  # the scenarios run at once: never the same port twice
+_GIVING = threading.Lock()
+
 
 def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    with _GIVING:
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            if port not in _GIVEN:
+                _GIVEN.add(port)
+                return port
 
 
-def test_a_node_whose_heartbeats_stop_is_lost_and_fail_ends_once(tmp_path):
-    """Both nodes keep writing output (so neither is *quiet*); node 1's heartbeats stop: it is *lost*."""
+SCENARIOS: dict[str, Callable[[Path], None]] = {}
+
+
+def scenario(fn: Callable[[Path], None]) -> Callable[[Path], None]:
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[None]]]:
+    """Every scenario, started at once (each in a folder of its own); a test calls ``.result()`` on its own."""
+    with ThreadPoolExecutor(len(SCENARIOS)) as pool:
+        yield {name: pool.submit(fn, tmp_path_factory.mktemp(name)) for name, fn in SCENARIOS.items()}
+
+
+@scenario
+def lost_and_fail_ends_once(tmp_path: Path) -> None:
     port, state = _free_udp_port(), tmp_path / "watch.json"
     out0, log1 = tmp_path / "node-0.log", tmp_path / "node-1.log"
     writing = threading.Event()
@@ -61,7 +92,14 @@ def test_a_node_whose_heartbeats_stop_is_lost_and_fail_ends_once(tmp_path):
         watch.stop()
 
 
-def test_a_beacon_whose_first_node_never_answers_gives_up(tmp_path):
+def test_a_node_whose_heartbeats_stop_is_lost_and_fail_ends_once(running: dict[str, Future[None]]) -> None:
+    """Both nodes keep writing output (so neither is *quiet*); node 1's heartbeats stop: it is *lost*."""
+    running['lost_and_fail_ends_once'].result()
+
+
+
+@scenario
+def beacon_gives_up(tmp_path: Path) -> None:
     ended: list[str] = []
     beacon = heartbeat.Beacon(addr="127.0.0.1", port=_free_udp_port(), node=1, host="n2", outputs=[], timeout=0.5,
                               action="fail", on_stall=ended.append, interval=0.2)
@@ -73,7 +111,13 @@ def test_a_beacon_whose_first_node_never_answers_gives_up(tmp_path):
         beacon.stop()
 
 
-def test_report_mode_clears_when_the_node_is_back_and_quiet_nodes_are_named(tmp_path):
+def test_a_beacon_whose_first_node_never_answers_gives_up(running: dict[str, Future[None]]) -> None:
+    running['beacon_gives_up'].result()
+
+
+
+@scenario
+def report_clears(tmp_path: Path) -> None:
     port, state = _free_udp_port(), tmp_path / "watch.json"
     out = tmp_path / "node-0.log"
     out.write_text("x")
@@ -91,6 +135,11 @@ def test_report_mode_clears_when_the_node_is_back_and_quiet_nodes_are_named(tmp_
         watch.stop()
 
 
+def test_report_mode_clears_when_the_node_is_back_and_quiet_nodes_are_named(running: dict[str, Future[None]]) -> None:
+    running['report_clears'].result()
+
+
+
 def test_report_says_nothing_when_well_and_notices_a_watch_gone_quiet():
     now = time.time()
     assert heartbeat.report({"updated": now, "timeout": 20, "verdict": None}, now) is None
@@ -98,8 +147,8 @@ def test_report_says_nothing_when_well_and_notices_a_watch_gone_quiet():
     assert stale is not None and "the first node's watch has said nothing since" in stale
 
 
-def test_one_silent_node_is_not_quiet_while_another_writes(tmp_path):
-    """Often only rank 0 prints: node 1 heard but silent while node 0 writes is no stall."""
+@scenario
+def one_silent_node(tmp_path: Path) -> None:
     port, state = _free_udp_port(), tmp_path / "watch.json"
     out0, log1 = tmp_path / "node-0.log", tmp_path / "node-1.log"
     log1.write_text("started\n")
@@ -132,3 +181,8 @@ def test_one_silent_node_is_not_quiet_while_another_writes(tmp_path):
         writing.set()
         beacon.stop()
         watch.stop()
+
+
+def test_one_silent_node_is_not_quiet_while_another_writes(running: dict[str, Future[None]]) -> None:
+    """Often only rank 0 prints: node 1 heard but silent while node 0 writes is no stall."""
+    running['one_silent_node'].result()
