@@ -195,6 +195,20 @@ def test_golden_sweep():
     assert env_of(objs[2])["DDPJOB_OUTPUT_DIR"] == f"/workspace/outputs/{CTX_ID}/sweep-2"
 
 
+@needs_trainjob_crd
+def test_stall_fail_keeps_its_verdict_in_a_volume_the_crd_and_the_webhook_accept():
+    """The emptyDir of the stall mark (objects/runner.py) goes through the runtime patch, which the
+    TrainJob CRD and the webhook's rules allow (a patch of the container ``node`` may not set env: its
+    variable is in the trainer's env)."""
+    from launcher.targets.k8s.objects import runner
+
+    obj = plan_of("quickstart.yaml", TJ + ["stall.action=fail"]).payload.manifests[0]
+    assert {"name": runner.MARK_VOLUME, "mountPath": runner.MARK_DIR} in pod_patch(obj)["spec"]["containers"][0][
+        "volumeMounts"]
+    assert env_of(obj)[runner.MARK_ENV] == f"{runner.MARK_DIR}/verdict"
+    assert [str(i) for i in validate_trainjob(obj, trainjob_schema())] == []
+
+
 # --------------------------------------------------------------------------- the checks can fail
 
 @needs_trainjob_crd
