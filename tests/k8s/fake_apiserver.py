@@ -433,6 +433,9 @@ class FakeCluster:
         base = {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
                 "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
                 "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        tmp = self.workdir / pod.name / "tmp"  # each pod its own /tmp, kept with the test's folder (a killed
+        tmp.mkdir(parents=True, exist_ok=True)  # pod's runner leaves its folder there, not in this machine's /tmp)
+        base["TMPDIR"] = str(tmp)
         cwd = pod.container.get("workingDir")
         if not cwd or not Path(cwd).is_dir():
             cwd = str(self.workdir / pod.name)
