@@ -190,11 +190,15 @@ class Pod:
     container_name: str = "pytorch"  # a TrainJob's pods run the runtime's container `node`
     annotations: dict[str, str] = field(default_factory=dict)
     empty_dirs: dict[str, str] = field(default_factory=dict)  # an emptyDir's mount path -> the pod's own folder
+    waiting_until: float | None = None  # restarting after a back-off (CrashLoopBackOff): Trainer.restart_delay
+    last_exit: int | None = None  # the previous container's exit code (the pod's lastState), once restarted
 
     def to_json(self) -> dict:
         state: dict[str, Any]
         if self.phase == "Pending":
             state = {"waiting": {"reason": "ContainerCreating"}}
+        elif self.phase == "Running" and self.waiting_until is not None:
+            state = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}}
         elif self.phase == "Running":
             state = {"running": {"startedAt": self.created}}
         else:
@@ -208,8 +212,11 @@ class Pod:
             "spec": {"containers": [self.container], "restartPolicy": self.restart_policy},
             "status": {"phase": self.phase, "startTime": self.created,
                        "containerStatuses": [{"name": self.container_name, "image": self.container.get("image", ""),
-                                              "imageID": "", "ready": self.phase == "Running",
-                                              "restartCount": self.restarts, "state": state}]},
+                                              "imageID": "", "ready": "running" in state,
+                                              "restartCount": self.restarts, "state": state,
+                                              **({"lastState": {"terminated": {"exitCode": self.last_exit,
+                                                                               "reason": "Error"}}}
+                                                 if self.last_exit is not None else {})}]},
         }
 
 

@@ -67,7 +67,8 @@ def installed_crd() -> dict:
 class Trainer:
     """Trainer v2 in a ``FakeCluster`` (its lock guards everything here). Knobs for tests:
     ``installed`` (False: no TrainJob API, no CRD), ``runtimes`` (ClusterTrainingRuntimes by name),
-    ``backoff_limit`` (the Job's; Kubernetes' default 6), ``creation_failure``, ``crd``."""
+    ``backoff_limit`` (the Job's; Kubernetes' default 6), ``restart_delay`` (the kubelet's back-off; 0: at once),
+    ``creation_failure``, ``crd``."""
 
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
@@ -76,6 +77,7 @@ class Trainer:
         self.crd = installed_crd()
         self.runtimes: dict[str, dict] = {"torch-distributed": json.loads(json.dumps(TORCH_DISTRIBUTED))}
         self.backoff_limit = 6
+        self.restart_delay = 0.0  # the kubelet's back-off before a failed container restarts (real: 10 s, doubling)
         self.creation_failure: str | None = None  # set: the JobSet cannot be built (e.g. the runtime was deleted)
         self._strict: tuple[str, dict] | None = None
 
@@ -288,7 +290,14 @@ class Trainer:
                         pod.previous_log = bytes(pod.log)
                         pod.log = bytearray()
                     pod.restarts += 1
-                    c._start(pod)
+                    pod.last_exit = pod.exit_code
+                    if self.restart_delay:  # the kubelet's back-off: the container waits, the pod stays Running
+                        pod.proc, pod.waiting_until = None, time.monotonic() + self.restart_delay
+                    else:
+                        c._start(pod)
+            elif pod.waiting_until is not None and time.monotonic() >= pod.waiting_until:
+                pod.waiting_until = None
+                c._start(pod)
         if not pods:
             return
         nodes = self._nodes(job)

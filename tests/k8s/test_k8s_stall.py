@@ -136,10 +136,12 @@ def test_stall_action_fail_ends_the_job_failed_naming_it_and_leaves_no_process(k
     """One job of each API at once. A PyTorchJob fails on its runner's exit code (restartPolicy ExitCode).
     A TrainJob's runtime restarts the pod (JobSet's OnFailure, which a TrainJob cannot change): its runner
     finds the verdict it kept in its emptyDir volume and exits again at once, without starting torchrun,
-    until the Job's backoffLimit fails the TrainJob."""
+    until the Job's backoffLimit fails the TrainJob; between the restarts (the kubelet's back-off) status
+    says so."""
     monkeypatch.setenv("DDPJOB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv(*FLOOR)
     cluster = k8s_api.server
+    cluster.trainer.restart_delay, cluster.trainer.backoff_limit = 3.0, 3
     jobs = {api: submit(steps, "fail", api) for api in ("pytorchjob", "trainjob")}
     trees: dict[str, list[int]] = {}
 
@@ -153,6 +155,12 @@ def test_stall_action_fail_ends_the_job_failed_naming_it_and_leaves_no_process(k
         note_processes(job_id)
         stop_a_rank(cluster, job_id)
         note_processes(job_id)
+    st = wait_for(jobs["trainjob"], lambda s: "restarts the pod" in s["message"] or s["state"] != "RUNNING",
+                  TIMEOUT_S + 60)
+    assert st["state"] == "RUNNING" and st["message"].startswith("stalled: ") and STUCK in st["message"], st
+    assert "until the Job's backoffLimit fails the job" in st["message"], st
+    row = next(n for n in st["status"]["tasks"][0]["nodes"] if n["node"] == 0)
+    assert row["last_exit_code"] == STALL_EXIT and row["restarts"] >= 1, row
     for api, job_id in jobs.items():
         st = wait_for(job_id, lambda s: s["state"] == "FAILED", TIMEOUT_S + 60)
         assert st["state"] == "FAILED" and st["message"].startswith("stalled: ") and STUCK in st["message"], (api, st)

@@ -10,6 +10,7 @@ from typing import Any
 from launcher.core.states import JobState, summarize
 from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.k8s.cluster.pods import object_warnings, pod_nodes
+from launcher.targets.k8s.objects import runner
 from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.k8s.objects.flavours import flavour_of
 from launcher.targets.k8s.objects.render import LABEL_JOB_ID
@@ -56,7 +57,8 @@ def job_status(kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
         if state == JobState.RUNNING and handle.watch_port:
             from launcher.targets.k8s.cluster.watch import first_pod, note
 
-            said = note(kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
+            said = _restarting_after_stall(kube, el.name, api, nodes) or note(
+                kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
             msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
         seen[el.name] = {"state": state.value, "message": msg}
         tasks.append(TaskStatus(el.index, state, msg, [NodeStatus.of(n) for n in nodes], el.params, el.name))
@@ -92,3 +94,17 @@ def _write_seen(run_dir: str, seen: dict[str, Any]) -> None:
         write_json(RunFolder(run_dir).k8s_status, seen)
     except OSError:
         pass  # a cache only
+
+
+def _restarting_after_stall(kube: Any, name: str, api: KubeflowApi, nodes: list[dict[str, Any]]) -> str | None:
+    """A running run whose stall watch ended it (``stall.action: fail``) while the runtime restarts the pod
+    in place (a TrainJob's: ``objects/runner.py``, the mark): the verdict and what follows, from
+    ``status``'s pod rows (the pod's previous container exited ``STALL_EXIT``)."""
+    if not any(n.get("last_exit_code") == runner.STALL_EXIT for n in nodes):
+        return None
+    from launcher.targets.k8s.cluster.watch import ending
+
+    verdict = ending(kube, name, api) or "stalled: the stall watch ended the run"
+    return (f"{verdict}; stall.action fail ended it: the runtime restarts the pod, whose runner exits again at "
+            "once, until the Job's backoffLimit fails the job (the kubelet's back-off: minutes; ddpjob cancel ends "
+            "it now)")

@@ -144,9 +144,14 @@ def pod_nodes(kube: Any, job_name: str, api: KubeflowApi = PYTORCHJOB) -> tuple[
         cs: dict[str, Any] = next((c for c in st.get("containerStatuses") or [] if c.get("name") == api.container), {})
         row: dict[str, Any] = {"node": ref.node if ref else name, "pod": name, "phase": st.get("phase", "?"),
                                "restarts": cs.get("restartCount", 0)}
-        term = (cs.get("state") or {}).get("terminated")
-        if term:
-            row["exit_code"] = term.get("exitCode")
+        state = cs.get("state") or {}
+        if state.get("terminated"):
+            row["exit_code"] = state["terminated"].get("exitCode")
+        if (state.get("waiting") or {}).get("reason") and st.get("phase") == "Running":
+            row["waiting"] = state["waiting"]["reason"]  # restarting: CrashLoopBackOff
+        last = ((cs.get("lastState") or {}).get("terminated") or {}).get("exitCode")
+        if last is not None and not state.get("terminated"):
+            row["last_exit_code"] = last  # its previous container's, since restarted
         nodes.append(row)
         if st.get("phase") == "Pending":
             events = [e for e in kube.pod_events(name) if e.get("type") == "Warning" or e.get("reason") == "FailedScheduling"]

@@ -88,12 +88,14 @@ def note(kube: Any, pod: str | None, port: int) -> str | None:
 
 def ending(kube: Any, job_name: str, api: KubeflowApi) -> str | None:
     """Why the stall watch ended a run (``stall.action: fail``): ``stalled: <verdict>`` from the log of
-    the pod whose runner exited ``STALL_EXIT``, or None when none did."""
+    the pod whose runner exited ``STALL_EXIT`` (its container now, or the one before it, where the
+    runtime restarts it: a TrainJob's), or None when none did."""
     for pod in sorted(kube.list_pods(api.pod_selector(job_name)), key=lambda p: sort_key(p["metadata"]["name"])):
-        term = ((container(pod, api.container) or {}).get("state") or {}).get("terminated") or {}
-        if term.get("exitCode") != STALL_EXIT:
+        status = container(pod, api.container) or {}
+        now = ((status.get("state") or {}).get("terminated") or {}).get("exitCode") == STALL_EXIT
+        if not now and ((status.get("lastState") or {}).get("terminated") or {}).get("exitCode") != STALL_EXIT:
             continue
-        data = kube.pod_log(pod["metadata"]["name"], tail=50) or b""
+        data = kube.pod_log(pod["metadata"]["name"], tail=50, previous=not now) or b""
         for line in reversed(data.decode("utf-8", "replace").splitlines()):
             if STALL_LINE in line:
                 return "stalled: " + line.split(STALL_LINE, 1)[1].strip()
