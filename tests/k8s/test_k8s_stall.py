@@ -400,3 +400,36 @@ def test_the_runner_in_a_bare_python_passes_output_exit_code_and_sigterm_on(tmp_
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143 and marker.read_text() == "term\n"
     assert list(tmp.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- a restarted pod's exit 124, no processes
+
+class _Kube:
+    """The two calls ``cluster.watch.ending`` makes, answering with one restarted TrainJob pod."""
+
+    def __init__(self, previous_log: bytes) -> None:
+        self.previous_log, self.asked = previous_log, []
+
+    def list_pods(self, selector: str) -> list[dict]:
+        return [{"metadata": {"name": "demo-node-0-0-abcde"}, "status": {"containerStatuses": [
+            {"name": "node", "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+             "lastState": {"terminated": {"exitCode": STALL_EXIT}}}]}}]
+
+    def pod_log(self, name: str, *, previous: bool = False, tail: int | None = None) -> bytes:
+        self.asked.append(previous)
+        return self.previous_log if previous else b""
+
+
+def test_a_restarted_pod_is_said_stalled_only_when_its_runner_said_so():
+    """Exit 124 from the previous container is the stall watch's only with the runner's line in its log
+    (a program of the user's may exit 124 itself)."""
+    from launcher.targets.k8s.objects.apis import TRAINJOB
+    from launcher.targets.k8s.status import _restarting_after_stall
+
+    rows = [{"node": 0, "pod": "demo-node-0-0-abcde", "last_exit_code": STALL_EXIT, "waiting": "CrashLoopBackOff"}]
+    said = _Kube(b"step 3\n[ddpjob] stall.action fail: rank 1 (pid 9) on node 1 is stopped (SIGSTOP?) since 01:02:03\n")
+    text = _restarting_after_stall(said, "demo", TRAINJOB, rows)
+    assert text is not None and text.startswith("stalled: rank 1 (pid 9) on node 1 is stopped"), text
+    assert "the runtime restarts the pod" in text and said.asked == [True]  # the previous container's log
+    assert _restarting_after_stall(_Kube(b"my program timed out\n"), "demo", TRAINJOB, rows) is None
+    assert _restarting_after_stall(said, "demo", TRAINJOB, [{**rows[0], "last_exit_code": 1}]) is None

@@ -104,7 +104,9 @@ def _restarting_after_stall(kube: Any, name: str, api: KubeflowApi, nodes: list[
         return None
     from launcher.targets.k8s.cluster.watch import ending
 
-    verdict = ending(kube, name, api) or "stalled: the stall watch ended the run"
+    verdict = ending(kube, name, api)  # None: a program of the user's that exits 124 itself
+    if verdict is None:
+        return None
     return (f"{verdict}; stall.action fail ended it: the runtime restarts the pod, whose runner exits again at "
             "once, until the Job's backoffLimit fails the job (the kubelet's back-off: minutes; ddpjob cancel ends "
             "it now)")
