@@ -161,6 +161,9 @@ def test_stall_action_fail_ends_the_job_failed_naming_it_and_leaves_no_process(k
     assert "until the Job's backoffLimit fails the job" in st["message"], st
     row = next(n for n in st["status"]["tasks"][0]["nodes"] if n["node"] == 0)
     assert row["last_exit_code"] == STALL_EXIT and row["restarts"] >= 1, row
+    listed = json.loads(run("list", "-o", "json")[1])  # list asks no pod rows: it finds the restart itself
+    tj = next(j for j in listed if j["id"] == jobs["trainjob"])
+    assert tj["state"] == "RUNNING" and tj["message"].startswith("stalled: ") and "ended it" in tj["message"], tj
     for api, job_id in jobs.items():
         st = wait_for(job_id, lambda s: s["state"] == "FAILED", TIMEOUT_S + 60)
         assert st["state"] == "FAILED" and st["message"].startswith("stalled: ") and STUCK in st["message"], (api, st)
@@ -433,3 +436,25 @@ def test_a_restarted_pod_is_said_stalled_only_when_its_runner_said_so():
     assert "the runtime restarts the pod" in text and said.asked == [True]  # the previous container's log
     assert _restarting_after_stall(_Kube(b"my program timed out\n"), "demo", TRAINJOB, rows) is None
     assert _restarting_after_stall(said, "demo", TRAINJOB, [{**rows[0], "last_exit_code": 1}]) is None
+
+
+def test_a_failed_run_is_named_stalled_the_first_time_it_is_seen_by_list_or_status():
+    """``list`` records a job that ended: the first look at a FAILED run, by either, asks the pods why
+    (the Master's runner exited 124 and said so); later looks keep what was found, asking nothing."""
+    from launcher.targets.k8s.objects.apis import PYTORCHJOB
+    from launcher.targets.k8s.status import _stall_ending
+
+    class Ended(_Kube):
+        def list_pods(self, selector: str) -> list[dict]:
+            self.asked.append("pods")
+            return [{"metadata": {"name": "demo-master-0"}, "status": {"containerStatuses": [
+                {"name": "pytorch", "restartCount": 0, "state": {"terminated": {"exitCode": STALL_EXIT}}}]}}]
+
+    kube = Ended(b"")
+    kube.pod_log = lambda name, previous=False, tail=None: b"[ddpjob] stall.action fail: node 1 (w) went silent\n"
+    plain = "PyTorchJob demo is failed because 1 Master replica(s) failed."
+    first = _stall_ending(kube, "demo", PYTORCHJOB, None, plain)
+    assert first == "stalled: node 1 (w) went silent" and kube.asked == ["pods"]
+    assert _stall_ending(kube, "demo", PYTORCHJOB, {"state": "FAILED", "message": first}, plain) == first
+    assert kube.asked == ["pods"]  # kept: not asked again
+    assert _stall_ending(kube, "demo", PYTORCHJOB, {"state": "RUNNING", "message": ""}, plain) == first

@@ -43,7 +43,7 @@ def job_status(kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
             continue
         state, msg = flavour.state(obj.get("status"))
         if state == JobState.FAILED and handle.watch_port:
-            msg = _stall_ending(kube, el.name, api, seen.get(el.name), msg, pods=pods)
+            msg = _stall_ending(kube, el.name, api, seen.get(el.name), msg)
         summary = flavour.summary(obj.get("status"))
         if summary:
             replicas.append(summary if len(handle.jobs) == 1 else f"{el.name}: {summary}")
@@ -57,8 +57,10 @@ def job_status(kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
         if state == JobState.RUNNING and handle.watch_port:
             from launcher.targets.k8s.cluster.watch import first_pod, note
 
-            said = _restarting_after_stall(kube, el.name, api, nodes) or note(
+            said = (_restarting_after_stall(kube, el.name, api, nodes) if pods else None) or note(
                 kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
+            if said is None and not pods and api is not PYTORCHJOB:  # list: no pod rows, and a watch not
+                said = _restarting_after_stall(kube, el.name, api, None)  # served may be a pod restarting
             msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
         seen[el.name] = {"state": state.value, "message": msg}
         tasks.append(TaskStatus(el.index, state, msg, [NodeStatus.of(n) for n in nodes], el.params, el.name))
@@ -71,13 +73,12 @@ def job_status(kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
     return JobStatus(overall, message, tasks, details)
 
 
-def _stall_ending(kube: Any, name: str, api: KubeflowApi, last: dict[str, Any] | None, msg: str, *, pods: bool) -> str:
-    """A FAILED run's message naming the stall that ended it (``watch.ending``), found once from the pods
-    (``status``) and kept in ``k8s-status.json`` (what ``list`` then shows)."""
-    if last and last.get("state") == JobState.FAILED.value and str(last.get("message", "")).startswith("stalled: "):
-        return str(last["message"])
-    if not pods:
-        return msg
+def _stall_ending(kube: Any, name: str, api: KubeflowApi, last: dict[str, Any] | None, msg: str) -> str:
+    """A FAILED run's message naming the stall that ended it (``watch.ending``), found from the pods the
+    first time the run is seen FAILED, by ``status`` or ``list`` (which records a job that ended, so it
+    must know the reason as well), and kept in ``k8s-status.json`` after that."""
+    if last and last.get("state") == JobState.FAILED.value:
+        return str(last.get("message") or msg)
     from launcher.targets.k8s.cluster.watch import ending
 
     return ending(kube, name, api) or msg
@@ -96,11 +97,12 @@ def _write_seen(run_dir: str, seen: dict[str, Any]) -> None:
         pass  # a cache only
 
 
-def _restarting_after_stall(kube: Any, name: str, api: KubeflowApi, nodes: list[dict[str, Any]]) -> str | None:
+def _restarting_after_stall(kube: Any, name: str, api: KubeflowApi, nodes: list[dict[str, Any]] | None) -> str | None:
     """A running run whose stall watch ended it (``stall.action: fail``) while the runtime restarts the pod
-    in place (a TrainJob's: ``objects/runner.py``, the mark): the verdict and what follows, from
-    ``status``'s pod rows (the pod's previous container exited ``STALL_EXIT``)."""
-    if not any(n.get("last_exit_code") == runner.STALL_EXIT for n in nodes):
+    in place (a TrainJob's: ``objects/runner.py``, the mark): the verdict and what follows. ``nodes``:
+    ``status``'s pod rows, where a pod's previous container exited ``STALL_EXIT``; None (``list``): the
+    pods are asked."""
+    if nodes is not None and not any(n.get("last_exit_code") == runner.STALL_EXIT for n in nodes):
         return None
     from launcher.targets.k8s.cluster.watch import ending
 
