@@ -63,7 +63,7 @@ def top(job_id: str, output: str, once: bool, interval: float) -> None:
 
 
 def _screen(job_id: str, state: str, health: object) -> list[str]:
-    from launcher.targets.shared.health import JobHealth, table
+    from launcher.targets.shared.health import JobHealth, notes, table
 
     head = f"job {job_id}: {state}  ({time.strftime('%H:%M:%S')})"
     if not isinstance(health, JobHealth):
@@ -76,7 +76,7 @@ def _screen(job_id: str, state: str, health: object) -> list[str]:
     if health.note:
         lines.append(health.note)
     lines += ["", *table(health)]
-    notes = sorted({n.no_gpu for n in health.nodes if n.no_gpu})
-    if notes:
-        lines += ["", *notes]
+    below = notes(health)
+    if below:
+        lines += ["", *below]
     return lines

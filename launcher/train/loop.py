@@ -53,7 +53,7 @@ class Trainer:
             # once and keep the fastest. Evaluation turns it off (evaluation.evaluate).
             torch.backends.cudnn.benchmark = True
         self.clock = StepClock(info.device, enabled=not cfg.harness.bench_no_split)
-        self.report = StepReport(info.rank, self.clock)
+        self.report = StepReport(info.rank, self.clock, info.device)
         net = models.place(models.build(cfg.model, cfg.data.dataset), cfg.model, info.device)
         self.model = parallel.wrap(net, cfg, info, self.clock)
         optim = cfg.optim

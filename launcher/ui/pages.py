@@ -248,7 +248,7 @@ def nodes_section(view: JobView) -> str:
 
 def health_section(view: JobView) -> str:
     """Every rank, node by node: what ``ddpjob top`` shows (``launcher.targets.shared.health.rows``)."""
-    from launcher.targets.shared.health import COLUMNS, JobHealth, rows
+    from launcher.targets.shared.health import COLUMNS, JobHealth, notes, rows
 
     health = view.health
     if not isinstance(health, JobHealth):
@@ -261,6 +261,7 @@ def health_section(view: JobView) -> str:
         flag = f" class=\"{escape(row[-1].lower())}\"" if row[-1] else ""
         out.append(f"<tr{flag}>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>")
     out.append("</tbody></table>")
+    out += [f"<p class=\"muted\">{escape(line)}</p>" for line in notes(health)]
     return "".join(out)
 
 

@@ -14,7 +14,9 @@
 #               for 2 (one per GPU where there are 2, else 2 sharing one GPU over gloo)
 #   dup         two ranks on one GPU with NCCL, by hand: what NCCL says (why ddpjob uses gloo then)
 #   top         `ddpjob top ID --once` (text and -o json) of a running ResNet-18 job, one rank per GPU:
-#               the GPU, GPU% and GPU MEM columns filled from nvidia-smi (issue 34's GPU check)
+#               the GPU, GPU% and GPU MEM columns filled from nvidia-smi (issue 34's GPU check); and
+#               that the UUID the trainer reports (what names a rank's GPU inside a container, where
+#               nvidia-smi lists the host's pids) is one nvidia-smi lists
 set -u
 OUT=${OUT:-/tmp/ddpjob-gpu-check}
 STEPS=${1:-env,doctor,quickstart,resnet,dup,top}
@@ -86,4 +88,13 @@ if want top; then
   TAIL=12 step top-text 60 $DDPJOB top "$id" --once
   TAIL=40 step top-json 60 $DDPJOB top "$id" --once -o json
   TAIL=3 step top-cancel 120 $DDPJOB cancel "$id" -y
+  TAIL=3 step top-uuid 60 python3 -c '
+import sys, torch
+from launcher.targets.shared.vitals import gpus
+from launcher.train.vitals import gpu_identity
+torch.zeros(1, device="cuda:0")
+devices, _, why = gpus()
+mine, listed = gpu_identity(torch.device("cuda", 0)), [d["uuid"] for d in devices]
+print("trainer names", mine, "| nvidia-smi lists", listed, why or "")
+sys.exit(0 if mine in listed else 1)'
 fi

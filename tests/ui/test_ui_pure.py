@@ -278,7 +278,8 @@ def test_the_compare_page_without_jobs_says_how_to_tick_them():
 
 def test_job_page_shows_every_rank_as_top_does_with_the_flagged_one_marked():
     """The dashboard's job page holds top's table (launcher.targets.shared.health.rows): every rank with
-    CPU, memory and output age, "no GPU" on a machine without one, the straggler's row marked."""
+    CPU, memory and output age, "no GPU" on a machine without one and why under the table (as top says
+    it), the straggler's row marked."""
     from launcher.targets.shared.health import parse
 
     now = time.time()
@@ -292,5 +293,6 @@ def test_job_page_shows_every_rank_as_top_does_with_the_flagged_one_marked():
     live = pages.job_live(view, "TOKEN")
     assert "<h2>Ranks" in live and "straggler: rank 1 on node 1 is the slowest" in live
     assert live.count("<tr class=\"straggler\">") == 1 and "&lt;h1&gt;" in live and "<h1>" not in live.split("Ranks")[1]
-    assert live.count("300.0 MiB") == 2 and live.count("no GPU") == 2 and "2s ago" in live
+    assert live.count("300.0 MiB") == 2 and live.count("<td>no GPU</td>") == 2 and "2s ago" in live
+    assert live.count("no GPU") == 3 and live.count('<p class="muted">no GPU (nvidia-smi not found)</p>') == 1  # why, once
     assert "<h2>Ranks" not in pages.job_live(JobView(record(), None, None, [], 0, []), "TOKEN")

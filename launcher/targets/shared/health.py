@@ -18,7 +18,9 @@ class RankVitals:
     """One rank as its node's runner last saw it. ``output_age_s``: seconds since its last output
     line (None: none yet); ``step_ms``/``own_ms``: the trainer's wall time per step and its own work
     in it (data + compute), None for a program that does not report steps; ``gpu``: its GPU index,
-    use % and memory in MiB, None where it has none."""
+    use % and memory in MiB, None where it has none; ``gpu_seen_by``: "nvidia-smi" (the memory is
+    the process's), "trainer" (inside a container, the memory PyTorch holds) or "nvidia-smi; memory:
+    trainer" (the driver gives no process's memory: PyTorch's figure)."""
 
     rank: int | None
     local_rank: int | None
@@ -37,6 +39,7 @@ class RankVitals:
     gpu: int | str | None = None
     gpu_util: float | None = None
     gpu_mem_mib: float | None = None
+    gpu_seen_by: str | None = None
     flag: str = ""  # "stuck", "straggler" or ""
     exit_code: int | None = None  # once its node has ended: 0 when its node's torchrun ended 0 (every rank did)
 
@@ -117,6 +120,7 @@ def parse(state: dict[str, Any], task: int = 0, now: float | None = None,
                 else None, data_ms=data, compute_ms=compute, comm_ms=_num(steps.get("comm_ms")),
                 gpu=gpu.get("gpu"), gpu_util=_num((devices.get(gpu.get("gpu")) or {}).get("util")),
                 gpu_mem_mib=_num(gpu.get("mem_mib")),
+                gpu_seen_by=gpu.get("seen_by") if isinstance(gpu.get("seen_by"), str) else None,
                 flag="stuck" if rank is not None and rank == stuck else "straggler" if rank in slow_ranks else ""))
         ended = _ended((ends or {}).get(_int(rec.get("node")) or 0))
         if ended is not None:
@@ -201,6 +205,26 @@ def rows(health: JobHealth) -> list[tuple[str, ...]]:
                 _f(r.step_ms, "{:.1f}"), _f(r.own_ms, "{:.1f}"), no_gpu or ("-" if r.gpu is None else str(r.gpu)),
                 "" if no_gpu else _f(r.gpu_util), "" if no_gpu else _f(r.gpu_mem_mib, "{:.0f} MiB"), r.flag.upper()))
     return out
+
+
+def notes(health: JobHealth) -> list[str]:
+    """What the table's GPU columns leave out, a line each: every node's GPUs (use and memory of the
+    whole device); a node whose ranks nvidia-smi does not list; why a node has no GPU columns."""
+    out: list[str] = []
+    for n in health.nodes:
+        if n.gpus:
+            out.append(f"node {n.node} GPUs: " + ", ".join(
+                f"{d.get('index')}: {_f(_num(d.get('util')))}% busy, {_gib(d.get('mem_mib'))} of {_gib(d.get('total_mib'))}"
+                for d in n.gpus))
+            if n.ranks and all(r.gpu is None for r in n.ranks):
+                out.append(f"node {n.node}: nvidia-smi lists none of its ranks' processes (inside a container it gives "
+                           "the host's process ids); ddpjob's trainer names its own GPU, another program's ranks show -")
+    return out + sorted({n.no_gpu for n in health.nodes if n.no_gpu})
+
+
+def _gib(mib: Any) -> str:
+    value = _num(mib)
+    return "-" if value is None else f"{value / 1024:.1f} GiB"
 
 
 def table(health: JobHealth) -> list[str]:

@@ -5,7 +5,9 @@ each worker process of the node's torchrun agent, ``/proc/PID/stat`` (state, CPU
 the new bytes of the node's log (torchrun's ``--tee`` prefixes each worker line with
 ``[default<local rank>]:``, so the age of each rank's last output); the reference trainer's own step
 report (``DDPJOB_VITALS_DIR/rank-<R>.json``, see ``launcher.train.vitals``); and, where ``nvidia-smi``
-runs, each GPU's use and memory (one ``nvidia-smi`` call per sample, for the whole node).
+runs, each GPU's use and memory (one ``nvidia-smi`` call per sample, for the whole node). A rank's own
+GPU is the one ``nvidia-smi`` lists its pid on; inside a container, where the driver lists the host's
+pids, it is the one the trainer's report names (by UUID), with the memory PyTorch holds there.
 
 A sample is a small dict that travels with the node's heartbeat (``shared.heartbeat``) and is kept in
 ``watch.json``; ``launcher.targets.shared.health`` reads it back, typed.
@@ -25,6 +27,10 @@ _PREFIX = re.compile(rb"^\[default(\d+)\]:", re.M)
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 GPU_EVERY_S = 6.0  # nvidia-smi is a process: asked at most this often
+# An nvidia-smi that failed or hung (a GPU fault can do that) is asked again only after this long: the
+# sample runs in the heartbeat's thread, which it must not hold up every time.
+GPU_RETRY_S = 60.0
+SMI_TIMEOUT_S = 5.0
 STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "stopped (traced)", "Z": "zombie", "X": "ended"}
 
 
@@ -89,9 +95,9 @@ def gpus() -> tuple[list[dict[str, object]], dict[int, dict[str, object]], str |
         return [], {}, "no GPU (nvidia-smi not found)"
     try:
         dev = subprocess.run([smi, "--query-gpu=index,uuid,utilization.gpu,memory.used,memory.total",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5, check=True)
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=True)
         app = subprocess.run([smi, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=5, check=False)
+                             capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         return [], {}, f"no GPU (nvidia-smi failed: {exc})"
     devices: list[dict[str, object]] = []
@@ -101,13 +107,21 @@ def gpus() -> tuple[list[dict[str, object]], dict[int, dict[str, object]], str |
         if len(parts) == 5:
             index = int(parts[0]) if parts[0].isdigit() else parts[0]
             by_uuid[parts[1]] = index
-            devices.append({"index": index, "util": _num(parts[2]), "mem_mib": _num(parts[3]), "total_mib": _num(parts[4])})
+            devices.append({"index": index, "uuid": uuid_key(parts[1]), "util": _num(parts[2]), "mem_mib": _num(parts[3]),
+                            "total_mib": _num(parts[4])})
     procs: dict[int, dict[str, object]] = {}
     for line in app.stdout.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 3 and parts[0].isdigit():
             procs[int(parts[0])] = {"gpu": by_uuid.get(parts[1]), "mem_mib": _num(parts[2])}
     return devices, procs, (None if devices else "no GPU (nvidia-smi lists none)")
+
+
+def uuid_key(text: str) -> str:
+    """A GPU's UUID as 32 lower-case hex digits, whether ``nvidia-smi`` wrote it (``GPU-xxxxxxxx-xxxx-...``)
+    or the trainer did (``launcher.train.vitals.gpu_identity``)."""
+    text = text.strip().lower()
+    return (text[4:] if text.startswith("gpu-") else text).replace("-", "")
 
 
 def _num(text: str) -> float | None:
@@ -131,7 +145,7 @@ class Sampler:
         self._output: dict[int, float] = {}  # local rank -> its last output line's time
         self._offset: int | None = None
         self._last: list[dict[str, object]] = []
-        self._gpu_at = 0.0
+        self._gpu_next = 0.0
         self._gpu: tuple[list[dict[str, object]], dict[int, dict[str, object]], str | None] = ([], {}, None)
 
     def _agent_pid(self) -> int | None:
@@ -142,8 +156,10 @@ class Sampler:
         now = time.time()
         agent = self._agent_pid()
         self._read_log(now)
-        if self.gpu and now - self._gpu_at >= GPU_EVERY_S:
-            self._gpu_at, self._gpu = now, gpus()
+        if self.gpu and now >= self._gpu_next:
+            self._gpu = gpus()
+            failed = (self._gpu[2] or "").startswith("no GPU (nvidia-smi failed")
+            self._gpu_next = time.time() + (GPU_RETRY_S if failed else GPU_EVERY_S)  # from when it answered
         devices, gproc, no_gpu = self._gpu if self.gpu else ([], {}, "no GPU (not sampled)")
         ranks = []
         for order, pid in enumerate(children(agent) if agent else []):
@@ -168,9 +184,19 @@ class Sampler:
                                       "rss": _rss(pid), "output": self._output.get(local)}
             if pid in self._stopped:
                 rec["stopped_since"] = self._stopped[pid]
+            steps = self._steps(rank)
+            own = steps.pop("gpu", None)
             if pid in gproc:
-                rec["gpu"] = gproc[pid]
-            rec.update(self._steps(rank))
+                seen: dict[str, object] = {**gproc[pid], "seen_by": "nvidia-smi"}
+                if seen.get("mem_mib") is None and isinstance(own, dict):  # the driver says [N/A]: PyTorch's figure
+                    seen.update(mem_mib=own.get("reserved_mib"), seen_by="nvidia-smi; memory: trainer")
+                rec["gpu"] = seen
+            elif isinstance(own, dict) and devices:  # in a container: nvidia-smi's pids are the host's
+                index = next((d["index"] for d in devices if d.get("uuid") == uuid_key(str(own.get("uuid")))), None)
+                if index is not None:
+                    rec["gpu"] = {"gpu": index, "mem_mib": own.get("reserved_mib"), "seen_by": "trainer"}
+            if steps:
+                rec["steps"] = steps
             ranks.append(rec)
         if ranks:
             self._last = ranks
@@ -211,7 +237,8 @@ class Sampler:
             self._output[int(m.group(1))] = now
 
     def _steps(self, rank: int | None) -> dict[str, object]:
-        """The trainer's report of this rank's steps (``launcher.train.vitals``), if any."""
+        """The trainer's report of this rank's steps (``launcher.train.vitals``), if any; its ``gpu``
+        (which GPU, by UUID, and what PyTorch holds there) included."""
         if rank is None or not self.steps_dir:
             return {}
         try:
@@ -219,4 +246,4 @@ class Sampler:
                 data = json.load(f)
         except (OSError, ValueError):
             return {}
-        return {"steps": data} if isinstance(data, dict) else {}
+        return data if isinstance(data, dict) else {}
