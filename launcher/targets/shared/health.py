@@ -213,18 +213,18 @@ def notes(health: JobHealth) -> list[str]:
     out: list[str] = []
     for n in health.nodes:
         if n.gpus:
-            out.append(f"node {n.node} GPUs: " + ", ".join(
-                f"{d.get('index')}: {_f(_num(d.get('util')))}% busy, {_gib(d.get('mem_mib'))} of {_gib(d.get('total_mib'))}"
+            out.append(f"node {n.node} GPUs: " + "; ".join(
+                f"#{d.get('index')} {_f(_num(d.get('util')))}% busy, {_gib(d.get('mem_mib'))} of {_gib(d.get('total_mib'))} GiB"
                 for d in n.gpus))
             if n.ranks and all(r.gpu is None for r in n.ranks):
-                out.append(f"node {n.node}: nvidia-smi lists none of its ranks' processes (inside a container it gives "
-                           "the host's process ids); ddpjob's trainer names its own GPU, another program's ranks show -")
+                out.append(f"node {n.node}: nvidia-smi lists none of its ranks' processes (in a container it lists the "
+                           "host's pids; ddpjob's trainer on a GPU names its own)")
     return out + sorted({n.no_gpu for n in health.nodes if n.no_gpu})
 
 
 def _gib(mib: Any) -> str:
     value = _num(mib)
-    return "-" if value is None else f"{value / 1024:.1f} GiB"
+    return "-" if value is None else f"{value / 1024:.1f}"
 
 
 def table(health: JobHealth) -> list[str]:

@@ -162,16 +162,17 @@ class Sampler:
             self._gpu_next = time.time() + (GPU_RETRY_S if failed else GPU_EVERY_S)  # from when it answered
         devices, gproc, no_gpu = self._gpu if self.gpu else ([], {}, "no GPU (not sampled)")
         ranks = []
-        for order, pid in enumerate(children(agent) if agent else []):
+        for pid in children(agent) if agent else []:
             stat = proc_stat(pid)
             if stat is None:
                 continue
-            if pid not in self._ids:
-                self._ids[pid] = _ranks_of(pid)
-            rank, local = self._ids[pid]
-            if rank is None:  # not a worker of torchrun (a container engine's process): not a rank
+            rank, local = self._ids.get(pid) or _ranks_of(pid)
+            if rank is None or local is None:
+                # Not a worker of torchrun (a container engine's process), or one caught between fork and
+                # exec, whose environment is still its agent's (which may hold a RANK: the node's, as a
+                # PyTorchJob sets it): asked again at the next sample, and kept only once it is a worker.
                 continue
-            local = order if local is None else local
+            self._ids[pid] = (rank, local)
             state, cpu_s = stat
             last = self._cpu.get(pid)
             self._cpu[pid] = (now, cpu_s)

@@ -1,4 +1,8 @@
-"""Issue 34's GPU columns, as far as a machine without a GPU can take them: the runner's sampler reads
+"""Corners of each node's sampler (launcher.targets.shared.vitals), issue 34.
+
+A worker caught between fork and exec is not taken for what its environment then says (its agent's).
+
+The GPU columns, as far as a machine without a GPU can take them: the runner's sampler reads
 ``nvidia-smi``'s CSV (a stand-in ``nvidia-smi`` on PATH prints what the real one prints for the same
 queries), finds each rank's GPU by its pid where ``nvidia-smi`` lists it, and inside a container, where
 the driver lists the host's pids, by the GPU UUID the trainer reports. The real GPU check is
@@ -143,7 +147,7 @@ def test_each_rank_gets_its_gpu_by_pid_or_inside_a_container_by_the_trainers_uui
         assert rows["0"].split()[-4:] == ["1", "-", "2048", "MiB"], rows  # GPU 1 cannot say its use: [N/A]
         assert rows["1"].split()[-4:] == ["0", "97", "1500", "MiB"], rows
         assert {r.rank: r.gpu_seen_by for r in health.nodes[0].ranks} == {0: "trainer", 1: "nvidia-smi"}
-        assert notes(health) == ["node 0 GPUs: 0: 97% busy, 29.5 GiB of 79.6 GiB, 1: -% busy, 4.0 GiB of 79.6 GiB"]
+        assert notes(health) == ["node 0 GPUs: #0 97% busy, 29.5 of 79.6 GiB; #1 -% busy, 4.0 of 79.6 GiB"]
 
         (smi / "apps").write_text(f"{by_rank[0]}, {GPU0}, [N/A]\n")  # the driver lists the pid, not its memory
         assert {r["rank"]: r.get("gpu") for r in sampler.sample()["ranks"]} == {
@@ -154,7 +158,8 @@ def test_each_rank_gets_its_gpu_by_pid_or_inside_a_container_by_the_trainers_uui
         health = parse({"nodes": [{"node": 0, "heard": time.time(), "vitals": sampler.sample()}]})
         assert all(r.gpu is None for r in health.nodes[0].ranks)
         assert all(line.split()[-2:] == ["-", "-"] for line in table(health)[1:]), table(health)
-        assert "node 0: nvidia-smi lists none of its ranks' processes (inside a container" in notes(health)[1]
+        assert notes(health)[1] == ("node 0: nvidia-smi lists none of its ranks' processes (in a container it lists the "
+                                    "host's pids; ddpjob's trainer on a GPU names its own)")
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
@@ -184,3 +189,38 @@ def test_an_nvidia_smi_that_fails_or_hangs_is_asked_again_only_a_minute_later(sm
     time.sleep(0.9)
     again = sampler.sample()
     assert again["gpus"][0]["util"] == 97.0 and "no_gpu" not in again  # asked again once the pause is over
+
+
+def test_a_worker_seen_between_fork_and_exec_is_read_again_once_it_is_one():
+    """The sampler reads each worker's RANK and LOCAL_RANK from its environment. A worker sampled
+    between fork and exec still has its agent's environment, which in a PyTorchJob pod holds RANK (the
+    node's): it must neither be taken for that rank nor be left out for good. Sampling as fast as it
+    can while an agent (RANK=5 in its environment, as there) starts 8 workers, twice, every worker is
+    found with its own rank."""
+    from launcher.targets.shared.vitals import Sampler
+
+    for _ in range(2):
+        agent = subprocess.Popen([sys.executable, "-c", (
+            "import os, subprocess, sys, time\n"
+            "time.sleep(0.1)\n"
+            "ps = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], "
+            "env={**os.environ, 'RANK': str(r), 'LOCAL_RANK': str(r)}) for r in range(8)]\n"
+            "time.sleep(30)\n")], env={**os.environ, "RANK": "5"})
+        pids: list[int] = []
+        try:
+            sampler = Sampler(node=0, agent=agent.pid, log=None, steps_dir=None, gpu=False)
+            seen: set[tuple[int, int]] = set()
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 20:
+                ranks = sampler.sample()["ranks"]
+                seen |= {(r["rank"], r["local_rank"]) for r in ranks}
+                pids = [r["pid"] for r in ranks]
+                if len(ranks) == 8:
+                    break
+            assert sorted((r["rank"], r["local_rank"]) for r in sampler.sample()["ranks"]) == [(r, r) for r in range(8)]
+            assert seen == {(r, r) for r in range(8)}, seen  # never a wrong rank, not even once
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            agent.kill()
+            agent.wait()
