@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -81,6 +82,7 @@ def _cuda_stand_in(monkeypatch, uuid: str, reserved: int):
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: reserved)
 
 
+@pytest.mark.real  # imports torch (the drift check's pure tier has none)
 def test_the_trainer_names_its_gpu_as_nvidia_smi_does(monkeypatch, tmp_path):
     """The trainer's UUID (torch's 16 bytes) and nvidia-smi's text meet in the same key; a CPU rank
     names none, and its report has no gpu field."""
@@ -112,17 +114,14 @@ def test_each_rank_gets_its_gpu_by_pid_or_inside_a_container_by_the_trainers_uui
     memory nvidia-smi gives. Rank 0's is not (its pid is the container's, nvidia-smi's are the host's),
     but its trainer's report names GPU 1: that GPU, with the memory PyTorch holds. With neither, a rank
     has no GPU, and the note under the table says why; top's table and notes show all of it."""
-    import torch
-
     from launcher.targets.shared.health import notes, parse, table
-    from launcher.targets.shared.vitals import Sampler
-    from launcher.train.vitals import StepReport
+    from launcher.targets.shared.vitals import Sampler, uuid_key
 
     steps = tmp_path / "steps"
-    _cuda_stand_in(monkeypatch, GPU1, 2 << 30)
-    monkeypatch.setenv("DDPJOB_VITALS_DIR", str(steps))
-    clock = SimpleNamespace(read=lambda: SimpleNamespace(data_ms=1.0, compute_ms=2.0, comm_ms=0.5))
-    StepReport(0, clock, torch.device("cuda", 0)).write(7)  # type: ignore[arg-type]
+    steps.mkdir()
+    # What the trainer reports on GPU 1 (the record test_the_trainer_names_its_gpu_as_nvidia_smi_does holds it to).
+    (steps / "rank-0.json").write_text(json.dumps({"step": 7, "t": time.time(), "step_ms": 3.5, "data_ms": 1.0, "compute_ms": 2.0,
+                                                   "comm_ms": 0.5, "gpu": {"uuid": uuid_key(GPU1), "reserved_mib": 2048.0}}))
     agent = subprocess.Popen([sys.executable, "-c", (
         "import os, subprocess, sys, time\n"
         "ps = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
@@ -173,8 +172,8 @@ def test_an_nvidia_smi_that_fails_or_hangs_is_asked_again_only_a_minute_later(sm
     its timeout is not asked again at every sample, and the node says why it has no GPU columns."""
     from launcher.targets.shared import vitals
 
-    monkeypatch.setattr(vitals, "SMI_TIMEOUT_S", 0.3)
-    monkeypatch.setattr(vitals, "GPU_RETRY_S", 0.8)  # a minute outside tests
+    monkeypatch.setattr(vitals, "SMI_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(vitals, "GPU_RETRY_S", 0.5)  # a minute outside tests
     (smi / "mode").write_text(mode)
     sampler = vitals.Sampler(node=0, agent=None, log=None, steps_dir=None)
     t0 = time.monotonic()
@@ -186,7 +185,7 @@ def test_an_nvidia_smi_that_fails_or_hangs_is_asked_again_only_a_minute_later(sm
         assert sampler.sample()["no_gpu"] == first["no_gpu"]
     assert len((smi / "calls").read_text().split()) == 1  # asked once, not at each sample
     (smi / "mode").write_text("")
-    time.sleep(0.9)
+    time.sleep(0.6)
     again = sampler.sample()
     assert again["gpus"][0]["util"] == 97.0 and "no_gpu" not in again  # asked again once the pause is over
 
@@ -224,3 +223,34 @@ def test_a_worker_seen_between_fork_and_exec_is_read_again_once_it_is_one():
                 os.kill(pid, signal.SIGKILL)
             agent.kill()
             agent.wait()
+
+
+def test_what_the_sampler_keeps_of_ended_workers_is_dropped():
+    """A long job whose workers come and go (torchrun restarts them) must not grow the sampler's books,
+    and a pid the kernel gives again later must start afresh: after 12 workers that each lived a moment,
+    it keeps only the live one's pid."""
+    from launcher.targets.shared.vitals import Sampler
+
+    agent = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys, time\n"
+        "for i in range(12):\n"
+        "    subprocess.run([sys.executable, '-c', 'import time; time.sleep(0.05)'], env={**os.environ, 'RANK': '0', 'LOCAL_RANK': '0'})\n"
+        "last = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], env={**os.environ, 'RANK': '0', 'LOCAL_RANK': '0'})\n"
+        "print(last.pid, flush=True)\n"
+        "time.sleep(30)\n")], stdout=subprocess.PIPE, text=True)
+    last = 0
+    try:
+        sampler = Sampler(node=0, agent=agent.pid, log=None, steps_dir=None, gpu=False)
+        seen: set[int] = set()
+        while agent.stdout is not None and not last:
+            seen |= {r["pid"] for r in sampler.sample()["ranks"]}
+            ready = select.select([agent.stdout], [], [], 0.05)[0]
+            last = int(agent.stdout.readline()) if ready else 0
+        wait_for(lambda: [r["pid"] for r in sampler.sample()["ranks"]] == [last] or None, "the last worker", timeout=20)
+        assert len(seen) >= 4, seen  # it did see workers come and go
+        assert set(sampler._ids) == set(sampler._cpu) == {last} and not sampler._stopped
+    finally:
+        if last:
+            os.kill(last, signal.SIGKILL)
+        agent.kill()
+        agent.wait()

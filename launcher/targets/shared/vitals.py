@@ -162,7 +162,11 @@ class Sampler:
             self._gpu_next = time.time() + (GPU_RETRY_S if failed else GPU_EVERY_S)  # from when it answered
         devices, gproc, no_gpu = self._gpu if self.gpu else ([], {}, "no GPU (not sampled)")
         ranks = []
-        for pid in children(agent) if agent else []:
+        kids = children(agent) if agent else []
+        for book in (self._ids, self._cpu, self._stopped):  # what it kept of workers that have ended: a pid
+            for gone in set(book) - set(kids):  # used again later (a restarted worker) starts afresh
+                del book[gone]
+        for pid in kids:
             stat = proc_stat(pid)
             if stat is None:
                 continue
