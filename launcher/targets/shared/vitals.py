@@ -1,7 +1,8 @@
 """Each rank's vital signs, sampled by its node's runner (the local node wrapper, the Slurm node
-runner) beside torchrun. Standard library only; no process per rank: every few seconds it reads, for
-each worker process of the node's torchrun agent, ``/proc/PID/stat`` (state, CPU seconds),
-``/proc/PID/statm`` (resident memory) and, once per process, ``/proc/PID/environ`` (RANK, LOCAL_RANK);
+runner, the Kubernetes pod runner) beside torchrun. Standard library only; no process per rank: every
+few seconds it reads, for each worker process of the node's torchrun agent, ``/proc/PID/stat`` (state,
+CPU seconds), ``/proc/PID/statm`` (resident memory) and ``/proc/PID/environ`` (RANK, LOCAL_RANK: read
+until both are there, then kept while the process lives);
 the new bytes of the node's log (torchrun's ``--tee`` prefixes each worker line with
 ``[default<local rank>]:``, so the age of each rank's last output); the reference trainer's own step
 report (``DDPJOB_VITALS_DIR/rank-<R>.json``, see ``launcher.train.vitals``); and, where ``nvidia-smi``
