@@ -24,8 +24,10 @@ def top(job_id: str, output: str, once: bool, interval: float) -> None:
     """Show every rank of a job, node by node, refreshing in place like top: its state (a stopped
     rank says since when), CPU use, resident memory, the age of its last output line, and with
     ddpjob's trainer its step and its own work per step (data + compute, without waiting on its
-    peers); on a GPU machine each rank's GPU, its use and memory ("no GPU" elsewhere). A rank named
-    STUCK or STRAGGLER is the one status names. Samples come from each node's runner every few
+    peers); on a GPU machine each rank's GPU, its use and memory ("no GPU" elsewhere), and under the
+    table each node's GPUs (inside a container nvidia-smi cannot tell which rank is on which GPU:
+    ddpjob's trainer says so itself, another program's ranks show -). A rank named STUCK or
+    STRAGGLER is the one status names. Samples come from each node's runner every few
     seconds (stall watch); after the job ends it shows the last one, the ranks of a local node
     that ended "exited" with their exit code (0 when their node's torchrun ended 0). Ctrl-C leaves.
 
