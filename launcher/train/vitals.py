@@ -29,8 +29,8 @@ def gpu_identity(device: torch.device) -> str | None:
         uuid = torch.cuda.get_device_properties(device).uuid
     except (AttributeError, RuntimeError, AssertionError):
         return None
-    raw = getattr(uuid, "bytes", None)
-    text = bytes(raw).hex() if raw is not None else str(uuid).lower().removeprefix("gpu-").replace("-", "")
+    raw = getattr(uuid, "bytes", None)  # torch's _CUuuid: the driver's 16 bytes
+    text = bytes(raw).hex() if raw is not None else ""
     return text if len(text) == 32 and text.strip("0") else None
 
 

@@ -85,7 +85,8 @@ def _cuda_stand_in(monkeypatch, uuid: str, reserved: int):
 @pytest.mark.real  # imports torch (the drift check's pure tier has none)
 def test_the_trainer_names_its_gpu_as_nvidia_smi_does(monkeypatch, tmp_path):
     """The trainer's UUID (torch's 16 bytes) and nvidia-smi's text meet in the same key; a CPU rank
-    names none, and its report has no gpu field."""
+    names none, nor does a GPU whose UUID torch gives without its bytes or as zeros; a CPU rank's report
+    has no gpu field."""
     import torch
 
     from launcher.targets.shared.vitals import uuid_key
@@ -95,8 +96,8 @@ def test_the_trainer_names_its_gpu_as_nvidia_smi_does(monkeypatch, tmp_path):
     _cuda_stand_in(monkeypatch, GPU1, 3 << 30)
     assert gpu_identity(torch.device("cuda", 0)) == uuid_key(GPU1) == uuid_key(GPU1.upper())
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(uuid=GPU1[4:]))
-    assert gpu_identity(torch.device("cuda", 0)) == uuid_key(GPU1)  # a torch whose uuid has no .bytes: its text
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(uuid="0" * 32))
+    assert gpu_identity(torch.device("cuda", 0)) is None  # a uuid without torch's bytes: not guessed from text
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(uuid=SimpleNamespace(bytes=[0] * 16)))
     assert gpu_identity(torch.device("cuda", 0)) is None  # a driver that does not say
 
     _cuda_stand_in(monkeypatch, GPU1, 3 << 30)

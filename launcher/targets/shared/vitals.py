@@ -32,6 +32,7 @@ GPU_EVERY_S = 6.0  # nvidia-smi is a process: asked at most this often
 # sample runs in the heartbeat's thread, which it must not hold up every time.
 GPU_RETRY_S = 60.0
 SMI_TIMEOUT_S = 5.0
+_SMI_FAILED = "no GPU (nvidia-smi failed"
 STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "stopped (traced)", "Z": "zombie", "X": "ended"}
 
 
@@ -100,7 +101,7 @@ def gpus() -> tuple[list[dict[str, object]], dict[int, dict[str, object]], str |
         app = subprocess.run([smi, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
-        return [], {}, f"no GPU (nvidia-smi failed: {exc})"
+        return [], {}, f"{_SMI_FAILED}: {exc})"
     devices: list[dict[str, object]] = []
     by_uuid: dict[str, object] = {}
     for line in dev.stdout.splitlines():
@@ -159,7 +160,7 @@ class Sampler:
         self._read_log(now)
         if self.gpu and now >= self._gpu_next:
             self._gpu = gpus()
-            failed = (self._gpu[2] or "").startswith("no GPU (nvidia-smi failed")
+            failed = (self._gpu[2] or "").startswith(_SMI_FAILED)
             self._gpu_next = time.time() + (GPU_RETRY_S if failed else GPU_EVERY_S)  # from when it answered
         devices, gproc, no_gpu = self._gpu if self.gpu else ([], {}, "no GPU (not sampled)")
         ranks = []
