@@ -22,6 +22,10 @@ RESERVED_ENV = frozenset(
 )
 
 
+# The most CPU cores one node's request may name (resources.cpus, k8s.cpu): more than any machine has,
+# and small enough for every place a count of cores goes.
+MAX_CPUS = 4096
+
 # The largest count a command line option takes (``logs --tail``, ``list --limit``): more lines
 # or jobs than anyone has, and small enough for every place a count goes (a deque, SQLite's LIMIT).
 COUNT_MAX = 1_000_000_000

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 from typing import Literal
 
 Dialect = Literal["quantity", "sbatch"]
@@ -34,6 +35,8 @@ _EXAMPLES = {"quantity": "'512Mi', '16Gi' or '2G'", "sbatch": "'16G', '16Gi' or 
 MAX_BYTES = 64 * 2**40
 # Less than this per node cannot run a Python process: a bare number meant as MB or GB, most likely.
 MIN_BYTES = 2**20
+# More digits than this is no size anyone means (64Ti in bytes has 14); the value is not computed.
+MAX_DIGITS = 40
 
 
 class QuantityError(ValueError):
@@ -50,15 +53,29 @@ def parse_memory(text: str, dialect: Dialect = "quantity") -> int:
     m = _RE.match(str(text).strip())
     if not m or m.group(2) not in units:
         raise QuantityError(f"must be a memory size such as {_EXAMPLES[dialect]}")
-    value = math.ceil(float(m.group(1)) * units[m.group(2)])
+    number, unit = m.group(1), m.group(2)
+    shown = shorten(str(text).strip())
+    digits = len(number) - number.count(".")
+    if digits > MAX_DIGITS:
+        # Exact arithmetic (no float): a float of 2,000 digits is infinity, and ceil(inf) an OverflowError.
+        raise QuantityError(f"{shown} has {digits} digits, more than any memory size needs (at most "
+                            f"{MAX_DIGITS}); write e.g. {_EXAMPLES[dialect]}")
+    value = math.ceil(Fraction(number) * units[unit])
     if value > MAX_BYTES:
-        raise QuantityError(f"{text} is more memory than any node has (at most 64Ti per node); "
+        raise QuantityError(f"{shown} is more memory than any node has (at most 64Ti per node); "
                             f"write e.g. {_EXAMPLES[dialect]}")
     if value < MIN_BYTES:
-        why = " (a bare number is bytes)" if dialect == "quantity" and not m.group(2) else ""
-        raise QuantityError(f"{text} is less than 1Mi{why}, too little for any process; "
+        why = " (a bare number is bytes)" if dialect == "quantity" and not unit else ""
+        raise QuantityError(f"{shown} is less than 1Mi{why}, too little for any process; "
                             f"write e.g. {_EXAMPLES[dialect]}")
     return value
+
+
+def shorten(text: str, keep: int = 24) -> str:
+    """A value as a message quotes it: a long one cut in the middle, saying how long it was."""
+    if len(text) <= keep:
+        return text
+    return f"{text[:keep // 2]}...{text[-keep // 2:]} ({len(text)} characters)"
 
 
 def slurm_mem(nbytes: int) -> str:

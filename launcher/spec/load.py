@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from launcher.core.errors import Issue, SpecError
 from launcher.core.fields import control_problem
 from launcher.core.interrupts import interrupt_after
+from launcher.core.quantity import shorten
 from launcher.spec import yamlread as specyaml
 from launcher.spec.defaults import Layer, default_target, drop_idle_notify, fill
 from launcher.spec.model import JobSpec, sanitize_name
@@ -56,8 +57,9 @@ class LoadedSpec:
 
 
 def override_source(text: str) -> str:
-    """How a ``--set`` is named in messages: control characters escaped, secret values masked."""
-    return f"--set {printable(mask_override(text))}"
+    """How a ``--set`` is named in messages: control characters escaped, secret values masked, a long
+    value cut in the middle (the message about it says what is wrong with it)."""
+    return f"--set {shorten(printable(mask_override(text)), keep=80)}"
 
 
 def parse_override(text: str) -> tuple[tuple[str, ...], Any]:

@@ -21,7 +21,7 @@ from pydantic import (
     field_validator,
 )
 
-from launcher.core.fields import ENV_NAME_RE, is_reserved_env, no_control
+from launcher.core.fields import ENV_NAME_RE, MAX_CPUS, is_reserved_env, no_control
 from launcher.core.quantity import QuantityError, parse_memory
 from launcher.spec.build import BuildOptions
 from launcher.spec.notify import NotifyOptions
@@ -142,7 +142,6 @@ class NcclOptions(BaseModel):
 
 
 # More cores than any one machine has (the largest have a few hundred, 1,792 threads at most).
-MAX_CPUS = 4096
 
 
 class Resources(BaseModel):

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from launcher.core.quantity import shorten
+
 # Tests only: a lower floor for stall.timeout, so that a real stall test takes seconds, not minutes.
 TEST_FLOOR_ENV = "DDPJOB_TEST_STALL_MIN_S"
 _DURATION_RE = re.compile(r"^\s*(\d+)\s*(s|m|h)?\s*$")
@@ -58,7 +60,7 @@ class StallOptions(BaseModel):
             raise ValueError("must be seconds (an integer) or a duration such as '90s', '5m' or '1h'") from None
         floor = int(os.environ[TEST_FLOOR_ENV]) if os.environ.get(TEST_FLOOR_ENV, "").isdigit() else 20
         if not floor <= s <= 86400:
-            raise ValueError(f"must be between 20 s and 24 h (got {s} s): heartbeats come every 2 s")
+            raise ValueError(f"must be between 20 s and 24 h (got {shorten(str(s))} s): heartbeats come every 2 s")
         return s
 
     @property

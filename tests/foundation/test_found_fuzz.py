@@ -40,7 +40,9 @@ NASTY = ["1" * 5000, "1e999", "-3", "0", "0o777", "0x1F", "0b101", "1_000", "+1"
          ".nan", "-.inf", "yes", "!!binary aGk=", "!!set {a}", "*undefined", "&x [*x]", '"a\\x00b"', '"\\e[2J"',
          '"a\\nb"', "[", "{a: 1", "? [a]", "|\n  x", "-",
          # Integers Python reads without its 4,300-digit limit but cannot write out (issue 23).
-         "0x" + "f" * 4000, "0b" + "1" * 15_000, "1" + ":59" * 3000]
+         "0x" + "f" * 4000, "0b" + "1" * 15_000, "1" + ":59" * 3000,
+         # Quantities and durations with more digits than a float holds (issue 45, item 10).
+         "1" * 2000 + "Gi", "'" + "1" * 400 + ":00:00'"]
 LIMIT_RSS_KB = 300 * 1024
 PYTHON_TRACEBACK = "Traceback (most recent call last):"
 
@@ -113,6 +115,10 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
 
 @settings(FUZZ, max_examples=3 * EXAMPLES)  # the cheapest cases, and where the YAML corner cases are
 @given(edits=text_edits, target=targets)
+# Found by this test in a fresh clone (issue 45, item 10): 5,000 digits before `2Gi` were a float's
+# infinity, and math.ceil(inf) an OverflowError, exit 70.
+@example(edits=[(BASE_TEXT.index("memory: 2Gi") + len("memory: "), 0, "1" * 5000)], target="local")
+@example(edits=[(BASE_TEXT.index("time: 01:00:00") + len("time: "), 0, "1" * 2000)], target="slurm")
 def test_mutated_spec_text(edits, target):
     spec_commands(mutate_text(edits), target)
 

@@ -310,6 +310,11 @@ def test_manifest_path_maps_to_spec_field(path, field):
     (["k8s.namspace=ml"], "k8s.namspace", "did you mean 'namespace'"),
     (["k8s.cpu=0.5"], "k8s.cpu", "float"),
     (["k8s.cpu=half"], "k8s.cpu", "not a CPU quantity"),
+    # Issue 45, item 10: a quantity of 2,000 digits was rendered as a request of that many cores.
+    ([f"k8s.cpu={'1' * 2000}"], "k8s.cpu", "more cores than one node has (at most 4096)"),
+    ([f"k8s.cpu='{'1' * 2000}m'"], "k8s.cpu", "(2001 characters) is more cores"),
+    (["k8s.cpu=4097"], "k8s.cpu", "more cores"),
+    (["k8s.cpu='4097000m'"], "k8s.cpu", "more cores"),
     (["resources.cpus=0.5"], "resources.cpus", "integer"),
     (["env.TOKEN=x", "k8s.env_refs.TOKEN={secret: s, key: k}"], "k8s.env_refs.TOKEN", "duplicate env name"),
     (["k8s.elastic={min_nodes: 1, max_nodes: 4, standalone: true}"], "k8s.elastic", "standalone"),

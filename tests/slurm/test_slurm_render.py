@@ -207,6 +207,31 @@ def test_time_formats(text, minutes):
     assert time_to_minutes(text) == minutes
 
 
+@pytest.mark.parametrize("text", [
+    # Issue 45, item 10: seconds / 60 of these overflowed a float (exit 70); int() of 5,000 digits is refused too.
+    "1" * 2000, "1" * 400 + ":00:00", "1-" + "1" * 400, "9" * 5000, "4294967294", "2982617-00",
+])
+def test_times_past_what_slurm_holds_are_refused(text):
+    with pytest.raises(ValueError):
+        time_to_minutes(text)
+    assert time_to_minutes("4294967293") == 4294967293
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("resources.memory", "1" * 2000 + "Gi", "has 2000 digits"), ("slurm.memory", "1" * 2000 + "G", "has 2000 digits"),
+    ("slurm.time", "'" + "1" * 2000 + "'", "at most 4294967293 minutes"),
+    ("slurm.time", "1" * 2000, "got the number 111111111111...111111111111 (2000 characters)"), ("stall.timeout", "1" * 2000, "(2000 characters) s"),
+])
+def test_huge_quantities_are_spec_errors_at_their_field(tmp_path, field, value, words):
+    """Every target, in process, exit 2 with the field: never an internal error."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: big\nimage: img:1\ncommand: [python, t.py]\n")
+    for target in ("local", "slurm", "k8s"):
+        proc = ddpjob_in_process("render", str(spec), "--target", target, "--set", f"{field}={value}")
+        assert proc.returncode == 2, proc.stderr
+        assert f"{field}: " in proc.stderr and words in proc.stderr and len(proc.stderr) < 1000, proc.stderr
+
+
 @pytest.mark.parametrize("dialect,quantity,slurm", [
     # resources.memory: Kubernetes quantities (G decimal, Gi binary), the same bytes on Slurm.
     ("quantity", "2Gi", "2G"), ("quantity", "512Mi", "512M"), ("quantity", "2G", "1908M"), ("quantity", "1.5Gi", "1536M"),
@@ -222,6 +247,10 @@ def test_memory_conversion(dialect, quantity, slurm):
     ("quantity", "1P", "more memory than any node"), ("quantity", "65Ti", "more memory"), ("quantity", "1000", "bare number is bytes"),
     ("quantity", "2GB", "memory size such as"), ("quantity", "-1Gi", "memory size such as"), ("sbatch", "2Pi", "memory size such as"),
     ("sbatch", "0", "less than 1Mi"), ("quantity", "1e9", "memory size such as"),
+    # Issue 45, item 10: 2,000 digits were a float's infinity and ceil() an OverflowError (exit 70).
+    ("quantity", "1" * 2000 + "Gi", "has 2000 digits"), ("sbatch", "1" * 2000 + "G", "has 2000 digits"),
+    ("quantity", "1." + "1" * 5000 + "Gi", "characters. has 5001 digits"),
+    ("quantity", "9" * 40 + "Gi", "more memory than any node"),
 ])
 def test_memory_refused(dialect, quantity, words):
     from launcher.core.quantity import QuantityError

@@ -22,7 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-from launcher.core.fields import ENV_NAME_RE, is_reserved_env
+from launcher.core.fields import ENV_NAME_RE, MAX_CPUS, is_reserved_env
+from launcher.core.quantity import shorten
 
 # DNS-1123 label (namespaces, volume names, configMap/secret/PVC names are subdomains, but a label
 # is what most clusters use and is always a valid subdomain).
@@ -33,6 +34,15 @@ _QUALIFIED_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 # Kubernetes CPU quantity: whole or decimal cores ("2", "1.5") or millicores ("500m").
 CPU_QUANTITY_RE = re.compile(r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)$")
+
+
+def _whole_cores(quantity: str) -> str:
+    """The whole cores of a CPU quantity that matched ``CPU_QUANTITY_RE``, as digits ("" for none)."""
+    if quantity.endswith("m"):
+        return quantity[:-1].lstrip("0")[:-3]
+    return quantity.split(".")[0].lstrip("0")
+
+
 # Labels and annotations ddpjob or the operator set; a user value would be overwritten or break tracking.
 RESERVED_LABEL_PREFIXES = ("ddpjob/", "training.kubeflow.org/", "kueue.x-k8s.io/")
 # What the training operator (v1.9) sets in every container of a PyTorchJob's pods, appended after
@@ -342,7 +352,12 @@ class K8sOptions(BaseModel):
         if isinstance(v, int) and v < 1:
             raise ValueError("must be at least 1 core (or a quantity such as '500m')")
         if isinstance(v, str) and (not CPU_QUANTITY_RE.match(v) or v.strip("0.m") == ""):
-            raise ValueError(f"{v!r} is not a CPU quantity: use a whole number (2), decimal cores ('1.5') or millicores ('500m')")
+            raise ValueError(f"{shorten(v)!r} is not a CPU quantity: use a whole number (2), decimal cores ('1.5') "
+                             "or millicores ('500m')")
+        # Digits counted before any is converted: 2,000 of them are no number of cores to compute.
+        whole = _whole_cores(v) if isinstance(v, str) else str(v)
+        if len(whole) > len(str(MAX_CPUS)) or int(whole or 0) > MAX_CPUS:
+            raise ValueError(f"{shorten(str(v))} is more cores than one node has (at most {MAX_CPUS})")
         return v
 
     @field_validator("labels")

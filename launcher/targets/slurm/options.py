@@ -7,13 +7,12 @@ and for anything that could change the script's meaning (line breaks, control ch
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
-from launcher.core.quantity import QuantityError, parse_memory
+from launcher.core.quantity import QuantityError, parse_memory, shorten
 
 # sbatch --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
 # "days-hours:minutes" and "days-hours:minutes:seconds".
@@ -50,15 +49,28 @@ def _no_control(value: str) -> str:
     return value
 
 
+# Slurm keeps a time limit as 32-bit minutes, the top two values meaning "unset" and "infinite".
+MAX_TIME_MINUTES = 2**32 - 3
+
+
 def time_to_minutes(value: str) -> int:
-    """A Slurm time limit in whole minutes (rounded up), e.g. ``"1-02:00:00"`` -> 1560."""
+    """A Slurm time limit in whole minutes (rounded up), e.g. ``"1-02:00:00"`` -> 1560.
+
+    Raises:
+        ValueError: not one of Slurm's forms, or longer than Slurm can hold (``MAX_TIME_MINUTES``).
+    """
     for pattern, units in _TIME_RES:
         m = pattern.match(value)
         if m:
+            if any(len(num) > 12 for num in m.groups()):
+                raise ValueError(value)  # more minutes than Slurm holds, whatever the unit; int() not tried
             seconds = 0
             for unit, num in zip(units, m.groups()):
                 seconds += int(num) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[unit]
-            return max(1, math.ceil(seconds / 60))
+            minutes = max(1, -(-seconds // 60))  # integer ceiling: seconds / 60 overflows a float
+            if minutes > MAX_TIME_MINUTES:
+                raise ValueError(value)
+            return minutes
     raise ValueError(value)
 
 
@@ -217,7 +229,7 @@ class SlurmOptions(BaseModel):
                 # YAML 1.1 reads an unquoted 2:00:00 as the number 7200 (base 60), which would mean
                 # 7200 minutes here. Numbers below 60 cannot come from that, so only those are taken.
                 raise ValueError(
-                    f"got the number {v}: quote the time so YAML keeps it as written, e.g. time: '2:00:00' or "
+                    f"got the number {shorten(str(v))}: quote the time so YAML keeps it as written, e.g. time: '2:00:00' or "
                     "time: '120' (unquoted H:MM:SS is read as a base-60 number)"
                 )
             v = str(v)
@@ -226,7 +238,8 @@ class SlurmOptions(BaseModel):
                 time_to_minutes(v)
             except ValueError:
                 raise ValueError(
-                    "must be a Slurm time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, e.g. '2:00:00'"
+                    "must be a Slurm time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, e.g. '2:00:00', "
+                    f"and at most {MAX_TIME_MINUTES} minutes (Slurm's limit)"
                 ) from None
         return v
 
