@@ -25,7 +25,8 @@ def parser() -> argparse.ArgumentParser:
         epilog=(
             "Outputs (rank 0 only) in --output-dir: metrics.jsonl (one JSON line per logged step, "
             "checkpoint, eval, resume), checkpoint.pt (written atomically; a restart resumes from it "
-            "automatically), summary.json at the end; with --tensorboard also TensorBoard event files "
+            "automatically, on the same or another world size: the sampler's place in the epoch and the "
+            "learning-rate schedule follow), summary.json at the end; with --tensorboard also TensorBoard event files "
             "(events.out.tfevents.*) of the same metrics. SIGTERM or SIGUSR2 checkpoints within "
             "--stop-check-every steps (at the same step on every rank) and exits 0.\n"
             "Evaluation is exact: every sample once, with rank 0's weights and BatchNorm statistics, so "
@@ -116,6 +117,11 @@ def _output_options(o: argparse._ArgumentGroup) -> None:
     o.add_argument("--output-dir", default=os.environ.get("DDPJOB_OUTPUT_DIR", "./outputs"),
                    help="metrics, checkpoints, summary (default: $DDPJOB_OUTPUT_DIR, set by ddpjob, or ./outputs)")
     o.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (always at epoch end)")
+    o.add_argument("--checkpoint-seconds", type=_checkpoint_seconds, default=None, metavar="S|auto",
+                   help="also checkpoint by time, so that a lost node costs at most this much work: auto (the "
+                        "default) as often as checkpoints cost at most 2%% of the time, between every 10 s and "
+                        "every 10 minutes; a number of seconds; 0: off. The ranks agree on it with their stop "
+                        "check (--stop-check-every)")
     o.add_argument("--log-every", type=int, default=10, help="log every N steps: the only steps where the loss is read back from the device (default: %(default)s)")
     o.add_argument("--tensorboard", action="store_true",
                    help="also write what metrics.jsonl holds as TensorBoard event files in --output-dir "
@@ -131,6 +137,15 @@ def _harness_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bench-no-split", action="store_true", help=argparse.SUPPRESS)  # benchmark: no step split
     p.add_argument("--slow-rank", type=int, default=-1, help=argparse.SUPPRESS)  # tests: this rank is a straggler
     p.add_argument("--slow-rank-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # ... by this many seconds a step
+
+
+def _checkpoint_seconds(text: str) -> float | None:
+    from launcher.train.cadence import parse_seconds
+
+    try:
+        return parse_seconds(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give auto, or seconds from 0 (off) to 604800") from None
 
 
 def check(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:

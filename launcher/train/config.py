@@ -69,6 +69,7 @@ class OutputConfig:
 
     output_dir: str
     checkpoint_every: int  # 0: at epoch ends only
+    checkpoint_seconds: float | None  # timed checkpoints (cadence.py): None auto, 0 off
     log_every: int
     tensorboard: bool  # also TensorBoard event files in output_dir
 

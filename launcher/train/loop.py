@@ -13,6 +13,7 @@ from torch.utils.data import DistributedSampler, TensorDataset
 
 from launcher.train import checkpoint, data, evaluation, models, parallel, step
 from launcher.train.batches import EpochBatches, InMemoryBatches, LoaderBatches
+from launcher.train.cadence import CheckpointClock
 from launcher.train.config import OptimConfig, TrainConfig
 from launcher.train.distcore import DistInfo, barrier, mean_over_ranks
 from launcher.train.metrics import Metrics, eval_line
@@ -65,8 +66,10 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(optim, self.total_steps))
         self.criterion = step.loss_fn(cfg.data.dataset)
         self.stop = StopAgreement(info, cfg.ddp.stop_check_every)
+        self.checkpoint_clock = CheckpointClock(cfg.output.checkpoint_seconds)
         self.set_to_none = parallel.zero_grad_to_none(self.model)
         self.step = self.start_epoch = self.skip_steps = 0
+        self.resumed_at: int | None = None  # the step a resumed run started from (its first step is logged)
         self.last_loss = float("nan")
         self.compile_s: float | None = None
         self.excluded_s = 0.0  # checkpoint and evaluation time inside the current window: not training
@@ -94,35 +97,60 @@ class Trainer:
             self.total_steps = min(self.total_steps, optim.max_steps)
 
     def restore(self) -> None:
-        """Continue from the output directory's checkpoint, if there is one."""
+        """Continue from the output directory's checkpoint, if there is one, on this world size: when it
+        differs from the checkpoint's, the place in the epoch is kept in samples (the sampler's order of
+        an epoch is the same on any world size: ``resume_point``) and the learning-rate schedule is
+        taken at the step that place is on this world size (with --scale-lr, from this world size's rate)."""
         ckpt = checkpoint.load(self.output_dir, self.info.device)
         if ckpt is None:
             return
         models.unwrap(self.model).load_state_dict(ckpt["model"])
+        base_lrs = [float(lr) for lr in self.scheduler.base_lrs]  # this world size's (--scale-lr)
         self.optimizer.load_state_dict(ckpt["optimizer"])
         for group in self.optimizer.param_groups:  # this device's implementation, not the one that saved it
             group["fused"] = fused_sgd(self.info.device).get("fused")
-        self.scheduler.load_state_dict(ckpt["scheduler"])
         if self.scaler is not None and ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])
         checkpoint.set_rng_state(ckpt["rng"])
-        self.step, self.start_epoch, self.skip_steps = ckpt["step"], ckpt["epoch"], ckpt["step_in_epoch"]
+        saved_world = int(ckpt.get("world_size") or self.info.world_size)
+        args = ckpt.get("args") or {}
+        per_step = self.cfg.optim.batch_size * self.cfg.optim.grad_accum
+        saved_per_step = int(args.get("batch_size", self.cfg.optim.batch_size)) * int(args.get("grad_accum", self.cfg.optim.grad_accum))
+        self.start_epoch, self.skip_steps = resume_point(
+            ckpt["epoch"], ckpt["step_in_epoch"], saved_samples_per_step=saved_per_step * saved_world,
+            saved_steps_per_epoch=int(ckpt.get("steps_per_epoch") or self.steps_per_epoch),
+            samples_per_step=per_step * self.info.world_size)
+        if saved_world == self.info.world_size and saved_per_step == per_step:
+            self.scheduler.load_state_dict(ckpt["scheduler"])
+            self.step = ckpt["step"]
+        else:
+            self.step = min(self.total_steps, self.start_epoch * self.steps_per_epoch + self.skip_steps)
+            follow_schedule(self.scheduler, self.optimizer, base_lrs, self.step)
         if self.skip_steps >= self.steps_per_epoch:
             self.start_epoch, self.skip_steps = self.start_epoch + 1, 0
+        self.resumed_at = self.step
+        moved = (f"; the checkpoint's step {ckpt['step']} on world size {saved_world} is step {self.step} on "
+                 f"{self.info.world_size}" if saved_world != self.info.world_size else "")
         self.metrics.log(
-            {"event": "resume", "step": self.step, "epoch": self.start_epoch, "world_size": self.info.world_size},
-            f"resumed from {checkpoint.path_in(self.output_dir)} at step {self.step} (epoch {self.start_epoch})")
+            {"event": "resume", "step": self.step, "epoch": self.start_epoch, "world_size": self.info.world_size,
+             "checkpoint_step": ckpt["step"], "checkpoint_world_size": saved_world,
+             "restart": restart_count()},
+            f"resumed from {checkpoint.path_in(self.output_dir)} at step {self.step} (epoch {self.start_epoch})"
+            + moved)
 
     def save_checkpoint(self, epoch: int, step_in_epoch: int, reason: str) -> None:
+        started = time.perf_counter()
         if self.info.is_main:
             checkpoint.save(self.output_dir, {
                 "model": models.unwrap(self.model).state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict() if self.scaler else None,
                 "epoch": epoch, "step_in_epoch": step_in_epoch, "step": self.step, "rng": checkpoint.rng_state(),
                 "args": self.cfg.as_record(), "world_size": self.info.world_size,
+                "steps_per_epoch": self.steps_per_epoch,
             })
             self.metrics.log({"event": "checkpoint", "step": self.step, "epoch": epoch, "reason": reason})
         barrier(self.info)  # nobody runs ahead (or exits) before the checkpoint is on disk
+        self.checkpoint_clock.taken(time.perf_counter() - started)
 
     def run(self) -> dict[str, Any]:
         """Train to the end (or to a preemption); returns the summary rank 0 writes to summary.json."""
@@ -175,15 +203,18 @@ class Trainer:
             if self.report.due():
                 self.report.write(self.step)
             done_in_epoch = step_in_epoch + 1
-            if every and self.step % every == 0 and done_in_epoch < self.steps_per_epoch:
-                paused = time.perf_counter()
-                self.save_checkpoint(epoch, done_in_epoch, "every")
-                self.pause(paused)
-            if self.stop.should_stop(self.step, boundary=done_in_epoch == self.steps_per_epoch or self.step == self.total_steps):
+            last = done_in_epoch == self.steps_per_epoch or self.step == self.total_steps  # run() checkpoints next
+            stop, timed = self.stop.check(self.step, boundary=last, checkpoint_due=self.checkpoint_clock.due())
+            if stop:
                 self.save_checkpoint(epoch, done_in_epoch, "preempted")
                 self.metrics.log({"event": "preempted", "step": self.step},
                                  f"preempted: checkpoint at step {self.step}; exiting")
                 return True
+            stepped = bool(every) and self.step % every == 0
+            if (stepped or timed) and not last:
+                paused = time.perf_counter()
+                self.save_checkpoint(epoch, done_in_epoch, "every" if stepped else "time")
+                self.pause(paused)
         return False
 
     def pause(self, since: float) -> None:
@@ -231,8 +262,8 @@ class Trainer:
         """
         self.window_steps += 1
         s = self.step
-        if not (s % self.cfg.output.log_every == 0 or s == self.total_steps or s == 1):
-            return
+        if not (s % self.cfg.output.log_every == 0 or s == self.total_steps or s == 1 or s - 1 == self.resumed_at):
+            return  # (a resumed run's first step is logged: how long the way back took shows)
         split = self.clock.read()
         parts = (split.data_ms, split.compute_ms, split.comm_ms) if split else ()
         mean_loss, *means = mean_over_ranks(self.info, loss, *parts)
@@ -277,6 +308,46 @@ class Trainer:
             out["weight"] = float(lin.weight.detach().flatten()[0])
             out["bias"] = float(lin.bias.detach().flatten()[0])
         return out
+
+
+def resume_point(epoch: int, step_in_epoch: int, *, saved_samples_per_step: int, saved_steps_per_epoch: int,
+                 samples_per_step: int) -> tuple[int, int]:
+    """(epoch, steps into it) to resume at, on a world size whose step takes ``samples_per_step`` samples,
+    from a checkpoint taken ``step_in_epoch`` steps of ``saved_samples_per_step`` into ``epoch``.
+
+    An epoch's order is one permutation on any world size (DistributedSampler: seeded by seed + epoch,
+    rank r takes every world-size-th index from r), and each step's batches across the ranks are the
+    next samples_per_step of it: the place in the epoch is a number of samples. It is rounded down to a
+    whole step here, so at most one step's samples are seen twice, none skipped. A checkpoint at an
+    epoch's end resumes at the next epoch's start."""
+    if step_in_epoch >= saved_steps_per_epoch:
+        return epoch + 1, 0
+    if samples_per_step == saved_samples_per_step:
+        return epoch, step_in_epoch
+    return epoch, step_in_epoch * saved_samples_per_step // samples_per_step
+
+
+def follow_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, optimizer: torch.optim.Optimizer,
+                    base_lrs: list[float], step: int) -> None:
+    """The schedule as if this world size had run from the start: at ``step`` of its own length, from
+    ``base_lrs`` (this world size's rates), not the saved schedule's place and rates."""
+    for group, base in zip(optimizer.param_groups, base_lrs):
+        group["initial_lr"] = base
+    scheduler.base_lrs = list(base_lrs)
+    scheduler.last_epoch = step
+    lrs: list[float | torch.Tensor] = [base * fn(step) for base, fn in zip(base_lrs, scheduler.lr_lambdas)]
+    for group, lr in zip(optimizer.param_groups, lrs):
+        group["lr"] = lr
+    scheduler._last_lr = lrs  # what get_last_lr() reads
+
+
+def restart_count() -> int:
+    """How many times ddpjob brought this run back after a lost node (``DDPJOB_RESTART_COUNT``, 0 when
+    not set)."""
+    import os
+
+    value = os.environ.get("DDPJOB_RESTART_COUNT", "0")
+    return int(value) if value.isdigit() else 0
 
 
 def fused_sgd(device: torch.device) -> dict[str, bool]:

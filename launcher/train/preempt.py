@@ -32,7 +32,7 @@ class StopAgreement:
     """Ranks agree whether to stop every ``every`` steps and at the end of each epoch.
 
     A signal may reach one rank only (a node's agent, one pod), so the ranks must agree before any
-    of them leaves the collectives. Agreeing costs an all-reduce and a host read, so it runs every
+    of them leaves the collectives. The same all-reduce carries whether a timed checkpoint is due. Agreeing costs an all-reduce and a host read, so it runs every
     ``every`` steps rather than every step; every rank computes the same schedule, so all stop at
     the same step. A single process has nobody to agree with and checks its flag every step.
     """
@@ -44,14 +44,19 @@ class StopAgreement:
     def due(self, step: int, boundary: bool) -> bool:
         return not self.info.collective or boundary or step % self.every == 0
 
-    def agreed(self) -> bool:
-        flag = 1.0 if _stop["requested"] else 0.0
+    def agreed(self, checkpoint_due: bool = False) -> tuple[bool, bool]:
+        """(stop, checkpoint): whether any rank received a stop signal, and whether any rank's clock says
+        a timed checkpoint is due (``cadence.CheckpointClock``), in one all-reduce."""
+        flags = [1.0 if _stop["requested"] else 0.0, 1.0 if checkpoint_due else 0.0]
         if self.info.collective:
-            t = torch.tensor([flag], device=self.info.device if self.info.device.type == "cuda" else "cpu")
+            t = torch.tensor(flags, device=self.info.device if self.info.device.type == "cuda" else "cpu")
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            flag = t.item()
-        return flag > 0
+            flags = t.tolist()
+        return flags[0] > 0, flags[1] > 0
 
-    def should_stop(self, step: int, boundary: bool = False) -> bool:
-        """True on every rank, at the same step, once any rank has received a stop signal."""
-        return self.due(step, boundary) and self.agreed()
+    def check(self, step: int, boundary: bool = False, checkpoint_due: bool = False) -> tuple[bool, bool]:
+        """(stop, checkpoint), the same on every rank at the same step: True once any rank has received
+        a stop signal, or its checkpoint clock ran out; (False, False) between agreements."""
+        if not self.due(step, boundary):
+            return False, False
+        return self.agreed(checkpoint_due)

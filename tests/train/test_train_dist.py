@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -200,3 +201,48 @@ def test_a_finished_rank_leaves_without_pythons_teardown_and_loses_no_output(tmp
     assert summary["world_size"] == 2 and summary["steps"] == len([m for m in lines if m["event"] == "step"])
     assert lines[-1]["event"] == "eval"
     assert "done:" in proc.stdout
+
+
+def test_a_run_checkpointed_on_three_ranks_resumes_on_two(run_torchrun, tmp_path):
+    """Issue 43: a run brought back on fewer nodes goes on from its place in the epoch, counted in
+    samples, with the learning-rate schedule of the new world size (as if it had run on it from the
+    start), and ends as a run on two ranks would, within the tolerance of the other trainer tests."""
+    args = [*SMALL, "--step-delay", "0.05", "--stop-check-every", "2", "--scale-lr", "--warmup-steps", "4"]
+    ref = tmp_path / "ref"
+    finish(run_torchrun(2, [*args, "--output-dir", str(ref)]))
+    out = tmp_path / "moved"
+    p = run_torchrun(3, [*args, "--output-dir", str(out)])
+    wait_for(lambda: any(m.get("event") == "step" and m["step"] >= 5 for m in metrics(out)), "step 5", timeout=180, poll=0.05)
+    os.kill(_workers_of(p.pid)[0], signal.SIGTERM)
+    finish(p, timeout=120)
+    stopped = json.loads((out / "summary.json").read_text())
+    assert stopped["preempted"] is True and stopped["world_size"] == 3, stopped
+    saved = stopped["steps"]  # a multiple of 2, in epoch 0 (10 steps of 3 x 64 there)
+    assert saved % 2 == 0 and saved < 10, stopped
+    output = finish(run_torchrun(2, [*args, "--output-dir", str(out)]))
+    resume = next(m for m in metrics(out) if m["event"] == "resume")
+    want = saved * 3 * 64 // (2 * 64)  # the samples already trained on, in whole steps of two ranks
+    assert (resume["step"], resume["checkpoint_step"], resume["checkpoint_world_size"], resume["world_size"]) == (
+        want, saved, 3, 2), resume
+    assert f"the checkpoint's step {saved} on world size 3 is step {want} on 2" in output
+    final = json.loads((out / "summary.json").read_text())
+    expected = json.loads((ref / "summary.json").read_text())
+    assert final["steps"] == expected["steps"] == 32 and final["world_size"] == 2
+    # The schedule is the two-rank run's own from the step it resumed at: the same rates, bit for bit.
+    lrs = {m["step"]: m["lr"] for m in metrics(ref) if m["event"] == "step"}
+    after = [m for m in metrics(out) if m["event"] == "step" and m["time"] >= resume["time"]]
+    assert after[0]["step"] == want + 1 and all(m["lr"] == lrs[m["step"]] for m in after), after[:3]
+    assert abs(final["eval_loss"] - expected["eval_loss"]) < 0.02 * max(expected["eval_loss"], 0.01) + 0.01, (final, expected)
+
+
+def test_checkpoints_by_time(run_torchrun, tmp_path):
+    """--checkpoint-seconds: the ranks agree on a timed checkpoint in their stop check, so each is at
+    a step where the check runs, and none comes sooner than the interval after the one before."""
+    out = tmp_path / "timed"
+    finish(run_torchrun(2, [*SMALL, "--step-delay", "0.05", "--stop-check-every", "2", "--checkpoint-seconds", "0.4",
+                            "--output-dir", str(out)]))
+    saves = [m for m in metrics(out) if m["event"] == "checkpoint"]
+    timed = [m for m in saves if m["reason"] == "time"]
+    assert len(timed) >= 2 and all(m["step"] % 2 == 0 for m in timed), saves
+    gaps = [b["time"] - a["time"] for a, b in itertools.pairwise(saves) if b["reason"] == "time"]
+    assert min(gaps) >= 0.35, saves  # (an epoch's end saves whatever the clock; times are to the millisecond)

@@ -212,3 +212,87 @@ def test_lr_warmup_then_cosine():
     assert [round(f(s), 3) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
     assert f(4) == 1.0 and 0 < f(12) < 1 and f(20) == 0.0
     assert loop.lr_lambda(cli.parse(["--schedule", "constant"]).optim, 20)(15) == 1.0
+
+
+@pytest.mark.parametrize("epoch,in_epoch,saved,saved_spe,now,want", [
+    (0, 6, 192, 10, 192, (0, 6)),  # the same world size: where it was
+    (0, 6, 192, 10, 128, (0, 9)),  # 3 ranks of 64 -> 2: 1152 samples in, 9 steps of 128
+    (1, 5, 128, 16, 192, (1, 3)),  # 2 -> 3: 640 samples in, 3 whole steps of 192 (64 samples seen twice)
+    (0, 10, 192, 10, 128, (1, 0)),  # an epoch's end: the next epoch's start, whatever the world size
+])
+def test_resume_point_keeps_the_place_in_the_epoch_in_samples(epoch, in_epoch, saved, saved_spe, now, want):
+    assert loop.resume_point(epoch, in_epoch, saved_samples_per_step=saved, saved_steps_per_epoch=saved_spe,
+                             samples_per_step=now) == want
+
+
+def test_the_sampler_order_of_an_epoch_is_one_permutation_on_any_world_size():
+    """What resume_point rests on: step j's batches over all ranks are the permutation's next samples."""
+    from torch.utils.data import DistributedSampler
+
+    n, batch = 96, 4
+    order = {}
+    for world in (2, 3, 4):
+        ranks = [list(DistributedSampler(range(n), num_replicas=world, rank=r, shuffle=True, seed=7)) for r in range(world)]
+        steps = [sorted(i for r in ranks for i in r[j * batch:(j + 1) * batch]) for j in range(n // world // batch)]
+        order[world] = steps
+        perm = [i for step_ in steps for i in step_]
+        assert len(set(perm)) == len(perm) == n // world // batch * world * batch
+    ref = DistributedSampler(range(n), num_replicas=1, rank=0, shuffle=True, seed=7)
+    full = list(ref)
+    for world, steps in order.items():
+        for j, step_ in enumerate(steps):
+            assert step_ == sorted(full[j * batch * world:(j + 1) * batch * world]), (world, j)
+
+
+def test_follow_schedule_is_the_schedule_of_the_new_world_size_from_the_start():
+    from launcher.train.config import OptimConfig
+
+    optim = cli.parse(["--lr", "0.1", "--warmup-steps", "3", "--scale-lr"]).optim
+    assert isinstance(optim, OptimConfig)
+
+    def fresh(world: int, total: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+        opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=optim.lr * world)
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, loop.lr_lambda(optim, total))
+
+    old_opt, old_sched = fresh(3, 20)
+    for _ in range(7):
+        old_opt.step()
+        old_sched.step()
+    new_opt, new_sched = fresh(2, 30)
+    base = list(new_sched.base_lrs)
+    new_opt.load_state_dict(old_opt.state_dict())  # the checkpoint's rates (world size 3) come with it
+    loop.follow_schedule(new_sched, new_opt, base, 10)
+    ref_opt, ref_sched = fresh(2, 30)
+    for _ in range(10):
+        ref_opt.step()
+        ref_sched.step()
+    assert new_sched.get_last_lr() == ref_sched.get_last_lr()
+    for _ in range(5):
+        new_opt.step()
+        new_sched.step()
+        ref_opt.step()
+        ref_sched.step()
+        assert new_opt.param_groups[0]["lr"] == ref_opt.param_groups[0]["lr"]
+
+
+def test_checkpoint_clock():
+    from launcher.train import cadence
+
+    auto = cadence.CheckpointClock(None)
+    assert auto.interval() == cadence.AUTO_MIN_S and not auto.due()
+    auto.taken(0.01)
+    assert auto.interval() == cadence.AUTO_MIN_S  # a cheap checkpoint: as often as the floor allows
+    auto.taken(3.0)
+    assert auto.interval() == pytest.approx(150.0)  # 2% of the time
+    auto.taken(60.0)
+    assert auto.interval() == cadence.AUTO_MAX_S
+    assert cadence.CheckpointClock(0).interval() is None and not cadence.CheckpointClock(0).due()
+    fixed = cadence.CheckpointClock(0.0001)
+    import time
+
+    time.sleep(0.001)
+    assert fixed.due()
+    assert cadence.parse_seconds("AUTO") is None and cadence.parse_seconds("30") == 30.0
+    for bad in ("-1", "nan", "1e9", "x"):
+        with pytest.raises(ValueError):
+            cadence.parse_seconds(bad)
