@@ -109,6 +109,9 @@ def text_table(runs: list[RunResult], labels: list[str] | None = None, keys: lis
     memory = MEMORY_KEY in have
     if memory:
         header.append("peak MiB")
+    lossy = any(r.lost_nodes for r in runs)  # nodes lost for good, brought back (ddpjob status tells how)
+    if lossy:
+        header += ["lost nodes", "goodput"]
     rows = [header]
     for i, r in enumerate(runs):
         row = [labels[i] if labels else str(r.index), *(str(r.values.get(k, "-")) for k in keys), r.state,
@@ -125,6 +128,8 @@ def text_table(runs: list[RunResult], labels: list[str] | None = None, keys: lis
         if memory:
             peak = max((v for _, v in r.curves.get(MEMORY_KEY, [])), default=None)
             row.append(_number(peak, RATE))
+        if lossy:
+            row += [str(r.lost_nodes), "-" if r.goodput is None else f"{100 * r.goodput:.0f}%"]
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
@@ -140,7 +145,8 @@ def as_json(runs: list[RunResult]) -> list[dict[str, object]]:
     return [{"index": r.index, "values": r.values, "state": r.state, "duration_s": r.duration_s,
              "final": {k: _finite(v) for k, v in sorted(r.final.items())},
              "best": {k: _finite(v) for k, v in sorted(r.best.items())}, "output_dir": r.output_dir,
-             "step_split": _split_json(run_split(r.curves))} for r in runs]
+             "step_split": _split_json(run_split(r.curves)), "lost_nodes": r.lost_nodes,
+             "goodput": None if r.goodput is None else round(r.goodput, 4)} for r in runs]
 
 
 def _split_json(split: StepSplit | None) -> dict[str, object] | None:

@@ -50,7 +50,9 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: Progress | None
             params = " ".join(f"{k}={v}" for k, v in t.params.items())
             head = f"task {t.index}" + (f" [{t.native_id}]" if t.native_id else "")
             out.append(f"  {head}: {painted(t.state.value, t.state.value, colour)}" + (f" ({params})" if params else "")
-                       + (f": {t.message}" if t.message else ""))
+                       + (f": {t.message}" if t.message else "") + (f" [{t.losses_note()}]" if t.losses else ""))
+            for loss in t.losses:
+                out.append(f"    lost:   {loss.line()}")
             for n in t.nodes:
                 # A value not known yet (a running node's exit code) is left out, never shown as None.
                 extra = " ".join(f"{k}={v}" for k, v in n.details())

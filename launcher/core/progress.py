@@ -157,7 +157,9 @@ def describe(progress: Progress | None) -> str:
     return ", ".join(parts)
 
 
-HEALTH_NOTES = ("stalled:", "straggler:")  # what the stall watch adds to a running job's message
+# What the stall watch adds to a running job's message, and what a run that lost nodes says
+# (launcher.targets.jobstatus.TaskStatus.losses_note).
+HEALTH_NOTES = ("stalled:", "straggler:", "recovered:", "lost:")
 
 
 def with_health(text: str, message: str | None) -> str:

@@ -246,10 +246,16 @@ class Jobs:
     def progress(self, rec: JobRecord) -> Progress | None:
         """How far the job is (``launcher.core.progress``), as its target can tell: from a run's
         metrics file read here (local, Slurm), from the pods' logs (Kubernetes). A job still PENDING
-        has none, and its target is not asked (``list`` stays one query per target)."""
+        has none, and its target is not asked (``list`` stays one query per target). A job that has
+        ended has no ETA (a run that ended early would show the time its last rate gave it)."""
         if rec.handle is None or rec.state is JobState.PENDING:
             return None
-        return self.bound(rec).progress()
+        progress = self.bound(rec).progress()
+        if progress is not None and rec.state.terminal and progress.eta_s is not None:
+            import dataclasses
+
+            progress = dataclasses.replace(progress, eta_s=None)
+        return progress
 
     def health(self, rec: JobRecord) -> JobHealth | None:
         """Every rank's health (``launcher.targets.shared.health.JobHealth``) as its target can tell,

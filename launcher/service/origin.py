@@ -152,3 +152,4 @@ def _file_spec(path: str | None) -> dict[str, object]:
     except (SpecError, OSError):
         return {}
     return data if isinstance(data, dict) and not issues else {}
+

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from launcher.targets.jobstatus import JobStatus
 
 # Numbers on a metrics line that are not metrics: where the line is, not how the run does.
-NOT_METRICS = frozenset({"step", "time", "total_steps", "epoch", "world_size", "eval_samples"})
+NOT_METRICS = frozenset({"step", "time", "total_steps", "epoch", "world_size", "eval_samples",
+                         "checkpoint_step", "checkpoint_world_size", "restart"})
 
 # Words (split at anything but letters and digits) of a metric's name that make higher better.
 _HIGHER_WORDS = frozenset({"acc", "accuracy", "auc", "auroc", "f1", "precision", "recall", "score", "iou", "map",
@@ -73,6 +74,9 @@ class RunResult:
         best: the best value of each metric (lowest; highest where ``higher_is_better``).
         curves: metric -> ``[(step, value)]`` in step order.
         output_dir: the run's output folder (None where unknown).
+        lost_nodes: the nodes it lost for good (each brought back or not: ``ddpjob status`` tells how).
+        goodput: the share of its wall time that went into training it kept, where a run lost nodes
+            and its target tells it (``launcher.targets.shared.recovery``); None otherwise.
     """
 
     index: int
@@ -83,6 +87,8 @@ class RunResult:
     best: dict[str, float]
     curves: dict[str, list[tuple[int, float]]]
     output_dir: str | None
+    lost_nodes: int = 0
+    goodput: float | None = None
 
 
 def higher_is_better(metric: str) -> bool:
@@ -172,7 +178,8 @@ def job_results(jobs: Jobs, job_id: str) -> list[RunResult]:
         metrics = read_metrics(os.path.join(run.output_dir, METRICS_FILE)) if run.output_dir else Metrics()
         out.append(RunResult(
             index=run.index, values=_typed(run.params, sweep), state=run.state, duration_s=_duration(run, metrics),
-            final=metrics.final, best=metrics.best, curves=metrics.curves, output_dir=run.output_dir))
+            final=metrics.final, best=metrics.best, curves=metrics.curves, output_dir=run.output_dir,
+            lost_nodes=run.lost_nodes, goodput=run.goodput))
     return out
 
 
@@ -184,6 +191,8 @@ class _Run:
     output_dir: str | None
     started: float | None = None
     ended: float | None = None
+    lost_nodes: int = 0
+    goodput: float | None = None
 
 
 def _runs(rec: JobRecord, status: JobStatus | None) -> list[_Run]:
@@ -191,7 +200,7 @@ def _runs(rec: JobRecord, status: JobStatus | None) -> list[_Run]:
     planned = _planned(rec)
     if status is not None and status.tasks:
         return [_Run(t.index, dict(t.params), t.state.value, planned[t.index].output_dir if t.index in planned else None,
-                     t.started, t.ended) for t in status.tasks]
+                     t.started, t.ended, len(t.losses), t.goodput) for t in status.tasks]
     state = (status.state if status is not None else rec.state).value
     if planned:
         return [_Run(i, p.params, state, p.output_dir) for i, p in sorted(planned.items())]
@@ -217,6 +226,12 @@ def _planned(rec: JobRecord) -> dict[int, _Run]:
     return out
 
 
+def run_folders(rec: JobRecord) -> dict[int, str]:
+    """Each run's output folder (``DDPJOB_OUTPUT_DIR``) by its index, from the job's plan; {} where this
+    machine cannot read them (Kubernetes: in the pods)."""
+    return {i: run.output_dir for i, run in _planned(rec).items() if run.output_dir}
+
+
 def _typed(params: dict[str, str], sweep: dict[str, list[object]]) -> dict[str, object]:
     """A run's sweep values as the spec typed them (``0.1``, ``1``), matched by their text in the plan."""
     from launcher.spec.model import format_value
@@ -235,3 +250,35 @@ def _duration(run: _Run, metrics: Metrics) -> float | None:
     if metrics.first_time is not None and metrics.last_time is not None:
         return max(0.0, metrics.last_time - metrics.first_time)
     return None
+
+
+# The variable that tells a run where to resume from when its own output folder has no checkpoint yet
+# (``ddpjob rerun --resume``; the reference trainer reads it: launcher/train/loop.py).
+RESUME_FROM_ENV = "DDPJOB_RESUME_FROM"
+
+
+def resume_from(rec: JobRecord) -> tuple[str | None, dict[int, int]]:
+    """Where a rerun of ``rec`` resumes from: ``env.DDPJOB_RESUME_FROM``'s value (each new run gets the
+    output folder of ``rec``'s run of the same index: ``.../sweep-{sweep_index}`` for a sweep), or None
+    where this machine cannot name them (Kubernetes: the folders are in the pods); and the step of each
+    run's newest checkpoint as its metrics file says (``{"event": "checkpoint", "step": N}``: the
+    reference trainer's), by run index, for the runs that left one."""
+    from launcher.targets.shared.recovery import read_events
+
+    folders = run_folders(rec)
+    if not folders:
+        return None, {}
+    steps = {}
+    for index, folder in folders.items():
+        saves = [e["step"] for e in read_events(os.path.join(folder, METRICS_FILE)) if e.get("event") == "checkpoint"]
+        if saves:
+            steps[index] = int(saves[-1])
+    def literal(path: str) -> str:  # braces in a folder's name are no placeholders
+        return path.replace("{", "{{").replace("}", "}}")
+
+    if len(folders) == 1:
+        return literal(next(iter(folders.values()))), steps
+    root = folders[min(folders)].rsplit("/sweep-", 1)[0]
+    if all(folder == f"{root}/sweep-{i}" for i, folder in folders.items()):
+        return literal(root) + "/sweep-{sweep_index}", steps
+    return None, steps

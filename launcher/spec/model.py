@@ -25,6 +25,7 @@ from launcher.core.fields import ENV_NAME_RE, MAX_CPUS, is_reserved_env, no_cont
 from launcher.core.quantity import QuantityError, parse_memory
 from launcher.spec.build import BuildOptions
 from launcher.spec.notify import NotifyOptions
+from launcher.spec.recovery import RecoveryOptions
 from launcher.spec.stall import StallOptions
 from launcher.targets import TARGETS
 from launcher.targets.k8s.options import K8sOptions
@@ -228,6 +229,8 @@ class JobSpecBase(BaseModel):
     max_restarts: StrictInt = Field(0, ge=0, le=100, description="torchrun --max-restarts: restarts of the whole worker group after a failure.")
     stall: StallOptions = Field(default_factory=StallOptions, description="A node that goes silent or a rank "
                                 "that stops (every target): how long until it is reported, and whether the job then ends.")
+    recovery: RecoveryOptions = Field(default_factory=RecoveryOptions, description="A node lost for good (local "
+                                      "target): how many losses a run survives, each brought back by itself.")
     notify: NotifyOptions | None = Field(None, description="A command and/or URL told once when the job ends.")
     build: BuildOptions | None = Field(None, description="Build image + the working directory, push it and run on its "
                                        "digest (Kubernetes, local.container, Slurm containers); see ddpjob docs build.")

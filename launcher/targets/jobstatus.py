@@ -36,6 +36,73 @@ class NodeStatus:
         return dict(self.fields)
 
 
+@dataclass(frozen=True)
+class Loss:
+    """A node a run lost for good and how the run came back (the spec's ``recovery:``): made once where
+    the target's records and the run's metrics file are read (``launcher.targets.shared.recovery``).
+
+    ``at``: when ddpjob noticed it; ``how``: what was lost and how; ``reached_step``: the furthest step
+    its ranks had reported; ``back_at``: when the run's nodes were started again (None: not brought
+    back); ``nodes``: how many it went on with, ``replaced``: the lost one by a new process; from the program's metrics file, where it writes one:
+    ``resumed_step`` (its resume event's step; 0 when it started again with no checkpoint),
+    ``checkpoint_step`` and ``checkpoint_at`` (the step of the checkpoint it resumed from, as that run
+    counted them, and when it was written; 0 and the first start's first step for none) and ``first_step_at`` (its first step after the way back)."""
+
+    node: int | str
+    at: float
+    how: str
+    reached_step: int | None = None
+    back_at: float | None = None
+    nodes: int | None = None
+    replaced: bool = False  # the lost node's place taken by a new process (not a run gone on with fewer)
+    resumed_step: int | None = None
+    checkpoint_step: int | None = None
+    checkpoint_at: float | None = None
+    first_step_at: float | None = None
+
+    @property
+    def lost_steps(self) -> int | None:
+        """Steps trained again: from the checkpoint's step to the furthest one reached before the loss
+        (both counted as the run counted them then, whatever world size it went on with)."""
+        if self.reached_step is None or self.checkpoint_step is None:
+            return None
+        return max(0, self.reached_step - self.checkpoint_step)
+
+    @property
+    def lost_s(self) -> float | None:
+        """Seconds lost: from the checkpoint it resumed from to its first step after the way back (the
+        work redone and the time without training)."""
+        if self.first_step_at is None or self.checkpoint_at is None:
+            return None
+        return max(0.0, self.first_step_at - self.checkpoint_at)
+
+    def line(self) -> str:
+        """``node 1 lost at 12:03:04 (its ...); back 1.2s later on 3 nodes; resumed at step 120: 14
+        steps and 6.0s lost`` (each part where known)."""
+        import time as clock
+
+        from launcher.core.progress import duration
+
+        text = f"node {self.node} lost at {clock.strftime('%H:%M:%S', clock.localtime(self.at))} ({self.how})"
+        if self.back_at is None:
+            return text + "; not brought back"
+        text += f"; back {duration(self.back_at - self.at, tenths_below=60)} later"
+        if self.nodes is not None:
+            text += f" on {self.nodes} node(s)" + (f", node {self.node} replaced" if self.replaced else "")
+        if self.resumed_step is not None:
+            text += f"; resumed at step {self.resumed_step}" if self.resumed_step else "; started again from step 0 (no checkpoint yet)"
+        lost = [f"{self.lost_steps} step(s)" if self.lost_steps is not None else "",
+                f"{duration(self.lost_s, tenths_below=60)}" if self.lost_s is not None else ""]
+        if any(lost):
+            text += ": " + " and ".join(part for part in lost if part) + " lost"
+        return text
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {k: v for k, v in vars(self).items() if v is not None}  # every field, known
+        out.update(lost_steps=self.lost_steps, lost_s=None if self.lost_s is None else round(self.lost_s, 3))
+        return out
+
+
 @dataclass
 class TaskStatus:
     """One run of a job (a sweep element, or the only run) and, where known, its nodes."""
@@ -48,6 +115,20 @@ class TaskStatus:
     native_id: str | None = None
     started: float | None = None  # when the run started and ended (seconds since the epoch), where the target records it
     ended: float | None = None
+    losses: list[Loss] = field(default_factory=list)  # nodes it lost for good, and how it came back
+    goodput: float | None = None  # the share of its wall time that went into training it kept (recovery.goodput)
+
+    def losses_note(self) -> str:
+        """``recovered: 1 lost node(s) brought back, goodput 93%``, or ``lost: 2 node(s), 1 brought back``
+        ('' without losses). Both words lead a running job's line in ``list`` (``progress.HEALTH_NOTES``)."""
+        if not self.losses:
+            return ""
+        back = sum(1 for loss in self.losses if loss.back_at is not None)
+        if back == len(self.losses):
+            text = f"recovered: {back} lost node(s) brought back"
+        else:
+            text = f"lost: {len(self.losses)} node(s), {back} brought back"
+        return text + (f", goodput {100 * self.goodput:.0f}%" if self.goodput is not None else "")
 
 
 @dataclass
@@ -66,7 +147,8 @@ class JobStatus:
             "details": self.details,
             "tasks": [
                 {"index": t.index, "state": t.state.value, "message": t.message, "nodes": [n.to_json() for n in t.nodes],
-                 "params": t.params, "native_id": t.native_id}
+                 "params": t.params, "native_id": t.native_id, "losses": [loss.to_json() for loss in t.losses],
+                 "goodput": None if t.goodput is None else round(t.goodput, 4)}
                 for t in self.tasks
             ],
         }

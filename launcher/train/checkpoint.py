@@ -10,6 +10,8 @@ from typing import Any
 import torch
 
 CHECKPOINT = "checkpoint.pt"
+# A folder whose checkpoint a run starts from while its own output folder has none (ddpjob rerun --resume).
+RESUME_FROM_ENV = "DDPJOB_RESUME_FROM"
 
 
 def path_in(output_dir: str) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -101,7 +102,14 @@ class Trainer:
         differs from the checkpoint's, the place in the epoch is kept in samples (the sampler's order of
         an epoch is the same on any world size: ``resume_point``) and the learning-rate schedule is
         taken at the step that place is on this world size (with --scale-lr, from this world size's rate)."""
-        ckpt = checkpoint.load(self.output_dir, self.info.device)
+        ckpt, source = checkpoint.load(self.output_dir, self.info.device), checkpoint.path_in(self.output_dir)
+        if ckpt is None and (earlier := os.environ.get(checkpoint.RESUME_FROM_ENV)):
+            # A rerun of a job that ended early (ddpjob rerun --resume): its run's checkpoint, until this
+            # run has one of its own. A folder without one is said, and the run starts from the beginning.
+            ckpt, source = checkpoint.load(earlier, self.info.device), checkpoint.path_in(earlier)
+            if ckpt is None:
+                self.metrics.log({"event": "no_resume", "from": str(source)},
+                                 f"{checkpoint.RESUME_FROM_ENV}: no checkpoint at {source}; starting from the beginning")
         if ckpt is None:
             return
         models.unwrap(self.model).load_state_dict(ckpt["model"])
@@ -134,8 +142,8 @@ class Trainer:
         self.metrics.log(
             {"event": "resume", "step": self.step, "epoch": self.start_epoch, "world_size": self.info.world_size,
              "checkpoint_step": ckpt["step"], "checkpoint_world_size": saved_world,
-             "restart": restart_count()},
-            f"resumed from {checkpoint.path_in(self.output_dir)} at step {self.step} (epoch {self.start_epoch})"
+             "restart": restart_count(), "from": str(source)},
+            f"resumed from {source} at step {self.step} (epoch {self.start_epoch})"
             + moved)
 
     def save_checkpoint(self, epoch: int, step_in_epoch: int, reason: str) -> None:
@@ -344,8 +352,6 @@ def follow_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, optimizer: tor
 def restart_count() -> int:
     """How many times ddpjob brought this run back after a lost node (``DDPJOB_RESTART_COUNT``, 0 when
     not set)."""
-    import os
-
     value = os.environ.get("DDPJOB_RESTART_COUNT", "0")
     return int(value) if value.isdigit() else 0
 

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 # Numbers on a metrics line that say where the line is, not how the run does: no TensorBoard scalar
 # (ddpjob results reads the file by the same rule: launcher/service/results.py, NOT_METRICS).
-NOT_SCALARS = frozenset({"step", "time", "total_steps", "epoch", "world_size", "eval_samples"})
+NOT_SCALARS = frozenset({"step", "time", "total_steps", "epoch", "world_size", "eval_samples",
+                         "checkpoint_step", "checkpoint_world_size", "restart"})
 
 
 class Metrics:

@@ -127,9 +127,9 @@ while True:
 """
 
 
-def _start_waiting_job(cli, tmp_path: Path, nodes: int = 2) -> tuple[str, dict]:
+def _start_waiting_job(cli, tmp_path: Path, nodes: int = 2, *options: str) -> tuple[str, dict]:
     (tmp_path / "waiter.py").write_text(WAITER)
-    job_id = cli("submit", "-q", "--nodes", str(nodes), "--", "python", "waiter.py", cwd=tmp_path,
+    job_id = cli("submit", "-q", "--nodes", str(nodes), *options, "--", "python", "waiter.py", cwd=tmp_path,
                  check=True).stdout.strip()
     wait_for(lambda: cli("logs", job_id).stdout.count("waiting") == nodes, "the workers to start")
     return job_id, json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
@@ -161,8 +161,9 @@ def _children(pid: int) -> list[int]:
 def test_a_node_process_killed_from_outside_is_named_as_the_cause(cli, tmp_path, victim):
     """SIGKILL to node 1's torchrun agent, or to the ddpjob node wrapper above it: the job fails
     naming that process and the signal, not a worker's ordinary last line (all a killed agent leaves)
-    nor the SIGTERM ddpjob sent afterwards to stop the rest."""
-    job_id, data = _start_waiting_job(cli, tmp_path)
+    nor the SIGTERM ddpjob sent afterwards to stop the rest. (recovery.max_losses 0: the run is not
+    brought back, as it is by default: tests/foundation/test_found_recovery.py.)"""
+    job_id, data = _start_waiting_job(cli, tmp_path, 2, "--set", "recovery.max_losses=0")
     state = json.loads((Path(data["run_dir"]) / "state.json").read_text())
     wrapper = state["elements"][0]["nodes"][1]["pid"]
     pid = _children(wrapper)[0] if victim == "agent" else wrapper

@@ -194,3 +194,16 @@ def test_a_job_whose_submission_did_not_complete_has_no_runs():
     assert "no runs: the job's submission did not complete" in proc.stderr
     proc = _cli("plot", job_id)
     assert proc.returncode == 2 and "nothing to plot: no runs" in proc.stderr
+
+
+def test_results_show_the_nodes_a_run_lost_and_its_goodput():
+    """Issue 43: results tell which runs lost nodes and how much of their time went into training kept."""
+    import dataclasses
+
+    lossy = dataclasses.replace(RUNS[0], lost_nodes=2, goodput=0.874)
+    header, first, second = cli_results.text_table([lossy, RUNS[1]])
+    assert header.split()[-3:] == ["lost", "nodes", "goodput"]
+    assert first.split()[-2:] == ["2", "87%"] and second.split()[-2:] == ["0", "-"]
+    assert "lost" not in cli_results.text_table(RUNS)[0]  # no column where no run lost a node
+    data = cli_results.as_json([lossy, RUNS[1]])
+    assert (data[0]["lost_nodes"], data[0]["goodput"], data[1]["lost_nodes"], data[1]["goodput"]) == (2, 0.874, 0, None)

@@ -296,3 +296,19 @@ def test_job_page_shows_every_rank_as_top_does_with_the_flagged_one_marked():
     assert live.count("300.0 MiB") == 2 and live.count("<td>no GPU</td>") == 2 and "2s ago" in live
     assert live.count("no GPU") == 3 and live.count('<p class="muted">no GPU (nvidia-smi not found)</p>') == 1  # why, once
     assert "<h2>Ranks" not in pages.job_live(JobView(record(), None, None, [], 0, []), "TOKEN")
+
+
+def test_the_job_page_tells_each_lost_node_and_the_way_back():
+    """Issue 43: under the nodes, each loss of the run and what the run did about it, escaped."""
+    from launcher.targets.jobstatus import JobStatus, Loss, NodeStatus, TaskStatus
+
+    loss = Loss(1, time.time(), "its torchrun agent (pid 7) was killed by <SIGKILL>", back_at=time.time() + 1.5, nodes=2,
+                replaced=True, resumed_step=40, checkpoint_step=40, reached_step=44)
+    task = TaskStatus(0, JobState.RUNNING, nodes=[NodeStatus(0), NodeStatus(1)], losses=[loss], goodput=0.9)
+    live = pages.job_live(JobView(record(), JobStatus(JobState.RUNNING, "", [task]), None, [], 0, []), "T")
+    assert "Lost nodes" in live and "recovered: 1 lost node(s) brought back, goodput 90%" in live
+    assert "was killed by &lt;SIGKILL&gt;); back 1.5s later on 2 node(s), node 1 replaced; resumed at step 40: 4 step(s)" in live
+    plain = pages.job_live(JobView(record(), JobStatus(JobState.RUNNING, "", [TaskStatus(0, JobState.RUNNING,
+                                                                                         nodes=[NodeStatus(0)])]),
+                                   None, [], 0, []), "T")
+    assert "Lost nodes" not in plain

@@ -217,3 +217,15 @@ def remove(engine: str, name: str) -> bool:
         return True
     _engine([engine, "network", "rm", name], timeout=120)
     return exists(engine, name) is False
+
+
+def remove_job_network(engine: str, name: str, containers: list[str], job_id: str) -> None:
+    """The job's own network ``name`` (local.network: bridge), at the supervisor's end, once its
+    ``containers`` are gone: the engine refuses to remove a network a container still uses, so any
+    container the engine has not yet removed (--rm) goes first."""
+    from launcher.targets.local import container
+    from launcher.targets.local.job.statefile import say
+
+    container.remove(engine, containers)
+    if not remove(engine, name):
+        say(f"[ddpjob] could not remove the network {name}: ddpjob cancel {job_id} tries again")

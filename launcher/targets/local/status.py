@@ -5,6 +5,7 @@ truth from the job's processes and its nodes' exit records."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from launcher.core.errors import TargetError
@@ -24,7 +25,7 @@ def job_status(handle: LocalHandle) -> JobStatus:
     state = read_state(handle.run_dir)
     details = {"run_dir": handle.run_dir, "port": (state or {}).get("port")}
     if state is not None and JobState.parse(state["state"]).terminal:
-        return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
+        return with_losses(JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details))
     if procs.alive(handle.pid, handle.start):
         stale = read_note(handle.run_dir)  # the supervisor could not write state.json (a full disk)
         if stale is not None:
@@ -35,16 +36,16 @@ def job_status(handle: LocalHandle) -> JobStatus:
         if stale is not None:
             message = (message + "; " if message else "") + (
                 f"this state may be out of date: the supervisor {stale}, keeps supervising and writes it when it can")
-        return JobStatus(JobState.parse(state["state"]), message, _tasks(state), details)
+        return with_losses(JobStatus(JobState.parse(state["state"]), message, _tasks(state), details))
     # The supervisor is gone. Re-read first: it may have written its final state as it exited.
     state = read_state(handle.run_dir)
     if state is not None and JobState.parse(state["state"]).terminal:
-        return JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details)
+        return with_losses(JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details))
     live = procs.marked_pids(MARKER, handle.job_id)
     if live:
         note = (f"the supervisor (pid {handle.pid}) is gone; {len(live)} process(es) of the job run on "
                 f"(ddpjob cancel stops them); see {RunFolder(handle.run_dir).supervisor_log}")
-        return JobStatus(JobState.RUNNING, note, _tasks(state or {}), details)
+        return with_losses(JobStatus(JobState.RUNNING, note, _tasks(state or {}), details))
     return _ended_without_supervisor(handle, details)
 
 
@@ -58,11 +59,30 @@ def _supervisor_died(handle: LocalHandle) -> str:
 
 
 def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
-    return [
-        TaskStatus(index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
-                   nodes=[NodeStatus.of(n) for n in t.get("nodes", [])], params=t.get("params", {}), started=t.get("started"), ended=t.get("ended"))
-        for t in state.get("elements", [])
-    ]
+    tasks = []
+    for t in state.get("elements", []):
+        task = TaskStatus(index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
+                          nodes=[NodeStatus.of(n) for n in t.get("nodes", [])], params=t.get("params", {}),
+                          started=t.get("started"), ended=t.get("ended"))
+        if t.get("losses"):  # the nodes it lost and how it came back (job/recover.py), told with its metrics
+            from launcher.core.progress import metrics_path
+            from launcher.targets.shared import recovery
+
+            metrics = metrics_path(t["output_dir"]) if isinstance(t.get("output_dir"), str) else None
+            task.losses = recovery.losses(t["losses"], metrics)
+            task.goodput = recovery.goodput(task.started, task.ended, task.losses, metrics, time.time())
+        tasks.append(task)
+    return tasks
+
+
+def with_losses(status: JobStatus) -> JobStatus:
+    """A job's message says that its runs lost nodes and came back (``TaskStatus.losses_note``), after
+    what it says already."""
+    notes = [(t.index, note) for t in status.tasks if (note := t.losses_note())]
+    if notes:
+        told = notes[0][1] if len(status.tasks) == 1 else "; ".join(f"task {i}: {note}" for i, note in notes)
+        status.message = f"{status.message}; {told}" if status.message else told
+    return status
 
 
 def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> JobStatus:

@@ -152,7 +152,9 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
         payload = LocalPayload(ctx.job_id, ctx.run_dir, spec.nodes, procs_per_node, port,
                                spec.local.stop_on_failure, elements, port_fixed=spec.master_port is not None,
                                container=engine, port_command=list(ctx.port_command), master_addr=addresses[0],
-                               gpu_note=dist.shared_gpus_note(ctx.gpu_count, spec.nodes, procs_per_node))
+                               gpu_note=dist.shared_gpus_note(ctx.gpu_count, spec.nodes, procs_per_node),
+                               # In containers a lost node still ends the run: not brought back there yet.
+                               max_losses=spec.recovery.max_losses if engine == "none" else 0)
         if subnet:
             payload.network_name = net.network_name(ctx.job_id)
             payload.network_create = net.create_argv(engine, payload.network_name, subnet, ctx.job_id)
@@ -182,14 +184,15 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
                                         "pip install 'ddpjob[train]'")
         import subprocess  # only at submit: render and status never start a process
 
-        from launcher.targets.local.job import supervisor
+        from launcher.targets.local.job import secretenv, supervisor
 
         run_dir = Path(plan.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         folder = RunFolder(run_dir)
-        data, secret_values = supervisor.secrets_apart(to_json(payload), plan.masked)
+        data, secret_values = secretenv.secrets_apart(to_json(payload), plan.masked)
         folder.write_plan(data, plan.render())  # the secret values go in the supervisor's environment
-        env = {**os.environ, MARKER: plan.job_id, **({supervisor.SECRET_ENV: secret_values} if secret_values else {})}
+        env = {**{k: v for k, v in os.environ.items() if k != secretenv.SECRET_ENV}, MARKER: plan.job_id,
+               **({secretenv.SECRET_ENV: secret_values} if secret_values else {})}
         net.create_job_network(payload.network_create, payload.container, payload.network_name)
         try:
             with open(folder.supervisor_log, "ab") as log:

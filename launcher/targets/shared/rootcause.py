@@ -161,15 +161,27 @@ def killed_node(*, node: int, nodes: int, wrapper_pid: int | None, wrapper_code:
     others = " and the job's other nodes" if nodes > 1 else ""
     if record is not None and isinstance(record.get("stalled"), str):  # the stall watch ended it (stall.action: fail)
         return f"stalled: {record['stalled']}; ddpjob stopped the job (stall.action: fail)"
+    how = killed_process(wrapper_pid=wrapper_pid, wrapper_code=wrapper_code, record=record)
+    if how is None:
+        return None
+    then = "its torchrun agent" if how.startswith("its ddpjob node wrapper") else "its workers"
+    return f"node {node}: {how}; ddpjob then stopped {then}{others}"
+
+
+def killed_process(*, wrapper_pid: int | None, wrapper_code: int | None, record: dict[str, object] | None) -> str | None:
+    """How a local node was lost: ``its ddpjob node wrapper (pid 12) was killed by SIGKILL ...`` or the
+    same of its torchrun agent; None when neither was killed from outside (or the stall watch ended it,
+    which ``killed_node`` tells apart). Arguments as ``killed_node``'s."""
+    if record is not None and isinstance(record.get("stalled"), str):
+        return None
     if wrapper_code is not None and wrapper_code < 0 and (record is None or record.get("exit_code") is None):
         pid = f" (pid {wrapper_pid})" if wrapper_pid else ""
-        return (f"node {node}: its ddpjob node wrapper{pid} {_killed(signal_name(-wrapper_code))}; "
-                f"ddpjob then stopped its torchrun agent{others}")
+        return f"its ddpjob node wrapper{pid} {_killed(signal_name(-wrapper_code))}"
     sig = record.get("signal") if record else None
     if record is not None and isinstance(sig, str) and sig:
         agent = record.get("pid")
         pid = f" (pid {agent})" if isinstance(agent, int) else ""
-        return f"node {node}: its torchrun agent{pid} {_killed(sig)}; ddpjob then stopped its workers{others}"
+        return f"its torchrun agent{pid} {_killed(sig)}"
     return None
 
 

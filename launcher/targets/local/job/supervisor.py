@@ -26,6 +26,8 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from launcher.targets.local.job import node as node_wrapper
+from launcher.targets.local.job.secretenv import SECRET_ENV
+from launcher.targets.local.job.starts import Starts
 from launcher.targets.shared.runfolder import RunFolder, exit_file, node_tag
 
 if TYPE_CHECKING:
@@ -50,32 +52,9 @@ def command(run_dir: str) -> list[str]:
 
 
 _stop_requested = False
-# The job's cgroup (launcher.targets.local.job.cgroups), or why there is none: made before the first node starts.
-_cgroup: tuple[str | None, str] = (None, "")
 # Starts of a run whose rendezvous port another program took before torchrun bound it.
 PORT_ATTEMPTS = 3
 FAIL_GRACE_S = 1.5  # after a node fails, how long the others may take to end on their own before the stop
-
-# The values of the spec's secret-named env variables, per "run/node": they come in the
-# supervisor's environment (SECRET_ENV, which it removes at once), never in plan.json.
-SECRET_ENV = "DDPJOB_SECRET_ENV"
-_secrets: dict[str, dict[str, str]] = {}
-
-
-def secrets_apart(data: Any, masked: frozenset[str]) -> tuple[Any, str | None]:
-    """``plan.json``'s data (``to_json`` of the payload) with the values of the ``masked`` env names
-    as ``***``, and those values as the text of the supervisor's ``SECRET_ENV`` variable (None when
-    there are none). A process's environment is readable by its user alone and gone with it; a
-    supervisor started by hand on such a plan starts its nodes with ``***`` for those values."""
-    import json
-
-    from launcher.targets.shared.files import mask_env_values
-
-    values = {f"{el['index']}/{node['node']}": {n: v for n, v in node["env"].items() if n in masked}
-              for el in data["elements"] for node in el["nodes"]}
-    values = {key: env for key, env in values.items() if env}
-    return mask_env_values(data, masked), (json.dumps(values) if values else None)
-
 
 def _size(path: str) -> int:
     try:
@@ -87,31 +66,6 @@ def _size(path: str) -> int:
 def _on_term(signum: int, frame: Any) -> None:
     global _stop_requested
     _stop_requested = True
-
-
-def start_nodes(nodes: list[Any], output_dir: str, index: int) -> tuple[list[tuple[Any, node_wrapper.Proc]], str | None]:
-    """Start run ``index``'s nodes, each through the node wrapper (in a cgroup of its own where the
-    job has one); the ones started, and why the next one could not be (None when all were).
-    ``nodes`` are the plan's nodes, typed or raw."""
-    from launcher.targets.local.job import cgroups
-
-    running: list[tuple[Any, node_wrapper.Proc]] = []
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-    except OSError as e:  # a full disk, a file in the way: the run fails, the supervisor goes on
-        return running, f"cannot make the output directory {output_dir}: {e.strerror or e}"
-    for node in nodes:
-        try:
-            os.makedirs(os.path.dirname(node.log), exist_ok=True)
-            # Through the node wrapper: it records how the agent ended even if we are killed.
-            p = node_wrapper.start(sys.executable, exit_file(node.log), node.argv,
-                                   env={**os.environ, **node.env, **_secrets.get(f"{index}/{node.node}", {})},
-                                   cwd=node.cwd, log=node.log,
-                                   cgroup=cgroups.node_dir(_cgroup[0], index, node.node) if _cgroup[0] else None)
-        except OSError as e:
-            return running, f"node {node.node}: cannot start {node.argv[0]}: {e}"
-        running.append((node, p))
-    return running, None
 
 
 def read_plan(run_dir: str, from_submit: bool = False) -> LocalPayload:
@@ -142,11 +96,11 @@ def _typed_plan(run_dir: str) -> LocalPayload:
 
 
 class Started(SimpleNamespace):
-    """Nodes started by ``start_nodes``: ``running``, ``error`` (None or why one could not start),
+    """Nodes started by ``Starts.nodes``: ``running``, ``error`` (None or why one could not start),
     ``started`` (time) and ``marks`` (each log's size before, by node)."""
 
 
-def start_first_run(run_dir: str, plan: LocalPayload) -> Started | None:
+def start_first_run(run_dir: str, plan: LocalPayload, starts: Starts) -> Started | None:
     """The first run's nodes, started before anything else is imported; None when a cancel came
     first (the run loop records it)."""
     if not plan.elements or _stop_requested or os.path.exists(RunFolder(run_dir).cancel_requested):
@@ -154,20 +108,21 @@ def start_first_run(run_dir: str, plan: LocalPayload) -> Started | None:
     first = plan.elements[0]
     marks = {n.node: _size(n.log) for n in first.nodes}
     started = time.time()
-    running, error = start_nodes(first.nodes, first.output_dir, first.index)
+    running, error = starts.nodes(first.nodes, first.output_dir, first.index)
     return Started(running=running, error=error, started=started, marks=marks)
 
 
 class Supervisor:
-    def __init__(self, run_dir: str, plan: LocalPayload) -> None:
+    def __init__(self, run_dir: str, plan: LocalPayload, starts: Starts) -> None:
         from launcher.core.states import JobState
 
+        self.starts = starts
         self.run_dir = os.path.abspath(run_dir)
         self.plan = plan
         self.state: dict[str, Any] = {
             "state": JobState.PENDING.value, "message": "", "port": self.plan.port,
             "supervisor_pid": os.getpid(), "started": time.time(), "ended": None,
-            "cgroup": _cgroup[0], "cgroup_unavailable": _cgroup[1] or None,
+            "cgroup": starts.cgroup, "cgroup_unavailable": starts.cgroup_unavailable or None,
             "elements": [
                 {"index": el.index, "params": el.params, "state": JobState.PENDING.value, "message": "",
                  "output_dir": el.output_dir, "nodes": []}
@@ -217,11 +172,15 @@ class Supervisor:
         final, message = summarize(tasks)
         if self.cancelled():
             final, message = JobState.CANCELLED, "cancelled by user"
-        self._remove_network()  # before the final state: a finished job has left nothing behind
-        if _cgroup[0]:
+        if self.plan.network_name:  # before the final state: a finished job has left nothing behind
+            from launcher.targets.local.network import remove_job_network
+
+            remove_job_network(self.plan.container, self.plan.network_name, [
+                n.container for el in self.plan.elements for n in el.nodes if n.container], self.plan.job_id)
+        if self.starts.cgroup:
             from launcher.targets.local.job import cgroups
 
-            cgroups.remove(_cgroup[0])  # the empty ones: a process left running is cancel's to stop
+            cgroups.remove(self.starts.cgroup)  # the empty ones: a process left running is cancel's to stop
         self.state["state"] = final.value
         self.state["message"] = message
         self.state["ended"] = time.time()
@@ -243,7 +202,7 @@ class Supervisor:
             running = [(node, p) for node, (_, p) in zip(el.nodes, started.running)]
         else:
             st["started"] = time.time()
-            running, error = start_nodes(el.nodes, el.output_dir, el.index)
+            running, error = self.starts.nodes(el.nodes, el.output_dir, el.index)
         st["state"] = JobState.RUNNING.value
         st["message"] = ""
         st["nodes"] = [{"node": n.node, "pid": p.pid, "exit_code": None, "log": n.log} for n, p in running]
@@ -253,40 +212,100 @@ class Supervisor:
             self._stop(running, st)
             return
         self.save()
-        failed_node: LocalNode | None = None
-        failed: tuple[int, int] = (0, 0)  # the failed node wrapper's pid and exit code, before any stop
+        while True:
+            failed_node, failed, noticed = self._wait(running, st)
+            if failed_node is not None and not self.cancelled():
+                # The others a moment to end on their own (a peer's failure ends them too): named after it.
+                node_wrapper.wait_for_all([p for _, p in running], FAIL_GRACE_S)
+                again = self._bring_back(el, st, running, noticed)
+                if again is not None:
+                    running = again
+                    continue
+            if self.cancelled():  # (also while a lost node's run was being brought back)
+                self._stop(running, st)
+                st["state"] = JobState.CANCELLED.value
+                st["message"] = "cancelled by user"
+            elif failed_node is None:
+                st["state"] = JobState.SUCCEEDED.value
+                st["message"] = ""
+            else:
+                self._failed(el, st, running, failed_node, failed)
+            break
+        st["ended"] = time.time()
+
+    def _wait(self, running: list[tuple[LocalNode, node_wrapper.Proc]],
+              st: dict[str, Any]) -> tuple[LocalNode | None, tuple[int, int], float]:
+        """Until every node has ended, one has failed, or a cancel: the first failed node (None when
+        none failed), its wrapper's pid and exit code before any stop, and when it was noticed."""
         while True:
             codes = [p.poll() for _, p in running]
             for rec, code in zip(st["nodes"], codes):
                 rec["exit_code"] = code
             bad = [(n, p, c) for (n, p), c in zip(running, codes) if c not in (None, 0)]
-            if bad and failed_node is None:
-                failed_node, failed = bad[0][0], (bad[0][1].pid, bad[0][2] or 0)
-            if all(c is not None for c in codes) or failed_node is not None or self.cancelled():
-                break
+            if bad:
+                return bad[0][0], (bad[0][1].pid, bad[0][2] or 0), time.time()
+            if all(c is not None for c in codes) or self.cancelled():
+                return None, (0, 0), 0.0
             self.files.retry(self.state)  # a state a full disk refused is written once it can be
             # a node's end wakes us at once; a cancel (signal or file) within 0.25 s
             node_wrapper.wait_for_exit([p.pid for (_, p), c in zip(running, codes) if c is None], 0.25)
-        if self.cancelled():
-            self._stop(running, st)
-            st["state"] = JobState.CANCELLED.value
-            st["message"] = "cancelled by user"
-        elif failed_node is not None:
-            from launcher.targets.shared.rootcause import NodeFailure, first_and_after, killed_node, own_errors
 
-            # The others a moment to end on their own (a peer's failure ends them too): named after it.
-            node_wrapper.wait_for_all([p for _, p in running], FAIL_GRACE_S)
-            ended = [NodeFailure(n.node, n.log, n.error_file, n.torchrun_log_dir) for n, p in running if p.poll()]
-            self._stop(running, st)
-            st["state"] = JobState.FAILED.value
-            record = node_wrapper.read_record(exit_file(failed_node.log))
-            killed = killed_node(node=failed_node.node, nodes=len(el.nodes), wrapper_pid=failed[0],
-                                 wrapper_code=failed[1], record=record)
-            first, st["message"] = (failed_node.node, killed) if killed else first_and_after(ended, self.plan.procs_per_node)
-            st["message"] = own_errors(st["nodes"], [n.log for n in el.nodes], first, st["message"])
-        else:
-            st["state"] = JobState.SUCCEEDED.value
-        st["ended"] = time.time()
+    def _bring_back(self, el: LocalElement, st: dict[str, Any], running: list[tuple[LocalNode, node_wrapper.Proc]],
+                    noticed: float) -> list[tuple[LocalNode, node_wrapper.Proc]] | None:
+        """When a node was lost (killed from outside) and the run may lose another (recovery.max_losses):
+        stop the rest, record the loss, start every node again; the new processes (None: not brought
+        back, the run fails as it would have)."""
+        from launcher.targets.local.job import recover
+
+        ended = [(n.node, p.pid, p.poll(), exit_file(n.log)) for n, p in running if p.poll()]
+        lost = recover.lost_nodes(ended)
+        losses: list[dict[str, Any]] = st.setdefault("losses", [])
+        budget = int(getattr(self.plan, "max_losses", 0) or 0)
+        if not lost or self.cancelled() or len(losses) + len(lost) > budget:
+            if lost and budget:
+                st["recovery_note"] = (f"not brought back: the run had lost {len(losses)} node(s) before, "
+                                       f"and recovery.max_losses is {budget}")
+            return None
+        task = RunFolder(self.run_dir).task(el.index)
+        new = recover.record(lost, noticed=noticed, reached=recover.reached_step(task.vitals))
+        restart = int(st.get("restarts", 0)) + 1
+        what = recover.losses_text(lost)
+        st["message"] = f"{what}; starting the run's {len(el.nodes)} node(s) again (loss {len(losses) + len(new)} of at most {budget})"
+        losses.extend(new)
+        self._stop(running, st)
+        self.save()
+        if self.cancelled():
+            return None
+        recover.note_in_logs([n.log for n in el.nodes], f"{what}: ddpjob stopped the run's other nodes and starts "
+                             f"all {len(el.nodes)} again (restart {restart}; recovery.max_losses {budget})")
+        again, error = self.starts.nodes(el.nodes, el.output_dir, el.index, restart=restart)
+        recover.back(new, nodes=len(again), restart=restart)
+        st["restarts"] = restart
+        st["nodes"] = [{"node": n.node, "pid": p.pid, "exit_code": None, "log": n.log} for n, p in again]
+        if error is not None:
+            st["recovery_note"] = f"not brought back: {error}"
+            self._stop(again, st)
+            return None
+        st["message"] = ""
+        self.save()
+        return again
+
+    def _failed(self, el: LocalElement, st: dict[str, Any], running: list[tuple[LocalNode, node_wrapper.Proc]],
+                failed_node: LocalNode, failed: tuple[int, int]) -> None:
+        """The run failed (not brought back): stop what is left and say why, first cause first."""
+        from launcher.core.states import JobState
+        from launcher.targets.shared.rootcause import NodeFailure, first_and_after, killed_node, own_errors
+
+        ended = [NodeFailure(n.node, n.log, n.error_file, n.torchrun_log_dir) for n, p in running if p.poll()]
+        self._stop(running, st)
+        st["state"] = JobState.FAILED.value
+        record = node_wrapper.read_record(exit_file(failed_node.log))
+        killed = killed_node(node=failed_node.node, nodes=len(el.nodes), wrapper_pid=failed[0],
+                             wrapper_code=failed[1], record=record)
+        first, st["message"] = (failed_node.node, killed) if killed else first_and_after(ended, self.plan.procs_per_node)
+        st["message"] = own_errors(st["nodes"], [n.log for n in el.nodes], first, st["message"])
+        if note := st.pop("recovery_note", None):
+            st["message"] += f" ({note})"
 
     def _port_was_taken(self, el: LocalElement, st: dict[str, Any], marks: dict[int, int]) -> bool:
         if st["state"] != "FAILED" or self.cancelled():  # a run that succeeded had its port
@@ -305,21 +324,6 @@ class Supervisor:
         self.save()
         return True
 
-    def _remove_network(self) -> None:
-        """The job's own network (local.network: bridge), once its containers are gone."""
-        if not self.plan.network_name:
-            return
-        from launcher.targets.local import container, network
-        from launcher.targets.local.job.statefile import say
-
-        # The engine refuses to remove a network a container still uses: any the engine has not yet
-        # removed (--rm) goes first.
-        container.remove(self.plan.container, [n.container for el in self.plan.elements for n in el.nodes
-                                               if n.container])
-        if not network.remove(self.plan.container, self.plan.network_name):
-            say(f"[ddpjob] could not remove the network {self.plan.network_name}: "
-                f"ddpjob cancel {self.plan.job_id} tries again")
-
     def _stop(self, running: list[tuple[LocalNode, node_wrapper.Proc]], st: dict[str, Any]) -> None:
         """Stop this run's agents and their workers; record how each node ended."""
         for _, p in running:
@@ -337,11 +341,11 @@ class Supervisor:
             if p.poll() is None:
                 p.kill()
             p.wait()
-        if _cgroup[0]:  # what the marker cannot find: a process with its own session and environment
+        if self.starts.cgroup:  # what the marker cannot find: a process with its own session and environment
             from launcher.targets.local.job import cgroups
 
             for n, _ in running:
-                cgroups.stop(os.path.join(_cgroup[0], node_tag(st['index'], n.node)))
+                cgroups.stop(os.path.join(self.starts.cgroup, node_tag(st['index'], n.node)))
         # A container whose engine client was killed may outlive it: remove the run's containers by name.
         names = [n.container for n, _ in running if n.container]
         from launcher.targets.local import container
@@ -363,17 +367,19 @@ def main(argv: list[str], from_submit: bool = False) -> int:
     if len(argv) != 1:
         print("usage: python -m launcher.targets.local.job.supervisor RUN_DIR", file=sys.stderr)
         return 2
+    secrets: dict[str, dict[str, str]] = {}
     if SECRET_ENV in os.environ:  # removed before anything starts: no node inherits the whole set
         import json
 
-        _secrets.update(json.loads(os.environ.pop(SECRET_ENV)))
+        try:
+            secrets = json.loads(os.environ.pop(SECRET_ENV))
+        except ValueError:  # not what submit wrote: the nodes start with *** for those values
+            print(f"[ddpjob] {SECRET_ENV} in the environment is not ddpjob's: ignored", file=sys.stderr)
     plan = read_plan(argv[0], from_submit)  # a plan that cannot be read stops here, with why, before any node starts
-    global _cgroup
     from launcher.targets.local.job import cgroups
 
-    _cgroup = cgroups.make_job(plan.job_id)
-    return Supervisor(argv[0], plan).run(start_first_run(argv[0], plan))
-
+    starts = Starts(*cgroups.make_job(plan.job_id), secrets=secrets)
+    return Supervisor(argv[0], plan, starts).run(start_first_run(argv[0], plan, starts))
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,122 @@
+"""A run's lost nodes and its goodput, told from the target's records of each loss and the run's metrics
+file: the typed ``jobstatus.Loss`` that ``status``, ``list``, ``wait``, ``results`` and the dashboard read.
+
+A target records each loss as a mapping (local: ``state.json``'s ``losses``, written by the
+supervisor: ``node``, ``at``, ``how``, ``reached_step``, ``back_at``, ``nodes``, ``replaced``). The
+program says where it resumed in its metrics file (``$DDPJOB_METRICS_FILE``; the reference trainer
+writes ``{"event": "resume", "step": ..., "checkpoint_step": ...}`` and its checkpoints as
+``{"event": "checkpoint", "step": ...}``, each with its ``time``). A program that writes none still has
+its losses told, without the steps and seconds they cost.
+
+*Goodput* is the share of a run's wall time that went into training it kept: from its start to its end
+(or now), less the wait for its first step and, for each loss, the time from the checkpoint it resumed
+from to its first step after the way back (the work redone and the time without training).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from launcher.targets.jobstatus import Loss
+
+# The metrics file is read whole only for a run that lost a node, and at most its last this many bytes.
+MAX_READ = 32 * 2**20
+
+
+def losses(rows: object, metrics_file: str | None) -> list[Loss]:
+    """The records of a run's losses (a list of mappings, as the target keeps them) as ``Loss``es, what
+    the metrics file at ``metrics_file`` says of each added. Rows that are not such records are left out."""
+    if not isinstance(rows, list):
+        return []
+    found = [loss for row in rows if (loss := _loss(row)) is not None]
+    if not found or not metrics_file:
+        return found
+    events = read_events(metrics_file)
+    return [_with_metrics(loss, events, found[i + 1].at if i + 1 < len(found) else None)
+            for i, loss in enumerate(found)]
+
+
+def _loss(row: object) -> Loss | None:
+    if not isinstance(row, dict):
+        return None
+    node, at, how = row.get("node"), _number(row.get("at")), row.get("how")
+    if not isinstance(node, (int, str)) or isinstance(node, bool) or at is None or not isinstance(how, str):
+        return None
+    reached, nodes = row.get("reached_step"), row.get("nodes")
+    return Loss(node, at, how, reached if _int(reached) else None, _number(row.get("back_at")),
+                nodes if _int(nodes) else None, row.get("replaced") is True)
+
+
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def read_events(path: str, *, head: int | None = None) -> list[dict[str, Any]]:
+    """The metrics file's lines that have an integer ``step`` and a ``time``, in order: its last
+    ``MAX_READ`` bytes, or its first ``head`` bytes."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if head is None and size > MAX_READ:
+                f.seek(size - MAX_READ)
+            data = f.read(head if head is not None else -1)
+    except OSError:
+        return []
+    out = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and _int(rec.get("step")) and _number(rec.get("time")) is not None:
+            out.append(rec)
+    return out
+
+
+def _with_metrics(loss: Loss, events: list[dict[str, Any]], next_loss: float | None) -> Loss:
+    """``loss`` with where the program resumed after it: its first resume event after the run was back
+    (before the next loss); with none, a first step of 1 means it started again from the beginning."""
+    if loss.back_at is None:
+        return loss
+    after = [e for e in events if e["time"] >= loss.back_at and (next_loss is None or e["time"] < next_loss)]
+    before = [e for e in events if e["time"] < loss.at]
+    steps_before = [e for e in before if e.get("event", "step") == "step"]
+    reached = max([loss.reached_step or 0, *(e["step"] for e in steps_before)]) or loss.reached_step
+    resume = next((e for e in after if e.get("event") == "resume"), None)
+    first = next((e for e in after if e.get("event", "step") == "step" and (resume is None or e["time"] >= resume["time"])), None)
+    if resume is not None:
+        saved = resume.get("checkpoint_step", resume["step"])
+        saved = saved if _int(saved) else resume["step"]
+        saves = [e for e in before if e.get("event") == "checkpoint" and e["step"] == saved]
+        resumed, checkpoint_at = int(resume["step"]), _number(saves[-1]["time"]) if saves else None
+    elif first is not None and first["step"] <= 1:  # started again from the beginning: no checkpoint yet
+        resumed = saved = 0
+        checkpoint_at = _number(steps_before[0]["time"]) if steps_before else None
+    else:
+        return Loss(**{**vars(loss), "reached_step": reached})
+    return Loss(**{**vars(loss), "reached_step": reached, "resumed_step": resumed, "checkpoint_step": saved,
+                   "checkpoint_at": checkpoint_at, "first_step_at": _number(first["time"]) if first else None})
+
+
+def goodput(started: float | None, ended: float | None, run_losses: list[Loss], metrics_file: str | None,
+            now: float) -> float | None:
+    """The run's goodput (see the module's docstring), or None where it cannot be told: no start, no
+    first step in the metrics file, or a loss whose cost is not known."""
+    if started is None or not metrics_file or any(loss.back_at is not None and loss.lost_s is None for loss in run_losses):
+        return None
+    # A run without losses needs only its first step: the file's first 64 KiB.
+    events = read_events(metrics_file) if run_losses else read_events(metrics_file, head=64 * 1024)
+    # (A metrics file may hold an earlier run's lines: an output folder used again.)
+    first = next((e for e in events if e.get("event", "step") == "step" and e["time"] >= started - 1), None)
+    end = ended if ended is not None else now
+    wall = end - started
+    if first is None or wall <= 0:
+        return None
+    kept = wall - max(0.0, float(first["time"]) - started) - sum(loss.lost_s or 0.0 for loss in run_losses)
+    return max(0.0, min(1.0, kept / wall))
