@@ -290,7 +290,8 @@ def test_a_rerun_of_a_job_that_ended_early_goes_on_from_its_checkpoint(cli, tmp_
     proc = cli("rerun", job_id, "--resume", "-f", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"resumed from {old}/checkpoint.pt at step {saved}" in proc.stdout, proc.stdout
-    new = json.loads(cli("list", "-o", "json", check=True).stdout)[0]
+    new = _status(cli, json.loads(cli("list", "-o", "json", check=True).stdout)[0]["id"])
+    assert new["rerun_of"] == job_id
     summary = json.loads((Path(new["run_dir"]) / "output" / "summary.json").read_text())
     assert summary["steps"] == 2 * (3072 // 32) and (Path(new["run_dir"]) / "output" / "checkpoint.pt").exists()
 
