@@ -32,7 +32,7 @@ def config_group() -> None:
 
 @config_group.command(name="show")
 @click.argument("spec_file", metavar="[SPEC]", required=False, shell_complete=complete_spec_files)
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["text", "json"], case_sensitive=False), default="text", show_default=True)
 @guard
 def show(spec_file: str | None, output: str) -> None:
     """Show every default the files set and where it comes from; with SPEC, also which of them the

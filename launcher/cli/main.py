@@ -54,7 +54,7 @@ def cli(debug: bool) -> None:
 @cli.command(cls=CommandAfterDashes)
 @click.argument("args", nargs=-1, metavar="[SPEC | - | -- COMMAND...]", shell_complete=complete_spec_files)
 @_spec_options
-@click.option("--dry-run", type=click.Choice(["client", "server"]), is_flag=False, flag_value="client",
+@click.option("--dry-run", type=click.Choice(["client", "server"], case_sensitive=False), is_flag=False, flag_value="client",
               default=None, help="Print the plan and stop: nothing is submitted or recorded. "
               "--dry-run=server also asks the scheduler to check it (Kubernetes: dryRun=All).")
 @click.option("--follow", "-f", is_flag=True, help="Stream logs until the job ends; exit with its result.")
@@ -170,7 +170,7 @@ def schema() -> None:
 
 @cli.command()
 @click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["text", "json"], case_sensitive=False), default="text", show_default=True)
 @_guard
 def status(job_id: str, output: str) -> None:
     """Show a job's state, each run's nodes and exit codes, and the root cause of a failure."""

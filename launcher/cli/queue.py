@@ -33,7 +33,7 @@ def _states(states: tuple[str, ...]) -> list[JobState]:
 
 
 @click.command(name="list")
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["text", "json"], case_sensitive=False), default="text", show_default=True)
 @click.option("--limit", type=click.IntRange(0, COUNT_MAX), default=50, show_default=True, help="Newest N jobs (0: all).")
 @_filters
 @click.option("--du", is_flag=True, help="Also show the disk space each job's run directory uses.")

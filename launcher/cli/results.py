@@ -44,7 +44,7 @@ def _notes(target: str, runs: list[RunResult]) -> list[str]:
 @click.option("--sort", "sort_key", metavar="METRIC", help="Order the runs by a metric's best value (best "
               "first: lowest, highest for accuracy-like metrics), a sweep value (with several jobs: any "
               "value that differs), or duration.")
-@click.option("--output", "-o", type=click.Choice(["text", "json", "csv"]), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["text", "json", "csv"], case_sensitive=False), default="text", show_default=True)
 @guard
 def results(job_ids: tuple[str, ...], sort_key: str | None, output: str) -> None:
     """Compare a job's runs: one row per run (each sweep element) with its sweep values, state,

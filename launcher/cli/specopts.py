@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from launcher.service.jobs import Jobs
     from launcher.spec.load import LoadedSpec
 
-TARGET_CHOICE = click.Choice(TARGET_NAMES)
+TARGET_CHOICE = click.Choice(TARGET_NAMES, case_sensitive=False)
 
 
 P = ParamSpec("P")

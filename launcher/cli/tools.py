@@ -98,7 +98,7 @@ def rm(job_ids: tuple[str, ...], force: bool) -> None:
 
 @click.command()
 @click.option("--older-than", default="7d", show_default=True, help="Jobs that ended longer ago than this (7d, 12h, 30m, 0).")
-@click.option("--state", "states", multiple=True, type=click.Choice(["SUCCEEDED", "FAILED", "CANCELLED"]),
+@click.option("--state", "states", multiple=True, type=click.Choice(["SUCCEEDED", "FAILED", "CANCELLED"], case_sensitive=False),
               help="Only jobs that ended in this state (repeatable; default: all finished jobs).")
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
 @guard
@@ -132,7 +132,7 @@ def prune(older_than: str, states: tuple[str, ...], dry_run: bool) -> None:
 @click.option("--max-mib", type=click.IntRange(1, 4096), default=256, show_default=True,
               help="Largest all-reduce, in MiB (sizes from 1 MiB, x4 each step).")
 @click.option("--iters", type=click.IntRange(1, 100), default=3, show_default=True, help="Timed all-reduces per size.")
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["text", "json"], case_sensitive=False), default="text", show_default=True)
 @click.option("--report", "report_of", metavar="ID", shell_complete=complete_job_ids,
               help="Show the report of doctor job ID again (waiting for it to end); runs nothing new.")
 @guard

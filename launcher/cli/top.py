@@ -14,7 +14,7 @@ from launcher.cli.tools import complete_job_ids
 
 @click.command()
 @click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True,
+@click.option("--output", "-o", type=click.Choice(["text", "json"], case_sensitive=False), default="text", show_default=True,
               help="json: one sample as a JSON object (per node, per rank), for scripts; implies --once.")
 @click.option("--once", is_flag=True, help="Print one sample and exit (what a script or a log wants).")
 @click.option("--interval", type=click.FloatRange(0.5, 3600), default=2.0, show_default=True, metavar="SECONDS",

@@ -190,3 +190,14 @@ def test_render_skips_pydantic_plugin_discovery_but_the_api_does_not():
            "print(sys.modules['pydantic.plugin._loader'].__file__, 'importlib.metadata' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", api], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.split()[0].endswith("_loader.py") and out.stdout.split()[1] == "True", out
+
+
+@pytest.mark.parametrize("args", [
+    ["prune", "--state", "failed", "--dry-run"], ["prune", "--state", "Cancelled", "--older-than", "0", "--dry-run"],
+    ["list", "--state", "RUNNING", "-o", "JSON"], ["list", "--target", "LOCAL"], ["cancel", "--all", "--state", "running", "--yes"],
+    ["render", "jobs/quickstart.yaml", "--target", "Local"], ["config", "show", "-o", "Json"],
+])
+def test_states_targets_and_formats_take_any_case(cli, args):
+    """Issue 45, item 5: `prune --state failed` was refused while `list --state` took lowercase."""
+    proc = cli(*args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
