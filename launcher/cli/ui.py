@@ -32,6 +32,9 @@ def ui(port: int, host: str) -> None:
       ssh -L 8765:127.0.0.1:8765 gpu-box 'ddpjob ui'    # a remote machine's jobs, through SSH
     """
     from launcher.cli.specopts import jobs_service
+    from launcher.ui.extra import check_installed
+
+    check_installed()  # before launcher.ui.serve, whose imports need the extra
     from launcher.ui.serve import prepare
 
     dash = prepare(jobs_service(), host, port)

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.core.errors import TargetUnavailable, UsageError
+from launcher.ui.extra import check_installed
 from launcher.ui.guard import WILDCARDS, allowed_hosts, is_loopback, new_token, url_host
 
 if TYPE_CHECKING:
     from launcher.service.jobs import Jobs
 
-EXTRA_HINT = "the dashboard needs its web server: pip install 'ddpjob[ui]' (Starlette and uvicorn)"
 RISK = ("listening on {host}, not on this machine's loopback: anyone who can reach {host}:{port} and learns the "
         "token (it is in the URL: browser history, shared screens, proxies' logs) can read your jobs' logs and "
         "specs and cancel your jobs, and the traffic is plain HTTP, not encrypted. Safer: keep the default "
@@ -31,15 +31,6 @@ class Dashboard:
     token: str
     risk: str | None
     run: Callable[[], None]
-
-
-def check_installed() -> None:
-    """``TargetUnavailable`` (exit 3) naming the extra when Starlette or uvicorn cannot be imported."""
-    try:
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as e:
-        raise TargetUnavailable(f"{EXTRA_HINT}; here: {e}") from e
 
 
 def risk(host: str, port: int) -> str | None:

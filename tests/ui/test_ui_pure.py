@@ -133,10 +133,16 @@ def test_cli_start_up_loads_no_web_framework():
     assert out.strip() == "[]"
 
 
-def test_ui_without_the_extra_names_it(monkeypatch):
+@pytest.mark.parametrize("missing", ["uvicorn", "starlette"])
+def test_ui_without_the_extra_names_it(monkeypatch, missing):
+    """Issue 45, item 1: without starlette, `ddpjob ui` was an internal error (exit 70): the dashboard's
+    modules import it at their top, before their own check could say what to install."""
     from launcher.cli.main import cli
 
-    monkeypatch.setitem(sys.modules, "uvicorn", None)  # what an install without the ui extra sees: no uvicorn
+    for module in [m for m in sys.modules if m == missing or m.startswith(missing + ".")] or [missing]:
+        monkeypatch.setitem(sys.modules, module, None)  # what an install without the ui extra sees
+    for module in [m for m in sys.modules if m.startswith("launcher.ui.")]:  # imported anew, as in a fresh process
+        monkeypatch.delitem(sys.modules, module)
     result = CliRunner().invoke(cli, ["ui", "--port", "0"])
     assert result.exit_code == 3, result.output
     assert "pip install 'ddpjob[ui]'" in result.output and "Traceback" not in result.output
