@@ -120,14 +120,21 @@ def render(spec_file: str, target: str, nodes: int | None, procs_per_node: str |
 @cli.command()
 @click.argument("spec_files", nargs=-1, required=True, metavar="SPEC...", shell_complete=complete_spec_files)
 @click.option("--target", "-t", type=TARGET_CHOICE, help="Also run this target's checks (e.g. the PyTorchJob CRD schema).")
+@click.option("--nodes", "-n", type=int, help="Override nodes (in every spec given).")
+@click.option("--procs-per-node", "-p", help="Override procs_per_node (an integer or 'auto').")
+@click.option("--name", help="Override the job name.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override any field, e.g. --set resources.cpus=4 (repeatable).")
 @_guard
-def validate(spec_files: tuple[str, ...], target: str | None) -> None:
+def validate(spec_files: tuple[str, ...], target: str | None, nodes: int | None, procs_per_node: str | None,
+             name: str | None, sets: tuple[str, ...]) -> None:
     """Check spec files (- reads one from standard input) and report every problem with file, line
-    and field. Exit 2 if any is wrong.
+    and field. Exit 2 if any is wrong. Overrides apply before the checks, as at submit.
 
     \b
-    Example:
+    Examples:
       ddpjob validate *.yaml --target k8s
+      ddpjob validate job.yaml --nodes 3 --set resources.cpus=4
     """
     import math
 
@@ -137,7 +144,7 @@ def validate(spec_files: tuple[str, ...], target: str | None) -> None:
     service = _jobs()
     for f in spec_files:
         try:
-            loaded = _load((f,), [])
+            loaded = _load((f,), _overrides(sets, nodes, procs_per_node, name))
             plan = service.plan(loaded, target) if target else None
         except SpecError as e:
             bad += 1
