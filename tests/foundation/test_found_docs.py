@@ -324,3 +324,21 @@ def test_no_page_is_empty_or_orphaned_from_the_readme_tables() -> None:
         text = page.read_text()
         assert text.startswith("# ") and len(text.splitlines()) > 5, page.name
 
+
+
+def test_every_yaml_spec_block_of_the_readme_and_docs_validates(tmp_path: Path) -> None:
+    """Issue 45, item 2: the README's "What a job spec looks like" failed `ddpjob validate` (its sweep's
+    keys were in no command). Every ```yaml block that has a `command:` (a whole spec) must validate."""
+    from launcher.cli.main import cli as main
+
+    checked = []
+    for page in PAGES:
+        for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S)):
+            if not re.search(r"^command:", block, re.M):
+                continue  # a fragment (a defaults file, one section)
+            spec = tmp_path / f"{page.stem}-{i}.yaml"
+            spec.write_text(block)
+            result = CliRunner().invoke(main, ["validate", str(spec)])
+            assert result.exit_code == 0, f"{page.name}, yaml block {i}:\n{result.output}"
+            checked.append(page.name)
+    assert "README.md" in checked
