@@ -78,7 +78,7 @@ def job_table(entries: list[Entry], progress: dict[str, Progress | None] | None 
         done, total = e.runs()
         if total > 1:
             note = f"runs {done if done is not None else '?'}/{total}" + (f"; {note}" if note else "")
-        size = (_size(disk_use(r.run_dir)),) if disk else ()
+        size = (size_text(disk_use(r.run_dir)),) if disk else ()
         rows.append((r.id, r.target, r.state.value, _text(r.summary.nodes), duration(e.age_s(now)),
                      duration(e.duration_s(now)), *size, note[:60]))
     n = len(head)
@@ -113,7 +113,8 @@ def _text(value: int | None) -> str:
     return "" if value is None else str(value)
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """Bytes as ``list --du``, ``rm`` and ``prune`` write them: ``512B``, ``10.8K``, ``3.2M``, ``1.5G``."""
     for unit in ("B", "K", "M", "G"):
         if n < 1024 or unit == "G":
             return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"

@@ -85,13 +85,14 @@ def rm(job_ids: tuple[str, ...], force: bool) -> None:
       ddpjob rm quickstart-ab2cd
       ddpjob rm --force sweep-x7k2m     # cancel it first
     """
+    from launcher.cli.show import size_text
     from launcher.service.cleanup import remove
     from launcher.service.jobs import Jobs
 
     jobs = Jobs()
     for job_id in job_ids:
         done = remove(jobs, job_id, force=force)
-        click.echo(f"{done.job_id}: removed ({done.freed / 2**20:.1f} MiB freed)")
+        click.echo(f"{done.job_id}: removed ({size_text(done.freed)} freed)")
         for path in done.kept:
             click.echo(f"  kept {path} (not under $DDPJOB_HOME: remove it yourself if you no longer need it)")
 
@@ -110,6 +111,7 @@ def prune(older_than: str, states: tuple[str, ...], dry_run: bool) -> None:
       ddpjob prune                          # finished more than 7 days ago
       ddpjob prune --older-than 0 --state FAILED --dry-run
     """
+    from launcher.cli.show import size_text
     from launcher.core.states import JobState
     from launcher.service import cleanup
     from launcher.service.jobs import Jobs
@@ -117,9 +119,9 @@ def prune(older_than: str, states: tuple[str, ...], dry_run: bool) -> None:
     removed = cleanup.prune(Jobs(), older_than_s=cleanup.parse_duration(older_than),
                             states={JobState(s) for s in states} or None, dry_run=dry_run)
     for r in removed:
-        click.echo(f"{r.job_id}: {'would be removed' if dry_run else 'removed'} ({r.freed / 2**20:.1f} MiB)")
-    total = sum(r.freed for r in removed) / 2**20
-    click.echo(f"{len(removed)} job(s), {total:.1f} MiB" + (" (dry run: nothing removed)" if dry_run else " freed"))
+        click.echo(f"{r.job_id}: {'would be removed' if dry_run else 'removed'} ({size_text(r.freed)})")
+    total = sum(r.freed for r in removed)
+    click.echo(f"{len(removed)} job(s), {size_text(total)}" + (" (dry run: nothing removed)" if dry_run else " freed"))
 
 
 @click.command()

@@ -212,6 +212,21 @@ def test_a_loss_before_the_first_checkpoint_and_a_program_without_metrics(tmp_pa
     assert gone.line().endswith("(x); not brought back")
 
 
+def test_a_checkpoint_finished_while_the_loss_was_noticed_is_the_one_resumed_from(tmp_path):
+    """Seen in the benchmark: node 1 killed while rank 0 wrote a checkpoint; the checkpoint's line is dated
+    after the loss was noticed, and the run resumed from it: its cost is still told."""
+    from launcher.targets.shared import recovery
+
+    metrics = _write_metrics(tmp_path / "m.jsonl", [
+        {"event": "step", "step": 1, "time": T0 + 1}, {"event": "step", "step": 50, "time": T0 + 9.9},
+        {"event": "checkpoint", "step": 50, "time": T0 + 10.2},
+        {"event": "resume", "step": 50, "checkpoint_step": 50, "time": T0 + 16}, {"event": "step", "step": 51, "time": T0 + 17},
+    ])
+    (loss,) = recovery.losses([{"node": 1, "at": T0 + 10.1, "how": "h", "back_at": T0 + 11.5, "nodes": 3}], metrics)
+    assert (loss.checkpoint_step, loss.lost_steps, loss.lost_s) == (50, 0, pytest.approx(6.8))
+    assert recovery.goodput(T0, T0 + 20, [loss], metrics, now=T0) == pytest.approx((20 - 1 - 6.8) / 20)
+
+
 def test_a_run_resumed_on_another_world_size_counts_its_lost_steps_as_it_ran(tmp_path):
     from launcher.targets.shared import recovery
 

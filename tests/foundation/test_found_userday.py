@@ -146,8 +146,12 @@ def test_rm_and_prune_leave_no_record_and_no_run_directory(cli, tmp_path, ddpjob
         assert cli("wait", job_id, "--timeout", "120").returncode == 0
     runs = ddpjob_home / "runs"
     assert (runs / a).is_dir()
+    listed = next(line for line in cli("list", "--du", check=True).stdout.splitlines() if line.startswith(a))
     out = cli("rm", a, check=True).stdout
     assert f"{a}: removed" in out and not (runs / a).exists()
+    # The size rm freed, written as list --du wrote it (issue 45 item 8: "0.0 MiB freed" beside "10.8K").
+    freed = out.split("removed (")[1].split(" freed")[0]
+    assert freed != "0.0M" and freed in listed.split(), (out, listed)
     assert cli("status", a).returncode == 4
     dry = cli("prune", "--older-than", "0", "--dry-run", check=True).stdout
     assert "2 job(s)" in dry and (runs / b).is_dir()

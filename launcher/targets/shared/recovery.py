@@ -93,7 +93,9 @@ def _with_metrics(loss: Loss, events: list[dict[str, Any]], next_loss: float | N
     if resume is not None:
         saved = resume.get("checkpoint_step", resume["step"])
         saved = saved if _int(saved) else resume["step"]
-        saves = [e for e in before if e.get("event") == "checkpoint" and e["step"] == saved]
+        # Before the run came back, not before the loss: rank 0 may finish a checkpoint while a lost peer's
+        # end is being noticed, and the run then resumes from it.
+        saves = [e for e in events if e.get("event") == "checkpoint" and e["step"] == saved and e["time"] < loss.back_at]
         resumed, checkpoint_at = int(resume["step"]), _number(saves[-1]["time"]) if saves else None
     elif first is not None and first["step"] <= 1:  # started again from the beginning: no checkpoint yet
         resumed = saved = 0
