@@ -148,7 +148,7 @@ def validate(spec_files: tuple[str, ...], target: str | None, nodes: int | None,
             plan = service.plan(loaded, target) if target else None
         except SpecError as e:
             bad += 1
-            click.echo(e.render(), err=True)
+            click.echo(e.render(checking=True), err=True)
             continue
         runs = plan.runs if plan else math.prod(len(v) for v in loaded.spec.sweep.values())
         # A target may say what it checked (k8s: whether the strict CRD check ran, or why not).

@@ -86,12 +86,12 @@ def _keep_build(ctx: click.Context, param: click.Parameter, value: bool) -> None
 
 def overrides(sets: tuple[str, ...], nodes: int | None, procs: str | None, name: str | None) -> list[str]:
     out = list(sets)
-    if nodes is not None:
-        out.append(f"nodes={nodes}")
+    if nodes is not None:  # named as typed in messages (launcher.spec.load.FLAG_FIELDS)
+        out.append(f"--nodes={nodes}")
     if procs is not None:
-        out.append(f"procs_per_node={procs}")
+        out.append(f"--procs-per-node={procs}")
     if name is not None:
-        out.append(f"name={name}")
+        out.append(f"--name={name}")
     return out
 
 

@@ -177,9 +177,9 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
     # The user's --set first: what makes the job a check (its command, one run, its name) wins.
     sets = [*user_sets, f"command={json.dumps(doc.probe_command(max_mib, iters))}", "sweep={}", "name=doctor"]
     if nodes is not None:
-        sets.append(f"nodes={nodes}")
+        sets.append(f"--nodes={nodes}")
     if procs_per_node is not None:
-        sets.append(f"procs_per_node={procs_per_node}")
+        sets.append(f"--procs-per-node={procs_per_node}")
     loaded = load(spec_file, overrides=sets) if spec_file else load_spec(None, overrides=sets, base=doc.spec_base(nodes))
     try:
         job_id = jobs.submit(loaded, target).job_id

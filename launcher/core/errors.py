@@ -70,7 +70,10 @@ class SpecError(DdpjobError):
                 return where
         return None
 
-    def render(self) -> str:
+    def render(self, *, checking: bool = False) -> str:
+        """Every issue at its file:line:column (or command-line option) and field, with its hint; the
+        last line counts them and, unless ``checking`` (``ddpjob validate``, which submits nothing in
+        any case), says that nothing was submitted."""
         lines = []
         for issue in self.issues:
             if issue.source:
@@ -82,11 +85,12 @@ class SpecError(DdpjobError):
                 # A control character in the name (NUL, ESC) is shown escaped, never sent to the terminal.
                 name = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in self.file)
                 where = f"{name}:{loc[0]}:{loc[1]}" if loc else name
-            lines.append(f"{where}: {issue.dotted}: {issue.message}")
+            # A problem of the whole file (not found, not a mapping) has no field to name.
+            lines.append(f"{where}: {issue.dotted}: {issue.message}" if issue.path else f"{where}: {issue.message}")
             if issue.hint:
                 lines.append(f"    hint: {issue.hint}")
         count = len(self.issues)
-        lines.append(f"{count} problem{'s' if count != 1 else ''} found; nothing was submitted.")
+        lines.append(f"{count} problem{'s' if count != 1 else ''} found" + ("." if checking else "; nothing was submitted."))
         return "\n".join(lines)
 
 

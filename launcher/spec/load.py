@@ -56,15 +56,25 @@ class LoadedSpec:
         return SpecError(self.file, located, self.locations)
 
 
+# The command line's own flags for a field: an override ``--nodes=3`` is --nodes as typed (messages
+# name it so, not as a --set the user never wrote), and sets ``nodes``.
+FLAG_FIELDS = {"--nodes": "nodes", "--procs-per-node": "procs_per_node", "--name": "name"}
+
+
 def override_source(text: str) -> str:
-    """How a ``--set`` is named in messages: control characters escaped, secret values masked, a long
-    value cut in the middle (the message about it says what is wrong with it)."""
+    """How a ``--set`` (or a field's own flag) is named in messages: control characters escaped, secret
+    values masked, a long value cut in the middle (the message about it says what is wrong with it)."""
+    key, sep, raw = text.partition("=")
+    if sep and key in FLAG_FIELDS:
+        return f"{key} {shorten(printable(raw), keep=80)}"
     return f"--set {shorten(printable(mask_override(text)), keep=80)}"
 
 
 def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
-    """``a.b=value`` -> (("a", "b"), value parsed as a YAML scalar/flow value, under the file's bounds)."""
+    """``a.b=value`` -> (("a", "b"), value parsed as a YAML scalar/flow value, under the file's bounds);
+    ``--nodes=3`` (``FLAG_FIELDS``) -> (("nodes",), 3)."""
     key, sep, raw = text.partition("=")
+    key = FLAG_FIELDS.get(key, key)
     parts = tuple(p.strip() for p in key.split("."))
     source = override_source(text)
     if not sep or not all(parts):
@@ -297,13 +307,28 @@ def _issues_from_pydantic(e: ValidationError, data: Any) -> list[Issue]:
         # env as a whole (`--set env=...` taken as text) may hold a secret's value too; a notify URL's
         # path is often a webhook's secret.
         secret = (path[:1] == ("env",) and (len(path) == 1 or is_secret(str(path[1])))) or path[:2] == ("notify", "url")
-        if not secret and isinstance(value, (int, float, str, bool)) and len(repr(value)) <= 60 and repr(value) not in message:
+        shown = repr(value) not in message and (str(value) not in message or not str(value))
+        if not secret and isinstance(value, (int, float, str, bool)) and len(repr(value)) <= 60 and shown:
             message += f" (got {value!r})"
-        hint = None
-        if path == ("name",) and isinstance(value, str):
-            hint = f"for example name: {sanitize_name(value)}"
-        issues.append(Issue(path, message, hint))
+        issues.append(Issue(path, message, _hint(path, value, first["type"])))
     return issues
+
+
+# The memory fields: Kubernetes quantities, or sbatch's --mem for slurm.memory (text with a unit).
+_MEMORY_FIELDS = {("resources", "memory"), ("resources", "shm"), ("slurm", "memory")}
+
+
+def _hint(path: tuple[str | int, ...], value: object, err_type: str) -> str | None:
+    """What to write instead, where the mistake is a common one."""
+    if path == ("name",) and isinstance(value, str):
+        return f"for example name: {sanitize_name(value)}"
+    if path in _MEMORY_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"add a unit, e.g. {path[-1]}: {value:g}Mi or 2Gi (a size is text with its unit)"
+    if path == ("command",) and isinstance(value, str) and err_type == "list_type":
+        words = value.split()
+        return ("write it as a list, one argument per item: command: [" + ", ".join(words[:6])
+                + (", ..." if len(words) > 6 else "") + "] (it is never run through a shell)")
+    return None
 
 
 def _missing_hint(path: tuple[str | int, ...]) -> str | None:

@@ -50,11 +50,21 @@ def _env_name(key: str) -> str:
     if not ENV_NAME_RE.match(key):
         raise ValueError(f"{key!r} is not a valid variable name (letters, digits, '_'; not starting with a digit)")
     if is_reserved_env(key):
-        raise ValueError(
-            f"{key} is computed by torchrun/ddpjob for each process and cannot be set "
-            "(use master_port: to choose the rendezvous port)"
-        )
+        raise ValueError(f"{key} is set for each process and cannot be set here: {_who_sets(key)}")
     return key
+
+
+def _who_sets(key: str) -> str:
+    """Who sets a reserved variable, and what in the spec decides it."""
+    if key == "MASTER_PORT":
+        return "use master_port: to choose the rendezvous port"
+    if key == "MASTER_ADDR":
+        return "each target decides the rendezvous address (the first node's)"
+    if key.startswith("PET_"):
+        return "the training operator sets PET_* in a PyTorchJob's pods from nodes and procs_per_node"
+    if key.startswith("DDPJOB_"):
+        return "ddpjob sets it for each run (docs: ddpjob docs spec)"
+    return "torchrun sets it from nodes and procs_per_node"
 
 
 def _single_line(value: str) -> str:

@@ -89,7 +89,7 @@ def test_env_from_host_is_refused_where_it_cannot_be_honoured(cli, tmp_path, ddp
     assert slurm.returncode == 0 and "# env_from_host: HOST_ONLY_TOKEN" in slurm.stdout
     for names, words in (("[A_TOKEN]", "env_from_host: A_TOKEN is also set in env:"),
                          ("[B, B]", "env_from_host: B is listed twice"),
-                         ("[WORLD_SIZE]", "env_from_host[0]: WORLD_SIZE is computed")):
+                         ("[WORLD_SIZE]", "env_from_host[0]: WORLD_SIZE is set for each process")):
         both = tmp_path / "both.yaml"
         both.write_text(f"name: b\ncommand: [python, x.py]\nenv: {{A_TOKEN: x}}\nenv_from_host: {names}\n")
         proc = cli("validate", str(both))
