@@ -87,6 +87,8 @@ def submit(args: tuple[str, ...], target: str, nodes: int | None, procs_per_node
         click.echo("\nStopped: nothing was submitted.", err=True)
         sys.exit(130)
     service, target = _jobs(), _target(target, loaded)
+    if dry_run == "server":
+        service.check_server_dry_run(target)
     if dry_run:
         plan = service.plan(loaded, target, online=dry_run == "server")
         click.echo(plan.render(), nl=False)

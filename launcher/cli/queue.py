@@ -57,7 +57,11 @@ def list_(output: str, limit: int, states: tuple[str, ...], target: str | None, 
     from launcher.service.queue import queue
 
     service = _jobs()
-    entries = queue(service.registry, limit=limit or None, target=target, states=_states(states), name=name)
+    # One more than shown: whether the limit left jobs out, said under the table (not silently cut).
+    entries = queue(service.registry, limit=min(limit + 1, COUNT_MAX) if limit else None, target=target,
+                    states=_states(states), name=name)
+    more = bool(limit) and len(entries) > limit
+    entries = entries[:limit] if limit else entries
     progress = {e.rec.id: service.progress(e.rec) for e in entries if not e.rec.state.terminal}
     if output == "json":  # compact: the whole spec and handle stay in status -o json
         click.echo(json.dumps([job_summary(e.rec, progress.get(e.rec.id), service.native_ids(e.rec), e)
@@ -74,6 +78,8 @@ def list_(output: str, limit: int, states: tuple[str, ...], target: str | None, 
 
     for line in job_table(entries, progress, disk=du, colour=enabled(sys.stdout)):
         click.echo(line)
+    if more:
+        click.echo(f"(the newest {limit} jobs; there are more: --limit N shows N, --limit 0 all)", err=True)
 
 
 @click.command()

@@ -116,6 +116,7 @@ class Jobs:
             cwd=os.getcwd(), python=sys.executable, inputs=inputs,
             port_command=(sys.executable, "-m", "launcher.service.ports", str(self.registry.home), job_id)
             if port is not None else (),
+            ddpjob_home=str(self.registry.home) if os.environ.get("DDPJOB_HOME") else None,
         )
 
     def plan(self, loaded: LoadedSpec, target: str, *, online: bool = False) -> Plan[object]:
@@ -150,6 +151,18 @@ class Jobs:
         from launcher.targets.lookup import get_target
 
         return get_target(plan.target).server_dry_run(plan)
+
+    def check_server_dry_run(self, target: str) -> None:
+        """``UsageError`` when ``target`` has no server to ask (``--dry-run=server``), before anything is
+        planned or printed: a client dry run in its place would pass for the server's verdict."""
+        from launcher.core.errors import UsageError
+        from launcher.targets.base import Target
+        from launcher.targets.lookup import target_class
+
+        own: object = getattr(target_class(target), "server_dry_run", None)
+        if own is Target.server_dry_run:  # the base's, which only refuses
+            raise UsageError(f"--dry-run=server asks a cluster's API server, and the {target} target has none: "
+                             "use --dry-run (what would be submitted, checked here)")
 
     def submit(self, loaded: LoadedSpec, target: str, *, preflight: bool = True) -> Submission:
         """Check, reserve, plan once, submit and record.

@@ -42,6 +42,7 @@ class PlanContext:
         cpu_count: cores of this machine (local OMP_NUM_THREADS).
         gpu_count: GPUs of this machine (local ``procs_per_node: auto``).
         home: the user's home (Slurm's default folder); ``cwd``: where ddpjob was run.
+        ddpjob_home: ``$DDPJOB_HOME`` where it is set (then Slurm's default folder is under it), else None.
         python: the interpreter that runs torchrun locally.
         inputs: what the target read from outside before planning (``Target.inputs``), e.g. the
             CRD to validate against; part of the plan's input, never read inside ``plan``.
@@ -60,6 +61,7 @@ class PlanContext:
     python: str = "python3"
     inputs: object = None
     port_command: tuple[str, ...] = ()
+    ddpjob_home: str | None = None
 
 
 @dataclass

@@ -51,3 +51,32 @@ def test_validate_says_no_submit_and_a_missing_file_names_no_field(cli, tmp_path
     assert f"{tmp_path / 'nothere.yaml'}: file not found" in missing.stderr and "<root>" not in missing.stderr
     assert missing.stderr.rstrip().endswith("1 problem found.") and "submitted" not in missing.stderr
     assert "nothing was submitted" in cli("submit", str(tmp_path / "nothere.yaml")).stderr
+
+
+def test_list_says_when_its_limit_left_jobs_out(cli, ddpjob_home):
+    """Issue 45, item 8: `list` stopped at 50 jobs without a word."""
+    from launcher.service.registry import Registry
+
+    reg = Registry(ddpjob_home)
+    ids = [reg.reserve("many", "local", {"name": "many", "nodes": 1})[0] for _ in range(3)]
+    cut = cli("list", "--limit", "2")
+    assert cut.returncode == 0 and len(cut.stdout.splitlines()) == 3, cut.stdout  # header and 2 jobs
+    assert "(the newest 2 jobs; there are more: --limit N shows N, --limit 0 all)" in cut.stderr
+    for whole in (cli("list", "--limit", "3"), cli("list", "--limit", "0"), cli("list")):
+        assert whole.returncode == 0 and "there are more" not in whole.stderr and all(i in whole.stdout for i in ids)
+
+
+@pytest.mark.parametrize("target", ["local", "slurm"])
+def test_a_server_dry_run_where_there_is_no_server_is_refused_before_any_plan(cli, target):
+    """Issue 45, item 8: --dry-run=server on local printed the client dry run as if the server had checked it."""
+    proc = cli("submit", "jobs/quickstart.yaml", "--dry-run=server", "--target", target)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert f"--dry-run=server asks a cluster's API server, and the {target} target has none" in proc.stderr
+
+
+def test_slurms_folder_follows_ddpjob_home(cli, ddpjob_home, monkeypatch, tmp_path):
+    """Issue 45, item 8: with DDPJOB_HOME set, Slurm's job folders stayed under ~/.ddpjob/slurm."""
+    assert f"job dir {ddpjob_home}/slurm/quickstart-xxxxx" in cli("render", "jobs/quickstart.yaml", "-t", "slurm").stdout
+    monkeypatch.delenv("DDPJOB_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))  # (nothing of the real home is touched)
+    assert f"job dir {tmp_path}/.ddpjob/slurm/quickstart-xxxxx" in cli("render", "jobs/quickstart.yaml", "-t", "slurm").stdout

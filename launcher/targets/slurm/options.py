@@ -179,7 +179,8 @@ class SlurmOptions(BaseModel):
         DEFAULT_FOLDER,
         description="Where submitit keeps sbatch scripts, pickles and logs, and where node logs and (by default) "
         "outputs go: <folder>/<job id>/. Must be on a filesystem every node shares. '~' is your home; a "
-        "relative path is taken from the submit directory.",
+        "relative path is taken from the submit directory. Default: ~/.ddpjob/slurm, or $DDPJOB_HOME/slurm "
+        "where DDPJOB_HOME is set.",
     )
     setup: list[str] = Field(
         default=[],

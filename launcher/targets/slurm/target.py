@@ -25,6 +25,7 @@ from launcher.targets.jobstatus import JobStatus
 from launcher.targets.shared.files import atomic_write, from_json, mask_env_values, to_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.shared.runfolder import RunFolder
+from launcher.targets.slurm.options import DEFAULT_FOLDER
 from launcher.targets.slurm.payload import (
     PORT_SETUP,
     SlurmCommon,
@@ -91,7 +92,9 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
         gpus = s.gpus_per_node if s.gpus_per_node is not None else spec.resources.gpus
         cpus = s.cpus_per_task or spec.resources.cpus
         procs_per_node = dist.resolve_procs_per_node(spec, gpus)
-        folder = resolve_folder(s.folder, ctx.home, ctx.cwd)
+        # The default folder follows $DDPJOB_HOME where it is set, as the registry and run folders do.
+        where = f"{ctx.ddpjob_home.rstrip('/')}/slurm" if ctx.ddpjob_home and s.folder == DEFAULT_FOLDER else s.folder
+        folder = resolve_folder(where, ctx.home, ctx.cwd)
         job_dir = f"{folder}/{ctx.job_id}"
         workdir = spec.workdir or ctx.cwd
         output_root = spec.output_dir or RunFolder(job_dir).output
