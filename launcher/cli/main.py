@@ -178,12 +178,28 @@ def schema() -> None:
 
 
 @cli.command()
-@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
+@click.argument("job_id", metavar="[ID]", required=False, shell_complete=complete_job_ids)
 @click.option("--output", "-o", type=click.Choice(["text", "json"], case_sensitive=False), default="text", show_default=True)
+@click.pass_context
 @_guard
-def status(job_id: str, output: str) -> None:
-    """Show a job's state, each run's nodes and exit codes, and the root cause of a failure."""
+def status(ctx: click.Context, job_id: str | None, output: str) -> None:
+    """Show a job's state, each run's nodes and exit codes, and the root cause of a failure; without
+    an ID, the newest jobs (as `ddpjob list --limit 10`).
+
+    \b
+    Examples:
+      ddpjob status                  # which jobs are there?
+      ddpjob status quickstart-ab2   # one job (a unique prefix of its id is enough)
+    """
     import json
+
+    if job_id is None:
+        from launcher.cli.queue import list_
+
+        ctx.invoke(list_, output=output, limit=10, states=(), target=None, name=None, du=False)
+        if output == "text":
+            click.echo("(ddpjob status ID shows one job: its runs, nodes and root cause)", err=True)
+        return
 
     from launcher.service.notifier import state_of
 

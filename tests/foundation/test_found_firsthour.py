@@ -80,3 +80,18 @@ def test_slurms_folder_follows_ddpjob_home(cli, ddpjob_home, monkeypatch, tmp_pa
     monkeypatch.delenv("DDPJOB_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))  # (nothing of the real home is touched)
     assert f"job dir {tmp_path}/.ddpjob/slurm/quickstart-xxxxx" in cli("render", "jobs/quickstart.yaml", "-t", "slurm").stdout
+
+
+def test_status_without_an_id_lists_the_newest_jobs(cli, ddpjob_home):
+    """Issue 45, item 9 (kubectl's and squeue's habit): `ddpjob status` alone was a usage error."""
+    from launcher.service.registry import Registry
+
+    empty = cli("status")
+    assert empty.returncode == 0 and "no jobs yet" in empty.stdout, empty.stdout + empty.stderr
+    job_id = Registry(ddpjob_home).reserve("one", "local", {"name": "one", "nodes": 1})[0]
+    listed = cli("status")
+    assert listed.returncode == 0 and listed.stdout.startswith("ID ") and job_id in listed.stdout
+    assert "ddpjob status ID shows one job" in listed.stderr
+    import json
+
+    assert [j["id"] for j in json.loads(cli("status", "-o", "json").stdout)] == [job_id]
