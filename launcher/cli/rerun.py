@@ -91,6 +91,8 @@ def _resume(rec: JobRecord, resume: bool, quiet: bool) -> list[str]:
     from launcher.core.errors import UsageError
     from launcher.service.results import RESUME_FROM_ENV, resume_from
 
+    if not resume and (quiet or rec.state.value == "SUCCEEDED"):
+        return []  # nothing to say: no metrics file read
     where, steps = resume_from(rec)
     if resume:
         if where is None:
@@ -100,7 +102,7 @@ def _resume(rec: JobRecord, resume: bool, quiet: bool) -> list[str]:
         import json
 
         return [f"env.{RESUME_FROM_ENV}={json.dumps(where)}"]  # quoted: a folder's name is no YAML
-    if steps and not quiet and rec.state.value != "SUCCEEDED":
+    if steps:
         left = ", ".join(f"run {i} at step {step}" for i, step in sorted(steps.items()))
         click.echo(f"note: {rec.id} ended {rec.state.value} and left checkpoints ({left}); this rerun starts "
                    f"from the beginning: ddpjob rerun {rec.id} --resume goes on from them", err=True)

@@ -14,7 +14,7 @@ Per loss (from ``status -o json``, read from the supervisor's records and the ru
 ``to_next_step_s`` (from the kill to the first training step after the way back), ``back_s`` (from the
 kill to the nodes started again), ``lost_steps`` (trained again) and ``lost_s`` (from the checkpoint it
 resumed from to that first step). Per run: wall time, steps, final eval loss, and ``goodput`` (the share
-of its wall time that went into training it kept: ``launcher.targets.shared.recovery.goodput``).
+of its wall time that went into training it kept: ``launcher.targets.shared.recovery.told``).
 
 The run's length is set by a probe run first (steps per second on this machine), so that one run takes
 about ``--minutes``. Usage:
@@ -35,6 +35,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from testkit import descendants  # noqa: E402 - the tests' own walk of a process tree
+
 TRAIN = ["--dataset", "synthetic", "--model", "mlp", "--train-size", "12288", "--eval-size", "1000",
          "--batch-size", "64", "--lr", "0.05", "--seed", "0", "--log-every", "10"]
 
@@ -53,35 +56,17 @@ def metrics(run_dir: str) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
 
 
-def tree(pid: int) -> list[int]:
-    """``pid`` and every live process below it."""
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            kids.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(entry))
-    out, todo = [pid], [pid]
-    while todo:
-        found = kids.get(todo.pop(), [])
-        out += found
-        todo += found
-    return out
-
-
-def submit(home: str, spec: Path, steps: int, epochs: int) -> str:
+def submit(home: str, spec: Path, steps: int, epochs: int, nodes: int) -> str:
     words = ", ".join(f'"{w}"' for w in [*TRAIN, "--epochs", str(epochs), "--max-steps", str(steps)])
-    spec.write_text(f"name: {spec.stem}\ncommand: [python, -m, launcher.train, {words}]\nnodes: {NODES}\n")
+    spec.write_text(f"name: {spec.stem}\ncommand: [python, -m, launcher.train, {words}]\nnodes: {nodes}\n")
     proc = ddpjob(home, "submit", str(spec), "-q")
     if proc.returncode != 0:
         raise SystemExit(proc.stderr)
     return proc.stdout.strip()
 
 
-def run(home: str, folder: Path, kind: str, steps: int, epochs: int, kill_every: float) -> dict:
-    job_id = submit(home, folder / f"{kind}.yaml", steps, epochs)
+def run(home: str, folder: Path, kind: str, steps: int, epochs: int, kill_every: float, nodes: int) -> dict:
+    job_id = submit(home, folder / f"{kind}.yaml", steps, epochs, nodes)
     data = status(home, job_id)
     first = None
     kills: list[float] = []
@@ -92,11 +77,11 @@ def run(home: str, folder: Path, kind: str, steps: int, epochs: int, kill_every:
         if first is None:
             first = next((m["time"] for m in metrics(data["run_dir"]) if m.get("event") == "step"), None)
         elif kind == "killed" and time.time() >= first + kill_every * (len(kills) + 1):
-            nodes = st["status"]["tasks"][0]["nodes"]
-            victim = next((n["pid"] for n in nodes if n["node"] == len(kills) % NODES), None)
+            rows = st["status"]["tasks"][0]["nodes"]
+            victim = next((n["pid"] for n in rows if n["node"] == len(kills) % nodes), None)
             if victim is not None:
                 kills.append(time.time())
-                for pid in tree(victim):
+                for pid in [victim, *descendants(victim)]:
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
@@ -109,8 +94,8 @@ def run(home: str, folder: Path, kind: str, steps: int, epochs: int, kill_every:
     summary = json.loads((run_dir / "output" / "summary.json").read_text()) if st["state"] == "SUCCEEDED" else {}
     element = json.loads((run_dir / "state.json").read_text())["elements"][0]
     metrics_file = str(run_dir / "output" / "metrics.jsonl")
-    losses = recovery.losses(element.get("losses"), metrics_file)
-    goodput = recovery.goodput(element["started"], element["ended"], losses, metrics_file, time.time())
+    losses, goodput = recovery.told(element.get("losses"), metrics_file, started=element["started"],
+                                    ended=element["ended"], now=time.time())
     return {
         "kind": kind, "job": job_id, "state": st["state"], "wall_s": round(element["ended"] - element["started"], 1),
         "steps": max((m["step"] for m in ms if m.get("event") == "step"), default=0),
@@ -133,35 +118,30 @@ def _rate(ms: list[dict]) -> float:
     return (steps[-1]["step"] - steps[0]["step"]) / (steps[-1]["time"] - steps[0]["time"])
 
 
-NODES = 3
-
-
 def main() -> None:
-    global NODES
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--kill-every", type=float, default=120.0)
     ap.add_argument("--pairs", type=int, default=1)
     ap.add_argument("--nodes", type=int, default=3)
     args = ap.parse_args()
-    NODES = args.nodes
     with tempfile.TemporaryDirectory(prefix="ddpjob-recovery-bench-") as tmp:
         home, folder = str(Path(tmp) / "home"), Path(tmp)
-        probe = run(home, folder, "probe", 600, 1000, 0)
+        probe = run(home, folder, "probe", 600, 1000, 0, args.nodes)
         rate = probe.pop("_rate")  # steps per second between its first and last step
         steps = max(100, int(rate * args.minutes * 60))
         print(json.dumps({"probe": probe, "steps": steps}), flush=True)
         runs = []
         for pair in range(args.pairs):
             for kind in (("unfailed", "killed") if pair % 2 == 0 else ("killed", "unfailed")):
-                r = run(home, folder, kind, steps, 1000, args.kill_every)
+                r = run(home, folder, kind, steps, 1000, args.kill_every, args.nodes)
                 r.pop("_rate")
                 runs.append(r)
                 print(json.dumps(r), flush=True)
         killed = [r for r in runs if r["kind"] == "killed"]
         unfailed = [r for r in runs if r["kind"] == "unfailed"]
         print(json.dumps({
-            "machine": f"{os.cpu_count()} cores", "nodes": NODES, "minutes": args.minutes, "kill_every_s": args.kill_every,
+            "machine": f"{os.cpu_count()} cores", "nodes": args.nodes, "minutes": args.minutes, "kill_every_s": args.kill_every,
             "unfailed_goodput": [r["goodput"] for r in unfailed], "killed_goodput": [r["goodput"] for r in killed],
             "unfailed_wall_s": [r["wall_s"] for r in unfailed], "killed_wall_s": [r["wall_s"] for r in killed],
             "max_to_next_step_s": max((loss["to_next_step_s"] or 0 for r in killed for loss in r["losses"]), default=None),

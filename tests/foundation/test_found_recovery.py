@@ -181,15 +181,16 @@ def test_a_loss_is_told_with_where_the_program_resumed(tmp_path):
     ])
     rows = [{"node": 0, "at": T0 + 32, "how": "its ddpjob node wrapper (pid 9) was killed by SIGKILL", "reached_step": 68,
              "back_at": T0 + 33.5, "nodes": 3, "replaced": True, "restart": 1}, "not a record", {"node": True}]
-    (loss,) = recovery.losses(rows, metrics)
+    (loss,), ended = recovery.told(rows, metrics, started=T0, ended=T0 + 60, now=T0 + 99)
     assert (loss.reached_step, loss.resumed_step, loss.checkpoint_step) == (70, 60, 60)  # 70: the metrics saw further
     assert (loss.lost_steps, loss.lost_s) == (10, pytest.approx(10.5))  # from the checkpoint at +28 to the step at +38.5
     line = loss.line()
     assert line.startswith("node 0 lost at ") and "(its ddpjob node wrapper (pid 9) was killed by SIGKILL)" in line
     assert line.endswith("; back 1.5s later on 3 node(s), node 0 replaced; resumed at step 60: 10 step(s) and 10.5s lost")
     # goodput: 60 s of wall time less the 5 s to the first step and the 10.5 s lost
-    assert recovery.goodput(T0, T0 + 60, [loss], metrics, now=T0 + 99) == pytest.approx((60 - 5 - 10.5) / 60)
-    assert recovery.goodput(T0, None, [loss], metrics, now=T0 + 120) == pytest.approx((120 - 5 - 10.5) / 120)
+    assert ended == pytest.approx((60 - 5 - 10.5) / 60)
+    running = recovery.told(rows, metrics, started=T0, ended=None, now=T0 + 120)[1]
+    assert running == pytest.approx((120 - 5 - 10.5) / 120)
     assert loss.to_json()["lost_steps"] == 10 and loss.to_json()["resumed_step"] == 60
 
 
@@ -201,14 +202,15 @@ def test_a_loss_before_the_first_checkpoint_and_a_program_without_metrics(tmp_pa
         {"event": "step", "step": 1, "time": T0 + 12},  # started again from the beginning: no resume line
     ])
     rows = [{"node": 1, "at": T0 + 7, "how": "its torchrun agent (pid 5) was killed by SIGKILL", "back_at": T0 + 8, "nodes": 2}]
-    (loss,) = recovery.losses(rows, metrics)
+    (loss,), _ = recovery.told(rows, metrics, started=None, ended=None, now=T0)
     assert (loss.resumed_step, loss.checkpoint_step, loss.lost_steps, loss.lost_s) == (0, 0, 10, pytest.approx(8.0))
     assert "started again from step 0 (no checkpoint yet): 10 step(s) and 8.0s lost" in loss.line()
     assert "replaced" not in loss.line()  # went on with 2 nodes, as recorded; not said to be a replacement
-    (bare,) = recovery.losses(rows, str(tmp_path / "none.jsonl"))  # a program that writes no metrics
+    # a program that writes no metrics
+    (bare,), untold = recovery.told(rows, str(tmp_path / "none.jsonl"), started=T0, ended=T0 + 30, now=T0)
     assert bare.resumed_step is None and bare.lost_s is None and bare.line().endswith("back 1.0s later on 2 node(s)")
-    assert recovery.goodput(T0, T0 + 30, [bare], str(tmp_path / "none.jsonl"), now=T0) is None
-    gone = recovery.losses([{"node": 1, "at": T0 + 7, "how": "x"}], metrics)[0]
+    assert untold is None
+    gone = recovery.told([{"node": 1, "at": T0 + 7, "how": "x"}], metrics, started=None, ended=None, now=T0)[0][0]
     assert gone.line().endswith("(x); not brought back")
 
 
@@ -222,9 +224,10 @@ def test_a_checkpoint_finished_while_the_loss_was_noticed_is_the_one_resumed_fro
         {"event": "checkpoint", "step": 50, "time": T0 + 10.2},
         {"event": "resume", "step": 50, "checkpoint_step": 50, "time": T0 + 16}, {"event": "step", "step": 51, "time": T0 + 17},
     ])
-    (loss,) = recovery.losses([{"node": 1, "at": T0 + 10.1, "how": "h", "back_at": T0 + 11.5, "nodes": 3}], metrics)
+    (loss,), gp = recovery.told([{"node": 1, "at": T0 + 10.1, "how": "h", "back_at": T0 + 11.5, "nodes": 3}], metrics,
+                                started=T0, ended=T0 + 20, now=T0)
     assert (loss.checkpoint_step, loss.lost_steps, loss.lost_s) == (50, 0, pytest.approx(6.8))
-    assert recovery.goodput(T0, T0 + 20, [loss], metrics, now=T0) == pytest.approx((20 - 1 - 6.8) / 20)
+    assert gp == pytest.approx((20 - 1 - 6.8) / 20)
 
 
 def test_a_run_resumed_on_another_world_size_counts_its_lost_steps_as_it_ran(tmp_path):
@@ -236,7 +239,8 @@ def test_a_run_resumed_on_another_world_size_counts_its_lost_steps_as_it_ran(tmp
         {"event": "resume", "step": 45, "checkpoint_step": 30, "checkpoint_world_size": 3, "world_size": 2, "time": T0 + 20},
         {"event": "step", "step": 46, "time": T0 + 21},
     ])
-    (loss,) = recovery.losses([{"node": 2, "at": T0 + 13, "how": "h", "back_at": T0 + 14, "nodes": 2}], metrics)
+    (loss,), _ = recovery.told([{"node": 2, "at": T0 + 13, "how": "h", "back_at": T0 + 14, "nodes": 2}], metrics,
+                               started=None, ended=None, now=T0)
     assert (loss.resumed_step, loss.checkpoint_step, loss.lost_steps) == (45, 30, 6)
 
 

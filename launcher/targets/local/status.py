@@ -69,8 +69,8 @@ def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
             from launcher.targets.shared import recovery
 
             metrics = metrics_path(t["output_dir"]) if isinstance(t.get("output_dir"), str) else None
-            task.losses = recovery.losses(t["losses"], metrics)
-            task.goodput = recovery.goodput(task.started, task.ended, task.losses, metrics, time.time())
+            task.losses, task.goodput = recovery.told(t["losses"], metrics, started=task.started, ended=task.ended,
+                                                      now=time.time())
         tasks.append(task)
     return tasks
 

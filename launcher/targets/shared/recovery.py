@@ -21,19 +21,29 @@ from typing import Any
 
 from launcher.targets.jobstatus import Loss
 
-# The metrics file is read whole only for a run that lost a node, and at most its last this many bytes.
+# The metrics file is read (once) only for a run that lost a node, and at most its last this many bytes.
 MAX_READ = 32 * 2**20
 
 
-def losses(rows: object, metrics_file: str | None) -> list[Loss]:
-    """The records of a run's losses (a list of mappings, as the target keeps them) as ``Loss``es, what
-    the metrics file at ``metrics_file`` says of each added. Rows that are not such records are left out."""
+def told(rows: object, metrics_file: str | None, *, started: float | None, ended: float | None,
+         now: float) -> tuple[list[Loss], float | None]:
+    """A run's losses and its goodput, the metrics file read once: ``rows`` are the target's records of
+    its losses (a list of mappings; anything else in it is left out), ``started``/``ended`` the run's
+    (``ended`` None while it runs: up to ``now``). Goodput is None where it cannot be told (see
+    ``goodput``)."""
+    events = read_events(metrics_file) if metrics_file else []
+    found = losses(rows, events)
+    return found, goodput(started, ended, found, events, now)
+
+
+def losses(rows: object, events: list[dict[str, Any]]) -> list[Loss]:
+    """The records of a run's losses as ``Loss``es, what the metrics file's ``events`` (``read_events``)
+    say of each added. Rows that are not such records are left out."""
     if not isinstance(rows, list):
         return []
     found = [loss for row in rows if (loss := _loss(row)) is not None]
-    if not found or not metrics_file:
+    if not events:
         return found
-    events = read_events(metrics_file)
     return [_with_metrics(loss, events, found[i + 1].at if i + 1 < len(found) else None)
             for i, loss in enumerate(found)]
 
@@ -57,15 +67,15 @@ def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def read_events(path: str, *, head: int | None = None) -> list[dict[str, Any]]:
-    """The metrics file's lines that have an integer ``step`` and a ``time``, in order: its last
-    ``MAX_READ`` bytes, or its first ``head`` bytes."""
+def read_events(path: str) -> list[dict[str, Any]]:
+    """The metrics file's lines that have an integer ``step`` and a ``time``, in order (its last
+    ``MAX_READ`` bytes)."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if head is None and size > MAX_READ:
+            if size > MAX_READ:
                 f.seek(size - MAX_READ)
-            data = f.read(head if head is not None else -1)
+            data = f.read()
     except OSError:
         return []
     out = []
@@ -106,14 +116,12 @@ def _with_metrics(loss: Loss, events: list[dict[str, Any]], next_loss: float | N
                    "checkpoint_at": checkpoint_at, "first_step_at": _number(first["time"]) if first else None})
 
 
-def goodput(started: float | None, ended: float | None, run_losses: list[Loss], metrics_file: str | None,
+def goodput(started: float | None, ended: float | None, run_losses: list[Loss], events: list[dict[str, Any]],
             now: float) -> float | None:
-    """The run's goodput (see the module's docstring), or None where it cannot be told: no start, no
-    first step in the metrics file, or a loss whose cost is not known."""
-    if started is None or not metrics_file or any(loss.back_at is not None and loss.lost_s is None for loss in run_losses):
+    """The run's goodput (see the module's docstring) from its metrics file's ``events``, or None where
+    it cannot be told: no start, no first step in the file, or a loss whose cost is not known."""
+    if started is None or any(loss.back_at is not None and loss.lost_s is None for loss in run_losses):
         return None
-    # A run without losses needs only its first step: the file's first 64 KiB.
-    events = read_events(metrics_file) if run_losses else read_events(metrics_file, head=64 * 1024)
     # (A metrics file may hold an earlier run's lines: an output folder used again.)
     first = next((e for e in events if e.get("event", "step") == "step" and e["time"] >= started - 1), None)
     end = ended if ended is not None else now

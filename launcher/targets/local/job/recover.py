@@ -7,12 +7,11 @@ supervisor then stops what is left of the run, keeps a record of the loss in ``s
 started again and on how many nodes) and starts every node again, the lost one by a new process,
 with ``DDPJOB_RESTART_COUNT`` set; the program resumes from its newest checkpoint. ``status`` reads the
 records (``launcher.targets.shared.recovery``). Standard library only at module top, as the wing's rule
-says.
+says, and no more of it than the supervisor's quick start loads anyway (``starts.py`` imports this module).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -37,6 +36,8 @@ def lost_nodes(ended: list[tuple[int, int, int | None, str]]) -> list[tuple[int,
 def reached_step(vitals_dir: str) -> int | None:
     """The furthest step the run's ranks reported (``DDPJOB_VITALS_DIR``, every 2 s), or None; their
     reports are removed, so that the restarted ranks' are not read beside a run that is gone."""
+    import json  # here: the supervisor's way to its first nodes imports this module and no json
+
     steps = []
     try:
         names = os.listdir(vitals_dir)

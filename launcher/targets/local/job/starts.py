@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from launcher.targets.local.job import node as node_wrapper
+from launcher.targets.local.job.recover import RESTART_ENV
 from launcher.targets.shared.runfolder import exit_file
 
 
@@ -28,7 +29,7 @@ class Starts:
         node this is (``DDPJOB_RESTART_COUNT``; 0: the first start, the variable not set)."""
         from launcher.targets.local.job import cgroups
 
-        again = {"DDPJOB_RESTART_COUNT": str(restart)} if restart else {}
+        again = {RESTART_ENV: str(restart)} if restart else {}
         running: list[tuple[Any, node_wrapper.Proc]] = []
         try:
             os.makedirs(output_dir, exist_ok=True)

@@ -260,7 +260,7 @@ class Supervisor:
         ended = [(n.node, p.pid, p.poll(), exit_file(n.log)) for n, p in running if p.poll()]
         lost = recover.lost_nodes(ended)
         losses: list[dict[str, Any]] = st.setdefault("losses", [])
-        budget = int(getattr(self.plan, "max_losses", 0) or 0)
+        budget = int(getattr(self.plan, "max_losses", 0) or 0)  # a plan.json from before recovery: none
         if not lost or self.cancelled() or len(losses) + len(lost) > budget:
             if lost and budget:
                 st["recovery_note"] = (f"not brought back: the run had lost {len(losses)} node(s) before, "
