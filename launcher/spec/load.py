@@ -23,6 +23,7 @@ from launcher.core.quantity import shorten
 from launcher.spec import yamlread as specyaml
 from launcher.spec.defaults import Layer, default_target, drop_idle_notify, fill
 from launcher.spec.model import JobSpec, sanitize_name
+from launcher.spec.recovery import recovery_issues
 from launcher.spec.secrets import is_secret, mask_override, printable
 from launcher.spec.size import size_issues
 from launcher.spec.sweep import check_placeholders
@@ -195,6 +196,7 @@ def load_spec(
         issues.extend(check_placeholders(spec))
         issues.extend(size_issues(spec.nodes, spec.procs_per_node, spec.resources.gpus,
                                   [len(v) for v in spec.sweep.values()]))
+        issues.extend(recovery_issues(spec.nodes, spec.recovery))
     if issues:
         issues = [_with_source(i, sources, locations if file is not None else None) for i in issues]
         issues.sort(key=lambda i: (i.source is not None, _line_of(i, locations)))

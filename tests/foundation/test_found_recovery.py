@@ -266,7 +266,9 @@ def test_the_status_of_a_run_that_lost_nodes_says_so(tmp_path):
 
 @pytest.mark.parametrize("override,words", [
     ("recovery.max_losses=-1", "recovery.max_losses"), ("recovery.max_losses=1001", "recovery.max_losses"),
-    ("recovery.max_losses=true", "recovery.max_losses"), ("recovery.min_nodes=2", "unknown field 'min_nodes'"),
+    ("recovery.max_losses=true", "recovery.max_losses"), ("recovery.spare_nodes=2", "unknown field 'spare_nodes'"),
+    ("recovery.min_nodes=0", "recovery.min_nodes"), ("recovery.lost_after=5", "recovery.lost_after"),
+    ("recovery.min_nodes=3", "recovery.min_nodes"),
     ("env.DDPJOB_RESTART_COUNT=1", "env.DDPJOB_RESTART_COUNT"),
 ])
 def test_the_recovery_section_refuses_what_it_cannot_do(cli, tmp_path, override, words):

@@ -15,6 +15,7 @@ from launcher.targets.local import watch
 from launcher.targets.local.job.statefile import read_note
 from launcher.targets.local.payload import MARKER, LocalHandle, read_plan
 from launcher.targets.shared import procs
+from launcher.targets.shared.recovery import with_losses
 from launcher.targets.shared.runfolder import RunFolder
 
 
@@ -73,16 +74,6 @@ def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
                                                       now=time.time())
         tasks.append(task)
     return tasks
-
-
-def with_losses(status: JobStatus) -> JobStatus:
-    """A job's message says that its runs lost nodes and came back (``TaskStatus.losses_note``), after
-    what it says already."""
-    notes = [(t.index, note) for t in status.tasks if (note := t.losses_note())]
-    if notes:
-        told = notes[0][1] if len(status.tasks) == 1 else "; ".join(f"task {i}: {note}" for i, note in notes)
-        status.message = f"{status.message}; {told}" if status.message else told
-    return status
 
 
 def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> JobStatus:

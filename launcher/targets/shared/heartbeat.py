@@ -15,6 +15,12 @@ output it has written; the first node answers each one. Then:
   stall timeout, it calls ``on_stall`` (with ``action == "fail"``), so a node cut off from the
   others ends its own processes rather than wait in a collective for ever.
 
+With ``lost_after`` and ``on_lost`` (the spec's ``recovery:``, Slurm), the watch also drops a node it
+heard from before and then not for ``lost_after`` seconds, and calls ``on_lost`` with its record once;
+a dropped node is judged no more. Its owner may then set ``order`` (a mapping: the run's next start,
+its nodes), which the watch sends back to every heartbeat instead of ``ok``; a beacon hands each new one
+to ``on_order``. A beacon that has heard nothing for ``lost_after`` calls ``on_cut`` once.
+
 Nothing is sent anywhere but the first node's address, which the job already uses for its rendezvous.
 """
 
@@ -55,8 +61,11 @@ class Watch:
 
     def __init__(self, *, port: int, nodes: int, host: str, outputs: list[str], timeout: float, action: str,
                  state_path: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S,
-                 vitals: Callable[[], dict[str, Any]] | None = None) -> None:
+                 vitals: Callable[[], dict[str, Any]] | None = None, lost_after: float | None = None,
+                 on_lost: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.port, self.timeout, self.action, self.state_path = port, timeout, action, state_path
+        self.lost_after, self.on_lost = lost_after, on_lost
+        self.order: dict[str, Any] | None = None  # answered to every heartbeat once set (see the module)
         self.interval, self.vitals = interval, vitals
         self.stragglers: list[dict[str, Any]] = []
         self._straggle = Straggle()
@@ -112,7 +121,8 @@ class Watch:
         if int(msg.get("bytes", 0)) != rec["bytes"]:
             rec.update(bytes=int(msg.get("bytes", 0)), output=now)
         assert self._sock is not None
-        self._sock.sendto(b"ok", peer)
+        order = self.order
+        self._sock.sendto(json.dumps(order).encode() if order is not None else b"ok", peer)
 
     def _tick(self) -> None:
         now = time.time()
@@ -123,15 +133,29 @@ class Watch:
             own.update(bytes=size, output=now)
         if self.vitals is not None:
             own["vitals"] = _sampled(self.vitals)
-        self.stragglers = self._straggle.judge(list(self.nodes.values()), now)
+        self._drop(now)
+        self.stragglers = self._straggle.judge(self._live(), now)
         if self.verdict is None or self.action == "report":  # reported stalls clear when the node is back
             self.verdict = self._judge(now)
             if self.verdict is not None and self.action == "fail":
                 self.on_stall(self.verdict["message"])
         self._write(now)
 
+    def _live(self) -> list[dict[str, Any]]:
+        return [rec for rec in self.nodes.values() if not rec.get("dropped")]
+
+    def _drop(self, now: float) -> None:
+        """Drop each node heard from before and then not for ``lost_after`` seconds (``on_lost``). A node
+        never heard from is left to the stall timeout: it may still be starting (an image to pull)."""
+        if self.on_lost is None or not self.lost_after:
+            return
+        for rec in self._live():
+            if rec["node"] != 0 and rec["heard"] is not None and now - rec["heard"] > self.lost_after:
+                rec["dropped"] = now
+                self.on_lost(dict(rec))
+
     def _judge(self, now: float) -> dict[str, Any] | None:
-        for rec in self.nodes.values():
+        for rec in self._live():
             last = rec["heard"] if rec["heard"] is not None else self.started
             if now - last > self.timeout:
                 name = f"node {rec['node']}" + (f" ({rec['host']})" if rec["host"] else "")
@@ -139,7 +163,7 @@ class Watch:
                         f"no heartbeat ever arrived (does the network between the nodes drop UDP to port {self.port}?)")
                 return {"node": rec["node"], "host": rec["host"], "kind": "lost", "since": last, "message":
                         f"{name} went silent: {said} ({int(now - last)} s; stall timeout {self.timeout:g} s)"}
-        stuck = stuck_ranks(self.nodes.values(), now, self.timeout)
+        stuck = stuck_ranks(self._live(), now, self.timeout)
         if stuck:
             first = stuck[0]
             return {"node": first["node"], "host": first["host"], "rank": first["rank"], "kind": "stuck",
@@ -147,9 +171,9 @@ class Watch:
                         f" (and {len(stuck) - 1} more rank(s))" if len(stuck) > 1 else "")}
         # Quiet counts for the run as a whole: often only the first node prints (rank 0), so one node's
         # silence says nothing, while a hung collective silences every node.
-        last = max(r["output"] for r in self.nodes.values())
+        last = max(r["output"] for r in self._live())
         if now - last > self.timeout:
-            stopped = stuck_ranks(self.nodes.values(), now, 0.0)  # the run is quiet because a rank stopped
+            stopped = stuck_ranks(self._live(), now, 0.0)  # the run is quiet because a rank stopped
             if stopped:
                 first = stopped[0]
                 return {"node": first["node"], "host": first["host"], "rank": first["rank"], "kind": "stuck",
@@ -182,8 +206,12 @@ class Beacon:
 
     def __init__(self, *, addr: str, port: int, node: int, host: str, outputs: list[str], timeout: float,
                  action: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S,
-                 vitals: Callable[[], dict[str, Any]] | None = None) -> None:
+                 vitals: Callable[[], dict[str, Any]] | None = None, lost_after: float | None = None,
+                 on_cut: Callable[[str], None] | None = None,
+                 on_order: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.addr, self.port, self.node, self.host = addr, port, node, host
+        self.lost_after, self.on_cut, self.on_order = lost_after, on_cut, on_order
+        self.cut: str | None = None
         self.interval, self.vitals = interval, vitals
         self.outputs, self.timeout, self.action, self.on_stall = outputs, timeout, action, on_stall
         self.answered = time.time()
@@ -207,12 +235,19 @@ class Beacon:
                 msg = json.dumps(beat).encode()
                 try:
                     sock.sendto(msg, (self.addr, self.port))
-                    sock.recvfrom(64)
+                    reply, _ = sock.recvfrom(65535)
                     self.answered, self.ever_answered = time.time(), True
+                    self._ordered(reply)
                     self._stop.wait(self.interval)
                 except OSError:  # no answer within the interval, or the network is unreachable
                     self._stop.wait(min(0.2, self.interval))
                 now = time.time()
+                if self.cut is None and self.lost_after and self.on_cut is not None \
+                        and now - self.answered > self.lost_after:
+                    self.cut = (f"node {self.node} ({self.host}) was cut off from the first node ({self.addr}): no "
+                                f"answer to heartbeats since {clock(self.answered)} ({int(now - self.answered)} s; "
+                                f"recovery.lost_after {self.lost_after:g} s)")
+                    self.on_cut(self.cut)
                 if self.lost is None and now - self.answered > self.timeout:
                     never = "" if self.ever_answered else f"; none ever came: is UDP to port {self.port} dropped?"
                     self.lost = (f"node {self.node} ({self.host}) lost the first node ({self.addr}): no answer to "
@@ -220,6 +255,17 @@ class Beacon:
                                  f"stall timeout {self.timeout:g} s{never})")
                     if self.action == "fail":
                         self.on_stall(self.lost)
+
+
+    def _ordered(self, reply: bytes) -> None:
+        if reply == b"ok" or self.on_order is None:
+            return
+        try:
+            order = json.loads(reply)
+        except ValueError:
+            return
+        if isinstance(order, dict):
+            self.on_order(order)
 
 
 def _sampled(vitals: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import json
 import os
 from typing import Any
 
-from launcher.targets.jobstatus import Loss
+from launcher.targets.jobstatus import JobStatus, Loss
 
 # The metrics file is read (once) only for a run that lost a node, and at most its last this many bytes.
 MAX_READ = 32 * 2**20
@@ -130,3 +130,13 @@ def goodput(started: float | None, ended: float | None, run_losses: list[Loss], 
         return None
     kept = wall - max(0.0, float(first["time"]) - started) - sum(loss.lost_s or 0.0 for loss in run_losses)
     return max(0.0, min(1.0, kept / wall))
+
+
+def with_losses(status: JobStatus) -> JobStatus:
+    """A job's message says that its runs lost nodes and came back (``TaskStatus.losses_note``), after
+    what it says already."""
+    notes = [(t.index, note) for t in status.tasks if (note := t.losses_note())]
+    if notes:
+        told = notes[0][1] if len(status.tasks) == 1 else "; ".join(f"task {i}: {note}" for i, note in notes)
+        status.message = f"{status.message}; {told}" if status.message else told
+    return status

@@ -19,6 +19,7 @@ folders of jobs submitted by an older ddpjob still read.
 
     node-<n>.log  node-<n>.json (Slurm's node record)  node-<n>.exit.json (local)  node-<n>.error.json
     torchrun-node-<n>/   watch.json (the first node's watch)   vitals/ (the ranks' step reports)
+    recovery.json        Slurm: the run's lost nodes, its nodes now and how it ended (``slurm/job/recover.py``)
 
 Slurm's job folder (``<slurm.folder>/<job id>``, submitit's folder) is a ``RunFolder`` too: its
 ``task-<i>/`` and ``output/`` as above, submitit's ``<slurm id>_submission.sh`` and
@@ -52,13 +53,14 @@ NOTIFIER_PID = "notifier.pid"
 OCI_CHECK = "oci-check.sh"
 PODMAN_EPILOG = "podman-epilog.sh"
 WATCH = "watch.json"
+RECOVERY = "recovery.json"
 VITALS = "vitals"
 OUTPUT_COUNT = "output.count"
 LOG_SUFFIX = ".log"
 EXIT_SUFFIX = ".exit.json"
 # Every name above and the patterns below, for the test that no other module spells them.
 NAMES = (PLAN, PLAN_TEXT, STATE, STALE_NOTE, SUPERVISOR_LOG, CANCEL_REQUESTED, K8S_STATUS, NOTIFIED, NOTIFIER_LOG, NOTIFIER_PID,
-         WATCH, OUTPUT_COUNT, EXIT_SUFFIX, ".error.json", "task-", "node-", "torchrun-node-", "watch-",
+         WATCH, RECOVERY, OUTPUT_COUNT, EXIT_SUFFIX, ".error.json", "task-", "node-", "torchrun-node-", "watch-",
          OCI_CHECK, PODMAN_EPILOG, "_submission.sh", "_log.out", "_log.err")
 
 
@@ -100,9 +102,21 @@ class TaskFolder:
         return _join(self.path, WATCH)
 
     @property
+    def recovery(self) -> str:
+        """Slurm: the run's lost nodes and its nodes now, written by the first node's runner."""
+        return _join(self.path, RECOVERY)
+
+    @property
     def vitals(self) -> str:
         """The ranks' step reports (``DDPJOB_VITALS_DIR``)."""
         return _join(self.path, VITALS)
+
+    def read_recovery(self) -> dict[str, Any] | None:
+        """Slurm: ``recovery.json`` as a mapping, or None where the run lost no node."""
+        from launcher.targets.shared.files import read_json
+
+        data = read_json(self.recovery)
+        return data if isinstance(data, dict) else None
 
     def read_watch(self) -> dict[str, Any] | None:
         """``watch.json`` as a mapping, or None before its first write (or when it is not one)."""

@@ -73,6 +73,9 @@ class SlurmCommon:
     env: dict[str, str]
     stall_timeout_s: int = 300  # spec stall.timeout: a node silent this long is reported (see shared.heartbeat)
     stall_action: str = "report"  # spec stall.action: report | fail
+    max_losses: int = 0  # spec recovery.max_losses: lost nodes a run survives (0 in a plan from before recovery)
+    min_nodes: int = 1  # spec recovery.min_nodes: the fewest nodes a run goes on with
+    lost_after_s: int = 30  # spec recovery.lost_after: a node silent this long is lost (slurm/job/recover.py)
 
 
 @dataclass
@@ -154,12 +157,15 @@ def node_paths(job_dir: str, index: int, node: str | int) -> dict[str, str]:
     }
 
 
-def node_argv(common: SlurmCommon, element: SlurmElement, *, node: str, addr: str, port: str) -> list[str]:
+def node_argv(common: SlurmCommon, element: SlurmElement, *, node: str, addr: str, port: str,
+              nodes: int | None = None, node_rank: str | None = None) -> list[str]:
     """torchrun's argv for one node of one run. Used by render (with RUNTIME markers) and by the
-    node runner inside the job (with the real values), so both show the same command."""
+    node runner inside the job (with the real values), so both show the same command. ``nodes`` and
+    ``node_rank``: the run's after it lost nodes (``job/recover.py``), else the allocation's."""
     return torchrun_argv(
         element.program, launcher=[common.python, "-m", "torch.distributed.run"], max_restarts=common.max_restarts,
-        nodes=common.nodes, node_rank=node, procs_per_node=common.procs_per_node, addr=addr, port=port,
+        nodes=nodes or common.nodes, node_rank=node_rank if node_rank is not None else node,
+        procs_per_node=common.procs_per_node, addr=addr, port=port,
         log_dir=node_paths(common.job_dir, element.index, node)["torchrun_log_dir"],
     )
 
@@ -214,6 +220,11 @@ def render_plan(payload: SlurmPayload, masked: frozenset[str] = frozenset()) -> 
         "#   DDPJOB_MASTER_ADDR  the first host of $SLURM_JOB_NODELIST (the rendezvous host)",
         f"#   DDPJOB_MASTER_PORT  {port}",
     ]
+    if c.max_losses:
+        out.append(f"# a node not heard from for {c.lost_after_s} s (recovery.lost_after) is dropped from the job and the "
+                   f"run goes on on the nodes left (at least {c.min_nodes}), up to {c.max_losses} time(s) "
+                   "(recovery.max_losses): torchrun started again with --nnodes their number and "
+                   "DDPJOB_RESTART_COUNT set, the program resuming from its checkpoint")
     node = RUNTIME["node"]
     for el in elements:
         params = " ".join(f"{k}={v}" for k, v in el.params.items())

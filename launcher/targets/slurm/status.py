@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.core.states import JobState, summarize
 from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.shared.files import read_json
+from launcher.targets.shared.recovery import with_losses
 from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.payload import SlurmHandle, node_paths
 
@@ -32,14 +33,56 @@ def job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord])
             continue
         state = slurm_query.map_state(rec.state)
         message = _message(handle, index, rec, state, nodes)
-        if state in (JobState.RUNNING, JobState.CANCELLED):
+        recovered = RunFolder(handle.job_dir).task(index).read_recovery()
+        if recovered is not None:
+            state, message = _recovered(handle, index, recovered, nodes, state, message,
+                                        held=slurm_query.held(rec.state))
+        elif state in (JobState.RUNNING, JobState.CANCELLED):
             state, message = _stall(handle, index, nodes, state, message, held=slurm_query.held(rec.state))
-        tasks.append(TaskStatus(index, state, message, _typed(nodes), params, nid))
+        task = TaskStatus(index, state, message, _typed(nodes), params, nid)
+        if recovered is not None:
+            _told(task, recovered)
+        tasks.append(task)
     overall, message = summarize(tasks)
     details: dict[str, object] = {"run_dir": handle.run_dir, "slurm_job_id": jid, "job_dir": handle.job_dir,
                **({"container": handle.container} if handle.container else {}),
                "source": ",".join(sorted({r.source for k, r in records.items() if k == jid or k.startswith(jid + "_")}))}
-    return JobStatus(overall, message, tasks, details)
+    return with_losses(JobStatus(overall, message, tasks, details))
+
+
+def _recovered(handle: SlurmHandle, index: int, recovered: dict[str, Any], nodes: list[dict[str, Any]],
+               state: JobState, message: str, *, held: bool) -> tuple[JobState, str]:
+    """A run that lost nodes (``slurm/job/recover.py``): its nodes outside the run are ``lost`` (or
+    ``left``), and its outcome is the first node's, not Slurm's (which records the step cancelled to
+    end srun's wait for the lost node's task as FAILED or CANCELLED)."""
+    members = recovered.get("members")
+    members = members if isinstance(members, list) else []
+    for n in nodes:
+        if n["node"] not in members and n.get("state") != "left":
+            n["state"] = "lost"
+    outcome, reason = recovered.get("outcome"), recovered.get("reason")
+    if outcome is None:
+        if state in (JobState.RUNNING, JobState.CANCELLED):
+            return _stall(handle, index, [n for n in nodes if n["node"] in members], state, message, held=held)
+        return state, message
+    if outcome == "succeeded":
+        if held:
+            return JobState.RUNNING, "ending: the run ended after its losses; Slurm is ending the job step"
+        return JobState.SUCCEEDED, ""
+    why = str(reason) if isinstance(reason, str) and reason else message
+    if held:
+        return JobState.RUNNING, f"ending: {why}"
+    return JobState.FAILED, why
+
+
+def _told(task: TaskStatus, recovered: dict[str, Any]) -> None:
+    from launcher.targets.shared import recovery
+
+    metrics, started, ended = recovered.get("metrics"), recovered.get("started"), recovered.get("ended")
+    task.started = started if isinstance(started, (int, float)) else None
+    task.ended = ended if isinstance(ended, (int, float)) else None
+    task.losses, task.goodput = recovery.told(recovered.get("losses"), metrics if isinstance(metrics, str) else None,
+                                              started=task.started, ended=task.ended, now=time.time())
 
 
 def _stall(handle: SlurmHandle, index: int, nodes: list[dict[str, Any]], state: JobState,
@@ -74,7 +117,7 @@ def node_records(handle: SlurmHandle, index: int) -> list[dict[str, Any]]:
         if not isinstance(rec, dict):
             continue
         out.append({k: rec[k] for k in ("node", "host", "address", "interface", "rendezvous", "state", "exit_code",
-                                        "restart", "ended", "error") if k in rec})
+                                        "restart", "start", "rank", "ended", "error", "left") if k in rec})
     return out
 
 

@@ -115,6 +115,8 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
             signal_delay_s=s.signal_delay_s, max_timeouts=s.max_timeouts,
             env=dist.process_env(spec, NCCL_DEFAULTS, cpus_per_node=cpus, procs_per_node=procs_per_node),
             stall_timeout_s=spec.stall.timeout_s, stall_action=spec.stall.action,
+            max_losses=spec.recovery.max_losses if spec.nodes > 1 else 0, min_nodes=spec.recovery.min_nodes,
+            lost_after_s=spec.recovery.lost_after,
         )
         elements = [SlurmElement(el.index, el.params, el.output_dir, el.env, worker_command(el.command, launch.python))
                     for el in runs]

@@ -31,6 +31,7 @@ from launcher.targets.shared import heartbeat, netif, vitals
 from launcher.targets.shared.files import write_json
 from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.job.nodelist import expand_nodelist
+from launcher.targets.slurm.job.recover import RESTART_ENV, Recovery, end_allocation, finish, kill_tree
 
 if TYPE_CHECKING:
     from launcher.targets.slurm.payload import SlurmCommon, SlurmElement
@@ -107,7 +108,7 @@ class NodeRunner:
         record: dict[str, Any] = {
             "node": int(node), "host": host, "rendezvous": f"{first}:{port}",
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
-            "state": "running", "started": time.time(), "machine": machine_id(),
+            "state": "running", "started": time.time(), "machine": machine_id(), "start": 0,
         }
         write_json(paths["record"], record)  # early: the other nodes compare their machine with the first's
         addr, problem = self._network(node, host, first, port, env, record)
@@ -121,23 +122,34 @@ class NodeRunner:
             write_json(paths["record"], record)
             raise NodeFailed(problem)
         self._install_forwarder()
+        recovery = self._recovery(int(node), paths)
         with open(paths["log"], "ab", buffering=0) as log:
             via = f" ({record['address']}, {record['interface']})" if record.get("interface") else ""
             log.write(f"[ddpjob] node {node} on {host}{via}: rendezvous {first} = {addr}:{port}, "
                       f"start {record['restart'] + 1}\n".encode())
-            self._proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=self.common.workdir, preexec_fn=_ignore_usr2,  # noqa: PLW1509 - before exec, no lock taken
-            )
-            watch = self._watch(int(node), host, addr, port, paths, log)
-            code = self._proc.wait()
+            self._proc = self._start(argv, env, log)
+            watch = self._watch(int(node), host, addr, port, paths, log, recovery)
+            code = self._wait(recovery)
+            while recovery is not None and not (self._stalled or self._stop_sent):
+                if code != 0 and not recovery.interrupted():  # said now: the run's root cause while it waits
+                    record.update(state="exited", exit_code=code, ended=time.time())
+                    write_json(paths["record"], record)
+                if not recovery.next_start(code):
+                    break
+                code = self._again(recovery, argv, env, log, watch, record, paths["record"], addr, str(port))
             if watch is not None:
                 watch.stop()
         record.update(state="exited", exit_code=code, ended=time.time(), preempted=self._stop_sent)
+        if recovery is not None and not (self._stalled or self._stop_sent) and (
+                recovery.leave or recovery.losses or recovery.failed):
+            result, failure = finish(recovery, record, paths, code, RunFolder(self.common.job_dir).task(self.element.index))
+            if failure:
+                raise NodeFailed(failure)
+            return result
         if self._stalled:
             record.update(error=self._stalled)
             write_json(paths["record"], record)
-            _end_allocation(paths["log"])
+            end_allocation(paths["log"])
             raise NodeFailed(self._stalled)
         write_json(paths["record"], record)
         if self._stop_sent:
@@ -148,6 +160,61 @@ class NodeRunner:
         if code != 0:
             raise NodeFailed(f"torchrun on node {node} ({record['host']}) exited with code {code}; see {paths['log']}")
         return {"node": int(node), "host": record["host"], "exit_code": code}
+
+    def _start(self, argv: list[str], env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+            cwd=self.common.workdir, preexec_fn=_ignore_usr2,  # noqa: PLW1509 - before exec, no lock taken
+        )
+
+    def _wait(self, recovery: Recovery | None) -> int:
+        """torchrun's exit code; with recovery, torchrun is killed (with its workers) when the run starts
+        again, or this node leaves it."""
+        assert self._proc is not None
+        if recovery is None:
+            return self._proc.wait()
+        while True:
+            try:
+                return self._proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                if recovery.interrupted():
+                    kill_tree(self._proc)
+                    return self._proc.wait()
+
+    def _recovery(self, node: int, paths: dict[str, str]) -> Recovery | None:
+        c = self.common
+        if not c.max_losses or c.nodes < 2:
+            return None
+        hosts = expand_nodelist(os.environ.get("SLURM_JOB_NODELIST", ""))
+        return Recovery(node=node, nodes=c.nodes, hosts=hosts, max_losses=c.max_losses, min_nodes=c.min_nodes,
+                        lost_after=float(c.lost_after_s), path=RunFolder(c.job_dir).task(self.element.index).recovery,
+                        metrics=os.path.join(self.element.output_dir, "metrics.jsonl"))
+
+    def _again(self, recovery: Recovery, argv: list[str], env: dict[str, str], log: Any,
+               watch: heartbeat.Watch | heartbeat.Beacon | None, record: dict[str, Any], record_path: str,
+               addr: str, port: str) -> int:
+        """Start torchrun again for the run's members now (a node was lost) and wait for it."""
+        from launcher.targets.slurm.payload import node_argv
+
+        note = recovery.shrink() if recovery.node == 0 else ""
+        argv = node_argv(self.common, self.element, node=str(recovery.node), addr=addr, port=port,
+                         nodes=len(recovery.members), node_rank=str(recovery.rank))
+        env[RESTART_ENV] = str(recovery.restart)
+        if note and recovery.losses:
+            loss = recovery.losses[-1]
+            log.write(f"[ddpjob] node {loss['node']} ({loss['host']}) was lost: {loss['how']}\n".encode())
+        log.write(f"[ddpjob] start {recovery.restart + 1} of the run on {len(recovery.members)} node(s) "
+                  f"({', '.join(f'{m} ({recovery.host(m)})' for m in recovery.members)}): this node's rank "
+                  f"{recovery.rank}{'; ' + note if note else ''}\n".encode())
+        record.update(state="running", rank=recovery.rank, start=recovery.restart, members=recovery.members)
+        record.pop("exit_code", None)
+        record.pop("ended", None)
+        write_json(record_path, record)
+        self._proc = self._start(argv, env, log)
+        if isinstance(watch, heartbeat.Watch):
+            recovery.back(note)
+            watch.order = {"restart": recovery.restart, "members": recovery.members}
+        return self._wait(recovery)
 
     def _network(self, node: str, host: str, first: str, port: int, env: dict[str, str],
                  record: dict[str, Any]) -> tuple[str, str | None]:
@@ -199,7 +266,7 @@ class NodeRunner:
             time.sleep(0.2)
 
     def _watch(self, node: int, host: str, addr: str, port: int, paths: dict[str, str],
-               log: Any) -> heartbeat.Watch | heartbeat.Beacon | None:
+               log: Any, recovery: Recovery | None = None) -> heartbeat.Watch | heartbeat.Beacon | None:
         """Start the heartbeats of this run (``launcher.targets.shared.heartbeat``): the watch on the
         first node, a beacon on the others. Both end this node's torchrun on a stall when the spec's
         ``stall.action`` is fail."""
@@ -210,14 +277,22 @@ class NodeRunner:
         if node == 0:
             outputs = [paths["log"], os.path.join(self.element.output_dir, "metrics.jsonl")]
             watch = heartbeat.Watch(port=port, nodes=c.nodes, host=host, outputs=outputs, state_path=paths["watch"],
-                                    timeout=timeout, action=action, on_stall=self._on_stall, vitals=sampler.sample)
+                                    timeout=timeout, action=action, on_stall=self._on_stall, vitals=sampler.sample,
+                                    lost_after=recovery.lost_after if recovery else None,
+                                    on_lost=recovery.lost if recovery else None)
+            if recovery is not None:
+                recovery.silent = lambda: max((time.time() - (r["heard"] or 0) for r in watch.nodes.values()
+                                               if r["node"] in recovery.members), default=0.0)
             why = watch.start()
             if why:
                 log.write(f"[ddpjob] {why}\n".encode())
                 return None
             return watch
         beacon = heartbeat.Beacon(addr=addr, port=port, node=node, host=host, outputs=[paths["log"]],
-                                  timeout=timeout, action=action, on_stall=self._on_stall, vitals=sampler.sample)
+                                  timeout=timeout, action=action, on_stall=self._on_stall, vitals=sampler.sample,
+                                  lost_after=recovery.lost_after if recovery else None,
+                                  on_cut=recovery.cut if recovery else None,
+                                  on_order=recovery.ordered if recovery else None)
         beacon.start()
         return beacon
 
@@ -267,30 +342,6 @@ class NodeRunner:
                 previous(signum, frame)
 
         signal.signal(signal.SIGUSR2, on_usr2)
-
-
-def _end_allocation(log_path: str) -> None:
-    """The stall watch ended this run (stall.action: fail): cancel its Slurm job so that the
-    allocation is freed now. Without it Slurm keeps the job RUNNING while it waits for a node that is
-    cut off (srun waits for every task). Said in the node's log; a node without scancel (a container
-    without Slurm's commands) leaves it to ``ddpjob cancel``."""
-    import shutil
-
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    jid = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID", "")
-    scancel = shutil.which("scancel")
-    if not jid or not scancel:
-        note = "no scancel on this node: ddpjob cancel frees the allocation"
-    else:
-        try:
-            proc = subprocess.run([scancel, jid], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=15, check=False)
-            note = f"cancelled Slurm job {jid} to free its allocation" if proc.returncode == 0 else \
-                f"scancel {jid} failed: {proc.stderr.strip()}"
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            note = f"scancel {jid} failed: {exc}"
-    with open(log_path, "ab", buffering=0) as log:
-        log.write(f"[ddpjob] stall.action fail: {note}\n".encode())
 
 
 def machine_id() -> str:
