@@ -33,18 +33,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "bench"))
+from recovery_bench import ddpjob, status  # noqa: E402 - the local bench's ddpjob calls, one home per run
+
 CLUSTER = str(REPO / "slurm" / "cluster.sh")
 TRAIN = ["--dataset", "synthetic", "--model", "mlp", "--train-size", "12288", "--eval-size", "1000",
          "--batch-size", "64", "--lr", "0.05", "--seed", "0", "--log-every", "10", "--step-delay", "0.05"]
-
-
-def ddpjob(home: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "DDPJOB_HOME": home, "DDPJOB_CONFIG": "none"}, timeout=600)
-
-
-def status(home: str, job_id: str) -> dict:
-    return json.loads(ddpjob(home, "status", job_id, "-o", "json").stdout)
 
 
 def metrics(job_dir: str) -> list[dict]:
@@ -95,7 +89,6 @@ def run(home: str, folder: Path, kind: str, steps: int, lose_at: float, how: str
     task = st["status"]["tasks"][0]
     # Goodput for both sides alike: from the first node's runner's start to its end (its record), the
     # losses in recovery.json (none for the unfailed run) and the metrics file.
-    sys.path.insert(0, str(REPO))
     from launcher.targets.shared import recovery
 
     node0 = json.loads((Path(job_dir) / "task-0" / "node-0.json").read_text())

@@ -25,7 +25,7 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,6 +160,20 @@ def apart_cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:
     if slurm_cluster.not_apart:
         _skip_or_fail(f"the Slurm nodes are not apart: {slurm_cluster.not_apart}")
     return slurm_cluster
+
+
+@pytest.fixture
+def cut(apart_cluster: SlurmCluster) -> Iterator[Callable[[str], None]]:
+    """Cuts a node's link (``cut("n2")``); restores it after the test, whatever happened."""
+    cuts: list[str] = []
+
+    def do(node: str) -> None:
+        apart_cluster.script("link", node, "down")
+        cuts.append(node)
+
+    yield do
+    for node in cuts:
+        apart_cluster.script("link", node, "up")
 
 
 @pytest.fixture

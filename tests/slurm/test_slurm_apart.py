@@ -110,20 +110,6 @@ def _running_with_output(cli, job_id: str) -> dict:
     return wait_for_value(ready, "both nodes to print steps", timeout=180)
 
 
-@pytest.fixture
-def cut(apart_cluster):
-    """Cuts a node's link; restores it after the test, whatever happened."""
-    cuts: list[str] = []
-
-    def do(node: str) -> None:
-        apart_cluster.script("link", node, "down")
-        cuts.append(node)
-
-    yield do
-    for node in cuts:
-        apart_cluster.script("link", node, "up")
-
-
 def test_a_node_cut_off_is_named_and_the_job_ends_when_the_spec_says_fail(apart_cluster, cli, tmp_path, cut, ddpjob_home):
     """n2's link is cut while the ranks all_reduce: with stall {timeout: STALL_S, action: fail} the job ends
     FAILED naming node 1 (n2), within the timeout plus 30 s, and no process of the job is left once

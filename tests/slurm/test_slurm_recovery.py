@@ -76,20 +76,6 @@ def _lose_n2_and_recover(cluster, cli, tmp_path: Path, name: str, lose) -> tuple
     return final, loss, lost_at
 
 
-@pytest.fixture
-def cut(apart_cluster):
-    """Cuts a node's link; restores it after the test, whatever happened."""
-    cuts: list[str] = []
-
-    def do(node: str) -> None:
-        apart_cluster.script("link", node, "down")
-        cuts.append(node)
-
-    yield do
-    for node in cuts:
-        apart_cluster.script("link", node, "up")
-
-
 def test_a_node_cut_off_for_good_costs_a_minute_not_the_run(apart_cluster, cli, tmp_path, cut, ddpjob_home):
     final, _loss, _ = _lose_n2_and_recover(apart_cluster, cli, tmp_path, "cutrun", lambda: cut("n2"))
     job_dir = Path(final["handle"]["job_dir"])
@@ -127,4 +113,49 @@ def kill_node(apart_cluster):
 def test_a_node_whose_slurmd_and_processes_are_killed_costs_a_minute_not_the_run(apart_cluster, cli, tmp_path,
                                                                                  kill_node, ddpjob_home):
     _lose_n2_and_recover(apart_cluster, cli, tmp_path, "killrun", lambda: kill_node("n2"))
+    wait_for_no_job_processes(ddpjob_home, "the recovered run", timeout=90)
+
+
+PLAIN = """
+import json, os, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+out = os.environ["DDPJOB_OUTPUT_DIR"]
+path = os.path.join(out, "step.json")
+start = json.load(open(path))["step"] if os.path.exists(path) else 0
+rank, world = dist.get_rank(), dist.get_world_size()
+print(f"start at {start}, restart {os.environ.get('DDPJOB_RESTART_COUNT', '0')}, world {world}", flush=True)
+t = torch.ones(1)
+for step in range(start, 50):
+    dist.all_reduce(t)
+    time.sleep(0.4)
+    if rank == 0:
+        json.dump({"step": step + 1}, open(path + ".tmp", "w"))
+        os.replace(path + ".tmp", path)
+if rank == 0:
+    json.dump({"world": world, "restart": os.environ.get("DDPJOB_RESTART_COUNT")}, open(os.path.join(out, "done.json"), "w"))
+dist.destroy_process_group()
+"""
+
+
+def test_a_plain_ddp_script_of_ones_own_is_brought_back_and_told_so(apart_cluster, cli, tmp_path, cut, ddpjob_home):
+    """Not ddpjob's trainer: a gloo loop that keeps its step in $DDPJOB_OUTPUT_DIR (as docs/targets.md
+    asks) starts again on the node left with DDPJOB_RESTART_COUNT=1 and world size 1, from its step."""
+    script = tmp_path / "plain.py"
+    script.write_text(PLAIN)
+    job_id = submit(cli, str(write_spec(tmp_path, "plain", ["python", str(script)], recovery={"lost_after": 10})))
+    data = wait_for_value(lambda: (d := status(cli, job_id))["handle"].get("job_dir") and d, "the job folder", timeout=60)
+    out = Path(data["handle"]["job_dir"]) / "output"
+    wait_for_value(lambda: (out / "step.json").exists() and json.loads((out / "step.json").read_text())["step"] >= 10,
+                   "step 10", timeout=180, poll=0.2)
+    cut("n2")
+    final = wait_for_value(lambda: (d := status(cli, job_id))["status"]["state"] in ("SUCCEEDED", "FAILED") and d,
+                           "the run to end", timeout=180, poll=1)
+    assert final["status"]["state"] == "SUCCEEDED", final["status"]
+    assert json.loads((out / "done.json").read_text()) == {"world": 1, "restart": "1"}
+    log = (Path(data["handle"]["job_dir"]) / "task-0" / "node-0.log").read_text()
+    (again,) = [ln for ln in log.splitlines() if "restart 1" in ln]
+    assert int(again.split("start at ")[1].split(",")[0]) >= 10 and again.endswith("world 1"), again
+    assert "recovered: 1 lost node(s) brought back" in final["status"]["message"], final["status"]
+    apart_cluster.script("link", "n2", "up")
     wait_for_no_job_processes(ddpjob_home, "the recovered run", timeout=90)
