@@ -136,7 +136,7 @@ class NodeRunner:
                     write_json(paths["record"], record)
                 if not recovery.next_start(code):
                     break
-                code = self._again(recovery, argv, env, log, watch, record, paths["record"], addr, str(port))
+                code = self._again(recovery, env, log, watch, record, paths["record"], addr, str(port))
             if watch is not None:
                 watch.stop()
         record.update(state="exited", exit_code=code, ended=time.time(), preempted=self._stop_sent)
@@ -190,7 +190,7 @@ class NodeRunner:
                         lost_after=float(c.lost_after_s), path=RunFolder(c.job_dir).task(self.element.index).recovery,
                         metrics=os.path.join(self.element.output_dir, "metrics.jsonl"))
 
-    def _again(self, recovery: Recovery, argv: list[str], env: dict[str, str], log: Any,
+    def _again(self, recovery: Recovery, env: dict[str, str], log: Any,
                watch: heartbeat.Watch | heartbeat.Beacon | None, record: dict[str, Any], record_path: str,
                addr: str, port: str) -> int:
         """Start torchrun again for the run's members now (a node was lost) and wait for it."""
