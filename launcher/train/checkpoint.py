@@ -1,13 +1,17 @@
-"""Atomic checkpoints (rank 0 writes, every rank reads) and their RNG state."""
+"""Atomic checkpoints (rank 0 writes; every rank resumes from rank 0's) and their RNG state."""
 
 from __future__ import annotations
 
 import os
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+
+from launcher.train.distcore import DistInfo
 
 CHECKPOINT = "checkpoint.pt"
 # A folder whose checkpoint a run starts from while its own output folder has none (ddpjob rerun --resume).
@@ -42,6 +46,60 @@ def load(output_dir: str, device: torch.device) -> dict[str, Any] | None:
         return None
     ckpt: dict[str, Any] = torch.load(p, map_location=device, weights_only=False)  # save() wrote a dict
     return ckpt
+
+
+@dataclass
+class Found:
+    """The checkpoint a run resumes from (None: it starts from the beginning), where it was and what
+    the ranks' agreement on it says (``agree``)."""
+
+    ckpt: dict[str, Any] | None
+    source: Path
+    missing_from: Path | None = None  # a $DDPJOB_RESUME_FROM folder without a checkpoint
+    sent_from_rank0: bool = False  # rank 0's, sent to the ranks that did not hold it
+    dropped_on: list[int] = field(default_factory=list)  # ranks whose own one went unused: rank 0 had none
+
+
+def find(output_dir: str, device: torch.device) -> Found:
+    """This rank's checkpoint: its output directory's, else (``ddpjob rerun --resume``) the one in the
+    folder $DDPJOB_RESUME_FROM names, until the run has one of its own."""
+    found = Found(load(output_dir, device), path_in(output_dir))
+    if found.ckpt is None and (earlier := os.environ.get(RESUME_FROM_ENV)):
+        found = Found(load(earlier, device), path_in(earlier))
+        if found.ckpt is None:
+            found.missing_from = found.source
+    return found
+
+
+def identity(ckpt: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """What tells two copies of a run's checkpoint apart: where in the run, and on what world size."""
+    if ckpt is None:
+        return None
+    return ckpt["step"], ckpt["epoch"], ckpt["step_in_epoch"], ckpt.get("world_size")
+
+
+def agree(info: DistInfo, found: Found) -> Found:
+    """Rank 0's checkpoint is the run's, on every rank (each node may have a filesystem of its own, as
+    a Kubernetes pod has, where only rank 0's node holds what rank 0 wrote): each rank tells the one
+    it holds (a small gather); when all hold rank 0's, each keeps its own, else rank 0 sends its copy
+    to all (on the CPU: no rank's tensors land on another's device; ``load_state_dict`` places them).
+    When rank 0 has none, no rank resumes. One process: ``found`` as it is."""
+    if not info.collective:
+        return found
+    held: list[tuple[Any, ...] | None] = [None] * info.world_size
+    dist.all_gather_object(held, identity(found.ckpt))
+    if held[0] is None:
+        return Found(None, found.source, found.missing_from, dropped_on=[r for r, h in enumerate(held) if h is not None])
+    if all(h == held[0] for h in held):
+        return found
+    sent: list[Any] = [None, None]
+    if info.is_main:
+        assert found.ckpt is not None  # held[0]
+        cpu = found.ckpt if info.device.type == "cpu" else torch.load(found.source, map_location="cpu", weights_only=False)
+        sent = [cpu, str(found.source)]
+    dist.broadcast_object_list(sent, src=0)
+    ckpt = found.ckpt if info.is_main else sent[0]
+    return Found(ckpt, Path(sent[1]), sent_from_rank0=True)
 
 
 class CheckpointError(Exception):

@@ -98,18 +98,20 @@ class Trainer:
             self.total_steps = min(self.total_steps, optim.max_steps)
 
     def restore(self) -> None:
-        """Continue from the output directory's checkpoint, if there is one, on this world size: when it
+        """Continue from rank 0's checkpoint (its output directory's), if it has one, on every rank
+        (``checkpoint.agree``: a node without it gets rank 0's copy) and on this world size: when it
         differs from the checkpoint's, the place in the epoch is kept in samples (the sampler's order of
         an epoch is the same on any world size: ``resume_point``) and the learning-rate schedule is
         taken at the step that place is on this world size (with --scale-lr, from this world size's rate)."""
-        ckpt, source = checkpoint.load(self.output_dir, self.info.device), checkpoint.path_in(self.output_dir)
-        if ckpt is None and (earlier := os.environ.get(checkpoint.RESUME_FROM_ENV)):
-            # A rerun of a job that ended early (ddpjob rerun --resume): its run's checkpoint, until this
-            # run has one of its own. A folder without one is said, and the run starts from the beginning.
-            ckpt, source = checkpoint.load(earlier, self.info.device), checkpoint.path_in(earlier)
-            if ckpt is None:
-                self.metrics.log({"event": "no_resume", "from": str(source)},
-                                 f"{checkpoint.RESUME_FROM_ENV}: no checkpoint at {source}; starting from the beginning")
+        found = checkpoint.agree(self.info, checkpoint.find(self.output_dir, self.info.device))
+        ckpt, source = found.ckpt, found.source
+        if found.missing_from is not None:  # a run restarted with ddpjob rerun --resume, from a folder without one
+            self.metrics.log({"event": "no_resume", "from": str(found.missing_from)},
+                             f"{checkpoint.RESUME_FROM_ENV}: no checkpoint at {found.missing_from}; starting from the beginning")
+        if found.dropped_on:
+            self.metrics.log({"event": "no_resume", "from": str(source), "ranks_with_checkpoint": found.dropped_on},
+                             f"rank 0 has no checkpoint at {source}; rank(s) {', '.join(map(str, found.dropped_on))} hold one "
+                             "of their own: no rank resumes; starting from the beginning")
         if ckpt is None:
             return
         models.unwrap(self.model).load_state_dict(ckpt["model"])
@@ -142,9 +144,9 @@ class Trainer:
         self.metrics.log(
             {"event": "resume", "step": self.step, "epoch": self.start_epoch, "world_size": self.info.world_size,
              "checkpoint_step": ckpt["step"], "checkpoint_world_size": saved_world,
-             "restart": restart_count(), "from": str(source)},
-            f"resumed from {source} at step {self.step} (epoch {self.start_epoch})"
-            + moved)
+             "restart": restart_count(), "from": str(source), **({"sent_from_rank0": True} if found.sent_from_rank0 else {})},
+            f"resumed from {source} at step {self.step} (epoch {self.start_epoch})" + moved
+            + (" (rank 0's checkpoint, sent to ranks without it)" if found.sent_from_rank0 else ""))
 
     def save_checkpoint(self, epoch: int, step_in_epoch: int, reason: str) -> None:
         started = time.perf_counter()

@@ -5,9 +5,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import dist_workers
@@ -246,3 +249,96 @@ def test_checkpoints_by_time(run_torchrun, tmp_path):
     assert len(timed) >= 2 and all(m["step"] % 2 == 0 for m in timed), saves
     gaps = [b["time"] - a["time"] for a, b in itertools.pairwise(saves) if b["reason"] == "time"]
     assert min(gaps) >= 0.35, saves  # (an epoch's end saves whatever the clock; times are to the millisecond)
+
+
+def _two_nodes(args: list[str], outs: tuple[Path, Path], logs: Path) -> list[subprocess.Popen]:
+    """The trainer on two torchrun agents of one process each, as two nodes (static rendezvous on this
+    machine, gloo), each node with an output directory of its own: nothing shared, as between pods."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for node, out in enumerate(outs):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+               "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+               "-m", "launcher.train", *args, "--output-dir", str(out)]
+        with open(logs / f"node{node}.log", "w") as f:  # a file, not a pipe: neither agent can block on its output
+            procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, text=True,
+                                          env={**os.environ, "OMP_NUM_THREADS": "1"}))
+    return procs
+
+
+def _finish_nodes(procs: list[subprocess.Popen], logs: Path, timeout: float = 150) -> str:
+    """Both agents' exit (0), within ``timeout`` seconds; node 0's output."""
+    deadline = time.monotonic() + timeout
+    try:
+        for p in procs:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass  # said below, with what the nodes wrote (the autouse fixture ends what is left)
+    outputs = [(logs / f"node{node}.log").read_text() for node in range(len(procs))]
+    assert [p.returncode for p in procs] == [0] * len(procs), "\n---\n".join(outputs)
+    return outputs[0]
+
+
+def test_a_checkpoint_on_node_0_only_resumes_every_rank_from_it(tmp_path):
+    """Kubernetes pods share no filesystem: only node 0's holds the checkpoint rank 0 wrote. A run
+    started again there resumes every rank from rank 0's checkpoint (sent to node 1) at the same step,
+    and ends with the weights of a run whose nodes both held it (each rank loading its own, as on a
+    shared filesystem), bit for bit, and within the other tests' tolerance of a run never stopped.
+    Rank 0's is the run's: where only node 1 holds one, no rank resumes."""
+    args = [*SMALL, "--step-delay", "0.05", "--stop-check-every", "4"]
+    ref = (tmp_path / "ref0", tmp_path / "ref1")
+    _finish_nodes(_two_nodes(args, ref, tmp_path / "logs-ref"), tmp_path / "logs-ref")
+
+    own = (tmp_path / "own0", tmp_path / "own1")
+    procs = _two_nodes(args, own, tmp_path / "logs-stop")
+    wait_for(lambda: any(m.get("event") == "step" and m["step"] >= 5 for m in metrics(own[0])), "step 5", timeout=180, poll=0.05)
+    workers = _workers_of(procs[1].pid)
+    assert [_rank_of(w) for w in workers] == [1]
+    os.kill(workers[0], signal.SIGTERM)  # node 1 told to stop: both checkpoint (rank 0, on node 0 only) and leave
+    _finish_nodes(procs, tmp_path / "logs-stop")
+    stopped = json.loads((own[0] / "summary.json").read_text())
+    saved = stopped["steps"]
+    assert stopped["preempted"] is True and saved % 4 == 0 and saved < 32, stopped
+    assert checkpoint.path_in(str(own[0])).exists() and not checkpoint.path_in(str(own[1])).exists()
+
+    both = (tmp_path / "both0", tmp_path / "both1")
+    for out in both:
+        out.mkdir()
+        shutil.copy(checkpoint.path_in(str(own[0])), checkpoint.path_in(str(out)))
+    _finish_nodes(_two_nodes(args, both, tmp_path / "logs-both"), tmp_path / "logs-both")
+    stale = (tmp_path / "stale0", tmp_path / "stale1")
+    stale[1].mkdir()
+    shutil.copy(checkpoint.path_in(str(own[0])), checkpoint.path_in(str(stale[1])))
+    output = _finish_nodes(_two_nodes(args, stale, tmp_path / "logs-stale"), tmp_path / "logs-stale")
+    assert "no rank resumes" in output and "resumed from" not in output, output
+    told = [m for m in metrics(stale[0]) if m["event"] in ("resume", "no_resume")]
+    assert [(m["event"], m.get("ranks_with_checkpoint")) for m in told] == [("no_resume", [1])], told
+    output = _finish_nodes(_two_nodes(args, own, tmp_path / "logs-own"), tmp_path / "logs-own")
+
+    source = own[0] / checkpoint.CHECKPOINT
+    assert f"resumed from {source} at step {saved} (epoch 0) (rank 0's checkpoint, sent to ranks without it)" in output
+    runs = {name: metrics(outs[0]) for name, outs in (("ref", ref), ("both", both), ("own", own), ("stale", stale))}
+    resume = next(m for m in runs["own"] if m["event"] == "resume")
+    assert (resume["step"], resume["checkpoint_step"], resume["from"], resume["sent_from_rank0"]) == (
+        saved, saved, str(source), True), resume
+    resume_both = next(m for m in runs["both"] if m["event"] == "resume")
+    assert resume_both["step"] == saved and "sent_from_rank0" not in resume_both, resume_both
+    finals = {name: json.loads((outs[0] / "summary.json").read_text()) for name, outs in
+              (("ref", ref), ("both", both), ("own", own), ("stale", stale))}
+    assert all(f["steps"] == 32 and f["preempted"] is False for f in finals.values()), finals
+    # The losses are means over both ranks: node 1 trained on the same batches from the same weights.
+    losses = {name: [(m["step"], m["loss"]) for m in ms if m["event"] == "step" and m["step"] > saved]
+              for name, ms in runs.items()}
+    assert len(losses["own"]) == 32 - saved and losses["own"] == losses["both"], losses
+    assert next(m for m in runs["stale"] if m["event"] == "step")["step"] == 1  # from the beginning, as ref
+    weights = {name: checkpoint.load(str(outs[0]), torch.device("cpu"))["model"] for name, outs in
+               (("both", both), ("own", own))}
+    assert all(torch.equal(weights["own"][k], weights["both"][k]) for k in weights["both"])
+    assert finals["own"]["eval_loss"] == finals["both"]["eval_loss"]
+    expected = finals["ref"]
+    for name in ("own", "stale"):
+        assert abs(finals[name]["eval_loss"] - expected["eval_loss"]) < 0.02 * max(expected["eval_loss"], 0.01) + 0.01, (
+            name, finals[name], expected)
