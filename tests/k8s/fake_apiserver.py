@@ -9,8 +9,13 @@ dry runs included), answers with real ``Status`` objects (403, 404, 409, 422), a
 (shared/reference/kubeflow/CONTRACT.md): one pod per replica named ``<job>-<type>-<index>`` with
 the operator's labels, the operator's environment appended after the user's (last wins),
 ``$(VAR)`` references expanded as the kubelet does, conditions Created -> Running -> Succeeded /
-Failed / Restarting, restart in place for OnFailure (previous logs kept), and pod cleanup by
-``runPolicy.cleanPodPolicy``. Each pod's command runs as a local process; its output is the log.
+Failed / Restarting, restart in place for OnFailure (previous logs kept), pod cleanup by
+``runPolicy.cleanPodPolicy``, and a missing pod of a job not finished recreated under its name
+(``ReconcilePods``: same index, labels and env, a new uid and an empty log; the job Restarting until
+it runs, then Running). A pod can be deleted through the API (``DELETE .../pods/NAME`` with
+``gracePeriodSeconds``, default 30: SIGTERM to its main process, SIGKILL to every process of it once
+the grace period is over) or by ``FakeCluster.delete_pod(name, grace_s=0.0)`` (a node lost for good).
+Each pod's command runs as a local process; its output is the log.
 It also plays Kubeflow Trainer v2 for TrainJobs (``FakeCluster.trainer``, tests/k8s/fake_trainer.py).
 
 Deviations, because every "pod" shares this machine's network and filesystem:
@@ -24,6 +29,18 @@ Deviations, because every "pod" shares this machine's network and filesystem:
   ``emptyDir`` volume (``Pod.empty_dirs``) is a folder of the pod's own here, which outlives its
   restarts as an emptyDir outlives the container, and an env value under its mount path is
   rewritten to that folder.
+- A deleted pod leaves the store at once (no ``Terminating`` object with a ``deletionTimestamp`` to
+  read during its grace period; the DELETE answers with it, stamped); the operator still waits for
+  its processes to be gone before it recreates the pod, as the real name is taken until then.
+  ``delete_pods(job)`` (garbage collection) means the job is gone too: its pods are never recreated.
+- No image filesystem: by default every pod shares this machine's. With
+  ``FakeCluster.own_filesystems = True`` each pod gets a folder of its own,
+  ``<workdir>/<pod name>-<uid[:8]>/fs`` (``Pod.fs_root``): an env value equal to or under the image's
+  ``/workspace`` (ddpjob's default output dir ``/workspace/outputs/<id>``) and a ``workingDir`` under
+  it are rewritten into it, and its ``/tmp`` (``TMPDIR``) is there; a recreated pod (a new uid) starts
+  with an empty one, as a new container does. A restart in place keeps the folder, where a real
+  restarted container gets a fresh writable layer (ddpjob's pod runner never lets its container
+  restart; an emptyDir is the way to keep files across restarts).
 """
 
 from __future__ import annotations
@@ -54,6 +71,7 @@ from testkit import descendants
 
 from launcher.core.errors import dotted_path as dotted
 from launcher.targets.k8s.validation.schema import strict_schema, validate_pytorchjob, version_schema
+from launcher.targets.shared.procs import alive, start_time
 
 CRD_PATH = re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/([^/]+)$")
 GROUP_PATH = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
@@ -144,6 +162,11 @@ def expand_refs(text: str, env: dict[str, str]) -> str:
     return "".join(out)
 
 
+def under(path: str, root: str) -> bool:
+    """``path`` is ``root`` or below it."""
+    return path == root or path.startswith(root + "/")
+
+
 def match_labels(labels: dict[str, str], selector: str | None) -> bool:
     if not selector:
         return True
@@ -192,6 +215,7 @@ class Pod:
     empty_dirs: dict[str, str] = field(default_factory=dict)  # an emptyDir's mount path -> the pod's own folder
     waiting_until: float | None = None  # restarting after a back-off (CrashLoopBackOff): Trainer.restart_delay
     last_exit: int | None = None  # the previous container's exit code (the pod's lastState), once restarted
+    fs_root: str | None = None  # FakeCluster.own_filesystems: this pod's own root; the image's /workspace is under it
 
     def to_json(self) -> dict:
         state: dict[str, Any]
@@ -240,6 +264,10 @@ class FakeCluster:
         self.unschedulable_message: str | None = None
         self.ports: dict[tuple[str, str], int] = {}
         self.watch_ports: dict[tuple[str, str], int] = {}  # the pod runner's DDPJOB_WATCH_PORT, remapped per job
+        self.own_filesystems = False  # True: each pod its own /workspace (Pod.fs_root), a recreated pod a fresh one
+        self.terminating: dict[tuple[str, str], Pod] = {}  # deleted pods in their grace period (processes not yet gone)
+        self._collected: set[str] = set()  # uids of PyTorchJobs whose pods went by delete_pods: never recreated
+        self._recreated: dict[str, set[str]] = {}  # job uid -> names of pods recreated and not yet running
         self._stop = threading.Event()
         from fake_trainer import Trainer  # Kubeflow Trainer v2: TrainJobs (a module of its own)
 
@@ -266,12 +294,80 @@ class FakeCluster:
         self.configmaps[(namespace, name)] = data
 
     def delete_pods(self, job: str, namespace: str = "default") -> None:
-        """What garbage collection or a TTL does: the pods (and their logs) are gone."""
+        """What garbage collection or a TTL does: the pods (and their logs) are gone. The job's
+        owner is taken to be gone with them, so the operator never recreates them (finished or not)."""
         with self.lock:
+            stored = self.jobs.get((namespace, job))
+            if stored is not None:
+                self._collected.add(stored["metadata"]["uid"])
             for key, pod in list(self.pods.items()):
                 if pod.job == job and pod.namespace == namespace:
                     self._kill(pod)
                     del self.pods[key]
+
+    def delete_pod(self, name: str, namespace: str = "default", grace_s: float = 0.0) -> dict | None:
+        """``kubectl delete pod NAME --grace-period=grace_s``: the pod leaves the store at once (its
+        object, as last seen, is returned; None: no such pod); its main process gets SIGTERM and,
+        ``grace_s`` later (0: at once, a node lost for good), every process of the pod SIGKILL, in a
+        thread of its own. The operator recreates a missing pod of a running PyTorchJob under the
+        same name once the old pod's processes are gone (as the API server frees the name only then)."""
+        with self.lock:
+            pod = self.pods.pop((namespace, name), None)
+            if pod is None:
+                return None
+            obj = pod.to_json()
+            obj["metadata"].update(deletionTimestamp=now(), deletionGracePeriodSeconds=int(grace_s))
+            self.events.append(self._event(namespace, name, "Normal", "Killing", f"Stopping container {pod.container_name}"))
+            proc = pod.proc
+            if grace_s <= 0 or proc is None or proc.poll() is not None:
+                self._kill(pod)
+                self._kill_leftovers(proc, {})
+                return obj
+            self.terminating[(namespace, name)] = pod
+            seen = {pid: start_time(pid) for pid in descendants(proc.pid)}
+            try:
+                os.kill(proc.pid, signal.SIGTERM)  # the kubelet signals the container's main process
+            except ProcessLookupError:
+                pass
+        threading.Thread(target=self._grace, args=(pod, proc, seen, grace_s), daemon=True).start()
+        return obj
+
+    def _grace(self, pod: Pod, proc: subprocess.Popen, seen: dict[int, int | None], grace_s: float) -> None:
+        """A deleted pod's grace period: its processes may end on SIGTERM; what is left after
+        ``grace_s`` is SIGKILLed, also the processes the main one left behind (the container's PID
+        namespace goes with it)."""
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and proc.poll() is None:
+            for pid in descendants(proc.pid):
+                seen.setdefault(pid, start_time(pid))
+            time.sleep(0.05)
+        if proc.poll() is None:
+            for pid in descendants(proc.pid):
+                seen.setdefault(pid, start_time(pid))
+        self._kill(pod)
+        self._kill_leftovers(proc, seen)
+        with self.lock:
+            key = (pod.namespace, pod.name)
+            if self.terminating.get(key) is pod:
+                del self.terminating[key]
+
+    @staticmethod
+    def _kill_leftovers(proc: subprocess.Popen | None, seen: dict[int, int | None]) -> None:
+        """SIGKILL what is left of a pod whose main process is gone: its process group and the
+        processes recorded in ``seen`` (pid -> start time, so that a reused pid is spared)."""
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid, started in seen.items():
+            if started is not None and alive(pid, started):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        proc.wait()
 
     def pods_of(self, job: str, namespace: str = "default") -> list[Pod]:
         with self.lock:
@@ -296,11 +392,13 @@ class FakeCluster:
     def stop(self) -> None:
         self._stop.set()
         with self.lock:
-            for pod in self.pods.values():
+            for pod in [*self.pods.values(), *self.terminating.values()]:
                 self._kill(pod)
 
     def reconcile(self) -> None:
         with self.lock:
+            if self._stop.is_set():
+                return
             for (ns, name), job in list(self.jobs.items()):
                 status = job.setdefault("status", {})
                 conds = status.setdefault("conditions", [])
@@ -309,6 +407,7 @@ class FakeCluster:
                     self._create_pods(ns, name, job)
                 if self._terminal(job):
                     continue
+                self._recreate_missing(ns, name, job)
                 self._step_pods(ns, name, job)
             self.trainer.reconcile()
 
@@ -335,6 +434,22 @@ class FakeCluster:
             job["status"]["completionTime"] = now()
 
     def _create_pods(self, ns: str, name: str, job: dict) -> None:
+        """The operator's first reconcile of a job: its free local port, then one pod per replica."""
+        self.ports[(ns, name)] = free_port()
+        job["status"]["startTime"] = now()
+        for rtype, index in self._replicas(job):
+            self._add_pod(self._replica_pod(ns, name, job, rtype, index))
+
+    @staticmethod
+    def _replicas(job: dict) -> list[tuple[str, int]]:
+        specs = job["spec"]["pytorchReplicaSpecs"]
+        return [(rtype, index) for rtype in ("Master", "Worker") if specs.get(rtype)
+                for index in range(int(specs[rtype].get("replicas", 1)))]
+
+    def _replica_pod(self, ns: str, name: str, job: dict, rtype: str, index: int) -> Pod:
+        """One replica's pod as the operator builds it (``createNewPod``): name, labels, the injected
+        env; a new uid and creation time, starting after ``pod_start_delay``. At a job's creation and
+        for a missing pod's recreation alike."""
         spec = job["spec"]
         replicas = spec["pytorchReplicaSpecs"]
         total = sum(int(r.get("replicas", 1)) for r in replicas.values())
@@ -348,47 +463,65 @@ class FakeCluster:
                     for p in c.get("ports", []):
                         if p.get("name") == "pytorchjob-port":
                             port = int(p["containerPort"])
-        local_port = free_port()
-        self.ports[(ns, name)] = local_port
-        job["status"]["startTime"] = now()
-        for rtype in ("Master", "Worker"):
-            rs = replicas.get(rtype)
-            if not rs:
+        rs = replicas[rtype]
+        tmpl = rs["template"]
+        container = next(c for c in tmpl["spec"]["containers"] if c["name"] == "pytorch")
+        injected = {"PYTHONUNBUFFERED": "1"}
+        if master:
+            node_rank = 0 if rtype == "Master" else index + 1
+            injected.update({
+                "MASTER_PORT": str(port), "PET_MASTER_PORT": str(port),
+                "MASTER_ADDR": f"{name}-master-0", "PET_MASTER_ADDR": f"{name}-master-0",
+                "WORLD_SIZE": str(total * nproc_int), "RANK": str(node_rank), "PET_NODE_RANK": str(node_rank),
+            })
+        injected["PET_NPROC_PER_NODE"] = nproc
+        elastic = spec.get("elasticPolicy")
+        if elastic:
+            lo = elastic.get("minReplicas", total)
+            hi = elastic.get("maxReplicas", total)
+            injected.update({"PET_RDZV_ENDPOINT": f"{name}-worker-0:{port}",
+                             "PET_RDZV_BACKEND": elastic.get("rdzvBackend", "c10d"), "PET_NNODES": f"{lo}:{hi}"})
+            if "maxRestarts" in elastic:
+                injected["PET_MAX_RESTARTS"] = str(elastic["maxRestarts"])
+        else:
+            injected["PET_NNODES"] = str(total)
+        labels = {**(tmpl.get("metadata", {}).get("labels") or {}),
+                  "training.kubeflow.org/operator-name": OPERATOR, "training.kubeflow.org/job-name": name,
+                  "training.kubeflow.org/replica-type": rtype.lower(),
+                  "training.kubeflow.org/replica-index": str(index)}
+        if rtype == "Master":
+            labels["training.kubeflow.org/job-role"] = "master"
+        pod_name = f"{name}-{rtype.lower()}-{index}"
+        policy = rs.get("restartPolicy", "OnFailure")
+        pod = Pod(pod_name, ns, name, rtype, index, labels, container, "Never" if policy == "ExitCode" else policy,
+                  injected, time.monotonic() + self.pod_start_delay)
+        self._own_fs(pod)
+        return pod
+
+    def _add_pod(self, pod: Pod) -> None:
+        self.pods[(pod.namespace, pod.name)] = pod
+        self.events.append(self._event(pod.namespace, pod.name, "Normal", "SuccessfulCreatePod", f"Created pod: {pod.name}"))
+
+    def _recreate_missing(self, ns: str, name: str, job: dict) -> None:
+        """``ReconcilePods``: a replica of a job not finished whose pod is missing (deleted, its node
+        lost) gets a new one under the same name and index, once the old one's processes are gone;
+        the job is Restarting until every recreated pod runs (then Running again, in _step_pods)."""
+        uid = job["metadata"]["uid"]
+        if uid in self._collected:
+            return
+        for rtype, index in self._replicas(job):
+            pod_name = f"{name}-{rtype.lower()}-{index}"
+            if (ns, pod_name) in self.pods or (ns, pod_name) in self.terminating:
                 continue
-            for index in range(int(rs.get("replicas", 1))):
-                tmpl = rs["template"]
-                container = next(c for c in tmpl["spec"]["containers"] if c["name"] == "pytorch")
-                injected = {"PYTHONUNBUFFERED": "1"}
-                if master:
-                    node_rank = 0 if rtype == "Master" else index + 1
-                    injected.update({
-                        "MASTER_PORT": str(port), "PET_MASTER_PORT": str(port),
-                        "MASTER_ADDR": f"{name}-master-0", "PET_MASTER_ADDR": f"{name}-master-0",
-                        "WORLD_SIZE": str(total * nproc_int), "RANK": str(node_rank), "PET_NODE_RANK": str(node_rank),
-                    })
-                injected["PET_NPROC_PER_NODE"] = nproc
-                elastic = spec.get("elasticPolicy")
-                if elastic:
-                    lo = elastic.get("minReplicas", total)
-                    hi = elastic.get("maxReplicas", total)
-                    injected.update({"PET_RDZV_ENDPOINT": f"{name}-worker-0:{port}",
-                                     "PET_RDZV_BACKEND": elastic.get("rdzvBackend", "c10d"), "PET_NNODES": f"{lo}:{hi}"})
-                    if "maxRestarts" in elastic:
-                        injected["PET_MAX_RESTARTS"] = str(elastic["maxRestarts"])
-                else:
-                    injected["PET_NNODES"] = str(total)
-                labels = {**(tmpl.get("metadata", {}).get("labels") or {}),
-                          "training.kubeflow.org/operator-name": OPERATOR, "training.kubeflow.org/job-name": name,
-                          "training.kubeflow.org/replica-type": rtype.lower(),
-                          "training.kubeflow.org/replica-index": str(index)}
-                if rtype == "Master":
-                    labels["training.kubeflow.org/job-role"] = "master"
-                pod_name = f"{name}-{rtype.lower()}-{index}"
-                policy = rs.get("restartPolicy", "OnFailure")
-                self.pods[(ns, pod_name)] = Pod(pod_name, ns, name, rtype, index, labels, container,
-                                                "Never" if policy == "ExitCode" else policy, injected,
-                                                time.monotonic() + self.pod_start_delay)
-                self.events.append(self._event(ns, pod_name, "Normal", "SuccessfulCreatePod", f"Created pod: {pod_name}"))
+            self._add_pod(self._replica_pod(ns, name, job, rtype, index))
+            self._recreated.setdefault(uid, set()).add(pod_name)
+            self._condition(job, "Restarting", f"PyTorchJob {name} is restarting because pod {pod_name} is gone; it was recreated.")
+
+    def _own_fs(self, pod: Pod) -> None:
+        """``own_filesystems``: the pod's own root, named after its uid, so a recreated pod (a new
+        uid) starts with an empty one."""
+        if self.own_filesystems and pod.fs_root is None:
+            pod.fs_root = str(self.workdir / f"{pod.name}-{pod.uid[:8]}" / "fs")
 
     def _event(self, ns: str, pod: str, etype: str, reason: str, message: str) -> dict:
         return {"apiVersion": "v1", "kind": "Event",
@@ -420,6 +553,8 @@ class FakeCluster:
         env.update(pod.injected_env)  # the kubelet builds env last-wins: the operator's values win
         for mount, folder in pod.empty_dirs.items():  # deviation: no mounts; the path given is the pod's folder
             env = {k: folder + v[len(mount):] if v == mount or v.startswith(mount + "/") else v for k, v in env.items()}
+        if pod.fs_root:  # deviation: no image filesystem; the image's /workspace is the pod's own folder
+            env = {k: pod.fs_root + v if under(v, "/workspace") else v for k, v in env.items()}
         # Deviation (see module docstring): one shared network namespace and no cluster DNS.
         local_port = str(self.ports[(pod.namespace, pod.job)])
         for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
@@ -435,17 +570,25 @@ class FakeCluster:
         return env
 
     def _start(self, pod: Pod) -> None:
+        self._own_fs(pod)
         env = self._process_env(pod)
         argv = [expand_refs(a, env) for a in pod.container.get("command", []) + pod.container.get("args", [])]
         base = {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
                 "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
                 "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        tmp = self.workdir / pod.name / "tmp"  # each pod its own /tmp, kept with the test's folder (a killed
-        tmp.mkdir(parents=True, exist_ok=True)  # pod's runner leaves its folder there, not in this machine's /tmp)
+        # each pod its own /tmp, kept with the test's folder (a killed pod's runner leaves its folder
+        # there, not in this machine's /tmp); with its own filesystem, in it (fresh for a recreated pod)
+        tmp = Path(pod.fs_root) / "tmp" if pod.fs_root else self.workdir / pod.name / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
         base["TMPDIR"] = str(tmp)
         cwd = pod.container.get("workingDir")
+        if pod.fs_root:
+            (Path(pod.fs_root) / "workspace").mkdir(parents=True, exist_ok=True)  # the image's /workspace
+            if cwd and under(cwd, "/workspace"):  # the runtime creates a missing workingDir
+                cwd = pod.fs_root + cwd
+                Path(cwd).mkdir(parents=True, exist_ok=True)
         if not cwd or not Path(cwd).is_dir():
-            cwd = str(self.workdir / pod.name)
+            cwd = str(Path(pod.fs_root).parent if pod.fs_root else self.workdir / pod.name)
             Path(cwd).mkdir(parents=True, exist_ok=True)
         try:
             pod.proc = subprocess.Popen(argv, env={**base, **env}, cwd=cwd, stdout=subprocess.PIPE,
@@ -495,6 +638,12 @@ class FakeCluster:
                 else:
                     pod.phase = "Succeeded" if code == 0 else "Failed"
         master = [p for p in pods if p.rtype == "Master"]
+        recreated = self._recreated.get(job["metadata"]["uid"])
+        if recreated is not None:  # recreated pods: Restarting until each has started, then Running again
+            recreated -= {p.name for p in pods if p.phase != "Pending"}
+            if not recreated and master and master[0].phase == "Running":
+                del self._recreated[job["metadata"]["uid"]]
+                self._condition(job, "Running", f"PyTorchJob {name} is running.")
         if master and master[0].phase == "Running" and not any(
                 c["type"] == "Running" and c["status"] == "True" for c in job["status"]["conditions"]) \
                 and not any(c["type"] == "Restarting" for c in job["status"]["conditions"]):
@@ -593,6 +742,8 @@ class Handler(BaseHTTPRequestHandler):
         m = POD_PATH.match(url.path)
         if m and method == "GET":
             return self._pods(m.group(1), m.group(2), bool(m.group(3)), query)
+        if m and method == "DELETE" and m.group(2) and not m.group(3):
+            return self._delete_pod(m.group(1), m.group(2), query, body)
         m = EVENT_PATH.match(url.path)
         if m and method == "GET":
             sel = query.get("fieldSelector", "")
@@ -687,6 +838,27 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(503, status_obj(503, "ServiceUnavailable", f"error trying to reach service: dial tcp "
                                               f"10.0.0.1:{port}: connect: connection refused"))
 
+    def _delete_pod(self, ns: str, name: str, query: dict, body: Any) -> None:
+        """``DELETE .../pods/NAME`` (``kubectl delete pod``, ``delete_namespaced_pod``): the
+        DeleteOptions from the body when there is one, else from the query, as the API server reads
+        them; no ``gracePeriodSeconds``: Kubernetes' default 30 s (the pod spec's
+        terminationGracePeriodSeconds is not kept here). 200 with the pod, 404 Status."""
+        c = self.cluster
+        options = body if isinstance(body, dict) else {
+            "gracePeriodSeconds": query.get("gracePeriodSeconds"), "dryRun": [query["dryRun"]] if "dryRun" in query else None}
+        grace = options.get("gracePeriodSeconds")
+        with c.lock:
+            pod = c.pods.get((ns, name))
+            if pod is None:
+                obj = None
+            elif options.get("dryRun") == ["All"]:
+                obj = pod.to_json()
+            else:
+                obj = c.delete_pod(name, ns, float(30 if grace is None else grace))
+        if obj is None:
+            return self._send(404, status_obj(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"}))
+        return self._send(200, obj)
+
     def _pods(self, ns: str, name: str | None, log: bool, query: dict) -> None:
         c = self.cluster
         if name is None:
@@ -735,7 +907,7 @@ class Handler(BaseHTTPRequestHandler):
                 except (BrokenPipeError, ConnectionResetError):
                     return
             with c.lock:
-                if (ns, name) not in c.pods:
+                if c.pods.get((ns, name)) is not pod:  # deleted (perhaps recreated under its name)
                     break
         try:
             self.wfile.write(b"0\r\n\r\n")

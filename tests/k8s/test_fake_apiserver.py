@@ -7,12 +7,15 @@ import json
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
-from fake_apiserver import expand_refs
+from fake_apiserver import descendants, expand_refs
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from testkit import needs_crd, wait_for
+
+from launcher.targets.shared.procs import alive, start_time
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 
@@ -154,3 +157,177 @@ def test_clean_pod_policy_and_delete_kill_processes(k8s_api):
     with pytest.raises(ApiException) as e:
         api(k8s_api).get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "sleepy")
     assert e.value.status == 404
+
+
+# --------------------------------------------------------------------------- a pod deleted, the operator recreating it
+
+# Prints the rendezvous env it got, starts a child, then waits (a pod of a job still running).
+ENV_THEN_WAIT = textwrap.dedent("""
+    import json, os, subprocess, sys, time
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    keys = ("MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT", "RANK", "PET_NODE_RANK", "PET_NNODES", "WORLD_SIZE")
+    print("ENV", json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
+    time.sleep(600)
+""")
+
+
+def pod_of(k8s_api, name):
+    return next((p for p in k8s_api.server.pods_of(name.rsplit("-", 2)[0]) if p.name == name), None)
+
+
+def logged_env(k8s_api, pod):
+    try:
+        text = core(k8s_api).read_namespaced_pod_log(pod, "default")
+    except ApiException:  # not created yet, or Pending
+        return None
+    return next((json.loads(ln[4:]) for ln in text.splitlines() if ln.startswith("ENV ")), None)
+
+
+def running(k8s_api, name, *pods):
+    wait_state(k8s_api, name, "Running", timeout=30)
+    wait_for(lambda: all(logged_env(k8s_api, p) for p in pods), "every pod to print its env", timeout=30, poll=0.05)
+
+
+def test_deleted_pod_is_recreated_under_its_name(k8s_api):
+    c = core(k8s_api)
+    create(k8s_api, job("lost", [sys.executable, "-c", ENV_THEN_WAIT], workers=1))
+    running(k8s_api, "lost", "lost-master-0", "lost-worker-0")
+    old = pod_of(k8s_api, "lost-worker-0")
+    before = logged_env(k8s_api, "lost-worker-0")
+    tree = [(pid, start_time(pid)) for pid in [old.proc.pid, *descendants(old.proc.pid)]]
+    assert len(tree) == 2 and before["RANK"] == "1" and before["MASTER_ADDR"] == "127.0.0.1"
+    master_proc = pod_of(k8s_api, "lost-master-0").proc
+
+    k8s_api.server.pod_start_delay = 1.0  # the new pod Pending a while: the job is seen Restarting
+    said = c.delete_namespaced_pod("lost-worker-0", "default", grace_period_seconds=0)  # a node lost for good
+    assert said.metadata.uid == old.uid and said.metadata.name == "lost-worker-0"
+    assert k8s_api.server.requests[-1]["query"] == {"gracePeriodSeconds": "0"}
+    assert not any(alive(pid, started) for pid, started in tree)  # the pod's whole process tree, at once
+    new = wait_for(lambda: (p := pod_of(k8s_api, "lost-worker-0")) is not None and p.uid != old.uid and p,
+                   "the operator to recreate the pod", timeout=10, poll=0.02)
+    assert new.phase == "Pending" and new.log == bytearray()
+    restarting = wait_state(k8s_api, "lost", "Restarting", timeout=10)
+    assert "lost-worker-0" in restarting["status"]["conditions"][-1]["message"]
+    wait_state(k8s_api, "lost", "Running", timeout=30)  # again, once the new pod runs
+    conds = [x["type"] for x in k8s_api.server.job("lost")["status"]["conditions"]]
+    assert conds == ["Created", "Running"], conds  # Running and Restarting replace each other
+    wait_for(lambda: logged_env(k8s_api, "lost-worker-0"), "the new pod to print its env", timeout=30, poll=0.05)
+    assert logged_env(k8s_api, "lost-worker-0") == before  # same master address, port and rank: it meets the others
+    read = c.read_namespaced_pod("lost-worker-0", "default")
+    assert read.metadata.uid == new.uid != old.uid and read.metadata.labels == old.labels
+    assert read.status.phase == "Running" and read.status.container_statuses[0].restart_count == 0
+    assert new.injected_env == old.injected_env and new.index == old.index == 0
+    assert master_proc.poll() is None and pod_of(k8s_api, "lost-master-0").restarts == 0  # the master untouched
+    created = [e for e in k8s_api.server.events if e["reason"] == "SuccessfulCreatePod"
+               and e["involvedObject"]["name"] == "lost-worker-0"]
+    assert len(created) == 2
+
+
+TRAP_TERM = textwrap.dedent("""
+    import os, signal, sys, time
+    def term(*_):
+        with open(sys.argv[1], "a") as f:
+            f.write(f"TERM {os.getpid()}\\n")  # and carries on: only SIGKILL ends it
+    signal.signal(signal.SIGTERM, term)
+    print("ENV", '{"up": 1}', flush=True)
+    time.sleep(600)
+""")
+
+
+def test_graceful_delete_sends_sigterm_then_sigkill(k8s_api, tmp_path):
+    said = tmp_path / "said"
+    create(k8s_api, job("grace", [sys.executable, "-c", TRAP_TERM, str(said)], workers=0))
+    running(k8s_api, "grace", "grace-master-0")
+    old = pod_of(k8s_api, "grace-master-0")
+    t0 = time.monotonic()
+    core(k8s_api).delete_namespaced_pod("grace-master-0", "default", grace_period_seconds=2)
+    assert time.monotonic() - t0 < 1.0  # the handler does not wait out the grace period
+    wait_for(lambda: said.exists() and said.read_text() == f"TERM {old.proc.pid}\n", "SIGTERM to reach the pod",
+             timeout=5, poll=0.02)
+    time.sleep(0.5)
+    assert old.proc.poll() is None  # it ignored SIGTERM: still running within its grace period
+    assert pod_of(k8s_api, "grace-master-0") is None  # gone from the API, not recreated while its processes live
+    wait_for(lambda: old.proc.poll() is not None, "SIGKILL after the grace period", timeout=5, poll=0.02)
+    assert time.monotonic() - t0 >= 2.0 and old.proc.returncode == -9
+    new = wait_for(lambda: pod_of(k8s_api, "grace-master-0"), "the pod to be recreated", timeout=10, poll=0.02)
+    assert new.uid != old.uid
+    running(k8s_api, "grace", "grace-master-0")
+    assert said.read_text() == f"TERM {old.proc.pid}\n"  # the new pod got no signal
+
+
+def test_deleted_pod_of_a_finished_job_stays_gone_and_unknown_pods_are_404(k8s_api):
+    c = core(k8s_api)
+    create(k8s_api, job("done", [sys.executable, "-c", "print('ok')"], workers=1))
+    wait_state(k8s_api, "done", "Succeeded")
+    wait_for(lambda: all(p.phase == "Succeeded" for p in k8s_api.server.pods_of("done")), "both pods to end", timeout=30)
+    c.delete_namespaced_pod("done-worker-0", "default", grace_period_seconds=0)
+    time.sleep(0.5)  # ten reconciles
+    assert [p.name for p in k8s_api.server.pods_of("done")] == ["done-master-0"]
+    assert c.delete_namespaced_pod("done-master-0", "default", dry_run="All").metadata.name == "done-master-0"
+    assert [p.name for p in k8s_api.server.pods_of("done")] == ["done-master-0"]  # a dry run deletes nothing
+    with pytest.raises(ApiException) as e:
+        c.delete_namespaced_pod("done-worker-0", "default")
+    assert e.value.status == 404 and json.loads(e.value.body)["reason"] == "NotFound"
+    assert json.loads(e.value.body)["message"] == 'pods "done-worker-0" not found'
+    assert k8s_api.server.delete_pod("nope") is None
+    k8s_api.server.delete_pods("done")  # garbage collection after the job: nothing comes back
+    time.sleep(0.3)
+    assert k8s_api.server.pods_of("done") == [] and "Restarting" not in json.dumps(k8s_api.server.job("done"))
+
+
+def test_garbage_collection_of_a_running_job_recreates_nothing(k8s_api):
+    create(k8s_api, job("gc", [sys.executable, "-c", ENV_THEN_WAIT], workers=1))
+    running(k8s_api, "gc", "gc-master-0", "gc-worker-0")
+    k8s_api.server.delete_pods("gc")
+    time.sleep(0.3)
+    assert k8s_api.server.pods_of("gc") == []
+
+
+# Lists its output dir (empty in a fresh filesystem), marks it, says where it is, then waits.
+MARK_OUTPUT = textwrap.dedent("""
+    import os, time
+    out = os.environ["OUT"]
+    os.makedirs(out, exist_ok=True)
+    seen = sorted(os.listdir(out))
+    open(os.path.join(out, "mark-" + os.environ["RANK"]), "w").close()
+    print("FS", out, os.environ["NEAR"], os.environ["TMPDIR"], seen, os.getcwd(), flush=True)
+    time.sleep(600)
+""")
+
+
+def fs_line(k8s_api, pod):
+    try:
+        text = core(k8s_api).read_namespaced_pod_log(pod, "default")
+    except ApiException:  # not created yet, or Pending
+        return None
+    return next((ln.split(" ", 5)[1:] for ln in text.splitlines() if ln.startswith("FS ")), None)
+
+
+def test_own_filesystems_give_each_pod_and_each_new_pod_its_own_workspace(k8s_api):
+    k8s_api.server.own_filesystems = True
+    env = [{"name": "OUT", "value": "/workspace/outputs/x"}, {"name": "NEAR", "value": "/workspacex/y"}]
+    obj = job("fs", [sys.executable, "-c", MARK_OUTPUT], workers=1, env=env)
+    obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["workingDir"] = "/workspace/proj"
+    create(k8s_api, obj)
+    wait_for(lambda: fs_line(k8s_api, "fs-master-0") and fs_line(k8s_api, "fs-worker-0"), "both pods to start",
+             timeout=30, poll=0.05)
+    master, worker = pod_of(k8s_api, "fs-master-0"), pod_of(k8s_api, "fs-worker-0")
+    assert master.fs_root != worker.fs_root
+    assert worker.fs_root.endswith(f"/fs-worker-0-{worker.uid[:8]}/fs")
+    for pod in (master, worker):
+        out, near, tmp, seen, cwd = fs_line(k8s_api, pod.name)
+        assert out == pod.fs_root + "/workspace/outputs/x" and near == "/workspacex/y"  # only /workspace and below
+        assert tmp == pod.fs_root + "/tmp" and seen == "[]"
+        assert (Path(pod.fs_root) / "workspace/outputs/x" / f"mark-{pod.injected_env['RANK']}").is_file()
+        # a workingDir under /workspace is in it too; none: the pod's own folder
+        assert cwd == (pod.fs_root + "/workspace/proj" if pod is worker else str(Path(pod.fs_root).parent))
+
+    body = client.V1DeleteOptions(grace_period_seconds=0)  # kubectl's --grace-period=0 --force, in the body
+    core(k8s_api).delete_namespaced_pod("fs-worker-0", "default", body=body)
+    new = wait_for(lambda: (p := pod_of(k8s_api, "fs-worker-0")) is not None and p.uid != worker.uid and p,
+                   "the pod to be recreated", timeout=10, poll=0.02)
+    wait_for(lambda: fs_line(k8s_api, "fs-worker-0"), "the new pod to start", timeout=30, poll=0.05)
+    out, _, _, seen, _ = fs_line(k8s_api, "fs-worker-0")
+    assert new.fs_root != worker.fs_root and out == new.fs_root + "/workspace/outputs/x"
+    assert seen == "[]"  # a new container: an empty /workspace, not the old pod's
+    assert (Path(worker.fs_root) / "workspace/outputs/x/mark-1").is_file()  # the old one is left on this machine
