@@ -14,9 +14,9 @@ from testkit import wait_for
 
 from launcher.core.states import JobState
 from launcher.targets.shared import heartbeat
+from launcher.targets.shared.restarts import Recovery
 from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm import status as slurm_status
-from launcher.targets.slurm.job.recover import Recovery
 from launcher.targets.slurm.payload import SlurmHandle
 from launcher.targets.slurm.query import SlurmRecord, parse_sacct
 
@@ -70,7 +70,7 @@ def test_a_silent_node_is_dropped_the_others_start_again_and_a_dropped_node_leav
         (loss,) = json.loads((tmp_path / "recovery.json").read_text())["losses"]
         assert loss["node"] == 2 and loss["host"] == "n3" and loss["nodes"] == 2 and not loss["replaced"], loss
         assert "no heartbeat from its node runner since" in loss["how"] and "recovery.lost_after 0.8 s" in loss["how"]
-        watch.order = start
+        watch.issue(start)
         wait_for(second.interrupted, "node 1 to hear the new start", timeout=10)
         assert second.next_start(1) == start and second.rank == 1 and second.leave is None
         # Node 2 comes back: the watch answers it the order, which leaves it out.

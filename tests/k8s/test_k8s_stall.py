@@ -278,11 +278,11 @@ def test_status_reads_the_first_pods_watch_through_the_pod_proxy(served_watch):
 
     kube = Kube()
     assert KubernetesTarget().read_watch(handle_of("demo")) == WATCH
-    said = note(kube, "demo-master-0", 29501)
+    said, _ = note(kube, "demo-master-0", 29501)
     assert said == "stalled: " + WATCH["verdict"]["message"]  # heartbeat.report, as on Slurm
     assert served_watch.server.requests_to("/pods/demo-master-0:29501/proxy/watch.json") or \
         served_watch.server.requests_to("/pods/demo-master-0%3A29501/proxy/watch.json")
-    assert note(kube, "demo-master-0", 29502) is None  # nothing listens there: 503, nothing to say yet
+    assert note(kube, "demo-master-0", 29502) == (None, None)  # nothing listens there: 503, nothing to say yet
 
 
 def test_a_user_without_pods_proxy_gets_one_line_in_status(served_watch):
@@ -290,7 +290,7 @@ def test_a_user_without_pods_proxy_gets_one_line_in_status(served_watch):
     from launcher.targets.k8s.cluster.watch import note
 
     served_watch.server.fail_next("GET", r"/proxy", 403)
-    said = note(Kube(), "demo-master-0", 29501)
+    said, _ = note(Kube(), "demo-master-0", 29501)
     assert said is not None and said.startswith("watch unreadable: permission denied (403)") and "\n" not in said, said
     assert said.endswith("k8s/rbac.yaml grants it (pods/proxy get)"), said
 
@@ -320,6 +320,7 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
 
     import launcher.targets.k8s.job.podrun as podrun
     import launcher.targets.shared.heartbeat as heartbeat
+    import launcher.targets.shared.restarts as restarts
     import launcher.targets.shared.runfolder as runfolder
     import launcher.targets.shared.straggle as straggle
     import launcher.targets.shared.vitals as vitals
@@ -330,11 +331,13 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
         env = {e["name"]: e.get("value") for e in c["env"]}
         assert env["DDPJOB_STALL_TIMEOUT_S"] == "45" and env["DDPJOB_STALL_ACTION"] == "report"
         assert env["DDPJOB_WATCH_PORT"] == "29501"
+        assert (env["DDPJOB_MAX_LOSSES"], env["DDPJOB_MIN_NODES"], env["DDPJOB_LOST_AFTER_S"]) == ("10", "1", "30")
         modules = dict(json.loads(zlib.decompress(base64.b64decode(env[runner.BUNDLE_ENV]))))
         assert modules == {"ddpjob_runfolder": Path(runfolder.__file__).read_text(),
                            "ddpjob_straggle": Path(straggle.__file__).read_text(),
                            "ddpjob_vitals": Path(vitals.__file__).read_text(),
                            "ddpjob_heartbeat": Path(heartbeat.__file__).read_text(),
+                           "ddpjob_restarts": Path(restarts.__file__).read_text(),
                            "ddpjob_podrun": Path(podrun.__file__).read_text()}
     text = p.render()
     assert "pods start ddpjob's pod runner" in text and runner.shown(env[runner.BUNDLE_ENV]) in text

@@ -5,6 +5,7 @@ and, for a run that failed, the stall that ended it."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from launcher.core.states import JobState, summarize
@@ -16,6 +17,7 @@ from launcher.targets.k8s.objects.flavours import flavour_of
 from launcher.targets.k8s.objects.render import LABEL_JOB_ID
 from launcher.targets.k8s.payload import K8sHandle
 from launcher.targets.shared.files import read_json, write_json
+from launcher.targets.shared.recovery import with_losses
 from launcher.targets.shared.runfolder import RunFolder
 
 
@@ -54,23 +56,65 @@ def job_status(kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
                 pending += object_warnings(kube, el.name)
             if pending:
                 msg = "; ".join([msg, *pending]) if msg and "not reconciled" not in msg else "; ".join(pending) or msg
+        watched: dict[str, Any] | None = None
         if state == JobState.RUNNING and handle.watch_port:
             from launcher.targets.k8s.cluster.watch import first_pod, note
 
-            said = (_restarting_after_stall(kube, el.name, api, nodes) if pods else None) or note(
-                kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
+            said = _restarting_after_stall(kube, el.name, api, nodes) if pods else None
+            if said is None:
+                said, watched = note(kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
             if said is None and not pods and api is not PYTORCHJOB:  # list: no pod rows, and a watch not
                 said = _restarting_after_stall(kube, el.name, api, None)  # served may be a pod restarting
             msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
         seen[el.name] = {"state": state.value, "message": msg}
-        tasks.append(TaskStatus(el.index, state, msg, [NodeStatus.of(n) for n in nodes], el.params, el.name))
+        task = TaskStatus(el.index, state, msg, [NodeStatus.of(n) for n in nodes], el.params, el.name)
+        if handle.watch_port:
+            _told(task, handle.run_dir, watched, _when((obj.get("status") or {}).get("completionTime")))
+        tasks.append(task)
     _write_seen(handle.run_dir, seen)
     overall, message = summarize(tasks)
     details: dict[str, object] = {"namespace": handle.namespace, "context": handle.context,
                api.plural: ", ".join(el.name for el in handle.jobs)}
     if replicas:
         details["replicas"] = " | ".join(replicas)
-    return JobStatus(overall, message, tasks, details)
+    return with_losses(JobStatus(overall, message, tasks, details))
+
+
+def _when(stamp: object) -> float | None:
+    """An API server's time (``2026-11-28T10:00:00Z``) in seconds since the epoch, or None."""
+    import calendar
+
+    try:
+        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ"))) if stamp else None
+    except ValueError:
+        return None
+
+
+def _told(task: TaskStatus, run_dir: str, watched: dict[str, Any] | None, ended: float | None) -> None:
+    """The run's lost pods and its goodput, from the first pod's ``watch.json`` (``podrun``: the recovery's
+    record and the metrics lines that tell it): read now (kept in the run folder), else as last kept."""
+    from launcher.targets.k8s.cluster.watch import kept
+    from launcher.targets.shared import recovery
+
+    path = kept(run_dir, task.index)
+    if watched is not None:
+        try:
+            write_json(path, watched)
+        except OSError:
+            pass  # a cache only
+    state = watched if watched is not None else read_json(path)
+    record = state.get("recovery") if isinstance(state, dict) else None
+    if not isinstance(record, dict) or not record.get("losses"):
+        return
+    events = state.get("events") if isinstance(state, dict) else None
+    events = [e for e in events if isinstance(e, dict) and isinstance(e.get("step"), int) and isinstance(
+        e.get("time"), (int, float))] if isinstance(events, list) else []
+    started = record.get("started")
+    task.started = float(started) if isinstance(started, (int, float)) else None
+    updated = state.get("updated") if isinstance(state, dict) else None  # the last the watch wrote, else
+    task.ended = (ended or (float(updated) if isinstance(updated, (int, float)) else None)) if task.state.terminal else None
+    task.losses = recovery.losses(record["losses"], events)
+    task.goodput = recovery.goodput(task.started, task.ended, task.losses, events, time.time())
 
 
 def _stall_ending(kube: Any, name: str, api: KubeflowApi, last: dict[str, Any] | None, msg: str) -> str:

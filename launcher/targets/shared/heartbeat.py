@@ -15,11 +15,14 @@ output it has written; the first node answers each one. Then:
   stall timeout, it calls ``on_stall`` (with ``action == "fail"``), so a node cut off from the
   others ends its own processes rather than wait in a collective for ever.
 
-With ``lost_after`` and ``on_lost`` (the spec's ``recovery:``, Slurm), the watch also drops a node it
-heard from before and then not for ``lost_after`` seconds, and calls ``on_lost`` with its record once;
-a dropped node is judged no more. Its owner may then set ``order`` (a mapping: the run's next start,
-its nodes), which the watch sends back to every heartbeat instead of ``ok``; a beacon hands each new one
-to ``on_order``. A beacon that has heard nothing for ``lost_after`` calls ``on_cut`` once.
+With ``lost_after`` and ``on_lost`` (the spec's ``recovery:``), the watch also drops a node it heard
+from before and then not for ``lost_after`` seconds, and calls ``on_lost`` with its record once; a
+dropped node is judged no more. Each beacon sends its own ``id`` (one per runner); a node heard with a
+new one was replaced (a recreated pod), and the watch calls ``on_replaced`` and answers that node
+``wait`` until its owner issues the next start (``issue``). The watch answers every heartbeat with its
+own id (``w``) and the start its owner issued last (``order``: the run's start number and its nodes);
+a beacon hands each answer to ``on_order`` (``shared/restarts.py``). A beacon that has heard nothing
+for ``lost_after`` calls ``on_cut`` once.
 
 Nothing is sent anywhere but the first node's address, which the job already uses for its rendezvous.
 """
@@ -62,10 +65,14 @@ class Watch:
     def __init__(self, *, port: int, nodes: int, host: str, outputs: list[str], timeout: float, action: str,
                  state_path: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S,
                  vitals: Callable[[], dict[str, Any]] | None = None, lost_after: float | None = None,
-                 on_lost: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_lost: Callable[[dict[str, Any]], None] | None = None,
+                 on_replaced: Callable[[dict[str, Any]], None] | None = None,
+                 extra: Callable[[], dict[str, Any]] | None = None) -> None:
         self.port, self.timeout, self.action, self.state_path = port, timeout, action, state_path
-        self.lost_after, self.on_lost = lost_after, on_lost
+        self.lost_after, self.on_lost, self.on_replaced, self.extra = lost_after, on_lost, on_replaced, extra
         self.order: dict[str, Any] | None = None  # answered to every heartbeat once set (see the module)
+        self.ident = os.urandom(6).hex()
+        self.waiting: set[int] = set()  # replaced nodes told to wait for the next start
         self.interval, self.vitals = interval, vitals
         self.stragglers: list[dict[str, Any]] = []
         self._straggle = Straggle()
@@ -94,6 +101,11 @@ class Watch:
     def stop(self) -> None:
         self._stop.set()
 
+    def issue(self, order: dict[str, Any]) -> None:
+        """The run's next start (its owner's): answered to every heartbeat from now on."""
+        self.order = dict(order)
+        self.waiting.clear()
+
     def _run(self) -> None:
         assert self._sock is not None
         next_tick = 0.0
@@ -115,14 +127,28 @@ class Watch:
             return
         now = time.time()
         rec = self.nodes[node]
+        ident = str(msg.get("id") or "")[:64]
+        if ident and ident != rec.get("id"):
+            seen = rec.setdefault("ids", [])
+            if rec.get("id") and ident not in seen and not rec.get("dropped") and self.on_replaced is not None:
+                self.waiting.add(node)
+                rec.update(id=ident, replaced=now)
+                self.on_replaced(dict(rec))
+            elif not rec.get("id"):
+                rec["id"] = ident
+            if ident not in seen:
+                seen.append(ident)
+                del seen[:-8]
         rec.update(heard=now, host=str(msg.get("host"))[:255], address=peer[0])
         if isinstance(msg.get("vitals"), dict):
             rec["vitals"] = msg["vitals"]
         if int(msg.get("bytes", 0)) != rec["bytes"]:
             rec.update(bytes=int(msg.get("bytes", 0)), output=now)
         assert self._sock is not None
-        order = self.order
-        self._sock.sendto(json.dumps(order).encode() if order is not None else b"ok", peer)
+        reply: dict[str, Any] = {"w": self.ident, **(self.order or {})}
+        if node in self.waiting:
+            reply["wait"] = True
+        self._sock.sendto(json.dumps(reply).encode(), peer)
 
     def _tick(self) -> None:
         now = time.time()
@@ -189,6 +215,11 @@ class Watch:
     def _write(self, now: float) -> None:
         state = {"updated": now, "timeout": self.timeout, "action": self.action, "interval": self.interval,
                  "nodes": list(self.nodes.values()), "verdict": self.verdict, "stragglers": self.stragglers}
+        if self.extra is not None:
+            try:
+                state.update(self.extra())
+            except Exception as exc:  # noqa: BLE001 - the owner's; the watch must go on writing
+                state["extra_error"] = repr(exc)[:200]
         tmp = f"{self.state_path}.tmp{os.getpid()}"
         try:
             with open(tmp, "w", encoding="utf-8") as f:
@@ -210,6 +241,7 @@ class Beacon:
                  on_cut: Callable[[str], None] | None = None,
                  on_order: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.addr, self.port, self.node, self.host = addr, port, node, host
+        self.ident = os.urandom(6).hex()  # this runner's: a new one says the node was replaced
         self.lost_after, self.on_cut, self.on_order = lost_after, on_cut, on_order
         self.cut: str | None = None
         self.interval, self.vitals = interval, vitals
@@ -229,7 +261,8 @@ class Beacon:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.settimeout(self.interval)
             while not self._stop.is_set():
-                beat: dict[str, Any] = {"node": self.node, "host": self.host, "bytes": _size(self.outputs)}
+                beat: dict[str, Any] = {"node": self.node, "host": self.host, "bytes": _size(self.outputs),
+                                        "id": self.ident}
                 if self.vitals is not None:
                     beat["vitals"] = _sampled(self.vitals)
                 msg = json.dumps(beat).encode()

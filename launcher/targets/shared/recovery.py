@@ -138,5 +138,5 @@ def with_losses(status: JobStatus) -> JobStatus:
     notes = [(t.index, note) for t in status.tasks if (note := t.losses_note())]
     if notes:
         told = notes[0][1] if len(status.tasks) == 1 else "; ".join(f"task {i}: {note}" for i, note in notes)
-        status.message = f"{status.message}; {told}" if status.message else told
+        status.message = f"{status.message.rstrip('.')}; {told}" if status.message else told
     return status

@@ -71,19 +71,21 @@ def latest(kube: Any, job_names: list[str], api: KubeflowApi, port: int, run_dir
     return None
 
 
-def note(kube: Any, pod: str | None, port: int) -> str | None:
+def note(kube: Any, pod: str | None, port: int) -> tuple[str | None, dict[str, Any] | None]:
     """What ``status`` adds about a running run: the watch's verdict (``heartbeat.report``), or one line
-    saying why the watch cannot be read; None when all is well or there is nothing to read yet."""
+    saying why the watch cannot be read (None when all is well or there is nothing to read yet); and the
+    watch's state as read (None when it was not)."""
     from launcher.targets.shared.heartbeat import report
 
     if pod is None:
-        return None
+        return None, None
     try:
         state = read_watch(kube, pod, port)
     except TargetError as e:
         first = str(e).splitlines()[0]
-        return f"watch unreadable: {first}" + ("; k8s/rbac.yaml grants it (pods/proxy get)" if "(403)" in first else "")
-    return report(state, time.time()) if state is not None else None
+        return (f"watch unreadable: {first}" + ("; k8s/rbac.yaml grants it (pods/proxy get)" if "(403)" in first else ""),
+                None)
+    return (report(state, time.time()) if state is not None else None), state
 
 
 def ending(kube: Any, job_name: str, api: KubeflowApi) -> str | None:

@@ -18,6 +18,13 @@ In the pod it:
   ``DDPJOB_STALL_MARK`` (an emptyDir volume, which outlives the container); a runner that starts and
   finds it says the verdict again and exits ``STALL_EXIT`` without starting torchrun, until the Job's
   backoffLimit fails the job;
+- with the spec's ``recovery:`` (``DDPJOB_MAX_LOSSES``, ``DDPJOB_MIN_NODES``, ``DDPJOB_LOST_AFTER_S``; 2
+  nodes or more), brings the run back after it loses a pod (``shared/restarts.py``): a node whose pod
+  the operator recreated speaks from a new runner, and the run starts torchrun again on every pod (the
+  new one included: it waits for that start before it starts anything); a node not heard from for
+  ``lost_after`` is left out, and the run goes on without it (``PET_NNODES``/``PET_NODE_RANK`` given to
+  torchrun anew). The first pod's ``watch.json`` carries the losses and what the program's metrics
+  file says of them, for ``ddpjob status``;
 - passes SIGTERM and SIGINT on to torchrun (the kubelet stops a pod with SIGTERM to this process).
 """
 
@@ -37,6 +44,7 @@ from typing import Any
 
 STALL_EXIT = 124  # "timed out", as timeout(1) says it; 1-127: not retried under restartPolicy ExitCode
 STALL_LINE = "[ddpjob] stall.action fail: "  # then the watch's verdict; status reads it from the pod's log
+RECOVERY_LINE = "[ddpjob] recovery: "  # then why a run that lost nodes cannot go on
 STOP_GRACE_S = 20.0  # SIGTERM, then SIGKILL if torchrun hangs in a collective
 
 
@@ -64,6 +72,11 @@ class PodRunner:
         self.mark = env.get("DDPJOB_STALL_MARK") or None  # objects/runner.MARK_ENV
         self.proc: subprocess.Popen[bytes] | None = None
         self.stalled: str | None = None
+        self.stopping = False  # SIGTERM or SIGINT came: the pod ends, nothing starts again
+        self.total = 0  # bytes of output passed on, every start's
+        self.beat: Any = None
+        self.pump: threading.Thread | None = None
+        self.recovery = self._recovery()
         self._out = threading.Lock()
         self.folder = tempfile.mkdtemp(prefix="ddpjob-pod-")
         own = _shared("runfolder").PodFolder(self.folder)
@@ -95,19 +108,36 @@ class PodRunner:
         env.setdefault(_shared("vitals").VITALS_DIR_ENV, self.steps_dir)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._forward)
-        try:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, env=env)
-        except OSError as exc:
-            self.say(f"cannot start {self.argv[0]}: {exc}")
-            return 127
-        pump = threading.Thread(target=self._pump, name="ddpjob-output", daemon=True)
-        pump.start()
-        beat, _server = self._heartbeats()
-        code = self.proc.wait()
-        pump.join(timeout=5)
-        if beat is not None:
-            beat.stop()
+        rec = self.recovery
+        if rec is not None and self.node != 0:  # heartbeats first: this pod may be a replaced node's
+            self.beat, _server = self._heartbeats()
+            if not rec.join(rec.lost_after):
+                self.say("no answer from the first pod's runner yet: starting with the run's first start")
+            if rec.leave:
+                self.beat.stop()
+                self.say(rec.leave)
+                return 0
+            if rec.restart:  # a replaced node's pod: it joins the start that takes it in
+                self._enter(rec, env, "this pod joins start")
+        code = self._launch(env)
+        if code is not None:
+            return code
+        if self.beat is None:
+            self.beat, _server = self._heartbeats()
+        code = self._wait()
+        while rec is not None and not (self.stalled or self.stopping):
+            if not rec.next_start(code):
+                break
+            code = self._again(rec, env)
+        if self.beat is not None:
+            self.beat.stop()
+        if rec is not None and not (self.stalled or self.stopping):
+            if rec.leave:
+                self.say(f"{rec.leave} (exit 0)")
+                return 0
+            if rec.failed:
+                self.say(f"{RECOVERY_LINE}{rec.failed}")
+                return 1
         # The pod ends at once (the server's and heartbeat's threads are daemons): the controller
         # ends the job on the first pod's exit, so a pod that lingers widens the window in which
         # the other pods see the rendezvous store vanish and fail.
@@ -119,34 +149,111 @@ class PodRunner:
     def _pump(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         stream: Any = self.proc.stdout  # a BufferedReader: read1 returns what is there, not 64 kB
-        total = 0
         for chunk in iter(lambda: stream.read1(65536), b""):
             with self._out:
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.buffer.flush()
-            total += len(chunk)
+                self.total += len(chunk)
             self.sampler.saw(chunk, time.time())  # a line cut between two chunks may go unseen: ages are samples
             try:
-                os.truncate(self.counted, total)
+                os.truncate(self.counted, self.total)
             except OSError:
                 pass
+
+    def _launch(self, env: dict[str, str]) -> int | None:
+        """Start torchrun (and the thread that passes its output on); its exit code when it cannot start."""
+        try:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, env=env)
+        except OSError as exc:
+            self.say(f"cannot start {self.argv[0]}: {exc}")
+            return 127
+        self.pump = threading.Thread(target=self._pump, name="ddpjob-output", daemon=True)
+        self.pump.start()
+        return None
+
+    def _wait(self) -> int:
+        """torchrun's exit code (its output passed on); with recovery, torchrun and its workers are
+        killed when the run starts again or this node leaves it."""
+        assert self.proc is not None
+        while True:
+            try:
+                code = self.proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if self.recovery is not None and self.recovery.interrupted() and not self.stopping:
+                    _shared("restarts").kill_tree(self.proc)
+        if self.pump is not None:
+            self.pump.join(timeout=5)
+        return code
+
+    def _again(self, rec: Any, env: dict[str, str]) -> int:
+        """Start torchrun again for the run's members now (a node was lost or replaced) and wait for it."""
+        if self.node == 0:
+            loss = rec.losses[-1] if rec.losses else None
+            if loss is not None:
+                self.say(f"node {loss['node']} ({loss['host']}) was lost: {loss['how']}")
+            if isinstance(self.beat, _shared("heartbeat").Watch):
+                self.beat.issue(rec.order())  # the old torchrun (and its store) is gone: the others may start
+        self._enter(rec, env, "start")
+        code = self._launch(env)
+        if code is not None:
+            return code
+        if self.node == 0:
+            rec.back()
+        return self._wait()
+
+    def _enter(self, rec: Any, env: dict[str, str], lead: str) -> None:
+        """torchrun's variables for the start ``rec`` is at (its number, the nodes and this one's rank),
+        said in the log."""
+        env.update({_shared("restarts").RESTART_ENV: str(rec.restart), "PET_NNODES": str(len(rec.members)),
+                    "PET_NODE_RANK": str(rec.rank)})
+        self.say(f"{lead} {rec.restart + 1} of the run on {len(rec.members)} node(s) "
+                 f"({', '.join(str(m) for m in rec.members)}): this node's rank {rec.rank}")
+
+    def _recovery(self) -> Any:
+        """The spec's ``recovery:`` as the runner carries it (``objects/runner.py``), or None."""
+        try:
+            losses = int(self.env.get("DDPJOB_MAX_LOSSES") or 0)
+            min_nodes = int(self.env.get("DDPJOB_MIN_NODES") or 1)
+            lost_after = float(self.env.get("DDPJOB_LOST_AFTER_S") or 30)
+        except ValueError:
+            return None
+        if losses <= 0 or self.nodes < 2:
+            return None
+        hosts = [""] * self.nodes
+        hosts[self.node] = os.uname().nodename
+        return _shared("restarts").Recovery(node=self.node, nodes=self.nodes, hosts=hosts, max_losses=losses,
+                                            min_nodes=min_nodes, lost_after=lost_after, path=None,
+                                            metrics=self.env.get("DDPJOB_METRICS_FILE"),
+                                            gone="its pod (deleted, evicted, or its node lost) or link",
+                                            joining=True)
 
     def _heartbeats(self) -> tuple[Any, ThreadingHTTPServer | None]:
         """The watch (first node) or a beacon (the others), as ``slurm/node.py`` starts them."""
         heartbeat = _shared("heartbeat")
         host = os.uname().nodename
+        rec = self.recovery
         if self.node != 0:
             beacon = heartbeat.Beacon(addr=self.addr, port=self.port, node=self.node, host=host, outputs=[self.counted],
                                       timeout=self.timeout, action=self.action, on_stall=self._on_stall,
-                                      vitals=self.sampler.sample)
+                                      vitals=self.sampler.sample, lost_after=rec.lost_after if rec else None,
+                                      on_cut=rec.cut if rec else None, on_order=rec.ordered if rec else None)
             beacon.start()
             return beacon, None
         outputs = [self.counted]
         if self.env.get("DDPJOB_METRICS_FILE"):
             outputs.append(self.env["DDPJOB_METRICS_FILE"])
+        told = _shared("restarts").Told(rec) if rec else None
         watch = heartbeat.Watch(port=self.port, nodes=self.nodes, host=host, outputs=outputs, state_path=self.state_path,
                                 timeout=self.timeout, action=self.action, on_stall=self._on_stall,
-                                vitals=self.sampler.sample)
+                                vitals=self.sampler.sample, lost_after=rec.lost_after if rec else None,
+                                on_lost=rec.lost if rec else None, on_replaced=rec.replaced if rec else None,
+                                extra=told.state if told else None)
+        if rec is not None:
+            rec.silent = lambda: max((time.time() - (r["heard"] or 0) for r in watch.nodes.values()
+                                      if r["node"] in rec.members), default=0.0)
+            watch.issue(rec.order())
         why = watch.start()
         if why:
             self.say(why)
@@ -221,6 +328,9 @@ class PodRunner:
             return None
 
     def _forward(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+        if self.beat is not None and self.node != 0:
+            self.beat.stop()  # this pod ends: a replacement's heartbeats are the node's from now on
         if self.proc is not None and self.proc.poll() is None:
             try:
                 self.proc.send_signal(signum)

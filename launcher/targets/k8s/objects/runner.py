@@ -1,5 +1,5 @@
 """The pod runner as a job carries it: ``podrun.py`` and ``shared/heartbeat.py`` with what they use
-(``shared/runfolder.py``, ``straggle.py``, ``vitals.py``; standard library only) packed into one environment variable, and the ``python3 -c`` line that loads them in the pod.
+(``shared/runfolder.py``, ``straggle.py``, ``vitals.py``, ``restarts.py``; standard library only) packed into one environment variable, and the ``python3 -c`` line that loads them in the pod.
 
 The user's image does not contain ddpjob, so the runner's code travels with the job: JSON of
 (module name, source) pairs, zlib-compressed and base64-encoded, in ``DDPJOB_POD_RUNNER``. The
@@ -29,7 +29,8 @@ from launcher.targets.shared.runfolder import PLAN, WATCH
 BUNDLE_ENV = "DDPJOB_POD_RUNNER"
 # In the order they are loaded: heartbeat imports the straggler rule, podrun the other four.
 MODULES = (("ddpjob_runfolder", "launcher.targets.shared.runfolder"), ("ddpjob_straggle", "launcher.targets.shared.straggle"), ("ddpjob_vitals", "launcher.targets.shared.vitals"),
-           ("ddpjob_heartbeat", "launcher.targets.shared.heartbeat"), ("ddpjob_podrun", "launcher.targets.k8s.job.podrun"))
+           ("ddpjob_heartbeat", "launcher.targets.shared.heartbeat"), ("ddpjob_restarts", "launcher.targets.shared.restarts"),
+           ("ddpjob_podrun", "launcher.targets.k8s.job.podrun"))
 BOOT = ("import base64,json,os,sys,types,zlib;"
         f"b=json.loads(zlib.decompress(base64.b64decode(os.environ.pop('{BUNDLE_ENV}'))));"
         "[sys.modules.__setitem__(n,types.ModuleType(n)) or exec(compile(s,n+'.py','exec'),sys.modules[n].__dict__) "
@@ -47,7 +48,8 @@ MARK_ENV = "DDPJOB_STALL_MARK"
 MARK_VOLUME = "ddpjob-stall-mark"
 MARK_DIR = "/var/run/ddpjob-stall"
 # The variables the runner reads (besides the controller's PET_*/MASTER_*): none may come from the spec too.
-RUNNER_ENV = (BUNDLE_ENV, "DDPJOB_STALL_ACTION", "DDPJOB_STALL_TIMEOUT_S", "DDPJOB_WATCH_PORT", MARK_ENV)
+RECOVERY_ENV = ("DDPJOB_MAX_LOSSES", "DDPJOB_MIN_NODES", "DDPJOB_LOST_AFTER_S")  # the spec's recovery:, podrun reads
+RUNNER_ENV = (BUNDLE_ENV, "DDPJOB_STALL_ACTION", "DDPJOB_STALL_TIMEOUT_S", "DDPJOB_WATCH_PORT", MARK_ENV, *RECOVERY_ENV)
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,7 +86,16 @@ def env(spec: JobSpec) -> dict[str, str]:
            "DDPJOB_STALL_TIMEOUT_S": str(spec.stall.timeout_s), "DDPJOB_WATCH_PORT": str(watch_port(spec))}
     if marks(spec):
         out[MARK_ENV] = f"{MARK_DIR}/verdict"
+    if recovers(spec):
+        r = spec.recovery
+        out.update(zip(RECOVERY_ENV, (str(r.max_losses), str(r.min_nodes), str(r.lost_after)), strict=True))
     return out
+
+
+def recovers(spec: JobSpec) -> bool:
+    """Whether the pods' runners bring the run back after it loses a pod (``recovery.max_losses``, 2 nodes
+    or more)."""
+    return enabled(spec) and spec.nodes >= 2 and spec.recovery.max_losses > 0
 
 
 def marks(spec: JobSpec) -> bool:
@@ -118,6 +129,11 @@ def header(spec: JobSpec) -> str:
             f"shared/heartbeat.py, carried in {BUNDLE_ENV}, shown shortened) in front of torchrun: stall watch "
             f"(stall.timeout {spec.stall.timeout_s} s, action {spec.stall.action}), {WATCH} on port "
             f"{watch_port(spec)}; k8s.runner: none turns it off")
+    if recovers(spec):
+        r = spec.recovery
+        text += (f"\n# a lost pod (recovery: max_losses {r.max_losses}, min_nodes {r.min_nodes}, lost_after {r.lost_after} s): "
+                 "the run starts again on every pod when the operator recreates it, or goes on without a node not "
+                 f"heard from for {r.lost_after} s; the program resumes from rank 0's checkpoint")
     if spec.stall.action != "fail":
         return text
     if spec.k8s.api == "trainjob":

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.targets.shared import heartbeat, netif, vitals
 from launcher.targets.shared.files import write_json
+from launcher.targets.shared.restarts import RESTART_ENV, Recovery, kill_tree
 from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.job.nodelist import expand_nodelist
-from launcher.targets.slurm.job.recover import RESTART_ENV, Recovery, end_allocation, finish, kill_tree
+from launcher.targets.slurm.job.recover import end_allocation, finish, shrink
 
 if TYPE_CHECKING:
     from launcher.targets.slurm.payload import SlurmCommon, SlurmElement
@@ -196,7 +197,7 @@ class NodeRunner:
         """Start torchrun again for the run's members now (a node was lost) and wait for it."""
         from launcher.targets.slurm.payload import node_argv
 
-        note = recovery.shrink() if recovery.node == 0 else ""
+        note = shrink(recovery) if recovery.node == 0 else ""
         argv = node_argv(self.common, self.element, node=str(recovery.node), addr=addr, port=port,
                          nodes=len(recovery.members), node_rank=str(recovery.rank))
         env[RESTART_ENV] = str(recovery.restart)
@@ -213,7 +214,7 @@ class NodeRunner:
         self._proc = self._start(argv, env, log)
         if isinstance(watch, heartbeat.Watch):
             recovery.back(note)
-            watch.order = {"restart": recovery.restart, "members": recovery.members}
+            watch.issue(recovery.order())
         return self._wait(recovery)
 
     def _network(self, node: str, host: str, first: str, port: int, env: dict[str, str],

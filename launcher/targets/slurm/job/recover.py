@@ -1,4 +1,5 @@
-"""Bringing a Slurm run back after it loses a node (the spec's ``recovery:``), inside the job.
+"""Bringing a Slurm run back after it loses a node (the spec's ``recovery:``), inside the job: what is
+Slurm's own beside the runners' shared core (``shared/restarts.py``: ``Recovery``, ``kill_tree``).
 
 The first node's runner hears every other node's heartbeats (``launcher.targets.shared.heartbeat``). A
 node heard from before and then not for ``recovery.lost_after`` seconds is *lost*: its machine, its
@@ -35,184 +36,37 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from launcher.targets.shared.files import read_json, write_json
-from launcher.targets.shared.heartbeat import INTERVAL_S, clock
+from launcher.targets.shared.restarts import Recovery
 from launcher.targets.shared.runfolder import TaskFolder
-from launcher.targets.shared.vitals import children
 
-RESTART_ENV = "DDPJOB_RESTART_COUNT"  # as on the local target: 1, 2, ... on each start after a loss; absent on the first
 END_WAIT_S = 60.0  # how long the first node waits for the members to record their end
 
 
-class Recovery:
-    """One node's view of the run's starts. The watch's and beacon's threads call ``lost``, ``ordered``
-    and ``cut``; the runner's main thread asks ``interrupted`` while torchrun runs and ``next_start``
-    when it ended."""
+def shrink(recovery: Recovery) -> str:
+    """Drop the nodes that are no longer members from the Slurm job; what happened, for the log."""
+    jid = os.environ.get("SLURM_JOB_ID", "")
+    scontrol = shutil.which("scontrol")
+    keep = ",".join(recovery.host(m) for m in recovery.members)
+    if not jid or not scontrol:
+        return "no scontrol on this node: Slurm keeps the lost node's allocation until the job ends"
+    import tempfile
 
-    def __init__(self, *, node: int, nodes: int, hosts: list[str], max_losses: int, min_nodes: int,
-                 lost_after: float, path: str, metrics: str) -> None:
-        self.node, self.hosts, self.path, self.metrics = node, hosts, path, metrics
-        self.max_losses, self.min_nodes, self.lost_after = max_losses, min_nodes, lost_after
-        self.restart = 0
-        self.members = list(range(nodes))
-        self.losses: list[dict[str, Any]] = []
-        self.started = time.time()
-        self.pending: dict[str, Any] | None = None  # the next start: {"restart": n, "members": [...]}
-        self.leave: str | None = None  # why this node leaves the run
-        self.failed: str | None = None  # why the run cannot go on (the first node)
-        self.silent: Callable[[], float] = lambda: 0.0  # the first node: seconds since the stalest member was heard
-        self._lock = threading.Lock()
-        self._changed = threading.Event()
-
-    @property
-    def rank(self) -> int:
-        return self.members.index(self.node)
-
-    def host(self, node: int) -> str:
-        return self.hosts[node] if 0 <= node < len(self.hosts) else "?"
-
-    # ------------------------------------------------------------ the first node (its watch's thread)
-
-    def lost(self, rec: dict[str, Any]) -> None:
-        """``heartbeat.Watch.on_lost``: decide what the run does without node ``rec``."""
-        node = rec.get("node")
-        with self._lock:
-            # A second loss before the start after the first: from the members that start will have.
-            members = self.pending["members"] if self.pending else self.members
-            if not isinstance(node, int) or node not in members or self.failed:
-                return
-            now, heard = time.time(), float(rec.get("heard") or time.time())
-            host = self.host(node)
-            how = (f"no heartbeat from its node runner since {clock(heard)} ({int(now - heard)} s; recovery.lost_after "
-                   f"{self.lost_after:g} s): its machine, slurmd, runner or link is gone")
-            left = [m for m in members if m != node]
-            self.losses.append({"node": node, "host": host, "at": now, "how": how, "nodes": len(left),
-                                "replaced": False})
-            what = f"node {node} ({host}) was lost: {how}"
-            if len(self.losses) > self.max_losses:
-                self.failed = (f"{what}; not brought back: the run had lost {len(self.losses) - 1} node(s) before, "
-                               f"and recovery.max_losses is {self.max_losses}")
-            elif len(left) < self.min_nodes:
-                self.failed = (f"{what}; not brought back: {len(left)} node(s) left, fewer than recovery.min_nodes "
-                               f"({self.min_nodes})")
-            else:
-                self.pending = {"restart": self.restart + 1, "members": left}
-            self.write()
-        self._changed.set()
-
-    def shrink(self) -> str:
-        """Drop the nodes that are no longer members from the Slurm job; what happened, for the log."""
-        jid = os.environ.get("SLURM_JOB_ID", "")
-        scontrol = shutil.which("scontrol")
-        keep = ",".join(self.host(m) for m in self.members)
-        if not jid or not scontrol:
-            return "no scontrol on this node: Slurm keeps the lost node's allocation until the job ends"
-        import tempfile
-
-        try:
-            # scontrol writes slurm_job_<id>_resize.sh/.csh (to update a shell's variables) where it runs:
-            # not in the user's workdir.
-            with tempfile.TemporaryDirectory(prefix="ddpjob-resize-") as cwd:
-                proc = subprocess.run([scontrol, "update", f"JobId={jid}", f"NodeList={keep}"], stdin=subprocess.DEVNULL,
-                                      capture_output=True, text=True, timeout=30, check=False, cwd=cwd)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"scontrol update JobId={jid} NodeList={keep} failed: {exc}"
-        if proc.returncode != 0:
-            return f"scontrol update JobId={jid} NodeList={keep} failed: {proc.stderr.strip() or proc.returncode}"
-        return f"Slurm job {jid} now holds {keep} only"
-
-    def back(self, note: str) -> None:
-        """The first node started its torchrun again: the last loss is over."""
-        with self._lock:
-            if self.losses and self.losses[-1].get("back_at") is None:
-                self.losses[-1].update(back_at=time.time(), slurm=note)
-            self.write()
-
-    def write(self, **extra: Any) -> None:
-        write_json(self.path, {"restart": self.restart, "members": self.members, "hosts": self.hosts,
-                               "losses": self.losses, "metrics": self.metrics, "started": self.started, **extra})
-
-    # ------------------------------------------------------------ the other nodes (their beacon's thread)
-
-    def ordered(self, order: dict[str, Any]) -> None:
-        """``heartbeat.Beacon.on_order``: the first node started the run again."""
-        restart, members = order.get("restart"), order.get("members")
-        if not isinstance(restart, int) or not isinstance(members, list) or not all(isinstance(m, int) for m in members):
-            return
-        with self._lock:
-            newest = self.pending["restart"] if self.pending else self.restart
-            if restart <= newest or self.leave:
-                return
-            if self.node in members:
-                self.pending = {"restart": restart, "members": members}
-            else:
-                self.leave = f"node {self.node} ({self.host(self.node)}) is no longer in the run (start {restart + 1})"
-        self._changed.set()
-
-    def cut(self, message: str) -> None:
-        """``heartbeat.Beacon.on_cut``: nothing heard from the first node for ``lost_after``."""
-        with self._lock:
-            self.leave = self.leave or f"{message}; it stopped its ranks and left the run"
-        self._changed.set()
-
-    # ------------------------------------------------------------ the runner's main thread
-
-    def interrupted(self) -> bool:
-        """Whether the torchrun that runs now must stop: a new start, this node leaving, or the end."""
-        return self._changed.is_set()
-
-    def next_start(self, code: int) -> dict[str, Any] | None:
-        """After torchrun ended with ``code``: the next start, or None when the run ends here (see
-        ``leave`` and ``failed``). A torchrun that failed may have failed because a node was lost
-        before the watch could tell (its workers' peers went away): wait for the verdict then."""
-        if code != 0 and not self._changed.is_set():
-            self._await_verdict()
-        with self._lock:
-            self._changed.clear()
-            if self.failed or self.leave or self.pending is None:
-                return None
-            start, self.pending = self.pending, None
-            self.restart, self.members = start["restart"], start["members"]
-            return start
-
-    def _await_verdict(self) -> None:
-        t0 = time.monotonic()
-        if self.node != 0:  # the first node's order comes, or srun ends this task when the run failed
-            self._changed.wait(self.lost_after + 3 * INTERVAL_S)
-            return
-        # The first node: a member silent for a while is being lost; every member heard lately: the
-        # program failed by itself.
-        fresh_for = 3 * INTERVAL_S + 1
-        while not self._changed.wait(0.5):
-            waited = time.monotonic() - t0
-            if waited > self.lost_after + 3 * INTERVAL_S or (waited > fresh_for and self.silent() < fresh_for):
-                return
-
-
-def kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL torchrun and every process under it (its workers run in sessions of their own), now:
-    they wait in a collective for a peer that is gone, so nothing they would do on SIGTERM can end."""
-    pids, todo = [], [proc.pid]
-    while todo:
-        pid = todo.pop()
-        pids.append(pid)
-        todo += children(pid)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
     try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
+        # scontrol writes slurm_job_<id>_resize.sh/.csh (to update a shell's variables) where it runs:
+        # not in the user's workdir.
+        with tempfile.TemporaryDirectory(prefix="ddpjob-resize-") as cwd:
+            proc = subprocess.run([scontrol, "update", f"JobId={jid}", f"NodeList={keep}"], stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=30, check=False, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"scontrol update JobId={jid} NodeList={keep} failed: {exc}"
+    if proc.returncode != 0:
+        return f"scontrol update JobId={jid} NodeList={keep} failed: {proc.stderr.strip() or proc.returncode}"
+    return f"Slurm job {jid} now holds {keep} only"
 
 
 def finish(recovery: Recovery, record: dict[str, Any], paths: dict[str, str], code: int,

@@ -1,0 +1,336 @@
+"""A run's starts after it loses a node (the spec's ``recovery:``), inside the job: what every node's
+runner knows of them, on Slurm (``slurm/job/recover.py``) and in Kubernetes pods (``k8s/job/podrun.py``).
+Standard library only: the pod runner's bundle carries this module (``ddpjob_restarts``).
+
+The first node's runner hears every other node's heartbeats (``heartbeat.Watch``). Two things make it
+start the run again:
+
+- a node heard from before and then not for ``recovery.lost_after`` seconds is *lost* (``lost``): the
+  run goes on with the nodes left, within the budget (``max_losses``) and while at least ``min_nodes``
+  remain;
+- a node heard from a new runner (a pod the operator recreated, a container restarted: the
+  heartbeat's ``id`` changed) was *replaced* (``replaced``): the run starts again on as many nodes.
+
+The first node then stops its torchrun, issues the next start (``order``: ``{"restart": n,
+"members": [node ids]}``, which its watch answers to every heartbeat) and starts its torchrun again;
+each other node's runner (``ordered``) stops its torchrun and starts it again with its rank among the
+members. A node that is not among them, or that hears nothing from the first node for ``lost_after``
+(``cut``), leaves the run. The program resumes from its checkpoint.
+
+Every answer carries the watch's own id (``w``). A runner that starts (``join``) waits for the first
+one: without an order, or with one that names it, it starts; a replaced node's new runner is told to
+wait until the order that takes it in. A runner that hears a new watch id (the first node's runner
+itself started again: its pod was recreated) starts again with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+try:
+    from launcher.targets.shared.heartbeat import INTERVAL_S, clock
+    from launcher.targets.shared.vitals import children
+except ImportError:  # in a Kubernetes pod: the pod runner's bundle (``k8s/objects/runner.py``)
+    from ddpjob_heartbeat import INTERVAL_S, clock  # type: ignore[import-not-found, no-redef]
+    from ddpjob_vitals import children  # type: ignore[import-not-found, no-redef]
+
+RESTART_ENV = "DDPJOB_RESTART_COUNT"  # 1, 2, ... on each start after a loss; absent on the first
+
+
+class Recovery:
+    """One node's view of the run's starts. The watch's and beacon's threads call ``lost``, ``replaced``,
+    ``ordered`` and ``cut``; the runner's main thread asks ``interrupted`` while torchrun runs and
+    ``next_start`` when it ended. ``gone`` says what a silent node may have lost (the target's words)."""
+
+    def __init__(self, *, node: int, nodes: int, hosts: list[str], max_losses: int, min_nodes: int,
+                 lost_after: float, path: str | None, metrics: str | None,
+                 gone: str = "its machine, slurmd, runner or link", joining: bool = False) -> None:
+        self.node, self.hosts, self.path, self.metrics, self.gone = node, list(hosts), path, metrics, gone
+        self.max_losses, self.min_nodes, self.lost_after = max_losses, min_nodes, lost_after
+        self.nodes = nodes
+        self.restart = 0  # this node's starts after the first (DDPJOB_RESTART_COUNT)
+        self.members = list(range(nodes))
+        self.losses: list[dict[str, Any]] = []
+        self.started = time.time()
+        self.pending: dict[str, Any] | None = None  # the next start: {"restart": n, "members": [...]}
+        self.leave: str | None = None  # why this node leaves the run
+        self.failed: str | None = None  # why the run cannot go on (the first node)
+        self.silent: Callable[[], float] = lambda: 0.0  # the first node: seconds since the stalest member was heard
+        self.watch: str | None = None  # the first node's watch this node follows (its ``w``)
+        self.numbered = 0  # the number of the newest start that watch ordered
+        # A runner that starts may wait for the watch's word (``join``; the pod runner: a pod may be a
+        # replaced node's); one that does not counts as joined to the run's first start.
+        self.joined = node == 0 or not joining
+        self._lock = threading.Lock()
+        self._changed = threading.Event()
+        self._joined = threading.Event()
+        if self.joined:
+            self._joined.set()
+
+    @property
+    def rank(self) -> int:
+        return self.members.index(self.node)
+
+    def host(self, node: int) -> str:
+        return self.hosts[node] if 0 <= node < len(self.hosts) and self.hosts[node] else f"node {node}"
+
+    # ------------------------------------------------------------ the first node (its watch's thread)
+
+    def lost(self, rec: dict[str, Any]) -> None:
+        """``heartbeat.Watch.on_lost``: decide what the run does without node ``rec``."""
+        node = rec.get("node")
+        with self._lock:
+            # A second loss before the start after the first: from the members that start will have.
+            members = self.pending["members"] if self.pending else self.members
+            if not isinstance(node, int) or node not in members or self.failed:
+                return
+            now, heard = time.time(), float(rec.get("heard") or time.time())
+            self._named(node, rec)
+            how = (f"no heartbeat from its node runner since {clock(heard)} ({int(now - heard)} s; recovery.lost_after "
+                   f"{self.lost_after:g} s): {self.gone} is gone")
+            self._decide(node, how, [m for m in members if m != node], replaced=False)
+
+    def replaced(self, rec: dict[str, Any]) -> None:
+        """``heartbeat.Watch.on_replaced``: node ``rec`` speaks from a new runner; the run starts again
+        with it, on as many nodes."""
+        node = rec.get("node")
+        with self._lock:
+            members = self.pending["members"] if self.pending else self.members
+            if not isinstance(node, int) or node not in members or self.failed:
+                return
+            self._named(node, rec)
+            how = (f"its node runner started again at {clock(time.time())}: a new one in its place (the old one's pod "
+                   "or container deleted, evicted, or its machine lost); the run starts again with it")
+            self._decide(node, how, list(members), replaced=True)
+
+    def _named(self, node: int, rec: dict[str, Any]) -> None:
+        host = rec.get("host")
+        if isinstance(host, str) and host and 0 <= node < len(self.hosts) and not self.hosts[node]:
+            self.hosts[node] = host
+
+    def _decide(self, node: int, how: str, left: list[int], *, replaced: bool) -> None:
+        host = self.host(node)
+        self.losses.append({"node": node, "host": host, "at": time.time(), "how": how, "nodes": len(left),
+                            "replaced": replaced})
+        what = f"node {node} ({host}) was lost: {how}"
+        if len(self.losses) > self.max_losses:
+            self.failed = (f"{what}; not brought back: the run had lost {len(self.losses) - 1} node(s) before, "
+                           f"and recovery.max_losses is {self.max_losses}")
+        elif len(left) < self.min_nodes:
+            self.failed = (f"{what}; not brought back: {len(left)} node(s) left, fewer than recovery.min_nodes "
+                           f"({self.min_nodes})")
+        else:
+            self.pending = {"restart": self.restart + 1, "members": left}
+        self.write()
+        self._changed.set()
+
+    def order(self) -> dict[str, Any]:
+        """What the first node's watch answers every heartbeat with: the start that runs now."""
+        return {"restart": self.restart, "members": list(self.members)}
+
+    def back(self, note: str = "") -> None:
+        """The first node started its torchrun again: the last loss is over."""
+        with self._lock:
+            if self.losses and self.losses[-1].get("back_at") is None:
+                self.losses[-1].update(back_at=time.time(), **({"note": note} if note else {}))
+            self.write()
+
+    def record(self, **extra: Any) -> dict[str, Any]:
+        return {"restart": self.restart, "members": self.members, "hosts": self.hosts, "losses": self.losses,
+                "metrics": self.metrics, "started": self.started, **extra}
+
+    def write(self, **extra: Any) -> None:
+        if not self.path:
+            return
+        tmp = f"{self.path}.tmp{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self.record(**extra), f)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------ the other nodes (their beacon's thread)
+
+    def ordered(self, order: dict[str, Any]) -> None:
+        """``heartbeat.Beacon.on_order``: the first node's answer (see the module)."""
+        watch, restart, members = order.get("w"), order.get("restart"), order.get("members")
+        if members is not None and (not isinstance(members, list) or not all(isinstance(m, int) for m in members)):
+            return
+        with self._lock:
+            if self.leave:
+                return
+            if watch is not None and self.watch is not None and watch != self.watch:
+                # The first node's runner started again (a new pod): start again with it, on every node.
+                self.watch, self.numbered = watch, restart if isinstance(restart, int) else 0
+                self._start(self.restart + 1, members if members is not None else list(range(self.nodes)))
+                return
+            self.watch = self.watch or (watch if isinstance(watch, str) else None)
+            if order.get("wait"):  # a replaced node's new runner: the start that takes it in comes next
+                return
+            if not isinstance(restart, int) or members is None:
+                if not self.joined:  # no start ordered yet: the run's first
+                    self._join()
+                return
+            if not self.joined:
+                self.numbered = restart
+                if self.node in members:
+                    self.restart, self.members = restart, members
+                    self._join()
+                else:
+                    self.leave = f"node {self.node} ({self.host(self.node)}) is not in the run (start {restart + 1})"
+                    self._join()
+                    self._changed.set()
+                return
+            if restart <= self.numbered:
+                return
+            self.numbered = restart
+            self._start(max(restart, self.restart + 1), members)
+
+    def _start(self, restart: int, members: list[int]) -> None:
+        if self.node in members:
+            self.pending = {"restart": restart, "members": members}
+        else:
+            self.leave = f"node {self.node} ({self.host(self.node)}) is no longer in the run (start {restart + 1})"
+        self._join()
+        self._changed.set()
+
+    def _join(self) -> None:
+        self.joined = True
+        self._joined.set()
+
+    def join(self, timeout: float) -> bool:
+        """A runner that starts: wait (up to ``timeout``) for the first node's word before starting
+        torchrun; False when none came (no heartbeats: it starts with the run's first start)."""
+        return self._joined.wait(timeout)
+
+    def cut(self, message: str) -> None:
+        """``heartbeat.Beacon.on_cut``: nothing heard from the first node for ``lost_after``."""
+        with self._lock:
+            self.leave = self.leave or f"{message}; it stopped its ranks and left the run"
+        self._join()
+        self._changed.set()
+
+    # ------------------------------------------------------------ the runner's main thread
+
+    def interrupted(self) -> bool:
+        """Whether the torchrun that runs now must stop: a new start, this node leaving, or the end."""
+        return self._changed.is_set()
+
+    def next_start(self, code: int) -> dict[str, Any] | None:
+        """After torchrun ended with ``code``: the next start, or None when the run ends here (see
+        ``leave`` and ``failed``). A torchrun that failed may have failed because a node was lost
+        before the watch could tell (its workers' peers went away): wait for the verdict then."""
+        if code != 0 and not self._changed.is_set():
+            self._await_verdict()
+        with self._lock:
+            self._changed.clear()
+            if self.failed or self.leave or self.pending is None:
+                return None
+            start, self.pending = self.pending, None
+            self.restart, self.members = start["restart"], start["members"]
+            if self.node == 0:
+                self.numbered = self.restart
+            return start
+
+    def _await_verdict(self) -> None:
+        t0 = time.monotonic()
+        if self.node != 0:  # the first node's order comes, or the run failed
+            self._changed.wait(self.lost_after + 3 * INTERVAL_S)
+            return
+        # The first node: a member silent for a while is being lost; every member heard lately: the
+        # program failed by itself.
+        fresh_for = 3 * INTERVAL_S + 1
+        while not self._changed.wait(0.5):
+            waited = time.monotonic() - t0
+            if waited > self.lost_after + 3 * INTERVAL_S or (waited > fresh_for and self.silent() < fresh_for):
+                return
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL torchrun and every process under it (its workers run in sessions of their own), now:
+    they wait in a collective for a peer that is gone, so nothing they would do on SIGTERM can end."""
+    pids, todo = [], [proc.pid]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo += children(pid)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+class Told:
+    """What the first pod's ``watch.json`` says of a run's losses, for a ``status`` that cannot read the
+    run's files (``k8s/job/podrun.py``): the recovery's record and, once it lost a node, the lines of the
+    program's metrics file that tell where it resumed (``shared/recovery.py`` reads the same): its first
+    step, each resume with the step before and after it, and its newest checkpoints. The file is read as
+    it grows, at most ``CHUNK`` bytes a call."""
+
+    CHUNK = 4 * 2**20
+    CHECKPOINTS = 100
+
+    def __init__(self, rec: Recovery) -> None:
+        self.rec = rec
+        self.offset, self.rest = 0, b""
+        self.first: dict[str, Any] | None = None
+        self.marks: list[dict[str, Any]] = []  # resumes, the step before each and the first step after
+        self.checkpoints: list[dict[str, Any]] = []
+        self.last_step: dict[str, Any] | None = None
+        self.resumed = False
+
+    def state(self) -> dict[str, Any]:
+        """The part of ``watch.json`` the watch adds (``heartbeat.Watch.extra``)."""
+        out: dict[str, Any] = {"recovery": self.rec.record()}
+        if self.rec.losses and self.rec.metrics:
+            self._read(self.rec.metrics)
+            out["events"] = sorted(([self.first] if self.first else []) + self.marks + self.checkpoints,
+                                   key=lambda e: e["time"])
+        return out
+
+    def _read(self, path: str) -> None:
+        try:
+            with open(path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(self.CHUNK)
+        except OSError:
+            return
+        self.offset += len(data)
+        lines = (self.rest + data).split(b"\n")
+        self.rest = lines.pop()
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and isinstance(event.get("step"), int) and isinstance(event.get("time"), (int, float)):
+                self._saw(event)
+
+    def _saw(self, event: dict[str, Any]) -> None:
+        kind = event.get("event", "step")
+        if kind == "step":
+            self.first = self.first or event
+            if self.resumed:
+                self.marks.append(event)
+                self.resumed = False
+            self.last_step = event
+        elif kind == "resume":
+            if self.last_step is not None and self.last_step not in self.marks and self.last_step is not self.first:
+                self.marks.append(self.last_step)
+            self.marks.append(event)
+            self.resumed = True
+        elif kind == "checkpoint":
+            self.checkpoints = [*self.checkpoints[-(self.CHECKPOINTS - 1):], event]
