@@ -33,7 +33,7 @@ def _recovery(node: int, nodes: int = 2, metrics: str | None = None) -> Recovery
 def _beacon(port: int, node: int, rec: Recovery) -> heartbeat.Beacon:
     b = heartbeat.Beacon(addr="127.0.0.1", port=port, node=node, host=f"pod-{node}", outputs=[], timeout=60,
                          action="report", on_stall=lambda m: None, interval=0.1, lost_after=LOST_AFTER,
-                         on_cut=rec.cut, on_order=rec.ordered)
+                         on_cut=rec.cut, on_order=rec.ordered, extra=rec.beat)
     b.start()
     return b
 
@@ -42,7 +42,7 @@ def _watch(port: int, rec: Recovery, tmp_path: Path, nodes: int = 2) -> heartbea
     watch = heartbeat.Watch(port=port, nodes=nodes, host="pod-0", outputs=[], timeout=60, action="report",
                             state_path=str(tmp_path / "watch.json"), on_stall=lambda m: None, interval=0.1,
                             lost_after=LOST_AFTER, on_lost=rec.lost, on_replaced=rec.replaced,
-                            extra=Told(rec).state)
+                            on_followed=rec.first_replaced, extra=Told(rec).state)
     watch.issue(rec.order())
     assert watch.start() is None
     return watch
@@ -118,11 +118,18 @@ def test_a_new_first_pod_makes_every_other_pod_start_again_with_it(tmp_path):
         watch = _watch(port, new_first, tmp_path)
         wait_for(second.interrupted, "node 1 to hear the new first pod", timeout=10)
         assert second.next_start(1) == {"restart": 1, "members": [0, 1]} and second.rank == 1
+        # Node 1 says whom it followed before: the new first pod tells the loss of node 0 (once).
+        wait_for(lambda: new_first.losses, "the new first pod to learn it replaced node 0", timeout=10)
+        time.sleep(0.3)
+        (loss,) = new_first.losses
+        assert loss["node"] == 0 and loss["replaced"] is True and loss["back_at"] == loss["at"] == new_first.started
+        assert "the first node's runner started again" in loss["how"] and "node 1 had followed the old one" in loss["how"]
         new_first.replaced({"node": 1, "host": "pod-1"})  # and a later start of the new watch still counts
         assert new_first.next_start(0) == {"restart": 1, "members": [0, 1]}
         watch.issue(new_first.order())
         wait_for(second.interrupted, "node 1 to hear the new watch's next start", timeout=10)
         assert second.next_start(1) == {"restart": 2, "members": [0, 1]}
+        assert [loss["node"] for loss in new_first.losses] == [0, 1]
     finally:
         beacon.stop()
         watch.stop()

@@ -81,3 +81,38 @@ def test_a_deleted_worker_pod_comes_back_and_the_run_resumes_from_the_first_pods
     text = ddpjob("status", job_id, check=True).stdout
     assert "lost:" in text and "node 1 lost at" in text and "resumed at step" in text, text
     assert not [p for p in [*cluster.pods_of(job_id), again] if p.proc is not None and p.proc.poll() is None]
+
+
+@pytest.mark.real
+def test_the_first_pod_deleted_comes_back_and_the_others_start_again_with_it(k8s_api, tmp_path):
+    """The first pod (the master: its runner holds the watch, its torchrun the rendezvous store) deleted
+    for good a third of the way in, with the output folder on storage every pod mounts (``output_dir``:
+    a PersistentVolumeClaim's mount on a cluster; a folder of this machine here): the operator recreates
+    it, its new runner starts the run, the worker's runner follows the new watch, training resumes from
+    the newest checkpoint, the run ends SUCCEEDED, and status tells node 0's loss."""
+    cluster = k8s_api.server
+    out = tmp_path / "shared-out"
+    spec = _spec(tmp_path, "first")
+    spec.write_text(spec.read_text() + f"output_dir: {out}\n")
+    job_id = job_id_of(ddpjob("submit", str(spec), "--target", "k8s", check=True).stdout)
+    wait_for(lambda: [e for e in _events(out) if e["event"] == "checkpoint" and e["step"] >= TOTAL // 3],
+             "a checkpoint a third of the way in", timeout=240, poll=0.1)
+    (master,) = [p for p in cluster.pods_of(job_id) if p.rtype == "Master"]
+    (worker,) = [p for p in cluster.pods_of(job_id) if p.rtype == "Worker"]
+    killed = time.time()
+    assert cluster.delete_pod(master.name, grace_s=0) is not None
+    newest = max(e["step"] for e in _events(out) if e["event"] == "checkpoint")
+
+    done = ddpjob("wait", job_id, "--timeout", "300")
+    assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
+    assert "recovered: 1 lost node(s) brought back" in done.stdout, done.stdout
+    assert worker.uid in {p.uid for p in cluster.pods_of(job_id)} or worker.proc.poll() is not None  # not replaced
+    task = json.loads(ddpjob("status", job_id, "-o", "json", check=True).stdout)["status"]["tasks"][0]
+    (loss,) = task["losses"]
+    assert loss["node"] == 0 and loss["replaced"] is True and "the first node's runner started again" in loss["how"]
+    assert loss["at"] >= killed and loss["resumed_step"] == loss["checkpoint_step"] >= newest, loss
+    assert loss["first_step_at"] - killed < 60, loss
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == TOTAL and summary["world_size"] == 2, summary
+    logs = ddpjob("logs", job_id, check=True).stdout
+    assert "[worker-0] [ddpjob] start 2 of the run on 2 node(s) (0, 1): this node's rank 1" in logs, logs[-3000:]

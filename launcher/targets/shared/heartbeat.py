@@ -21,7 +21,9 @@ dropped node is judged no more. Each beacon sends its own ``id`` (one per runner
 new one was replaced (a recreated pod), and the watch calls ``on_replaced`` and answers that node
 ``wait`` until its owner issues the next start (``issue``). The watch answers every heartbeat with its
 own id (``w``) and the start its owner issued last (``order``: the run's start number and its nodes);
-a beacon hands each answer to ``on_order`` (``shared/restarts.py``). A beacon that has heard nothing
+a beacon hands each answer to ``on_order`` (``shared/restarts.py``). A beacon that followed another
+first node's watch before says so in its heartbeats (its ``extra``), and the watch calls ``on_followed``
+once: the first node itself was replaced. A beacon that has heard nothing
 for ``lost_after`` calls ``on_cut`` once.
 
 Nothing is sent anywhere but the first node's address, which the job already uses for its rendezvous.
@@ -67,9 +69,11 @@ class Watch:
                  vitals: Callable[[], dict[str, Any]] | None = None, lost_after: float | None = None,
                  on_lost: Callable[[dict[str, Any]], None] | None = None,
                  on_replaced: Callable[[dict[str, Any]], None] | None = None,
+                 on_followed: Callable[[dict[str, Any]], None] | None = None,
                  extra: Callable[[], dict[str, Any]] | None = None) -> None:
         self.port, self.timeout, self.action, self.state_path = port, timeout, action, state_path
         self.lost_after, self.on_lost, self.on_replaced, self.extra = lost_after, on_lost, on_replaced, extra
+        self.on_followed = on_followed  # once: a node says it followed another first node's watch before this one
         self.order: dict[str, Any] | None = None  # answered to every heartbeat once set (see the module)
         self.ident = os.urandom(6).hex()
         self.waiting: set[int] = set()  # replaced nodes told to wait for the next start
@@ -140,6 +144,10 @@ class Watch:
                 seen.append(ident)
                 del seen[:-8]
         rec.update(heard=now, host=str(msg.get("host"))[:255], address=peer[0])
+        followed = msg.get("followed")
+        if followed and followed != self.ident and self.on_followed is not None:
+            on_followed, self.on_followed = self.on_followed, None
+            on_followed(dict(rec, followed=str(followed)[:64]))
         if isinstance(msg.get("vitals"), dict):
             rec["vitals"] = msg["vitals"]
         if int(msg.get("bytes", 0)) != rec["bytes"]:
@@ -239,8 +247,9 @@ class Beacon:
                  action: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S,
                  vitals: Callable[[], dict[str, Any]] | None = None, lost_after: float | None = None,
                  on_cut: Callable[[str], None] | None = None,
-                 on_order: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.addr, self.port, self.node, self.host = addr, port, node, host
+                 on_order: Callable[[dict[str, Any]], None] | None = None,
+                 extra: Callable[[], dict[str, Any]] | None = None) -> None:
+        self.addr, self.port, self.node, self.host, self.extra = addr, port, node, host, extra
         self.ident = os.urandom(6).hex()  # this runner's: a new one says the node was replaced
         self.lost_after, self.on_cut, self.on_order = lost_after, on_cut, on_order
         self.cut: str | None = None
@@ -262,7 +271,7 @@ class Beacon:
             sock.settimeout(self.interval)
             while not self._stop.is_set():
                 beat: dict[str, Any] = {"node": self.node, "host": self.host, "bytes": _size(self.outputs),
-                                        "id": self.ident}
+                                        "id": self.ident, **(self.extra() if self.extra is not None else {})}
                 if self.vitals is not None:
                     beat["vitals"] = _sampled(self.vitals)
                 msg = json.dumps(beat).encode()

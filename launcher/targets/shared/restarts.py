@@ -64,6 +64,7 @@ class Recovery:
         self.failed: str | None = None  # why the run cannot go on (the first node)
         self.silent: Callable[[], float] = lambda: 0.0  # the first node: seconds since the stalest member was heard
         self.watch: str | None = None  # the first node's watch this node follows (its ``w``)
+        self.followed: str | None = None  # the one it followed before (the first node was replaced), said in its beats
         self.numbered = 0  # the number of the newest start that watch ordered
         # A runner that starts may wait for the watch's word (``join``; the pod runner: a pod may be a
         # replaced node's); one that does not counts as joined to the run's first start.
@@ -109,6 +110,22 @@ class Recovery:
             how = (f"its node runner started again at {clock(time.time())}: a new one in its place (the old one's pod "
                    "or container deleted, evicted, or its machine lost); the run starts again with it")
             self._decide(node, how, list(members), replaced=True)
+
+    def first_replaced(self, rec: dict[str, Any]) -> None:
+        """``heartbeat.Watch.on_followed``: node ``rec`` followed another first node's watch before this
+        one's: this runner is the first node's new one (its pod recreated) and the run started again with
+        it. Told as a loss of node 0 (when it was lost is not known here: before this runner started)."""
+        with self._lock:
+            how = (f"the first node's runner started again at {clock(self.started)}: a new one in its place (the old "
+                   f"one's pod or container deleted, evicted, or its machine lost); node {rec.get('node')} had "
+                   "followed the old one, and the run started again with the new one")
+            self.losses.append({"node": 0, "host": self.host(0), "at": self.started, "how": how,
+                                "nodes": len(self.members), "replaced": True, "back_at": self.started})
+            self.write()
+
+    def beat(self) -> dict[str, Any]:
+        """What a beacon adds to its heartbeats (``heartbeat.Beacon.extra``)."""
+        return {"followed": self.followed} if self.followed else {}
 
     def _named(self, node: int, rec: dict[str, Any]) -> None:
         host = rec.get("host")
@@ -169,7 +186,7 @@ class Recovery:
                 return
             if watch is not None and self.watch is not None and watch != self.watch:
                 # The first node's runner started again (a new pod): start again with it, on every node.
-                self.watch, self.numbered = watch, restart if isinstance(restart, int) else 0
+                self.followed, self.watch, self.numbered = self.watch, watch, restart if isinstance(restart, int) else 0
                 self._start(self.restart + 1, members if members is not None else list(range(self.nodes)))
                 return
             self.watch = self.watch or (watch if isinstance(watch, str) else None)

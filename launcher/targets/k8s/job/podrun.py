@@ -238,7 +238,8 @@ class PodRunner:
             beacon = heartbeat.Beacon(addr=self.addr, port=self.port, node=self.node, host=host, outputs=[self.counted],
                                       timeout=self.timeout, action=self.action, on_stall=self._on_stall,
                                       vitals=self.sampler.sample, lost_after=rec.lost_after if rec else None,
-                                      on_cut=rec.cut if rec else None, on_order=rec.ordered if rec else None)
+                                      on_cut=rec.cut if rec else None, on_order=rec.ordered if rec else None,
+                                      extra=rec.beat if rec else None)
             beacon.start()
             return beacon, None
         outputs = [self.counted]
@@ -249,6 +250,7 @@ class PodRunner:
                                 timeout=self.timeout, action=self.action, on_stall=self._on_stall,
                                 vitals=self.sampler.sample, lost_after=rec.lost_after if rec else None,
                                 on_lost=rec.lost if rec else None, on_replaced=rec.replaced if rec else None,
+                                on_followed=rec.first_replaced if rec else None,
                                 extra=told.state if told else None)
         if rec is not None:
             rec.silent = lambda: max((time.time() - (r["heard"] or 0) for r in watch.nodes.values()
