@@ -25,7 +25,20 @@ def shown_plan(loaded: LoadedSpec, plan: Plan[object]) -> Plan[object]:
     """
     spec = loaded.spec
     notes = host_env_note(list(spec.env_from_host)) if spec.env_from_host else ""
-    return dataclasses.replace(plan, masked=secret_names(spec.env), notes=notes)
+    return dataclasses.replace(plan, masked=secret_names(spec.env), notes=notes + interpreter_note(spec.command))
+
+
+def interpreter_note(command: list[str]) -> str:
+    """A command that names a Python of its own (``python3.11 train.py``, ``/usr/bin/python3``): torchrun
+    starts a Python program with the interpreter torchrun runs in, so that name is not used. Said, not
+    silently done ("" for ``python`` and ``python3``, which mean just that)."""
+    first = command[0] if command else ""
+    name = os.path.basename(first)
+    if not name.startswith("python") or first in ("python", "python3"):
+        return ""
+    return (f"# command: {first} is not run as such: torchrun starts a Python program with the Python that runs "
+            "torchrun on the nodes (this machine's for local, the nodes' or the image's elsewhere); to use another "
+            "interpreter, install ddpjob's [train] extra for it and run ddpjob with it, or use the image that has it\n")
 
 
 def host_env_issues(target: Chosen, loaded: LoadedSpec, *, submitting: bool) -> list[Issue]:

@@ -76,3 +76,20 @@ def test_worker_command_survives_torchrun_macros():
         args = worker_command(command, "/py")
         program_args = args[2:] if args[0] == "--no-python" else args[1:]
         assert macros.substitute(program_args, "3") == command[-len(program_args):]
+
+
+@pytest.mark.parametrize("command,said", [
+    (["python3.11", "x.py"], True), (["/usr/bin/python3", "x.py"], True), (["/opt/venv/bin/python", "-m", "m"], True),
+    (["python", "x.py"], False), (["python3", "-m", "m"], False), (["bash", "run.sh"], False),
+])
+def test_a_command_that_names_a_python_of_its_own_is_told_it_is_not_used(command, said, tmp_path):
+    """Issue 45 item 8: torchrun starts a Python program with its own interpreter, so python3.11 in the
+    command is replaced; render says so instead of doing it silently."""
+    from click.testing import CliRunner
+
+    from launcher.cli.main import cli
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\ncommand: [" + ", ".join(f'"{w}"' for w in command) + "]\n")
+    out = CliRunner().invoke(cli, ["render", str(spec), "--target", "local"], catch_exceptions=False).output
+    assert (f"# command: {command[0]} is not run as such: torchrun starts a Python program" in out) == said, out
