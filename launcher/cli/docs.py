@@ -1,7 +1,11 @@
 """``ddpjob docs``: the reference pages, for a ddpjob installed without a clone. The pages are
 ``docs/*.md`` in a clone and ship inside the package as ``launcher/docs`` (a link to ``docs/``,
 as ``jobs/`` is one to ``launcher/examples/``). ``PAGES`` lists them for ``ddpjob --help``'s
-epilogue and for ``docs`` itself; a test keeps it equal to the files. Imports only click."""
+epilogue and for ``docs`` itself; a test keeps it equal to the files. ``LINKED`` lists the files the
+pages link to and messages name (``k8s/rbac.yaml``...): they ship too, at the paths the pages' relative
+links expect (``launcher/k8s`` is a link to ``k8s/`` as ``launcher/docs`` is to ``docs/``), so a pip
+user's copy has no dead link and ``ddpjob docs k8s/rbac.yaml`` prints what a message says to apply.
+Imports only click."""
 
 from __future__ import annotations
 
@@ -24,6 +28,15 @@ PAGES = (
     ("developing", "tests, layout, static checks, golden files, torch quirks"),
 )
 TOPICS = tuple(topic for topic, _ in PAGES)
+# (file, what it holds): launcher/<file>, named as the pages' links and the messages name it.
+LINKED = (
+    ("k8s/README.md", "Kubernetes in detail: installing the operator or Trainer v2, RBAC, what is rendered"),
+    ("k8s/rbac.yaml", "the Role and RoleBinding ddpjob's users need in a namespace: edit, kubectl apply"),
+    ("slurm/TARGET.md", "Slurm in detail: every slurm: option, containers, requeue, the job's files"),
+    ("slurm/README.md", "a private 2-node Slurm on one machine to try the target (its script runs in a clone)"),
+    ("docker/README.md", "the training image: its build (from a clone), its arguments, image: per target"),
+    ("ARCHITECTURE.md", "how ddpjob is put together: packages, one skeleton per target, adding one"),
+)
 
 
 def folder() -> str:
@@ -38,20 +51,21 @@ def pages_help() -> str:
 
 
 @click.command()
-@click.argument("topic", required=False, type=click.Choice(TOPICS), metavar="[TOPIC]")
+@click.argument("topic", required=False, type=click.Choice(TOPICS + tuple(f for f, _ in LINKED)), metavar="[TOPIC]")
 @click.option("--path", "path_only", is_flag=True, help="Print the page's file (or, without TOPIC, the folder) instead.")
 @guard
 def docs(topic: str | None, path_only: bool) -> None:
     """Show ddpjob's reference pages (Markdown), installed with ddpjob: no clone needed.
 
     Without TOPIC, list the pages and where they are; with TOPIC, print that page (through a pager
-    on a terminal).
+    on a terminal). TOPIC may also be a file the pages link to, as they name it (k8s/rbac.yaml).
 
     \b
     Examples:
       ddpjob docs                  # the pages
       ddpjob docs targets          # local, Slurm, Kubernetes
       ddpjob docs trainer --path   # the file, to open in an editor or a Markdown viewer
+      ddpjob docs k8s/rbac.yaml    # the RBAC a namespace admin applies
     """
     where = folder()
     if topic is None:
@@ -59,10 +73,14 @@ def docs(topic: str | None, path_only: bool) -> None:
             click.echo(where)
             return
         for name, what in PAGES:
-            click.echo(f"{name:<17}{what}")
-        click.echo(f"\nddpjob docs TOPIC prints one; the files: {where}/TOPIC.md")
+            click.echo(f"{name:<18}{what}")
+        click.echo("\nLinked from the pages (ddpjob docs FILE prints one too):")
+        for name, what in LINKED:
+            click.echo(f"{name:<18}{what}")
+        click.echo(f"\nddpjob docs TOPIC prints one; the files: {where}/TOPIC.md, "
+                   f"{os.path.dirname(where)}/FILE")
         return
-    page = os.path.join(where, f"{topic}.md")
+    page = os.path.join(where, f"{topic}.md") if topic in TOPICS else os.path.join(os.path.dirname(where), topic)
     if path_only:
         click.echo(page)
         return

@@ -292,7 +292,7 @@ def test_a_user_without_pods_proxy_gets_one_line_in_status(served_watch):
     served_watch.server.fail_next("GET", r"/proxy", 403)
     said, _ = note(Kube(), "demo-master-0", 29501)
     assert said is not None and said.startswith("watch unreadable: permission denied (403)") and "\n" not in said, said
-    assert said.endswith("k8s/rbac.yaml grants it (pods/proxy get)"), said
+    assert said.endswith("k8s/rbac.yaml grants it (pods/proxy get; ddpjob docs k8s/rbac.yaml prints it)"), said
 
 
 # --------------------------------------------------------------------------- the plan

@@ -344,12 +344,12 @@ def operator_missing(host: str, api: KubeflowApi = PYTORCHJOB) -> OperatorMissin
         return OperatorMissing(
             f"the cluster {host} has no {api.kind} API ({api.api_version} {api.plural}; 404): {api.controller} "
             f"is not installed. Install v2.3 (with its torch-distributed runtime):\n  {api.install}\n"
-            "  (see k8s/README.md)"
+            "  (see k8s/README.md: ddpjob docs k8s/README.md prints it)"
         )
     return OperatorMissing(
         f"the cluster {host} has no PyTorchJob API (kubeflow.org/v1 pytorchjobs; 404): the Kubeflow "
         f"training operator is not installed. Install v1.9.x:\n  {OPERATOR_INSTALL}\n"
-        "  (see k8s/README.md)"
+        "  (see k8s/README.md: ddpjob docs k8s/README.md prints it)"
     )
 
 
@@ -370,7 +370,8 @@ def _raise(e: Any, action: str, name: str, kube: Kube) -> NoReturn:
         err: type[SubmitRejected | TargetError] = PermissionDenied if creating else TargetError
         raise err(
             f"permission denied (403) to {action} {name} in namespace {kube.namespace!r}: {msg}\n"
-            f"  fix: ask an admin to apply k8s/rbac.yaml in that namespace (it grants {kube.api.plural}, pods, pods/log, pods/proxy, events)"
+            f"  fix: ask an admin to apply k8s/rbac.yaml in that namespace (it grants {kube.api.plural}, pods, pods/log, pods/proxy, events; "
+            "ddpjob docs k8s/rbac.yaml prints it)"
         ) from e
     if status == 404 and creating and ((_status(e).get("details") or {}).get("kind") == "namespaces" or 'namespaces "' in msg):
         raise SubmitRejected(f"namespace {kube.namespace!r} does not exist on {kube.host}: {msg}; "

@@ -83,7 +83,7 @@ def note(kube: Any, pod: str | None, port: int) -> tuple[str | None, dict[str, A
         state = read_watch(kube, pod, port)
     except TargetError as e:
         first = str(e).splitlines()[0]
-        return (f"watch unreadable: {first}" + ("; k8s/rbac.yaml grants it (pods/proxy get)" if "(403)" in first else ""),
+        return (f"watch unreadable: {first}" + ("; k8s/rbac.yaml grants it (pods/proxy get; ddpjob docs k8s/rbac.yaml prints it)" if "(403)" in first else ""),
                 None)
     return (report(state, time.time()) if state is not None else None), state
 

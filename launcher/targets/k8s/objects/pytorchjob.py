@@ -63,11 +63,11 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
     issues: list[Issue] = []
     if not spec.image:
         issues.append(Issue(("image",), "the k8s target needs an image (the pytorch container's image)",
-                            hint="add e.g. `image: ghcr.io/ddpjob/train:0.1.0` (see docker/README.md)"))
+                            hint="add e.g. `image: ghcr.io/ddpjob/train:0.1.0` (see docker/README.md: ddpjob docs docker/README.md)"))
     for name in spec.env:
         if is_operator_env(name):
             issues.append(Issue(("env", name), f"{name} is set by the training operator in every pod, after your env, "
-                                "so your value would be silently replaced (k8s/README.md lists these variables)",
+                                "so your value would be silently replaced (k8s/README.md lists these variables: ddpjob docs k8s/README.md)",
                                 hint="remove it from env: for the k8s target"))
     issues += duplicate_env_refs(spec, {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR", *runner.RUNNER_ENV})
     if "runtime" in spec.k8s.model_fields_set:

@@ -73,7 +73,7 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
     issues: list[Issue] = []
     if not spec.image:
         issues.append(Issue(("image",), "the k8s target needs an image (the TrainJob's trainer.image)",
-                            hint="add e.g. `image: ghcr.io/ddpjob/train:0.1.0` (see docker/README.md)"))
+                            hint="add e.g. `image: ghcr.io/ddpjob/train:0.1.0` (see docker/README.md: ddpjob docs docker/README.md)"))
     for name in spec.env:
         if name.startswith("PET_"):
             issues.append(Issue(("env", name), f"{name} is set by Trainer v2's torch plugin (its webhook refuses it)"))

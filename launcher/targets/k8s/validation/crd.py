@@ -169,7 +169,7 @@ def online(kube: Any, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
                  else f"{api.api_version} API of Kubeflow Trainer v2.3")
         raise SchedulerComponentMissing(
             f"the cluster {kube.host} has a {api.crd_name} CRD that ddpjob cannot use ({e}); ddpjob needs the "
-            f"{needs} (see k8s/README.md)"
+            f"{needs} (see k8s/README.md: ddpjob docs k8s/README.md prints it)"
         ) from e
     sha = _hash(raw)
     source = f"the cluster {kube.host} (context {kube.context})"
