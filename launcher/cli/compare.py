@@ -42,20 +42,19 @@ def _sorted(cmp: Comparison, sort_key: str | None) -> list[ComparedRun]:
 
 
 def print_results(job_ids: list[str], sort_key: str | None, output: str) -> None:
-    """The table (or JSON, CSV) of every run of the jobs, one row per run."""
-    import json
-
+    """The table (or JSON, YAML, CSV) of every run of the jobs, one row per run."""
+    from launcher.cli.formats import MACHINE, echo
     from launcher.cli.runtable import advice_lines, as_json, text_table
     from launcher.service.compare import Comparison, short
 
     cmp = load(job_ids)
     cmp = Comparison(_sorted(cmp, sort_key), cmp.differing, cmp.shared, cmp.notes)
-    if output == "json":
+    if output in MACHINE:
         runs = [{"job": c.job_id, "label": c.label, "target": c.target, "differs": cmp.differs(c), **row}
                 for c, row in zip(cmp.runs, as_json([c.run for c in cmp.runs]))]
-        click.echo(json.dumps({"ids": list(dict.fromkeys(c.job_id for c in cmp.runs)), "shared": cmp.shared,
-                               "differing": cmp.differing, "runs": runs,
-                               "notes": [{"job": j, "why": why} for j, why in cmp.notes]}, indent=2))
+        echo({"ids": list(dict.fromkeys(c.job_id for c in cmp.runs)), "shared": cmp.shared,
+              "differing": cmp.differing, "runs": runs, "notes": [{"job": j, "why": why} for j, why in cmp.notes]},
+             output)
     elif output == "csv":
         click.echo(_csv(cmp), nl=False)
     else:

@@ -7,6 +7,7 @@ import json
 
 import click
 
+from launcher.cli.formats import MACHINE, echo, output_option
 from launcher.cli.support import guard
 from launcher.cli.tools import complete_spec_files
 
@@ -32,7 +33,7 @@ def config_group() -> None:
 
 @config_group.command(name="show")
 @click.argument("spec_file", metavar="[SPEC]", required=False, shell_complete=complete_spec_files)
-@click.option("--output", "-o", type=click.Choice(["text", "json"], case_sensitive=False), default="text", show_default=True)
+@output_option()
 @guard
 def show(spec_file: str | None, output: str) -> None:
     """Show every default the files set and where it comes from; with SPEC, also which of them the
@@ -43,6 +44,7 @@ def show(spec_file: str | None, output: str) -> None:
     Examples:
       ddpjob config show
       ddpjob config show train.yaml -o json
+      ddpjob config show -o yaml
     """
     from launcher.spec import defaults, yamlread
     found = defaults.layers()
@@ -64,8 +66,8 @@ def show(spec_file: str | None, output: str) -> None:
     user, project = defaults.user_config_path(), defaults.project_file()
     files = {"user_config": user, "user_config_found": bool(user and any(la.kind == defaults.USER_KIND for la in found)),
              "project_file": project if user is not None else None}
-    if output == "json":
-        click.echo(json.dumps({**files, "precedence": PRECEDENCE, "defaults": list(rows.values())}, indent=2))
+    if output in MACHINE:
+        echo({**files, "precedence": PRECEDENCE, "defaults": list(rows.values())}, output)
         return
     click.echo(f"user config:   {user or 'none (DDPJOB_CONFIG=none)'}"
                + ("" if files["user_config_found"] or user is None else "  (not found)"))

@@ -13,6 +13,7 @@ import time
 import click
 
 from launcher.cli.docs import pages_help
+from launcher.cli.formats import MACHINE, echo, output_option
 from launcher.cli.more import COMMANDS as MORE_COMMANDS
 from launcher.cli.specopts import TARGET_CHOICE, CommandAfterDashes, typed_command
 from launcher.cli.specopts import jobs_service as _jobs
@@ -179,7 +180,7 @@ def schema() -> None:
 
 @cli.command()
 @click.argument("job_id", metavar="[ID]", required=False, shell_complete=complete_job_ids)
-@click.option("--output", "-o", type=click.Choice(["text", "json"], case_sensitive=False), default="text", show_default=True)
+@output_option(help="json or yaml: the whole record (spec, handle, status, progress); yaml is the json's record.")
 @click.pass_context
 @_guard
 def status(ctx: click.Context, job_id: str | None, output: str) -> None:
@@ -190,13 +191,13 @@ def status(ctx: click.Context, job_id: str | None, output: str) -> None:
     Examples:
       ddpjob status                  # which jobs are there?
       ddpjob status quickstart-ab2   # one job (a unique prefix of its id is enough)
+      ddpjob status quickstart-ab2 -o yaml
     """
-    import json
-
     if job_id is None:
         from launcher.cli.queue import list_
 
-        ctx.invoke(list_, output=output, limit=10, states=(), target=None, name=None, du=False)
+        ctx.invoke(list_, output=output, limit=10, states=(), target=None, name=None, du=False, no_headers=False,
+                   watch=False, interval=None)
         if output == "text":
             click.echo("(ddpjob status ID shows one job: its runs, nodes and root cause)", err=True)
         return
@@ -206,11 +207,11 @@ def status(ctx: click.Context, job_id: str | None, output: str) -> None:
     service = _jobs()
     rec, st = service.refresh(job_id)
     progress = service.progress(rec)
-    if output == "json":
+    if output in MACHINE:
         data = rec.to_json()
         data["status"] = st.to_json() if st else None
         data["progress"], data["notify"] = progress.to_json() if progress else None, state_of(rec)
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        echo(data, output, sort_keys=True)
         return
     from launcher.cli.colour import enabled
     from launcher.cli.show import status_lines

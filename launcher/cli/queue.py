@@ -7,9 +7,10 @@ import sys
 
 import click
 
+from launcher.cli.formats import output_option
 from launcher.cli.specopts import TARGET_CHOICE
 from launcher.cli.specopts import jobs_service as _jobs
-from launcher.cli.support import guard
+from launcher.cli.support import Seconds, guard
 from launcher.cli.tools import complete_job_ids
 from launcher.core.fields import COUNT_MAX
 from launcher.core.states import JobState
@@ -33,53 +34,58 @@ def _states(states: tuple[str, ...]) -> list[JobState]:
 
 
 @click.command(name="list")
-@click.option("--output", "-o", type=click.Choice(["text", "json"], case_sensitive=False), default="text", show_default=True)
+@output_option("text", "wide", help="wide: more columns (processes per node, runs ended/all, the scheduler's own "
+               "ids, the run directory); json or yaml: a compact record per job.")
 @click.option("--limit", type=click.IntRange(0, COUNT_MAX), default=50, show_default=True, help="Newest N jobs (0: all).")
 @_filters
 @click.option("--du", is_flag=True, help="Also show the disk space each job's run directory uses.")
+@click.option("--no-headers", is_flag=True, help="No header line (text and wide), for scripts: "
+              "ddpjob list --no-headers | awk '{print $1}'.")
+@click.option("--watch", "-w", is_flag=True, help="Print the list, then again every --interval seconds until "
+              "Ctrl-C: redrawn in place on a terminal; piped, only the jobs that changed (a line, a JSON line "
+              "or a YAML document each).")
+@click.option("--interval", type=Seconds(0.5, 3600), metavar="SECONDS",
+              help="Seconds between two refreshes of --watch.  [default: 2]")
 @guard
-def list_(output: str, limit: int, states: tuple[str, ...], target: str | None, name: str | None, du: bool) -> None:
+def list_(output: str, limit: int, states: tuple[str, ...], target: str | None, name: str | None, du: bool,
+          no_headers: bool, watch: bool, interval: float | None) -> None:
     """List jobs, newest first (states of unfinished jobs are refreshed, with their progress).
 
     AGE is the time since submit, DURATION from submit to the end (to now while it runs); a sweep
-    shows how many of its runs have ended (runs 2/4). -o json gives a compact record per job (id,
-    state, shape, native ids, progress, age_s, duration_s, runs_done, rerun_of); the whole spec and
-    handle are in `ddpjob status ID -o json`.
+    shows how many of its runs have ended (runs 2/4). -o wide adds PROCS (per node), RUNS (ended/all),
+    NATIVE ID (Slurm's job id, the Kubernetes objects' names) and RUN DIR. -o json gives a compact
+    record per job (id, state, shape, native ids, progress, age_s, duration_s, runs_done, rerun_of),
+    -o yaml the same record as YAML; the whole spec and handle are in `ddpjob status ID -o json`.
+
+    --watch (-w) keeps the list up to date, as kubectl get -w: on a terminal the table is redrawn
+    in place every --interval seconds; piped or redirected, the table is printed once, then a line
+    for each job whose state, progress or message changed (its age alone is no change); with -o json
+    one JSON object per line, with -o yaml one YAML document each. Ctrl-C stops it (exit 0).
 
     \b
     Examples:
       ddpjob list --state running --state pending
       ddpjob list --target slurm --name 'sweep-*' -o json
+      ddpjob list -o wide
+      ddpjob list --no-headers | awk '$3 == "FAILED" {print $1}'
+      ddpjob list -w --state running
+      ddpjob list -w -o json | jq -r 'select(.state == "FAILED") | .id'
     """
-    import json
-
-    from launcher.cli.show import job_summary, job_table
-    from launcher.service.queue import queue
-
-    service = _jobs()
-    # One more than shown: whether the limit left jobs out, said under the table (not silently cut).
-    entries = queue(service.registry, limit=min(limit + 1, COUNT_MAX) if limit else None, target=target,
-                    states=_states(states), name=name)
-    more = bool(limit) and len(entries) > limit
-    entries = entries[:limit] if limit else entries
-    progress = {e.rec.id: service.progress(e.rec) for e in entries if not e.rec.state.terminal}
-    if output == "json":  # compact: the whole spec and handle stay in status -o json
-        click.echo(json.dumps([job_summary(e.rec, progress.get(e.rec.id), service.native_ids(e.rec), e)
-                               for e in entries], indent=2, sort_keys=True))
-        return
-    if not entries:
-        if states or target or name:
-            click.echo("no job matches")
-        else:
-            click.echo("no jobs yet; write an example spec with `ddpjob init`, then: "
-                       "ddpjob submit quickstart.yaml --target local --nodes 2")
-        return
     from launcher.cli.colour import enabled
+    from launcher.cli.formats import MACHINE
+    from launcher.cli.listing import Query, print_once
+    from launcher.cli.listing import watch as watched
+    from launcher.core.errors import UsageError
 
-    for line in job_table(entries, progress, disk=du, colour=enabled(sys.stdout)):
-        click.echo(line)
-    if more:
-        click.echo(f"(the newest {limit} jobs; there are more: --limit N shows N, --limit 0 all)", err=True)
+    if no_headers and output in MACHINE:
+        raise UsageError(f"--no-headers is for the tables (-o text, -o wide); -o {output} has no header line")
+    if interval is not None and not watch:
+        raise UsageError("--interval sets how often --watch refreshes: add --watch (-w)")
+    q = Query(output, limit, _states(states), target, name, disk=du, headers=not no_headers)
+    if watch:
+        watched(_jobs(), q, interval or 2.0, colour=enabled(sys.stdout))
+    else:
+        print_once(_jobs(), q, colour=enabled(sys.stdout))
 
 
 @click.command()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from launcher.cli.formats import MACHINE, echo
 from launcher.cli.runtable import advice_lines, as_csv, as_json, metric_names, run_label, sort_runs, text_table
 from launcher.cli.support import guard
 from launcher.cli.tools import complete_job_ids
@@ -44,7 +45,8 @@ def _notes(target: str, runs: list[RunResult]) -> list[str]:
 @click.option("--sort", "sort_key", metavar="METRIC", help="Order the runs by a metric's best value (best "
               "first: lowest, highest for accuracy-like metrics), a sweep value (with several jobs: any "
               "value that differs), or duration.")
-@click.option("--output", "-o", type=click.Choice(["text", "json", "csv"], case_sensitive=False), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["text", "json", "yaml", "csv"], case_sensitive=False), default="text",
+              show_default=True, help="json or yaml: every run's values, final and best metrics, step split; csv: one row per run.")
 @guard
 def results(job_ids: tuple[str, ...], sort_key: str | None, output: str) -> None:
     """Compare a job's runs: one row per run (each sweep element) with its sweep values, state,
@@ -69,8 +71,6 @@ def results(job_ids: tuple[str, ...], sort_key: str | None, output: str) -> None
     a step to $DDPJOB_METRICS_FILE (ddpjob docs trainer). Local and Slurm runs are read here; Kubernetes
     runs write in their pods, so only their states are shown.
     """
-    import json
-
     if len(set(job_ids)) > 1:
         from launcher.cli.compare import print_results
 
@@ -79,8 +79,8 @@ def results(job_ids: tuple[str, ...], sort_key: str | None, output: str) -> None
     full_id, target, runs = _load(job_ids[0])
     if sort_key:
         runs = sort_runs(runs, sort_key)
-    if output == "json":
-        click.echo(json.dumps({"id": full_id, "runs": as_json(runs)}, indent=2))
+    if output in MACHINE:
+        echo({"id": full_id, "runs": as_json(runs)}, output)
     elif output == "csv":
         click.echo(as_csv(runs), nl=False)
     else:

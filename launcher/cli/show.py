@@ -60,32 +60,67 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: Progress | None
     return out
 
 
-def job_table(entries: list[Entry], progress: dict[str, Progress | None] | None = None, *,
-              disk: bool = False, colour: bool = False) -> list[str]:
-    """One row per job, columns aligned: age (since submit) and duration (submit to end, or to now
-    while it runs); last, a sweep's runs ended (``runs 2/4``) and the message (or a running job's
-    progress), cut to 60. ``colour``: the state column in colour (on a terminal)."""
-    from launcher.cli.colour import state as painted
+# Columns that move with the clock alone (and the disk a running job fills): ``list --watch`` does not
+# call a job changed for them.
+CLOCK_COLUMNS = frozenset({"AGE", "DURATION", "SIZE"})
+
+
+def job_rows(entries: list[Entry], progress: dict[str, Progress | None] | None = None, *, disk: bool = False,
+             native: dict[str, list[str]] | None = None, wide: bool = False) -> list[tuple[str, ...]]:
+    """The header, then one row per job, the message last: age (since submit) and duration (submit to
+    end, or to now while it runs); a sweep's runs ended (``runs 2/4``) and the message (or a running
+    job's progress), cut to 60. ``wide`` (``-o wide``): also the processes per node, the runs (ended/all),
+    the scheduler's own ids (``native``: Slurm job id, Kubernetes object names) and the run directory;
+    an empty cell is ``-`` there, so that every row has as many words before the message."""
     from launcher.core.progress import describe, duration, with_health
     from launcher.service.cleanup import disk_use
 
     now = time.time()
-    head = ("ID", "TARGET", "STATE", "NODES", "AGE", "DURATION") + (("SIZE",) if disk else ())
+    head = ("ID", "TARGET", "STATE", "NODES") + (("PROCS", "RUNS") if wide else ()) + ("AGE", "DURATION") \
+        + (("SIZE",) if disk else ()) + (("NATIVE ID", "RUN DIR") if wide else ())
     rows = [(*head, "MESSAGE")]
     for e in entries:
         r = e.rec
         note = with_health(describe((progress or {}).get(r.id)), r.message) or r.message
         done, total = e.runs()
-        if total > 1:
-            note = f"runs {done if done is not None else '?'}/{total}" + (f"; {note}" if note else "")
+        runs = f"{done if done is not None else '?'}/{total}"
+        if total > 1 and not wide:
+            note = f"runs {runs}" + (f"; {note}" if note else "")
         size = (size_text(disk_use(r.run_dir)),) if disk else ()
-        rows.append((r.id, r.target, r.state.value, _text(r.summary.nodes), duration(e.age_s(now)),
-                     duration(e.duration_s(now)), *size, note[:60]))
-    n = len(head)
+        shape = ((_text(r.shape.procs_per_node if r.shape else None) or "-", runs) if wide else ())
+        where = ((_ids((native or {}).get(r.id, [])), r.run_dir or "-") if wide else ())
+        rows.append((r.id, r.target, r.state.value, _text(r.summary.nodes) or ("-" if wide else ""), *shape,
+                     duration(e.age_s(now)), duration(e.duration_s(now)), *size, *where, note[:60]))
+    return rows
+
+
+def job_table(entries: list[Entry], progress: dict[str, Progress | None] | None = None, *,
+              disk: bool = False, colour: bool = False, native: dict[str, list[str]] | None = None,
+              wide: bool = False, headers: bool = True) -> list[str]:
+    """``job_rows`` as lines, columns aligned (the header's widths count even when ``headers`` is
+    False, so a row looks the same with and without it); ``colour``: the state column in colour (on a
+    terminal)."""
+    lines = aligned(job_rows(entries, progress, disk=disk, native=native, wide=wide), colour=colour)
+    return lines if headers else lines[1:]
+
+
+def aligned(rows: list[tuple[str, ...]], *, colour: bool = False) -> list[str]:
+    """The header and rows of ``job_rows`` as lines: every column padded but the last (the message)."""
+    from launcher.cli.colour import state as painted
+
+    n = len(rows[0]) - 1
     widths = [max(len(row[i]) for row in rows) for i in range(n)]
-    state_at = head.index("STATE")
+    state_at = rows[0].index("STATE")
     return ["  ".join(painted(c.ljust(w), c, colour and k > 0 and i == state_at)
                       for i, (c, w) in enumerate(zip(row, widths))) + "  " + row[n] for k, row in enumerate(rows)]
+
+
+def _ids(ids: list[str]) -> str:
+    """The native ids of ``-o wide``, one word: ``4242``, ``job-0,job-1``; a sweep of many Kubernetes
+    objects shows its first three and how many more (``list -o json`` has them all)."""
+    if not ids:
+        return "-"
+    return ",".join(ids[:3]) + (f",+{len(ids) - 3}" if len(ids) > 3 else "")
 
 
 def job_summary(rec: JobRecord, progress: Progress | None = None, native: list[str] | None = None,

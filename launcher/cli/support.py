@@ -17,6 +17,17 @@ R = TypeVar("R")
 DEBUG = {"on": bool(os.environ.get("DDPJOB_DEBUG"))}
 
 
+class Seconds(click.FloatRange):
+    """A number of seconds within a range (a refresh interval); ``nan`` is refused too, which a
+    ``FloatRange`` lets by (every comparison with it is false) and ``time.sleep`` would not take."""
+
+    def convert(self, value: float, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        seconds = float(super().convert(value, param, ctx))
+        if seconds != seconds:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
 def exit_codes_help() -> str:
     """The exit-code table for ``ddpjob --help`` (from ``launcher.core.exitcodes.EXIT_CODES``)."""
     from launcher.core.exitcodes import EXIT_CODES

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from launcher.cli.buildcmd import build
+from launcher.cli.formats import MACHINE, echo, output_option
 from launcher.cli.specopts import TARGET_CHOICE
 from launcher.cli.support import guard
 
@@ -134,7 +135,7 @@ def prune(older_than: str, states: tuple[str, ...], dry_run: bool) -> None:
 @click.option("--max-mib", type=click.IntRange(1, 4096), default=256, show_default=True,
               help="Largest all-reduce, in MiB (sizes from 1 MiB, x4 each step).")
 @click.option("--iters", type=click.IntRange(1, 100), default=3, show_default=True, help="Timed all-reduces per size.")
-@click.option("--output", "-o", type=click.Choice(["text", "json"], case_sensitive=False), default="text", show_default=True)
+@output_option(help="json or yaml: the report as a record, for scripts.")
 @click.option("--report", "report_of", metavar="ID", shell_complete=complete_job_ids,
               help="Show the report of doctor job ID again (waiting for it to end); runs nothing new.")
 @guard
@@ -149,7 +150,7 @@ def doctor(spec_file: str | None, target: str, nodes: int | None, procs_per_node
     with 2 ranks). The verdict warns when ranks disagree on settings or the bandwidth is far below
     the link's; when the ranks talk over loopback (one host) it says the bandwidth verdict does not
     apply. --set changes the check's settings as it does a job's (the interface NCCL uses, its env).
-    -o json has "ok" (no warning), "bandwidth_verdict" and "notes". Exit 1 if the job fails.
+    -o json (or -o yaml) has "ok" (no warning), "bandwidth_verdict" and "notes". Exit 1 if the job fails.
     Ctrl-C stops waiting, not the job: --report ID shows its report later.
 
     \b
@@ -193,8 +194,6 @@ def _doctor_report(jobs: Jobs, job_id: str, output: str, announce: str = "") -> 
     try:  # from the first statement: a Ctrl-C right after "waiting for it..." is one too
         if announce:
             click.echo(announce, err=True)
-        import json
-
         from launcher.core.errors import DdpjobError
         from launcher.core.states import JobState
         from launcher.doctor import run as doc
@@ -205,8 +204,8 @@ def _doctor_report(jobs: Jobs, job_id: str, output: str, announce: str = "") -> 
     if rec.state is not JobState.SUCCEEDED:
         raise DdpjobError(f"the doctor job {job_id} {rec.state.value}: {rec.message} (ddpjob logs {job_id})")
     report = doc.collect(jobs, job_id)
-    if output == "json":
-        click.echo(json.dumps(report, indent=2, sort_keys=True))
+    if output in MACHINE:
+        echo(report, output, sort_keys=True)
     else:
         for line in doc.render(report, report["verdict"]):
             click.echo(line)

@@ -7,17 +7,18 @@ import time
 
 import click
 
+from launcher.cli.formats import MACHINE, echo, output_option
 from launcher.cli.specopts import jobs_service as _jobs
-from launcher.cli.support import guard
+from launcher.cli.support import Seconds, guard
 from launcher.cli.tools import complete_job_ids
 
 
 @click.command()
 @click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
-@click.option("--output", "-o", type=click.Choice(["text", "json"], case_sensitive=False), default="text", show_default=True,
-              help="json: one sample as a JSON object (per node, per rank), for scripts; implies --once.")
+@output_option(help="json: one sample as a JSON object (per node, per rank), for scripts; yaml: the same "
+              "record as YAML; both imply --once.")
 @click.option("--once", is_flag=True, help="Print one sample and exit (what a script or a log wants).")
-@click.option("--interval", type=click.FloatRange(0.5, 3600), default=2.0, show_default=True, metavar="SECONDS",
+@click.option("--interval", type=Seconds(0.5, 3600), default=2.0, show_default=True, metavar="SECONDS",
               help="Seconds between refreshes.")
 @guard
 def top(job_id: str, output: str, once: bool, interval: float) -> None:
@@ -37,8 +38,6 @@ def top(job_id: str, output: str, once: bool, interval: float) -> None:
       ddpjob top ID --once
       ddpjob top ID -o json | jq '.health.nodes[].ranks[] | {rank, cpu_pct, output_age_s}'
     """
-    import json
-
     service = _jobs()
     live = output == "text" and not once
     tty = sys.stdout.isatty()
@@ -47,9 +46,9 @@ def top(job_id: str, output: str, once: bool, interval: float) -> None:
             rec, st = service.refresh(job_id)
             health = service.health(rec)
             state = st.state if st is not None else rec.state
-            if output == "json":
-                click.echo(json.dumps({"id": rec.id, "state": state.value,
-                                       "health": health.to_json() if health is not None else None}, indent=2))
+            if output in MACHINE:
+                echo({"id": rec.id, "state": state.value, "health": health.to_json() if health is not None else None},
+                     output)
                 return
             lines = _screen(rec.id, state.value, health)
             if live and tty:

@@ -157,7 +157,7 @@ def test_unknown_job_and_wrong_image_name_are_clear_errors():
     proc = _cli("plot", "no-such-job", "-o", "curves.jpg")
     assert proc.returncode == 2 and "-o curves.jpg: the image's name must end in .png, .svg or .pdf" in proc.stderr
     proc = _cli("results", "x", "-o", "xml")
-    assert proc.returncode == 2 and "'xml' is not one of 'text', 'json', 'csv'" in proc.stderr
+    assert proc.returncode == 2 and "'xml' is not one of 'text', 'json', 'yaml', 'csv'" in proc.stderr
 
 
 def test_plot_without_matplotlib_names_the_extra(tmp_path: Path):
