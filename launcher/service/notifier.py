@@ -86,8 +86,9 @@ def _post(url: str, data: dict[str, str]) -> str:
     from launcher.spec.secrets import shown_url
 
     try:
-        request = urllib.request.Request(url, data=json.dumps(data).encode(), method="POST",
-                                         headers={"Content-Type": "application/json", "User-Agent": "ddpjob"})
+        target, headers = _credentials(url)
+        request = urllib.request.Request(target, data=json.dumps(data).encode(), method="POST",
+                                         headers={"Content-Type": "application/json", "User-Agent": "ddpjob", **headers})
         with urllib.request.urlopen(request, timeout=URL_TIMEOUT_S) as response:
             return f"HTTP {response.status}"
     except urllib.error.HTTPError as e:
@@ -96,6 +97,20 @@ def _post(url: str, data: dict[str, str]) -> str:
         reason = getattr(e, "reason", None) or e  # URLError's: the OSError underneath
         said = str(reason) if isinstance(e, OSError) else f"{type(e).__name__}: {e}"
         return f"not delivered to {shown_url(url)}: {scrub(said, url)}"
+
+
+def _credentials(url: str) -> tuple[str, dict[str, str]]:
+    """A URL with ``user:password@`` is sent as the web does: without them in the URL (where urllib
+    would take them for the host), as HTTP basic authentication (percent-decoded)."""
+    import base64
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, {}
+    user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])), {"Authorization": f"Basic {token}"}
 
 
 def scrub(text: str, url: str) -> str:

@@ -38,12 +38,14 @@ class Hook:
 
     def __init__(self) -> None:
         posts: list[tuple[str, Any]] = []
-        self.posts = posts
+        auths: list[str | None] = []
+        self.posts, self.auths = posts, auths
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 posts.append((self.path, json.loads(body)))
+                auths.append(self.headers.get("Authorization"))
                 self.send_response(204)
                 self.end_headers()
 
@@ -217,3 +219,19 @@ def test_rerun_reads_the_webhook_url_again_or_asks_for_it(cli, tmp_path, hook):
     refused = cli("rerun", by_flag, cwd=tmp_path)
     assert refused.returncode == 2 and "notify.url: the URL (http://127.0.0.1:" in refused.stderr, refused.stderr
     assert f"ddpjob rerun {by_flag} --set notify.url=URL" in refused.stderr and "s3cret" not in refused.stderr
+
+
+def test_a_url_with_credentials_is_delivered_with_basic_authentication(tmp_path, hook):
+    """Issue 47 item 5: ``https://user:pass@host/...`` (percent-encoded as URLs write them) is sent
+    with HTTP basic authentication, not taken for a host name, and neither credential is said."""
+    import base64
+
+    rec = JobRecord(id="j-abcde", name="j", target="local", state=JobState.FAILED, spec={"notify": {"url": "x"}},
+                    handle=None, run_dir=str(tmp_path), port=None, message="", created_at=0.0, updated_at=0.0, ended_at=1.0)
+    url = hook.url.replace("http://", "http://ci-bot:p%40ss%3Aword@")
+    sent = notifier.deliver(rec, NotifyOptions(url=url))
+    assert sent is not None and sent["url"] == "HTTP 204", sent
+    ((path, body),) = hook.posts
+    assert path == "/T0/s3cret-path" and body["job_id"] == "j-abcde"
+    assert hook.auths == ["Basic " + base64.b64encode(b"ci-bot:p@ss:word").decode()]
+    assert "ci-bot" not in notifier.describe(notifier.state_of(rec) or {}) and "ci-bot" not in json.dumps(sent)
