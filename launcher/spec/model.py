@@ -239,7 +239,7 @@ class JobSpecBase(BaseModel):
     max_restarts: StrictInt = Field(0, ge=0, le=100, description="torchrun --max-restarts: restarts of the whole worker group after a failure.")
     stall: StallOptions = Field(default_factory=StallOptions, description="A node that goes silent or a rank "
                                 "that stops (every target): how long until it is reported, and whether the job then ends.")
-    recovery: RecoveryOptions = Field(default_factory=RecoveryOptions, description="A node lost for good (local "
+    recovery: RecoveryOptions = Field(default_factory=RecoveryOptions, description="A node lost for good (every "
                                       "target): how many losses a run survives, each brought back by itself.")
     notify: NotifyOptions | None = Field(None, description="A command and/or URL told once when the job ends.")
     build: BuildOptions | None = Field(None, description="Build image + the working directory, push it and run on its "

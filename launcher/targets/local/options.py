@@ -16,7 +16,9 @@ class LocalOptions(BaseModel):
         False, description="For sweeps: stop at the first failed element instead of running the rest."
     )
     omp_num_threads: StrictInt | None = Field(
-        None, ge=1, description="OMP_NUM_THREADS per process. Default: this machine's cores / all local processes."
+        None, ge=1, description="OMP_NUM_THREADS per process. Default: resources.cpus / processes per node when "
+        "resources.cpus is set (what a node may use, even beyond this machine's cores: render then notes the "
+        "oversubscription), else this machine's cores / all local processes; at least 1.",
     )
     container: Literal["none", "podman", "docker"] = Field(
         "none",

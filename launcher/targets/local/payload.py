@@ -65,6 +65,7 @@ class LocalPayload:
     network_name: str | None = None
     network_create: list[str] = field(default_factory=list)
     gpu_note: str = ""  # the ranks share this machine's GPUs (targets.shared.dist.shared_gpus_note)
+    threads_note: str = ""  # the processes' OpenMP threads outnumber this machine's cores (target.threads_note)
     max_losses: int = 0  # recovery.max_losses: lost nodes a run survives, each brought back by the supervisor
 
 
@@ -101,6 +102,8 @@ def render_local(payload: LocalPayload, masked: frozenset[str] = frozenset()) ->
                    "and by cancel; the engine passes each variable named by --env from the env below")
     if payload.gpu_note:
         out.append(f"# note: {payload.gpu_note}")
+    if payload.threads_note:
+        out.append(f"# note: {payload.threads_note}")
     if payload.max_losses:
         out.append(f"# a lost node (its process killed from outside) brings the run back by itself, up to "
                    f"{payload.max_losses} time(s) (recovery.max_losses): every node started again with "

@@ -52,6 +52,26 @@ __all__ = ["MARKER", "LocalElement", "LocalHandle", "LocalNode", "LocalPayload",
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "WARN"}
 
+
+def threads_note(spec: JobSpec, threads: str, procs_per_node: int, cpu_count: int) -> str:
+    """What the plan says when a run's processes ask for more OpenMP threads than this machine has
+    cores; "" when they do not. resources.cpus is what each node may use wherever it runs, so here it
+    can ask for more than the machine has; one thread per process is the least there is, never named."""
+    processes = spec.nodes * procs_per_node  # a sweep's runs take turns: one run's processes at a time
+    if not threads.isdigit() or int(threads) <= 1 or int(threads) * processes <= cpu_count:
+        return ""
+    if "OMP_NUM_THREADS" in spec.env:  # env wins over ddpjob's own value
+        source, field = "env.OMP_NUM_THREADS", "env.OMP_NUM_THREADS"
+    elif spec.local.omp_num_threads:
+        source, field = "local.omp_num_threads", "local.omp_num_threads"
+    else:
+        source = f"resources.cpus {spec.resources.cpus} / {procs_per_node} process(es) per node"
+        field = "local.omp_num_threads"
+    return (f"{processes} processes x OMP_NUM_THREADS={threads} ({source}) = {int(threads) * processes} threads on "
+            f"this machine's {cpu_count} core(s): oversubscribed, every rank waits for a core; "
+            f"{field}: {max(1, cpu_count // processes)} gives each process its share")
+
+
 class LocalTarget(Target[LocalPayload, LocalHandle]):
     """Runs every node on this machine. Rendezvous: 127.0.0.1 and a port no live local job uses."""
 
@@ -153,6 +173,8 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
                                spec.local.stop_on_failure, elements, port_fixed=spec.master_port is not None,
                                container=engine, port_command=list(ctx.port_command), master_addr=addresses[0],
                                gpu_note=dist.shared_gpus_note(ctx.gpu_count, spec.nodes, procs_per_node),
+                               threads_note=threads_note(spec, env_base.get("OMP_NUM_THREADS", ""), procs_per_node,
+                                                         ctx.cpu_count),
                                # In containers a lost node still ends the run: not brought back there yet.
                                max_losses=spec.recovery.max_losses if engine == "none" else 0)
         if subnet:
