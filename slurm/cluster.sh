@@ -1,27 +1,30 @@
 #!/usr/bin/env bash
-# A private 2-node Slurm cluster on this machine, for ddpjob's tests and for trying the Slurm target.
+# A private Slurm cluster of 3 nodes on this machine, for ddpjob's tests and for trying the Slurm target.
 #
 #   slurm/cluster.sh up [--no-accounting] [--apart|--together]
 #                                           install packages if missing, start (idempotent)
 #   slurm/cluster.sh down [--purge]         stop what this script started (--purge: delete its state)
 #   slurm/cluster.sh status                 which daemons run (exit 0 all up, 1 partly, 3 none)
-#   slurm/cluster.sh link NODE down|up      apart mode: cut or restore a node's network link
+#   slurm/cluster.sh link NODE down|up      apart mode: cut or restore a node's network link (up: its
+#                                           slurmd registers again at once)
 #   eval "$(slurm/cluster.sh env)"          point sbatch/squeue/sacct/ddpjob at this cluster
 #
 # Everything lives under $DDPJOB_SLURM_ROOT (default ${TMPDIR:-/tmp}/ddpjob-slurm) and listens on
-# private ports from $SLURM_TEST_PORT (default 16817: slurmctld 16817, slurmd n1/n2 16818/16819,
-# slurmdbd +100 = 16917, MariaDB +101 = 16918). Nodes n1 and n2 run as two slurmd on
-# 127.0.77.1/127.0.77.2, each in its own UTS namespace so jobs see distinct hostnames; the names
-# go into /etc/hosts inside a marked block that `down` removes. Needs root (apt, /etc/hosts).
+# private ports from $SLURM_TEST_PORT (default 16817: slurmctld 16817, slurmd n1/n2/n3 16818-16820,
+# slurmdbd +100 = 16917, MariaDB +101 = 16918). Nodes n1, n2 and n3 run as three slurmd on
+# 127.0.77.1-3, each in its own UTS namespace so jobs see distinct hostnames; the names go into
+# /etc/hosts inside a marked block that `down` removes. Needs root (apt, /etc/hosts).
+# Partitions: `debug` (the default) has n1 and n2, `three` all three nodes (a job of 3 nodes, or
+# one that must be able to lose its first node and keep a majority, asks for it: -p three).
 #
 # `srun --container=BUNDLE` runs OCI bundles with runc (oci.conf in $ROOT/etc).
 #
 # --apart: nodes that are really apart. Each slurmd (and every process of its jobs) lives in its own
-# network namespace (ddpjob-$PORT-n1, -n2) with one interface, eth0, on a private bridge this script
+# network namespace (ddpjob-$PORT-n1, -n2, -n3) with one interface, eth0, on a private bridge this script
 # creates (ddpbr$PORT, 10.X.77.0/24 with X from the port, or $DDPJOB_SLURM_SUBNET as A.B.C): n1 is
-# .1, n2 .2, the controller and the submitting side .254. No route leads anywhere else, so nothing
-# leaves this machine. Each node sees its own /etc/hosts (a private mount namespace) naming n1 and
-# n2 by those addresses; the machine's /etc/hosts is not touched. --together goes back to the
+# .1, n2 .2, n3 .3, the controller and the submitting side .254. No route leads anywhere else, so nothing
+# leaves this machine. Each node sees its own /etc/hosts (a private mount namespace) naming the
+# nodes by those addresses; the machine's /etc/hosts is not touched. --together goes back to the
 # loopback layout. The mode is kept in $ROOT/etc/mode; `up` without either keeps it. Switching
 # restarts slurmctld and the slurmds (running jobs are lost).
 #
@@ -36,6 +39,7 @@ case "$BASE" in ''|*[!0-9]*) echo "slurm/cluster.sh: SLURM_TEST_PORT must be a n
 CTLD_PORT=$BASE
 N1_PORT=$((BASE + 1))
 N2_PORT=$((BASE + 2))
+N3_PORT=$((BASE + 3))
 DBD_PORT=$((BASE + 100))
 DB_PORT=$((BASE + 101))
 CLUSTER=ddptest
@@ -44,7 +48,7 @@ MUNGE_SOCK=$ROOT/munge-run/munge.sock
 HOSTS_BEGIN="# BEGIN ddpjob-slurm ($ROOT)"
 HOSTS_END="# END ddpjob-slurm ($ROOT)"
 DB_PASS=ddpjob-slurm-test
-NODES="n1 n2"
+NODES="n1 n2 n3"
 export SLURM_CONF=$CONF
 # Apart mode's network: names are short enough for Linux's 15-character interface names.
 NET=${DDPJOB_SLURM_SUBNET:-10.$((100 + BASE % 100)).77}
@@ -54,6 +58,7 @@ CTL_ADDR=$NET.254
 netns_of() { echo "ddpjob-$BASE-$1"; }
 veth_of() { echo "dv$BASE$1"; }
 node_addr() { echo "$NET.${1#n}"; }
+node_addrs() { local n out=""; for n in $NODES; do out="$out${out:+, }$n $(node_addr "$n")"; done; echo "$out"; }
 
 log() { printf 'slurm/cluster.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -162,8 +167,8 @@ install_packages() {
 
 # Prints slurm.conf for accounting on (1) or off (0).
 slurm_conf() {
-  local accounting=$1 mode=$2 ctl=127.0.0.1 a1=127.0.77.1 a2=127.0.77.2
-  if [ "$mode" = apart ]; then ctl=$CTL_ADDR; a1=$(node_addr n1); a2=$(node_addr n2); fi
+  local accounting=$1 mode=$2 ctl=127.0.0.1 a1=127.0.77.1 a2=127.0.77.2 a3=127.0.77.3
+  if [ "$mode" = apart ]; then ctl=$CTL_ADDR; a1=$(node_addr n1); a2=$(node_addr n2); a3=$(node_addr n3); fi
   cat <<EOF
 # Written by slurm/cluster.sh; private to $ROOT. Regenerated on every 'up'. Mode: $mode.
 ClusterName=$CLUSTER
@@ -193,6 +198,7 @@ SlurmctldDebug=info
 SlurmdDebug=info
 MailProg=/bin/true
 KillWait=5
+SlurmdTimeout=30
 MinJobAge=600
 InactiveLimit=0
 JobRequeue=1
@@ -218,7 +224,9 @@ EOF
   cat <<EOF
 NodeName=n1 NodeHostname=n1 NodeAddr=$a1 Port=$N1_PORT CPUs=8 RealMemory=8192 State=UNKNOWN
 NodeName=n2 NodeHostname=n2 NodeAddr=$a2 Port=$N2_PORT CPUs=8 RealMemory=8192 State=UNKNOWN
+NodeName=n3 NodeHostname=n3 NodeAddr=$a3 Port=$N3_PORT CPUs=8 RealMemory=8192 State=UNKNOWN
 PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+PartitionName=three Nodes=n[1-3] MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
 }
 
@@ -268,7 +276,7 @@ install_file() {
 
 hosts_add() {
   grep -qxF "$HOSTS_BEGIN" /etc/hosts && return 0
-  printf '%s\n127.0.77.1 n1\n127.0.77.2 n2\n%s\n' "$HOSTS_BEGIN" "$HOSTS_END" >> /etc/hosts
+  printf '%s\n127.0.77.1 n1\n127.0.77.2 n2\n127.0.77.3 n3\n%s\n' "$HOSTS_BEGIN" "$HOSTS_END" >> /etc/hosts
 }
 
 hosts_remove() {
@@ -287,7 +295,7 @@ net_fail() { log "error: $* (the apart mode cannot run on this machine; 'up --to
 
 net_up() {
   command -v ip >/dev/null 2>&1 || { log "error: --apart needs ip (Debian: apt-get install iproute2)"; exit 4; }
-  local node ns veth clash
+  local node ns veth clash other
   if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
     # Another route to the same subnet would take the nodes' traffic: refuse rather than guess.
     clash=$(ip -4 route show to match "$NET.1" 2>/dev/null | grep -v '^default' | grep -v "dev $BRIDGE" || true)
@@ -310,11 +318,12 @@ net_up() {
     ip link set "$veth" master "$BRIDGE"
     ip link set "$veth" up
     # The node's own name resolution: the nodes by their bridge addresses, its own name included, and
-    # their IPv4-mapped IPv6 addresses under names of their own (so that n1 and n2 still resolve to
+    # their IPv4-mapped IPv6 addresses under names of their own (so that the nodes still resolve to
     # IPv4 alone): torch's rendezvous store (listening on both) looks its clients up in that form and
     # warns "err=-3" on every connection it cannot name.
-    printf '127.0.0.1 localhost\n%s n1\n%s n2\n%s slurm-controller\n::ffff:%s n1-v4mapped\n::ffff:%s n2-v4mapped\n' \
-      "$(node_addr n1)" "$(node_addr n2)" "$CTL_ADDR" "$(node_addr n1)" "$(node_addr n2)" > "$ROOT/etc/hosts-$node"
+    { printf '127.0.0.1 localhost\n%s slurm-controller\n' "$CTL_ADDR"
+      for other in $NODES; do printf '%s %s\n::ffff:%s %s-v4mapped\n' "$(node_addr "$other")" "$other" "$(node_addr "$other")" "$other"; done
+    } > "$ROOT/etc/hosts-$node"
     chmod 0644 "$ROOT/etc/hosts-$node"
   done
 }
@@ -334,6 +343,11 @@ cmd_link() {
     || { log "error: usage: link NODE down|up (NODE: ${NODES// /, })"; exit 2; }
   [ "$(cat "$ROOT/etc/mode" 2>/dev/null)" = apart ] || { log "error: link needs the apart mode (up --apart)"; exit 2; }
   ip link set "$(veth_of "$node")" "$how" || die "cannot set $(veth_of "$node") $how"
+  # Back up: slurmd registers again at once on SIGHUP. Else Slurm, which may have declared the node down
+  # meanwhile (SlurmdTimeout), takes it back only at a later ping, a minute on.
+  if [ "$how" = up ] && pid_alive "$ROOT/run/slurmd-$node.pid" slurmd; then
+    kill -HUP "$(read_pid "$ROOT/run/slurmd-$node.pid")" 2>/dev/null || true
+  fi
   log "link of $node ($(node_addr "$node")) is $how"
 }
 
@@ -514,12 +528,12 @@ wait_nodes_usable() {
 smoke_test() {
   local hosts="" _
   for _ in 1 2 3 4 5; do
-    hosts=$(timeout 60 srun -N2 -n2 -t 1 --job-name=cluster-smoke /bin/hostname 2>&1 | sort | tr '\n' ' ') || true
-    [ "$hosts" = "n1 n2 " ] && return 0
+    hosts=$(timeout 60 srun -p three -N3 -n3 -t 1 --job-name=cluster-smoke /bin/hostname 2>&1 | sort | tr '\n' ' ') || true
+    [ "$hosts" = "$NODES " ] && return 0
     sleep 1
-    scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1 || true
+    scontrol update nodename="${NODES// /,}" state=resume >/dev/null 2>&1 || true
   done
-  die "smoke test srun -N2 -n2 hostname: expected 'n1 n2', got: $hosts; read $ROOT/log/"
+  die "smoke test srun -p three -N3 -n3 hostname: expected '$NODES', got: $hosts; read $ROOT/log/"
 }
 
 # ---------------------------------------------------------------------------------------- commands
@@ -586,7 +600,7 @@ cmd_up() {
     log "already up; nodes busy, smoke srun skipped"
   fi
   if [ "$accounting" = 1 ]; then check_accounting; fi
-  log "up: nodes n1 n2, accounting $([ "$accounting" = 1 ] && echo on || echo off), $([ "$MODE" = apart ] && echo "apart: n1 $(node_addr n1), n2 $(node_addr n2), controller $CTL_ADDR on bridge $BRIDGE" || echo "together on loopback"); use: eval \"\$($0 env)\""
+  log "up: nodes $NODES, accounting $([ "$accounting" = 1 ] && echo on || echo off), $([ "$MODE" = apart ] && echo "apart: $(node_addrs), controller $CTL_ADDR on bridge $BRIDGE" || echo "together on loopback"); use: eval \"\$($0 env)\""
 }
 
 cmd_down() {
@@ -616,7 +630,7 @@ cmd_status() {
   local running=0 expected=0 f name accounting
   accounting=$(cat "$ROOT/etc/accounting" 2>/dev/null || echo 1)
   for f in munge-run/munged.pid:munged db/run/mariadbd.pid:mariadbd run/slurmdbd.pid:slurmdbd \
-           run/slurmctld.pid:slurmctld run/slurmd-n1.pid:slurmd run/slurmd-n2.pid:slurmd; do
+           run/slurmctld.pid:slurmctld run/slurmd-n1.pid:slurmd run/slurmd-n2.pid:slurmd run/slurmd-n3.pid:slurmd; do
     name=${f#*:}
     if [ "$accounting" = 1 ] || { [ "$name" != mariadbd ] && [ "$name" != slurmdbd ]; }; then
       expected=$((expected + 1))
@@ -629,14 +643,14 @@ cmd_status() {
     fi
   done
   echo "accounting: $([ "$accounting" = 1 ] && echo on || echo off)"
-  echo "nodes: $(cat "$ROOT/etc/mode" 2>/dev/null || echo together)$([ "$(cat "$ROOT/etc/mode" 2>/dev/null)" = apart ] && echo " (n1 $(node_addr n1), n2 $(node_addr n2), controller $CTL_ADDR on $BRIDGE)")"
+  echo "nodes: $(cat "$ROOT/etc/mode" 2>/dev/null || echo together)$([ "$(cat "$ROOT/etc/mode" 2>/dev/null)" = apart ] && echo " ($(node_addrs), controller $CTL_ADDR on $BRIDGE)")"
   echo "root: $ROOT"
   echo "SLURM_CONF=$CONF"
   if [ "$running" = 0 ]; then echo "cluster: down"; return 3; fi
   sinfo -N 2>/dev/null || true
   # The Slurm daemons must all run, and with accounting, slurmdbd and MariaDB too.
   local core=1 d
-  for d in "run/slurmctld.pid:slurmctld" "run/slurmd-n1.pid:slurmd" "run/slurmd-n2.pid:slurmd" \
+  for d in "run/slurmctld.pid:slurmctld" "run/slurmd-n1.pid:slurmd" "run/slurmd-n2.pid:slurmd" "run/slurmd-n3.pid:slurmd" \
            "munge-run/munged.pid:munged"; do
     pid_alive "$ROOT/${d%%:*}" "${d#*:}" || core=0
   done

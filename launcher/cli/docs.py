@@ -33,7 +33,7 @@ LINKED = (
     ("k8s/README.md", "Kubernetes in detail: installing the operator or Trainer v2, RBAC, what is rendered"),
     ("k8s/rbac.yaml", "the Role and RoleBinding ddpjob's users need in a namespace: edit, kubectl apply"),
     ("slurm/TARGET.md", "Slurm in detail: every slurm: option, containers, requeue, the job's files"),
-    ("slurm/README.md", "a private 2-node Slurm on one machine to try the target (its script runs in a clone)"),
+    ("slurm/README.md", "a private 3-node Slurm on one machine to try the target (its script runs in a clone)"),
     ("docker/README.md", "the training image: its build (from a clone), its arguments, image: per target"),
     ("ARCHITECTURE.md", "how ddpjob is put together: packages, one skeleton per target, adding one"),
 )

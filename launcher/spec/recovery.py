@@ -3,7 +3,7 @@
 Read by the targets that bring a run back: local (the supervisor starts the run's nodes again, a new
 process in the lost node's place), Slurm (the first node's runner drops a node not heard from for
 ``lost_after`` seconds from the allocation and starts the run again on the nodes left, as long as
-``min_nodes`` remain) and Kubernetes (the pods' runners start the run again with a pod the operator
+``min_nodes`` remain; a lost first node's place is taken by the next) and Kubernetes (the pods' runners start the run again with a pod the operator
 recreated, or without one not heard from for ``lost_after``). The program resumes from its checkpoint. Kept apart from ``model.py``, as
 ``stall.py`` is.
 """
@@ -25,7 +25,9 @@ class RecoveryOptions(BaseModel):
     or its link gone); on Kubernetes, when its pod is recreated (deleted, evicted, its node lost) or
     not heard from for ``lost_after``. The run is then brought back by itself: locally every node of it
     is started again, the lost one replaced; on Slurm the lost node leaves the allocation and the run
-    starts again on the nodes left; on Kubernetes with the recreated pod, or without a silent one. The program resumes from its newest checkpoint (the reference trainer does by
+    starts again on the nodes left (the first node too: the lowest other node takes its place when the
+    nodes it hears are more than half the run, and a first node that hears half or less leaves, so a
+    split run goes on on one side only); on Kubernetes with the recreated pod, or without a silent one. The program resumes from its newest checkpoint (the reference trainer does by
     itself; a program of your own reads ``DDPJOB_RESTART_COUNT`` and its checkpoint in
     ``DDPJOB_OUTPUT_DIR``). A worker that fails on its own is the program's failure, not a lost node:
     ``max_restarts`` is for that."""

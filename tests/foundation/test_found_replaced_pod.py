@@ -14,7 +14,8 @@ from testkit import wait_for
 
 from launcher.targets.shared import heartbeat
 from launcher.targets.shared.recovery import goodput, losses
-from launcher.targets.shared.restarts import Recovery, Told
+from launcher.targets.shared.restarts import Recovery
+from launcher.targets.shared.told import Told
 
 LOST_AFTER = 5.0
 

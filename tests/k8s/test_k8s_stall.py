@@ -323,6 +323,7 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
     import launcher.targets.shared.restarts as restarts
     import launcher.targets.shared.runfolder as runfolder
     import launcher.targets.shared.straggle as straggle
+    import launcher.targets.shared.told as told
     import launcher.targets.shared.vitals as vitals
 
     p = plan(f"k8s.api={api}", "stall.timeout=45")
@@ -338,6 +339,7 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
                            "ddpjob_vitals": Path(vitals.__file__).read_text(),
                            "ddpjob_heartbeat": Path(heartbeat.__file__).read_text(),
                            "ddpjob_restarts": Path(restarts.__file__).read_text(),
+                           "ddpjob_told": Path(told.__file__).read_text(),
                            "ddpjob_podrun": Path(podrun.__file__).read_text()}
     text = p.render()
     assert "pods start ddpjob's pod runner" in text and runner.shown(env[runner.BUNDLE_ENV]) in text

@@ -1,4 +1,4 @@
-"""The private 2-node Slurm cluster (slurm/cluster.sh) as pytest fixtures.
+"""The private 3-node Slurm cluster (slurm/cluster.sh) as pytest fixtures.
 
 ``slurm_cluster`` (session scope) runs ``slurm/cluster.sh up``: it starts the cluster, installing
 Debian's packages if needed, or reuses a running one (``up`` is idempotent), and at the end of the
@@ -145,7 +145,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     env = cluster_env()
     cluster = SlurmCluster(root=Path(env["SLURM_CONF"]).parents[1], env=env, accounting=True,
                            addresses=_node_addresses(cluster_script("status").stdout), not_apart=not_apart)
-    if not not_apart and len(cluster.addresses) != 2:
+    if not not_apart and len(cluster.addresses) != 3:
         raise AssertionError(f"cluster.sh up --apart left no node addresses in its status: {cluster.addresses}")
     yield cluster
     if not was_running:

@@ -32,9 +32,9 @@ def _running_pids(status_stdout: str) -> list[str]:
 
 def test_two_idle_nodes_with_distinct_hostnames(slurm_cluster):
     # Idle once any job of an earlier test has left (nothing else should hold the nodes for long).
-    states = wait_for(lambda: (s := _node_states(slurm_cluster)) == {"n1": "idle", "n2": "idle"} and s,
-                      "n1 and n2 idle", timeout=60)
-    assert states == {"n1": "idle", "n2": "idle"}
+    states = wait_for(lambda: (s := _node_states(slurm_cluster)) == {"n1": "idle", "n2": "idle", "n3": "idle"} and s,
+                      "n1, n2 and n3 idle", timeout=60)
+    assert states == {"n1": "idle", "n2": "idle", "n3": "idle"}
     hosts = slurm_cluster.run("srun", "-N2", "-n2", "-t", "1", "/bin/hostname").stdout.split()
     assert sorted(hosts) == ["n1", "n2"]
     # The names resolve (the node runner resolves the first node's name to the rendezvous address):
@@ -77,10 +77,10 @@ def test_up_is_idempotent_and_status_reports(slurm_cluster):
     before = slurm_cluster.script("status")
     again = slurm_cluster.script("up", timeout=120)
     after = slurm_cluster.script("status")
-    assert len(_running_pids(after.stdout)) == 6
+    assert len(_running_pids(after.stdout)) == 7
     assert _running_pids(before.stdout) == _running_pids(after.stdout)  # nothing was restarted
     assert "accounting: on" in after.stdout and "cluster: up" in after.stdout
-    assert "up: nodes n1 n2, accounting on" in again.stderr
+    assert "up: nodes n1 n2 n3, accounting on" in again.stderr
 
 
 def test_env_prints_what_a_client_exports(slurm_cluster):

@@ -24,7 +24,9 @@ own id (``w``) and the start its owner issued last (``order``: the run's start n
 a beacon hands each answer to ``on_order`` (``shared/restarts.py``). A beacon that followed another
 first node's watch before says so in its heartbeats (its ``extra``), and the watch calls ``on_followed``
 once: the first node itself was replaced. A beacon that has heard nothing
-for ``lost_after`` calls ``on_cut`` once.
+for ``lost_after`` calls ``on_cut`` once. A Slurm run whose first node is lost goes on with the next as
+its first (``slurm/job/recover.py``'s ``elect``): that node's watch (``own``, the lost node ``gone``)
+answers ``wait`` (``hold``) until its owner issues the next start, and the beacons ``follow`` it.
 
 Nothing is sent anywhere but the first node's address, which the job already uses for its rendezvous.
 """
@@ -70,8 +72,11 @@ class Watch:
                  on_lost: Callable[[dict[str, Any]], None] | None = None,
                  on_replaced: Callable[[dict[str, Any]], None] | None = None,
                  on_followed: Callable[[dict[str, Any]], None] | None = None,
-                 extra: Callable[[], dict[str, Any]] | None = None) -> None:
+                 extra: Callable[[], dict[str, Any]] | None = None, own: int = 0,
+                 gone: tuple[int, ...] = (), hold: bool = False) -> None:
         self.port, self.timeout, self.action, self.state_path = port, timeout, action, state_path
+        self.own = own  # the node this watch runs on: 0, or the one that took the first node's place
+        self.hold = hold  # answer every node "wait" until the first ``issue`` (a new first node's election)
         self.lost_after, self.on_lost, self.on_replaced, self.extra = lost_after, on_lost, on_replaced, extra
         self.on_followed = on_followed  # once: a node says it followed another first node's watch before this one
         self.order: dict[str, Any] | None = None  # answered to every heartbeat once set (see the module)
@@ -84,8 +89,8 @@ class Watch:
         now = time.time()
         self.started = now
         self.nodes: dict[int, dict[str, Any]] = {
-            n: {"node": n, "host": host if n == 0 else None, "heard": now if n == 0 else None,
-                "output": now, "bytes": -1} for n in range(nodes)}
+            n: {"node": n, "host": host if n == own else None, "heard": now if n == own else None,
+                "output": now, "bytes": -1, **({"dropped": now} if n in gone else {})} for n in range(nodes)}
         self.verdict: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
@@ -108,6 +113,7 @@ class Watch:
     def issue(self, order: dict[str, Any]) -> None:
         """The run's next start (its owner's): answered to every heartbeat from now on."""
         self.order = dict(order)
+        self.hold = False
         self.waiting.clear()
 
     def _run(self) -> None:
@@ -127,7 +133,7 @@ class Watch:
     def _heard(self, data: bytes, peer: tuple[str, int]) -> None:
         msg = json.loads(data)
         node = int(msg["node"])
-        if node not in self.nodes or node == 0:
+        if node not in self.nodes or node == self.own:
             return
         now = time.time()
         rec = self.nodes[node]
@@ -154,13 +160,13 @@ class Watch:
             rec.update(bytes=int(msg.get("bytes", 0)), output=now)
         assert self._sock is not None
         reply: dict[str, Any] = {"w": self.ident, **(self.order or {})}
-        if node in self.waiting:
+        if node in self.waiting or self.hold:
             reply["wait"] = True
         self._sock.sendto(json.dumps(reply).encode(), peer)
 
     def _tick(self) -> None:
         now = time.time()
-        own = self.nodes[0]
+        own = self.nodes[self.own]
         size = _size(self.outputs)
         own["heard"] = now
         if size != own["bytes"]:
@@ -184,7 +190,7 @@ class Watch:
         if self.on_lost is None or not self.lost_after:
             return
         for rec in self._live():
-            if rec["node"] != 0 and rec["heard"] is not None and now - rec["heard"] > self.lost_after:
+            if rec["node"] != self.own and rec["heard"] is not None and now - rec["heard"] > self.lost_after:
                 rec["dropped"] = now
                 self.on_lost(dict(rec))
 
@@ -263,6 +269,11 @@ class Beacon:
     def start(self) -> None:
         threading.Thread(target=self._run, name="ddpjob-beacon", daemon=True).start()
 
+    def follow(self, addr: str) -> None:
+        """Send the heartbeats to another first node from now on (the one that took the lost first node's
+        place); it is given ``lost_after`` to answer as the first was."""
+        self.addr, self.answered, self.cut, self.lost = addr, time.time(), None, None
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -300,7 +311,7 @@ class Beacon:
 
 
     def _ordered(self, reply: bytes) -> None:
-        if reply == b"ok" or self.on_order is None:
+        if self.on_order is None:
             return
         try:
             order = json.loads(reply)

@@ -51,8 +51,15 @@ class Recovery:
 
     def __init__(self, *, node: int, nodes: int, hosts: list[str], max_losses: int, min_nodes: int,
                  lost_after: float, path: str | None, metrics: str | None,
-                 gone: str = "its machine, slurmd, runner or link", joining: bool = False) -> None:
+                 gone: str = "its machine, slurmd, runner or link", joining: bool = False,
+                 successor: bool = False) -> None:
         self.node, self.hosts, self.path, self.metrics, self.gone = node, list(hosts), path, metrics, gone
+        # Slurm: when the first node is lost, the lowest other member takes its place, if the members it
+        # hears are more than half the run's (a first node that hears fewer leaves: see ``lost``).
+        self.successor = successor
+        self.first = 0  # the node whose watch leads the run
+        self.electing: dict[str, Any] | None = None  # the first node is lost: {"why", "candidate"}
+        self.heard: Callable[[], set[int]] = lambda: set(self.members)  # the lead: members heard lately
         self.max_losses, self.min_nodes, self.lost_after = max_losses, min_nodes, lost_after
         self.nodes = nodes
         self.restart = 0  # this node's starts after the first (DDPJOB_RESTART_COUNT)
@@ -79,6 +86,11 @@ class Recovery:
     def rank(self) -> int:
         return self.members.index(self.node)
 
+    @property
+    def leads(self) -> bool:
+        """Whether this node's watch leads the run (node 0, or the node that took its place)."""
+        return self.node == self.first
+
     def host(self, node: int) -> str:
         return self.hosts[node] if 0 <= node < len(self.hosts) and self.hosts[node] else f"node {node}"
 
@@ -90,13 +102,23 @@ class Recovery:
         with self._lock:
             # A second loss before the start after the first: from the members that start will have.
             members = self.pending["members"] if self.pending else self.members
-            if not isinstance(node, int) or node not in members or self.failed:
+            if not isinstance(node, int) or node not in members or self.failed or self.leave:
                 return
             now, heard = time.time(), float(rec.get("heard") or time.time())
             self._named(node, rec)
             how = (f"no heartbeat from its node runner since {clock(heard)} ({int(now - heard)} s; recovery.lost_after "
                    f"{self.lost_after:g} s): {self.gone} is gone")
-            self._decide(node, how, [m for m in members if m != node], replaced=False)
+            left = [m for m in members if m != node]
+            alive = sorted({self.node} | (self.heard() & set(left)))
+            if self.successor and 2 * len(alive) < len(members):
+                # Most of the run is silent at once: this node is more likely cut off than they all lost.
+                # It leaves; the others, if they hear each other, go on without it (``elect``).
+                self.leave = (f"node {self.node} ({self.host(self.node)}) heard {len(alive)} of the run's "
+                              f"{len(members)} nodes in the last {self.lost_after / 2:g} s (node {node}: {how}): cut "
+                              "off from most of the run, it stopped its ranks and left it to the others")
+                self._changed.set()
+                return
+            self._decide(node, how, left, replaced=False)
 
     def replaced(self, rec: dict[str, Any]) -> None:
         """``heartbeat.Watch.on_replaced``: node ``rec`` speaks from a new runner; the run starts again
@@ -161,7 +183,7 @@ class Recovery:
 
     def record(self, **extra: Any) -> dict[str, Any]:
         return {"restart": self.restart, "members": self.members, "hosts": self.hosts, "losses": self.losses,
-                "metrics": self.metrics, "started": self.started, **extra}
+                "metrics": self.metrics, "started": self.started, "first": self.first, **extra}
 
     def write(self, **extra: Any) -> None:
         if not self.path:
@@ -183,6 +205,14 @@ class Recovery:
             return
         with self._lock:
             if self.leave:
+                return
+            if self.electing is not None:  # the first node is lost: only the candidate's order counts
+                if watch is None or watch == self.watch or order.get("wait") or not isinstance(restart, int) \
+                        or members is None:
+                    return
+                self.first, self.watch, self.numbered = self.electing["candidate"], watch, restart
+                self.electing = None
+                self._start(restart, members)
                 return
             if watch is not None and self.watch is not None and watch != self.watch:
                 # The first node's runner started again (a new pod): start again with it, on every node.
@@ -229,11 +259,62 @@ class Recovery:
         return self._joined.wait(timeout)
 
     def cut(self, message: str) -> None:
-        """``heartbeat.Beacon.on_cut``: nothing heard from the first node for ``lost_after``."""
+        """``heartbeat.Beacon.on_cut``: nothing heard from the first node for ``lost_after``. With a
+        successor, the lowest other member is to take its place (``electing``); a node that then hears
+        nothing from that one either leaves."""
         with self._lock:
-            self.leave = self.leave or f"{message}; it stopped its ranks and left the run"
+            if self.successor and not self.leave and self.electing is None:
+                self.electing = {"why": message, "candidate": min(m for m in self.members if m != self.first),
+                                 "at": time.time()}
+            elif self.electing is not None:
+                self.leave = self.leave or (f"{message} (node {self.electing['candidate']}, which was to take the "
+                                            "lost first node's place); it stopped its ranks and left the run")
+            else:
+                self.leave = self.leave or f"{message}; it stopped its ranks and left the run"
         self._join()
         self._changed.set()
+
+    def elect(self, heard: set[int]) -> None:
+        """The candidate, once it listened for the others (``heard``): it takes the first node's place if
+        the members it hears, itself included, are more than half the run's; else it leaves."""
+        with self._lock:
+            if self.electing is None:
+                return
+            why, old = self.electing["why"], self.first
+            self.electing = None
+            group = sorted(({self.node} | (heard & set(self.members))) - {old})
+            if 2 * len(group) <= len(self.members):
+                self.leave = (f"{why}; node {self.node} was to take its place but heard {len(group)} of the run's "
+                              f"{len(self.members)} nodes: a half or less does not go on; it stopped its ranks and "
+                              "left the run")
+                self._changed.set()
+                return
+            self.first = self.node
+            self._adopt()
+            how = (f"{why}: {self.gone} is gone; node {self.node} ({self.host(self.node)}) took its place as the first "
+                   f"node, hearing {len(group)} of the run's {len(self.members)} nodes")
+            self._decide(old, how, group, replaced=False)
+
+    def _adopt(self) -> None:
+        """The record the lost first node wrote (the run's earlier losses, when it started)."""
+        try:
+            with open(self.path or "", encoding="utf-8") as f:
+                prior = json.load(f)
+        except (OSError, ValueError):
+            return
+        if isinstance(prior, dict) and isinstance(prior.get("losses"), list):
+            self.losses = [x for x in prior["losses"] if isinstance(x, dict)] + self.losses
+            if isinstance(prior.get("started"), (int, float)):
+                self.started = float(prior["started"])
+
+    def decided(self, timeout: float) -> None:
+        """A node that follows the candidate: wait (up to ``timeout``) for its order, or to leave."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self.pending is not None or self.leave or self.failed:
+                    return
+            time.sleep(0.2)
 
     # ------------------------------------------------------------ the runner's main thread
 
@@ -253,13 +334,13 @@ class Recovery:
                 return None
             start, self.pending = self.pending, None
             self.restart, self.members = start["restart"], start["members"]
-            if self.node == 0:
+            if self.leads:
                 self.numbered = self.restart
             return start
 
     def _await_verdict(self) -> None:
         t0 = time.monotonic()
-        if self.node != 0:  # the first node's order comes, or the run failed
+        if not self.leads:  # the first node's order comes, or the run failed
             self._changed.wait(self.lost_after + 3 * INTERVAL_S)
             return
         # The first node: a member silent for a while is being lost; every member heard lately: the
@@ -288,66 +369,3 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
-
-
-class Told:
-    """What the first pod's ``watch.json`` says of a run's losses, for a ``status`` that cannot read the
-    run's files (``k8s/job/podrun.py``): the recovery's record and, once it lost a node, the lines of the
-    program's metrics file that tell where it resumed (``shared/recovery.py`` reads the same): its first
-    step, each resume with the step before and after it, and its newest checkpoints. The file is read as
-    it grows, at most ``CHUNK`` bytes a call."""
-
-    CHUNK = 4 * 2**20
-    CHECKPOINTS = 100
-
-    def __init__(self, rec: Recovery) -> None:
-        self.rec = rec
-        self.offset, self.rest = 0, b""
-        self.first: dict[str, Any] | None = None
-        self.marks: list[dict[str, Any]] = []  # resumes, the step before each and the first step after
-        self.checkpoints: list[dict[str, Any]] = []
-        self.last_step: dict[str, Any] | None = None
-        self.resumed = False
-
-    def state(self) -> dict[str, Any]:
-        """The part of ``watch.json`` the watch adds (``heartbeat.Watch.extra``)."""
-        out: dict[str, Any] = {"recovery": self.rec.record()}
-        if self.rec.losses and self.rec.metrics:
-            self._read(self.rec.metrics)
-            out["events"] = sorted(([self.first] if self.first else []) + self.marks + self.checkpoints,
-                                   key=lambda e: e["time"])
-        return out
-
-    def _read(self, path: str) -> None:
-        try:
-            with open(path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read(self.CHUNK)
-        except OSError:
-            return
-        self.offset += len(data)
-        lines = (self.rest + data).split(b"\n")
-        self.rest = lines.pop()
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict) and isinstance(event.get("step"), int) and isinstance(event.get("time"), (int, float)):
-                self._saw(event)
-
-    def _saw(self, event: dict[str, Any]) -> None:
-        kind = event.get("event", "step")
-        if kind == "step":
-            self.first = self.first or event
-            if self.resumed:
-                self.marks.append(event)
-                self.resumed = False
-            self.last_step = event
-        elif kind == "resume":
-            if self.last_step is not None and self.last_step not in self.marks and self.last_step is not self.first:
-                self.marks.append(self.last_step)
-            self.marks.append(event)
-            self.resumed = True
-        elif kind == "checkpoint":
-            self.checkpoints = [*self.checkpoints[-(self.CHECKPOINTS - 1):], event]

@@ -351,6 +351,13 @@ def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, run
     else:
         mem = slurm_mem(parse_memory(memory, "quantity")) if memory else None
     additional: dict[str, Any] = {"requeue" if s.requeue else "no-requeue": True}
+    if spec.nodes > 1 and spec.recovery.max_losses:
+        # The run goes on without a lost node (job/recover.py): when Slurm declares that node down it must
+        # end neither the job (sbatch --no-kill) nor the step's tasks on the other nodes (srun --no-kill:
+        # the batch host's loss included, where srun itself is lost). A task that exits non-zero still
+        # ends the step (--kill-on-bad-exit holds with srun --no-kill: checked on the private cluster).
+        additional["no-kill"] = True
+        srun_args = ["--no-kill", *srun_args]
     additional.update(s.sbatch)
     params: dict[str, Any] = {
         "job_name": job_id,

@@ -245,7 +245,7 @@ class PodRunner:
         outputs = [self.counted]
         if self.env.get("DDPJOB_METRICS_FILE"):
             outputs.append(self.env["DDPJOB_METRICS_FILE"])
-        told = _shared("restarts").Told(rec) if rec else None
+        told = _shared("told").Told(rec) if rec else None
         watch = heartbeat.Watch(port=self.port, nodes=self.nodes, host=host, outputs=outputs, state_path=self.state_path,
                                 timeout=self.timeout, action=self.action, on_stall=self._on_stall,
                                 vitals=self.sampler.sample, lost_after=rec.lost_after if rec else None,

@@ -18,6 +18,7 @@ and launcher modules; submitit is imported inside ``checkpoint``.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -32,7 +33,7 @@ from launcher.targets.shared.files import write_json
 from launcher.targets.shared.restarts import RESTART_ENV, Recovery, kill_tree
 from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.job.nodelist import expand_nodelist
-from launcher.targets.slurm.job.recover import end_allocation, finish, shrink
+from launcher.targets.slurm.job.recover import elect, end_allocation, finish, shrink
 
 if TYPE_CHECKING:
     from launcher.targets.slurm.payload import SlurmCommon, SlurmElement
@@ -135,6 +136,11 @@ class NodeRunner:
                 if code != 0 and not recovery.interrupted():  # said now: the run's root cause while it waits
                     record.update(state="exited", exit_code=code, ended=time.time())
                     write_json(paths["record"], record)
+                if recovery.electing is not None:  # the first node is lost: take its place, or follow
+                    own = str(record.get("address") or addr)
+                    watch, addr = elect(recovery, watch, functools.partial(
+                        self._watch, int(node), host, own, port, paths, log, recovery, lead=True),
+                        functools.partial(self._address_of, recovery=recovery), own, log)
                 if not recovery.next_start(code):
                     break
                 code = self._again(recovery, env, log, watch, record, paths["record"], addr, str(port))
@@ -189,7 +195,20 @@ class NodeRunner:
         hosts = expand_nodelist(os.environ.get("SLURM_JOB_NODELIST", ""))
         return Recovery(node=node, nodes=c.nodes, hosts=hosts, max_losses=c.max_losses, min_nodes=c.min_nodes,
                         lost_after=float(c.lost_after_s), path=RunFolder(c.job_dir).task(self.element.index).recovery,
-                        metrics=os.path.join(self.element.output_dir, "metrics.jsonl"))
+                        metrics=os.path.join(self.element.output_dir, "metrics.jsonl"), successor=True)
+
+    def _address_of(self, node: int, recovery: Recovery) -> str | None:
+        """Another node's address, as its runner recorded it (its side of the route to the first node),
+        else its host name resolved here."""
+        from launcher.targets.slurm.payload import node_paths
+
+        own = _read_json(node_paths(self.common.job_dir, self.element.index, node)["record"]).get("address")
+        if isinstance(own, str) and own:
+            return own
+        try:
+            return socket.gethostbyname(recovery.host(node))
+        except OSError:
+            return None
 
     def _again(self, recovery: Recovery, env: dict[str, str], log: Any,
                watch: heartbeat.Watch | heartbeat.Beacon | None, record: dict[str, Any], record_path: str,
@@ -197,7 +216,7 @@ class NodeRunner:
         """Start torchrun again for the run's members now (a node was lost) and wait for it."""
         from launcher.targets.slurm.payload import node_argv
 
-        note = shrink(recovery) if recovery.node == 0 else ""
+        note = shrink(recovery) if recovery.leads else ""
         argv = node_argv(self.common, self.element, node=str(recovery.node), addr=addr, port=port,
                          nodes=len(recovery.members), node_rank=str(recovery.rank))
         env[RESTART_ENV] = str(recovery.restart)
@@ -267,23 +286,27 @@ class NodeRunner:
             time.sleep(0.2)
 
     def _watch(self, node: int, host: str, addr: str, port: int, paths: dict[str, str],
-               log: Any, recovery: Recovery | None = None) -> heartbeat.Watch | heartbeat.Beacon | None:
+               log: Any, recovery: Recovery | None = None, lead: bool = False) -> heartbeat.Watch | heartbeat.Beacon | None:
         """Start the heartbeats of this run (``launcher.targets.shared.heartbeat``): the watch on the
-        first node, a beacon on the others. Both end this node's torchrun on a stall when the spec's
-        ``stall.action`` is fail."""
+        first node (or, ``lead``, on the node that takes a lost first node's place: it answers ``wait``
+        until it orders the next start), a beacon on the others. Both end this node's torchrun on a
+        stall when the spec's ``stall.action`` is fail."""
         c = self.common
         timeout, action = float(c.stall_timeout_s), c.stall_action
         sampler = vitals.Sampler(node=node, agent=lambda: self._proc.pid if self._proc else None, log=paths["log"],
                                  steps_dir=RunFolder(c.job_dir).task(self.element.index).vitals)
-        if node == 0:
+        if node == 0 or lead:
             outputs = [paths["log"], os.path.join(self.element.output_dir, "metrics.jsonl")]
             watch = heartbeat.Watch(port=port, nodes=c.nodes, host=host, outputs=outputs, state_path=paths["watch"],
                                     timeout=timeout, action=action, on_stall=self._on_stall, vitals=sampler.sample,
                                     lost_after=recovery.lost_after if recovery else None,
-                                    on_lost=recovery.lost if recovery else None)
+                                    on_lost=recovery.lost if recovery else None, own=node,
+                                    gone=(recovery.first,) if lead and recovery else (), hold=lead)
             if recovery is not None:
                 recovery.silent = lambda: max((time.time() - (r["heard"] or 0) for r in watch.nodes.values()
                                                if r["node"] in recovery.members), default=0.0)
+                recovery.heard = lambda: {r["node"] for r in watch.nodes.values()
+                                          if r["heard"] and time.time() - r["heard"] < recovery.lost_after / 2}
             why = watch.start()
             if why:
                 log.write(f"[ddpjob] {why}\n".encode())

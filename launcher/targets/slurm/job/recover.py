@@ -16,9 +16,15 @@ slurmd, its runner or its link is gone. Then, within the budget (``max_losses``)
    [node ids]}``): each other node's runner stops its torchrun and starts it again with its rank among
    the members. The program resumes from its checkpoint on the smaller world size.
 
-A node that hears nothing from the first node for ``lost_after`` stops its ranks and leaves the run,
-and so does a node that is told it is no longer a member. It leaves with exit code 0: srun's
-``--kill-on-bad-exit`` must not end the others if its link comes back.
+A node that hears nothing from the first node for ``lost_after`` stops its ranks, and the lowest
+other member takes the first node's place (``elect``): it listens on its own address, and if the
+members it hears, itself included, are more than half the run's, it starts the run again with them as
+its first node (the others send their heartbeats to it). A first node that hears half the run or less
+at once leaves (it is more likely cut off than they all lost), so one side of a split goes on, never
+two. A node that hears no one, or is told it is no longer a member, leaves the run with exit code 0:
+srun's ``--kill-on-bad-exit`` must not end the others if its link comes back. The job is submitted
+with ``--no-kill``, so Slurm keeps it when it declares a lost node down (the batch host included:
+Slurm refuses to drop that one from a running job before).
 
 srun waits for every task it started, the lost node's too, and a task where Slurm cannot reach ends
 for srun only when the node is declared down (SlurmdTimeout, 5 minutes by default). So once a run that
@@ -26,8 +32,8 @@ lost nodes has ended, the first node's runner waits for the members to record th
 the step. Slurm then records the job as FAILED or CANCELLED; ``ddpjob status`` reads the outcome in
 ``recovery.json`` (``launcher.targets.slurm.status``).
 
-Not brought back (yet): the first node itself (the batch host, which runs srun); the others stop their
-ranks when they stop hearing it, and Slurm ends the job when it declares the node down.
+A run whose first node (the batch host, which runs srun) was lost ends with its new first node
+cancelling the whole job: the batch script cannot end it.
 
 Standard library only, as every module of ``job/``.
 """
@@ -38,20 +44,65 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 from launcher.targets.shared.files import read_json, write_json
+from launcher.targets.shared.heartbeat import INTERVAL_S, Beacon, Watch
 from launcher.targets.shared.restarts import Recovery
 from launcher.targets.shared.runfolder import TaskFolder
 
 END_WAIT_S = 60.0  # how long the first node waits for the members to record their end
+ELECT_S = 4 * INTERVAL_S  # how long the node taking a lost first node's place listens for the others
+
+
+def elect(recovery: Recovery, heartbeat: Watch | Beacon | None, lead: Callable[[], Watch | Beacon | None],
+          address_of: Callable[[int], str | None], own: str, log: Any) -> tuple[Watch | Beacon | None, str]:
+    """The first node is lost (``recovery.electing``): take its place (the lowest other member), or
+    follow the node that does. Returns this node's heartbeats and the run's rendezvous address from now."""
+    assert recovery.electing is not None
+    cand, why = recovery.electing["candidate"], recovery.electing["why"]
+    if cand != recovery.node:
+        addr = address_of(cand)
+        if addr is None or not isinstance(heartbeat, Beacon):
+            recovery.cut(f"{why}; node {cand} ({recovery.host(cand)}) has no address known here")
+            return heartbeat, own
+        log.write(f"[ddpjob] {why}: node {cand} ({recovery.host(cand)}, {addr}) is to take the first node's "
+                  "place; following it\n".encode())
+        heartbeat.follow(addr)
+        recovery.decided(recovery.lost_after + 3 * INTERVAL_S)
+        return heartbeat, addr
+    if heartbeat is not None:
+        heartbeat.stop()
+    log.write(f"[ddpjob] {why}: this node takes the first node's place if it hears more than half the run's "
+              f"nodes within {ELECT_S:g} s\n".encode())
+    watch = lead()
+    heard: set[int] = set()
+    if isinstance(watch, Watch):
+        others = set(recovery.members) - {recovery.first, recovery.node}
+        deadline = time.monotonic() + ELECT_S
+        while True:
+            heard = {n for n, r in watch.nodes.items() if r.get("heard") and n != recovery.node and not r.get("dropped")}
+            if others <= heard or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+    recovery.elect(heard)
+    return watch, own
 
 
 def shrink(recovery: Recovery) -> str:
     """Drop the nodes that are no longer members from the Slurm job; what happened, for the log."""
     jid = os.environ.get("SLURM_JOB_ID", "")
     scontrol = shutil.which("scontrol")
-    keep = ",".join(recovery.host(m) for m in recovery.members)
+    kept = [recovery.host(m) for m in recovery.members]
+    batch = "" if 0 in recovery.members else (
+        f"Slurm keeps node 0 ({recovery.host(0)}, the batch host) in the job until it declares it down (it refuses "
+        "to drop the batch host from a running job; with --no-kill the job goes on without it)")
+    if batch:
+        kept.insert(0, recovery.host(0))
+        if len(kept) >= len({*recovery.hosts} - {""}):  # nothing else to drop
+            return batch
+    keep = ",".join(kept)
     if not jid or not scontrol:
         return "no scontrol on this node: Slurm keeps the lost node's allocation until the job ends"
     import tempfile
@@ -66,7 +117,7 @@ def shrink(recovery: Recovery) -> str:
         return f"scontrol update JobId={jid} NodeList={keep} failed: {exc}"
     if proc.returncode != 0:
         return f"scontrol update JobId={jid} NodeList={keep} failed: {proc.stderr.strip() or proc.returncode}"
-    return f"Slurm job {jid} now holds {keep} only"
+    return f"Slurm job {jid} now holds {keep} only" + (f"; {batch}" if batch else "")
 
 
 def finish(recovery: Recovery, record: dict[str, Any], paths: dict[str, str], code: int,
@@ -79,6 +130,13 @@ def finish(recovery: Recovery, record: dict[str, Any], paths: dict[str, str], co
         record.update(state="left", left=recovery.leave)
         record.pop("exit_code", None)  # its torchrun's, killed as it left: not how the node ended
         write_json(paths["record"], record)
+        with open(paths["log"], "ab", buffering=0) as log:
+            log.write(f"[ddpjob] {recovery.leave}\n".encode())
+        if recovery.leads and not _taken_over(recovery):  # the first node left, and no one took its place
+            failed = f"{recovery.leave}; no other node took its place within {takeover_wait(recovery):g} s"
+            recovery.write(outcome="failed", reason=failed, ended=time.time())
+            end_allocation(paths["log"])
+            return result, failed
         return {**result, "left": recovery.leave}, None
     if recovery.failed:
         record.update(error=recovery.failed)
@@ -89,13 +147,33 @@ def finish(recovery: Recovery, record: dict[str, Any], paths: dict[str, str], co
     write_json(paths["record"], record)
     failure = (f"torchrun on node {recovery.node} ({record['host']}) exited with code {code}; see {paths['log']}"
                if code != 0 else None)
-    if recovery.node != 0:
+    if not recovery.leads:
         return result, failure
     wait_members(task, recovery)
     recovery.write(outcome="succeeded" if code == 0 else "failed", exit_code=code, ended=time.time())
+    if recovery.first != 0:  # the batch host is lost: its script cannot end the job
+        end_allocation(paths["log"], "the run has ended and its batch host (node 0) is lost")
+        return result, failure
     with open(paths["log"], "ab", buffering=0) as log:
         end_step(log)
     return result, failure
+
+
+def takeover_wait(recovery: Recovery) -> float:
+    """How long a first node that left waits for another to take its place: the others notice it
+    silent within ``lost_after`` and a few heartbeats of it, then listen ``ELECT_S``."""
+    return recovery.lost_after + 4 * INTERVAL_S + ELECT_S + 10
+
+
+def _taken_over(recovery: Recovery) -> bool:
+    """Whether another node took this first node's place (the run's record names another first)."""
+    deadline = time.monotonic() + takeover_wait(recovery)
+    while time.monotonic() < deadline:
+        rec = read_json(recovery.path) if recovery.path else None
+        if isinstance(rec, dict) and rec.get("first") not in (None, recovery.node):
+            return True
+        time.sleep(1.0)
+    return False
 
 
 def wait_members(task: TaskFolder, recovery: Recovery) -> None:
@@ -124,9 +202,9 @@ def end_step(log: Any) -> None:
         pass
 
 
-def end_allocation(log_path: str) -> None:
-    """The stall watch ended this run (stall.action: fail): cancel its Slurm job so that the
-    allocation is freed now. Without it Slurm keeps the job RUNNING while it waits for a node that is
+def end_allocation(log_path: str, why: str = "stall.action fail") -> None:
+    """The stall watch ended this run (stall.action: fail), or the run cannot end its job otherwise:
+    cancel its Slurm job so that the allocation is freed now. Without it Slurm keeps the job RUNNING while it waits for a node that is
     cut off (srun waits for every task). Said in the node's log; a node without scancel (a container
     without Slurm's commands) leaves it to ``ddpjob cancel``."""
     array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
@@ -143,4 +221,4 @@ def end_allocation(log_path: str) -> None:
         except (OSError, subprocess.TimeoutExpired) as exc:
             note = f"scancel {jid} failed: {exc}"
     with open(log_path, "ab", buffering=0) as log:
-        log.write(f"[ddpjob] stall.action fail: {note}\n".encode())
+        log.write(f"[ddpjob] {why}: {note}\n".encode())

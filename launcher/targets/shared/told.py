@@ -1,0 +1,72 @@
+"""What the first pod's ``watch.json`` says of a run's losses (``Told``), for a ``status`` that cannot read
+the run's files: the Kubernetes pod runner's (``k8s/job/podrun.py``). Standard library only: the pod
+runner's bundle carries this module (``ddpjob_told``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class Told:
+    """What the first pod's ``watch.json`` says of a run's losses, for a ``status`` that cannot read the
+    run's files (``k8s/job/podrun.py``): the recovery's record and, once it lost a node, the lines of the
+    program's metrics file that tell where it resumed (``shared/recovery.py`` reads the same): its first
+    step, each resume with the step before and after it, and its newest checkpoints. The file is read as
+    it grows, at most ``CHUNK`` bytes a call."""
+
+    CHUNK = 4 * 2**20
+    CHECKPOINTS = 100
+
+    def __init__(self, rec: Any) -> None:  # a ``restarts.Recovery``
+        self.rec = rec
+        self.offset, self.rest = 0, b""
+        self.first: dict[str, Any] | None = None
+        self.marks: list[dict[str, Any]] = []  # resumes, the step before each and the first step after
+        self.checkpoints: list[dict[str, Any]] = []
+        self.last_step: dict[str, Any] | None = None
+        self.resumed = False
+
+    def state(self) -> dict[str, Any]:
+        """The part of ``watch.json`` the watch adds (``heartbeat.Watch.extra``)."""
+        out: dict[str, Any] = {"recovery": self.rec.record()}
+        if self.rec.losses and self.rec.metrics:
+            self._read(self.rec.metrics)
+            out["events"] = sorted(([self.first] if self.first else []) + self.marks + self.checkpoints,
+                                   key=lambda e: e["time"])
+        return out
+
+    def _read(self, path: str) -> None:
+        try:
+            with open(path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(self.CHUNK)
+        except OSError:
+            return
+        self.offset += len(data)
+        lines = (self.rest + data).split(b"\n")
+        self.rest = lines.pop()
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and isinstance(event.get("step"), int) and isinstance(event.get("time"), (int, float)):
+                self._saw(event)
+
+    def _saw(self, event: dict[str, Any]) -> None:
+        kind = event.get("event", "step")
+        if kind == "step":
+            self.first = self.first or event
+            if self.resumed:
+                self.marks.append(event)
+                self.resumed = False
+            self.last_step = event
+        elif kind == "resume":
+            if self.last_step is not None and self.last_step not in self.marks and self.last_step is not self.first:
+                self.marks.append(self.last_step)
+            self.marks.append(event)
+            self.resumed = True
+        elif kind == "checkpoint":
+            self.checkpoints = [*self.checkpoints[-(self.CHECKPOINTS - 1):], event]
