@@ -41,12 +41,12 @@ def test_two_idle_nodes_with_distinct_hostnames(slurm_cluster):
     # apart, on the nodes themselves (each sees its own /etc/hosts) to their bridge addresses;
     # together, on this machine, to the loopback addresses.
     if slurm_cluster.addresses:
-        out = slurm_cluster.run("srun", "-N2", "-n2", "-t", "1", "getent", "hosts", "n1", "n2").stdout.split()
+        out = slurm_cluster.run("srun", "-N2", "-n2", "-t", "1", "getent", "hosts", "n1", "n2", "n3").stdout.split()
         pairs = {(out[i + 1], out[i]) for i in range(0, len(out), 2)}
         assert pairs == {(n, a) for n, a in slurm_cluster.addresses.items()}, out
         assert all(not a.startswith("127.") for a in slurm_cluster.addresses.values())
     else:
-        for name, addr in (("n1", "127.0.77.1"), ("n2", "127.0.77.2")):
+        for name, addr in (("n1", "127.0.77.1"), ("n2", "127.0.77.2"), ("n3", "127.0.77.3")):
             assert subprocess.run(["getent", "hosts", name], check=False, capture_output=True, text=True).stdout.split()[0] == addr
 
 
