@@ -78,15 +78,21 @@ def read_events(path: str) -> list[dict[str, Any]]:
             data = f.read()
     except OSError:
         return []
-    out = []
+    rows = []
     for line in data.decode("utf-8", "replace").splitlines():
         try:
-            rec = json.loads(line)
+            rows.append(json.loads(line))
         except ValueError:
             continue
-        if isinstance(rec, dict) and _int(rec.get("step")) and _number(rec.get("time")) is not None:
-            out.append(rec)
-    return out
+    return events(rows)
+
+
+def events(rows: Any) -> list[dict[str, Any]]:
+    """The rows that are metrics events (a mapping with an integer ``step`` and a ``time``), in order;
+    ``[]`` for anything that is not a list of rows (a record read from a pod's ``watch.json``)."""
+    if not isinstance(rows, list):
+        return []
+    return [r for r in rows if isinstance(r, dict) and _int(r.get("step")) and _number(r.get("time")) is not None]
 
 
 def _with_metrics(loss: Loss, events: list[dict[str, Any]], next_loss: float | None) -> Loss:

@@ -75,11 +75,10 @@ class Recovery:
         self.numbered = 0  # the number of the newest start that watch ordered
         # A runner that starts may wait for the watch's word (``join``; the pod runner: a pod may be a
         # replaced node's); one that does not counts as joined to the run's first start.
-        self.joined = node == 0 or not joining
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._joined = threading.Event()
-        if self.joined:
+        if node == 0 or not joining:
             self._joined.set()
 
     @property
@@ -249,8 +248,12 @@ class Recovery:
         self._join()
         self._changed.set()
 
+    @property
+    def joined(self) -> bool:
+        """Whether this runner joined a start of the run (the first, or the one that took it in)."""
+        return self._joined.is_set()
+
     def _join(self) -> None:
-        self.joined = True
         self._joined.set()
 
     def join(self, timeout: float) -> bool:
