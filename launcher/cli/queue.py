@@ -51,8 +51,9 @@ def list_(output: str, limit: int, states: tuple[str, ...], target: str | None, 
           no_headers: bool, watch: bool, interval: float | None) -> None:
     """List jobs, newest first (states of unfinished jobs are refreshed, with their progress).
 
-    AGE is the time since submit, DURATION from submit to the end (to now while it runs); a sweep
-    shows how many of its runs have ended (runs 2/4). -o wide adds PROCS (per node), RUNS (ended/all),
+    AGE is the time since submit, DURATION from its start to its end as its target records them (to now
+    while it runs; from submit where the target does not say when it started); a sweep shows how many of
+    its runs have ended (runs 2/4). -o wide adds PROCS (per node), RUNS (ended/all),
     NATIVE ID (Slurm's job id, the Kubernetes objects' names) and RUN DIR. -o json gives a compact
     record per job (id, state, shape, native ids, progress, age_s, duration_s, runs_done, rerun_of),
     -o yaml the same record as YAML; the whole spec and handle are in `ddpjob status ID -o json`.

@@ -22,7 +22,7 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: Progress | None
     """The job, its state and root cause, its progress, each run (task) and its nodes; ``colour``:
     states in colour (``launcher.cli.colour``, on a terminal)."""
     from launcher.cli.colour import state as painted
-    from launcher.core.progress import advice, describe
+    from launcher.core.progress import advice, describe, duration
 
     out: list[str] = []
     out.append(f"job:      {rec.id} ({rec.target})")
@@ -36,7 +36,10 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: Progress | None
     if rerun_of := (rec.origin or {}).get("rerun_of"):
         out.append(f"rerun of: {rerun_of}")
     out.append(f"run dir:  {rec.run_dir}")
-    out.append(f"created:  {when(rec.created_at)}" + (f"   ended: {when(rec.ended_at)}" if rec.ended_at else ""))
+    # Started and ended as the target records them (``JobRecord.duration_s``): what list and results say too.
+    out.append(f"created:  {when(rec.created_at)}" + (f"   started: {when(rec.started_at)}" if rec.started_at else "")
+               + (f"   ended: {when(rec.ended_at)}   duration: {duration(rec.duration_s(), tenths_below=60)}"
+                  if rec.ended_at else ""))
     if rec.summary.notify:
         from launcher.service import notifier
 
@@ -67,11 +70,12 @@ CLOCK_COLUMNS = frozenset({"AGE", "DURATION", "SIZE"})
 
 def job_rows(entries: list[Entry], progress: dict[str, Progress | None] | None = None, *, disk: bool = False,
              native: dict[str, list[str]] | None = None, wide: bool = False) -> list[tuple[str, ...]]:
-    """The header, then one row per job, the message last: age (since submit) and duration (submit to
-    end, or to now while it runs); a sweep's runs ended (``runs 2/4``) and the message (or a running
-    job's progress), cut to 60. ``wide`` (``-o wide``): also the processes per node, the runs (ended/all),
-    the scheduler's own ids (``native``: Slurm job id, Kubernetes object names) and the run directory;
-    an empty cell is ``-`` there, so that every row has as many words before the message."""
+    """The header, then one row per job, the message last: age (since submit) and duration (its start
+    to its end, or to now while it runs, as its target records them: ``JobRecord.duration_s``); a
+    sweep's runs ended (``runs 2/4``) and the message (or a running job's progress), cut to 60.
+    ``wide`` (``-o wide``): also the processes per node, the runs (ended/all), the scheduler's own ids
+    (``native``: Slurm job id, Kubernetes object names) and the run directory; an empty cell is ``-``
+    there, so that every row has as many words before the message."""
     from launcher.core.progress import describe, duration, with_health
     from launcher.service.cleanup import disk_use
 
@@ -137,6 +141,7 @@ def job_summary(rec: JobRecord, progress: Progress | None = None, native: list[s
         "id": rec.id, "name": rec.name, "target": rec.target, "state": rec.state.value,
         "message": rec.message[:500],
         "created": datetime.fromtimestamp(rec.created_at, timezone.utc).isoformat(timespec="seconds"),
+        "started": datetime.fromtimestamp(rec.started_at, timezone.utc).isoformat(timespec="seconds") if rec.started_at else None,
         "ended": datetime.fromtimestamp(rec.ended_at, timezone.utc).isoformat(timespec="seconds") if rec.ended_at else None,
         "nodes": shape.nodes if shape and shape.nodes is not None else rec.summary.nodes, "procs_per_node": shape.procs_per_node if shape else None,
         "runs": shape.runs if shape else None, "native_ids": native or [], "progress": progress.to_json() if progress else None,

@@ -242,7 +242,8 @@ class Jobs:
             # What ddpjob recorded when the job ended stays true whether or not its scheduler answers now.
             st = job.recorded_status(rec.state, rec.message, str(e).split(";")[0])
         if not rec.state.terminal:
-            rec = self.registry.note_state(rec, st.state, st.message)
+            started, ended = st.span()  # the target's own times: a job's end is when it ended, not when seen
+            rec = self.registry.note_state(rec, st.state, st.message, started=started, ended=ended)
         return rec, st
 
     def recorded(self, *, limit: int = 200) -> list[JobRecord]:

@@ -42,8 +42,8 @@ class Entry:
         return max(0.0, (now or time.time()) - self.rec.created_at)
 
     def duration_s(self, now: float | None = None) -> float:
-        """Seconds from submit to its end (to now while it runs)."""
-        return max(0.0, (self.rec.ended_at or now or time.time()) - self.rec.created_at)
+        """Seconds from its start to its end as its target records them (``JobRecord.duration_s``)."""
+        return self.rec.duration_s(now)
 
 
 def queue(registry: Registry, *, limit: int | None = 50, target: str | None = None, states: Iterable[JobState] = (),
@@ -77,7 +77,8 @@ def queue(registry: Registry, *, limit: int | None = 50, target: str | None = No
             r = dataclasses.replace(r, message=f"(stale: last known state; {stale[r.target]})"
                                     + (f" {r.message}" if r.message else ""))
         elif r.id in fresh:
-            r = registry.note_state(r, fresh[r.id].state, fresh[r.id].message)
+            started, ended = fresh[r.id].span()
+            r = registry.note_state(r, fresh[r.id].state, fresh[r.id].message, started=started, ended=ended)
         if not wanted or r.state in wanted:
             out.append(Entry(r, fresh.get(r.id)))
     return out[:limit] if limit else out

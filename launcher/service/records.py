@@ -1,10 +1,14 @@
-"""Typed records of what the registry keeps with a job and reads back: the submitted plan's shape
-(``JobShape``) and what ddpjob reads of the stored spec (``SpecSummary``). The registry stores them as
-JSON; ``status -o json`` and ``list -o json`` show that JSON as it was."""
+"""Typed records of what the registry keeps with a job and reads back: a job's row (``JobRecord``), the
+submitted plan's shape (``JobShape``) and what ddpjob reads of the stored spec (``SpecSummary``). The
+registry stores the last two as JSON; ``status -o json`` and ``list -o json`` show that JSON as it was."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+
+from launcher.core.states import JobState
+from launcher.spec.secrets import mask_spec
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,50 @@ class SpecSummary:
             output_dir=output_dir if isinstance(output_dir, str) else None,
             notify=bool(spec.get("notify")),
         )
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of the registry (``launcher.service.registry``)."""
+
+    id: str
+    name: str
+    target: str
+    state: JobState
+    spec: dict[str, object]  # the submitted spec as JSON (secret values masked); ``summary`` reads it
+    handle: dict[str, object] | None
+    run_dir: str
+    port: int | None
+    message: str
+    created_at: float
+    updated_at: float
+    ended_at: float | None  # when the job ended as its target records it; where it does not say, when ddpjob saw it
+    shape: JobShape | None = None  # runs, nodes, procs_per_node of the submitted plan
+    # Where the spec came from (``launcher.service.origin``): working directory, spec file, which
+    # secret values came from where (names only), and the job a rerun came from.
+    origin: dict[str, object] | None = None
+    started_at: float | None = None  # when the job started as its target records it (None: it does not say)
+
+    def duration_s(self, now: float | None = None) -> float:
+        """Seconds from its start (its submit where the target does not say) to its end (to ``now``, or
+        now, while it runs): what ``list``, ``status`` and the dashboard show, and for a one-run job
+        what ``results`` shows of its run."""
+        return max(0.0, (self.ended_at or now or time.time()) - (self.started_at or self.created_at))
+
+    @property
+    def summary(self) -> SpecSummary:
+        """What ddpjob reads of the stored spec (nodes, sweep, notify, ...), typed."""
+        return SpecSummary.from_json(self.spec)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id, "name": self.name, "target": self.target, "state": self.state.value,
+            "message": self.message, "run_dir": self.run_dir, "port": self.port,
+            "created_at": self.created_at, "updated_at": self.updated_at, "started_at": self.started_at,
+            "ended_at": self.ended_at, "duration_s": round(self.duration_s(), 3),
+            "handle": self.handle, "spec": mask_spec(self.spec), "shape": self.shape.to_json() if self.shape else None,
+            "origin": self.origin, "rerun_of": (self.origin or {}).get("rerun_of"),
+        }
 
 
 def _count(value: object) -> int | None:

@@ -18,14 +18,14 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.core.errors import HomeUnusable, JobNotFound
 from launcher.core.home import ddpjob_home
 from launcher.core.states import TERMINAL, JobState
-from launcher.service.records import JobShape, SpecSummary
+from launcher.service.records import JobRecord as JobRecord  # the registry's row, named here as before
+from launcher.service.records import JobShape
 from launcher.spec.secrets import mask_spec
 
 if TYPE_CHECKING:
@@ -45,54 +45,20 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_at  REAL NOT NULL,
     updated_at  REAL NOT NULL,
     ended_at    REAL,
+    started_at  REAL,
     shape_json  TEXT,
     origin_json TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
 """
 _ADDED_COLUMNS = {"shape_json": "ALTER TABLE jobs ADD COLUMN shape_json TEXT",
-                  "origin_json": "ALTER TABLE jobs ADD COLUMN origin_json TEXT"}
+                  "origin_json": "ALTER TABLE jobs ADD COLUMN origin_json TEXT",
+                  "started_at": "ALTER TABLE jobs ADD COLUMN started_at REAL"}
 _ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o, 1/l: ids are read aloud and typed
 _TERMINAL_SQL = tuple(s.value for s in TERMINAL)
 # Below this many free bytes a read would fail on a full disk (SQLite grows the WAL's -shm index to
 # 32 KiB): the registry is read without that index (Registry._read_only).
 _ROOM_TO_WRITE = 64 * 1024
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """One row of the registry."""
-
-    id: str
-    name: str
-    target: str
-    state: JobState
-    spec: dict[str, object]  # the submitted spec as JSON (secret values masked); ``summary`` reads it
-    handle: dict[str, object] | None
-    run_dir: str
-    port: int | None
-    message: str
-    created_at: float
-    updated_at: float
-    ended_at: float | None
-    shape: JobShape | None = None  # runs, nodes, procs_per_node of the submitted plan
-    # Where the spec came from (``launcher.service.origin``): working directory, spec file, which
-    # secret values came from where (names only), and the job a rerun came from.
-    origin: dict[str, object] | None = None
-
-    @property
-    def summary(self) -> SpecSummary:
-        """What ddpjob reads of the stored spec (nodes, sweep, notify, ...), typed."""
-        return SpecSummary.from_json(self.spec)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "id": self.id, "name": self.name, "target": self.target, "state": self.state.value,
-            "message": self.message, "run_dir": self.run_dir, "port": self.port,
-            "created_at": self.created_at, "updated_at": self.updated_at, "ended_at": self.ended_at,
-            "handle": self.handle, "spec": mask_spec(self.spec), "shape": self.shape.to_json() if self.shape else None,
-            "origin": self.origin, "rerun_of": (self.origin or {}).get("rerun_of"),
-        }
 
 
 @contextmanager
@@ -281,30 +247,36 @@ class Registry:
                  "shape": json.dumps(shape.to_json(), sort_keys=True) if shape else None},
             )
 
-    def update_state(self, job_id: str, state: JobState, message: str | None = None) -> None:
-        """Move a job to ``state`` unless it is already terminal (terminal states are final)."""
+    def update_state(self, job_id: str, state: JobState, message: str | None = None, *,
+                     started: float | None = None, ended: float | None = None) -> None:
+        """Move a job to ``state`` unless it is already terminal (terminal states are final), with when it
+        started and, in a terminal state, ended as its target records them: an end it does not say is now."""
         now = time.time()
         with self._connect(write=True) as conn:
             conn.execute(
                 "UPDATE jobs SET state = :state, message = COALESCE(:msg, message), updated_at = :now,"
-                " ended_at = CASE WHEN :terminal THEN COALESCE(ended_at, :now) ELSE ended_at END"
+                " started_at = COALESCE(:started, started_at),"
+                " ended_at = CASE WHEN :terminal THEN COALESCE(ended_at, :ended, :now) ELSE ended_at END"
                 f" WHERE id = :id AND state NOT IN ({','.join(f':t{i}' for i in range(len(_TERMINAL_SQL)))})",
                 {"state": state.value, "msg": message, "now": now, "terminal": state in TERMINAL, "id": job_id,
-                 **{f"t{i}": v for i, v in enumerate(_TERMINAL_SQL)}},
+                 "started": started, "ended": ended, **{f"t{i}": v for i, v in enumerate(_TERMINAL_SQL)}},
             )
 
-    def note_state(self, rec: JobRecord, state: JobState, message: str | None = None) -> JobRecord:
+    def note_state(self, rec: JobRecord, state: JobState, message: str | None = None, *,
+                   started: float | None = None, ended: float | None = None) -> JobRecord:
         """``update_state``, then the record as stored; where the home takes no write (a full disk),
         the record with that state in memory only: status and list still answer, and the next call
         with room stores it."""
         try:
-            self.update_state(rec.id, state, message)
+            self.update_state(rec.id, state, message, started=started, ended=ended)
         except HomeUnusable:
             if rec.state.terminal:
                 return rec
             import dataclasses
 
-            return dataclasses.replace(rec, state=state, message=rec.message if message is None else message)
+            return dataclasses.replace(rec, state=state, message=rec.message if message is None else message,
+                                       started_at=started or rec.started_at,
+                                       ended_at=(ended or time.time()) if state.terminal else None)
         return self.get(rec.id)
 
     def get(self, job_id: str) -> JobRecord:
@@ -366,6 +338,8 @@ def _record(row: sqlite3.Row) -> JobRecord:
         updated_at=row["updated_at"], ended_at=row["ended_at"],
         shape=JobShape.from_json(json.loads(row["shape_json"])) if row["shape_json"] else None,
         origin=json.loads(row["origin_json"]) if row["origin_json"] else None,
+        # A registry from before started_at, read without a write (a full disk): its column is not added yet.
+        started_at=row["started_at"] if "started_at" in row.keys() else None,  # noqa: SIM118 - a Row's `in` looks at values
     )
 
 

@@ -68,8 +68,9 @@ class RunResult:
         index: the sweep index (0 for a job without sweep).
         values: this run's sweep values, typed as in the spec (``{}`` without sweep).
         state: the run's state as ``ddpjob status`` shows it (``SUCCEEDED``, ``RUNNING``, ...).
-        duration_s: wall time from the run's start to its end (to now while it runs); where the target
-            does not record it (Slurm), from the metrics file's first to last ``time``; None if unknown.
+        duration_s: wall time from the run's start to its end as its target records them (to now while
+            it runs: a run that has ended and whose end the target does not say is never timed to now);
+            where it does not, from the metrics file's first to last ``time``; None if unknown.
         final: the last value of each metric.
         best: the best value of each metric (lowest; highest where ``higher_is_better``).
         curves: metric -> ``[(step, value)]`` in step order.
@@ -244,7 +245,9 @@ def _typed(params: dict[str, str], sweep: dict[str, list[object]]) -> dict[str, 
 
 
 def _duration(run: _Run, metrics: Metrics) -> float | None:
-    if run.started is not None:
+    from launcher.core.states import JobState
+
+    if run.started is not None and (run.ended is not None or not JobState.parse(run.state).terminal):
         end = run.ended if run.ended is not None else time.time()
         return max(0.0, end - run.started)
     if metrics.first_time is not None and metrics.last_time is not None:

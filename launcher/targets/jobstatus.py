@@ -133,21 +133,43 @@ class TaskStatus:
 
 @dataclass
 class JobStatus:
-    """What ``ddpjob status`` shows. ``message`` carries the root cause of a failure."""
+    """What ``ddpjob status`` shows. ``message`` carries the root cause of a failure; ``started`` and
+    ``ended``: when the job started and ended (seconds since the epoch) as the target's own record of the
+    whole job says, where it keeps one (the local supervisor's ``state.json``); ``span`` tells them."""
 
     state: JobState
     message: str = ""
     tasks: list[TaskStatus] = field(default_factory=list)
     details: dict[str, object] = field(default_factory=dict)
+    started: float | None = None
+    ended: float | None = None
+
+    def span(self) -> tuple[float | None, float | None]:
+        """(started, ended) of the job as its target records them: its first run's start and, once it has
+        ended, its last run's end (where every run that started says when it ended), so that a one-run
+        job's duration is its run's (``results``); else the job's own; None where the target does not say.
+        The registry keeps them (``Registry.note_state``): a job's end is when it ended, not when ddpjob
+        first saw it ended."""
+        starts = [t.started for t in self.tasks if t.started is not None]
+        started = min(starts) if starts else self.started
+        if not self.state.terminal:
+            return started, None
+        ran = [t for t in self.tasks if t.started is not None or t.ended is not None]
+        ends = [t.ended for t in ran if t.ended is not None]
+        return started, max(ends) if ends and len(ends) == len(ran) else self.ended
 
     def to_json(self) -> dict[str, object]:
+        started, ended = self.span()
         return {
             "state": self.state.value,
             "message": self.message,
+            "started": started,
+            "ended": ended,
             "details": self.details,
             "tasks": [
                 {"index": t.index, "state": t.state.value, "message": t.message, "nodes": [n.to_json() for n in t.nodes],
-                 "params": t.params, "native_id": t.native_id, "losses": [loss.to_json() for loss in t.losses],
+                 "params": t.params, "native_id": t.native_id, "started": t.started, "ended": t.ended,
+                 "losses": [loss.to_json() for loss in t.losses],
                  "goodput": None if t.goodput is None else round(t.goodput, 4)}
                 for t in self.tasks
             ],

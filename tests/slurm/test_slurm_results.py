@@ -49,9 +49,11 @@ def test_results_of_a_slurm_array_from_the_job_folder(slurm_cluster, cli, tmp_pa
         ({"lr": 0.5}, "SUCCEEDED", f"{job_dir}/output/sweep-0"), ({"lr": 2.0}, "SUCCEEDED", f"{job_dir}/output/sweep-1")]
     assert [r["final"] for r in runs] == [{"loss": 0.5}, {"loss": 0.125}]
     assert [r["best"] for r in runs] == [{"loss": 0.5}, {"loss": 0.125}]
-    for r in runs:  # Slurm records no run times: from the metrics file's first to last time
+    tasks = json.loads(cli("status", job_id, "-o", "json", timeout=120).stdout)["status"]["tasks"]
+    for r, t in zip(runs, tasks, strict=True):  # sacct's Start to End (whole seconds), around the metrics' span
         lines = [json.loads(x) for x in Path(r["output_dir"], "metrics.jsonl").read_text().splitlines()]
-        assert r["duration_s"] == pytest.approx(lines[-1]["time"] - lines[0]["time"]) and r["duration_s"] > 0
+        assert r["duration_s"] == pytest.approx(t["ended"] - t["started"]) and r["duration_s"] > 0, (r, t)
+        assert r["duration_s"] >= lines[-1]["time"] - lines[0]["time"] - 1, (r, lines)
 
     # Two local jobs of the same program, side by side with the Slurm sweep: one row and one curve per run,
     # what differs as columns (the target, the command's value, an env value, the sweep's lr).

@@ -38,10 +38,13 @@ def job_status(kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
             last = seen.get(el.name)
             if last and JobState.parse(last["state"]).terminal:
                 state, msg = JobState.parse(last["state"]), last.get("message", "") + f" (the {api.kind} has since been deleted)"
+                started, ended = last.get("started"), last.get("ended")  # as its object said before it went
             else:
                 state, msg = JobState.CANCELLED, (f"the {api.kind} no longer exists (deleted with kubectl or "
                                                   "ddpjob cancel, or by its TTL) and its final state was not seen")
-            tasks.append(TaskStatus(el.index, state, msg, params=el.params, native_id=el.name))
+                started = ended = None
+            tasks.append(TaskStatus(el.index, state, msg, params=el.params, native_id=el.name, started=started,
+                                    ended=ended))
             continue
         state, msg = flavour.state(obj.get("status"))
         if state == JobState.FAILED and handle.watch_port:
@@ -66,10 +69,12 @@ def job_status(kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
             if said is None and not pods and api is not PYTORCHJOB:  # list: no pod rows, and a watch not
                 said = _restarting_after_stall(kube, el.name, api, None)  # served may be a pod restarting
             msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
-        seen[el.name] = {"state": state.value, "message": msg}
-        task = TaskStatus(el.index, state, msg, [NodeStatus.of(n) for n in nodes], el.params, el.name)
+        started, ended = times(obj.get("status"), state)
+        seen[el.name] = {"state": state.value, "message": msg, "started": started, "ended": ended}
+        task = TaskStatus(el.index, state, msg, [NodeStatus.of(n) for n in nodes], el.params, el.name, started=started,
+                          ended=ended)
         if handle.watch_port:
-            _told(task, handle.run_dir, watched, _when((obj.get("status") or {}).get("completionTime")))
+            _told(task, handle.run_dir, watched, ended)
         tasks.append(task)
     _write_seen(handle.run_dir, seen)
     overall, message = summarize(tasks)
@@ -78,6 +83,19 @@ def job_status(kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
     if replicas:
         details["replicas"] = " | ".join(replicas)
     return with_losses(JobStatus(overall, message, tasks, details))
+
+
+def times(status: dict[str, Any] | None, state: JobState) -> tuple[float | None, float | None]:
+    """When a run's object (a PyTorchJob or a TrainJob) started and, once ``state`` has ended, ended, as
+    the API server records them: ``status.startTime``, ``status.completionTime``, else the
+    ``lastTransitionTime`` of its condition that says it ended (a TrainJob keeps neither time); None
+    where it does not say."""
+    status = status or {}
+    conds = [c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("status") == "True"]
+    ends = [c.get("lastTransitionTime") for c in conds if c.get("type") in ("Succeeded", "Complete", "Failed")]
+    ended = (_when(status.get("completionTime")) or max((t for t in map(_when, ends) if t is not None), default=None)
+             if state.terminal else None)
+    return _when(status.get("startTime")), ended
 
 
 def _when(stamp: object) -> float | None:
@@ -106,11 +124,9 @@ def _told(task: TaskStatus, run_dir: str, watched: dict[str, Any] | None, ended:
     record = state.get("recovery") if isinstance(state, dict) else None
     if not isinstance(record, dict) or not record.get("losses"):
         return
-    events = state.get("events") if isinstance(state, dict) else None
-    events = [e for e in events if isinstance(e, dict) and isinstance(e.get("step"), int) and isinstance(
-        e.get("time"), (int, float))] if isinstance(events, list) else []
+    events = recovery.events(state.get("events") if isinstance(state, dict) else None)
     started = record.get("started")
-    task.started = float(started) if isinstance(started, (int, float)) else None
+    task.started = float(started) if isinstance(started, (int, float)) else task.started
     updated = state.get("updated") if isinstance(state, dict) else None  # the last the watch wrote, else
     task.ended = (ended or (float(updated) if isinstance(updated, (int, float)) else None)) if task.state.terminal else None
     task.losses = recovery.losses(record["losses"], events)

@@ -26,7 +26,7 @@ def job_status(handle: LocalHandle) -> JobStatus:
     state = read_state(handle.run_dir)
     details = {"run_dir": handle.run_dir, "port": (state or {}).get("port")}
     if state is not None and JobState.parse(state["state"]).terminal:
-        return with_losses(JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details))
+        return with_losses(_status(state, state.get("message", ""), details))
     if procs.alive(handle.pid, handle.start):
         stale = read_note(handle.run_dir)  # the supervisor could not write state.json (a full disk)
         if stale is not None:
@@ -37,11 +37,11 @@ def job_status(handle: LocalHandle) -> JobStatus:
         if stale is not None:
             message = (message + "; " if message else "") + (
                 f"this state may be out of date: the supervisor {stale}, keeps supervising and writes it when it can")
-        return with_losses(JobStatus(JobState.parse(state["state"]), message, _tasks(state), details))
+        return with_losses(_status(state, message, details))
     # The supervisor is gone. Re-read first: it may have written its final state as it exited.
     state = read_state(handle.run_dir)
     if state is not None and JobState.parse(state["state"]).terminal:
-        return with_losses(JobStatus(JobState.parse(state["state"]), state.get("message", ""), _tasks(state), details))
+        return with_losses(_status(state, state.get("message", ""), details))
     live = procs.marked_pids(MARKER, handle.job_id)
     if live:
         note = (f"the supervisor (pid {handle.pid}) is gone; {len(live)} process(es) of the job run on "
@@ -53,6 +53,14 @@ def job_status(handle: LocalHandle) -> JobStatus:
 def read_state(run_dir: str) -> dict[str, Any] | None:
     """``state.json`` as the supervisor last wrote it, or None before its first write."""
     return RunFolder(run_dir).read_state()
+
+
+def _status(state: dict[str, Any], message: str, details: dict[str, Any]) -> JobStatus:
+    """The job as the supervisor's ``state.json`` tells it, with when it started and ended there."""
+    started, ended = state.get("started"), state.get("ended")
+    return JobStatus(JobState.parse(state["state"]), message, _tasks(state), details,
+                     started=float(started) if isinstance(started, (int, float)) else None,
+                     ended=float(ended) if isinstance(ended, (int, float)) else None)
 
 
 def _supervisor_died(handle: LocalHandle) -> str:
@@ -95,8 +103,10 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
                                     if ran else "not run: the supervisor stopped before it started", nodes, el.params))
             continue
         failed = [(n, r) for n, r in records if r is None or r["exit_code"] != 0]
+        ends = [float(e) for _, r in records if r and isinstance(e := r.get("ended"), (int, float))]
+        ended = max(ends) if len(ends) == len(records) else None  # when its last node ended
         if not failed:
-            tasks.append(TaskStatus(el.index, JobState.SUCCEEDED, "", nodes, el.params))
+            tasks.append(TaskStatus(el.index, JobState.SUCCEEDED, "", nodes, el.params, ended=ended))
             continue
         n, r = failed[0]
         if r is None:
@@ -107,7 +117,7 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
             cause = killed_node(node=n.node, nodes=len(el.nodes), wrapper_pid=None, wrapper_code=None,
                                 record=r) or node_failure(node=n.node, procs_per_node=plan.procs_per_node, log=n.log,
                                                           error_file=n.error_file, torchrun_log_dir=n.torchrun_log_dir)
-        tasks.append(TaskStatus(el.index, JobState.FAILED, cause, nodes, el.params))
+        tasks.append(TaskStatus(el.index, JobState.FAILED, cause, nodes, el.params, ended=ended))
     state, message = summarize(tasks)
     if state.terminal:
         from launcher.targets.local.job import cgroups

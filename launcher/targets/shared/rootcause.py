@@ -4,12 +4,15 @@ whose nodes write files (local, Slurm).
 Sources, best first: the agent's ``TORCHELASTIC_ERROR_FILE`` (torchrun copies the failed worker's
 error file there when the worker used ``@record``), then torchrun's failure summary in the node
 log ("Root Cause (first observed failure)" with rank and exit code), then the last lines the failed
-worker wrote to stderr (``--log-dir``), then its last lines in the node log.
+worker wrote to stderr (``--log-dir``), then its last lines in the node log. A node that left none
+of these (no summary, or no words of its own) on a disk with no room left failed of that full disk
+(``full_disk``): its program, torchrun and ddpjob could not write why.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 from dataclasses import dataclass
@@ -99,7 +102,48 @@ def node_failure(*, node: int, procs_per_node: int, log: str, error_file: str, t
         head = f"rank {rank} was killed by {signal_name(-exitcode)}"
     else:
         head = f"rank {rank} exited with code {exitcode}"
-    return head + (": " + " | ".join(t.strip() for t in tail) if tail else "")
+    words = " | ".join(t.strip() for t in tail)
+    # No summary from torchrun, or no words from the rank: on a full disk, because they could not be written.
+    full = full_disk(log) if rank is None or not tail else None
+    if full:
+        return f"{head}: {full}" + (f" (its last lines: {words})" if words else "")
+    return head + (f": {words}" if words else "")
+
+
+# Less room than this for a file of the user's (a node's log, a traceback, a checkpoint): the disk is full.
+FULL_BELOW = 1 << 20
+
+
+def full_disk(path: str) -> str | None:
+    """``the disk is full (/data: 12 KiB free), so the node's output and errors could not be written;
+    free some space (ddpjob prune removes old jobs' folders)`` when the filesystem that holds ``path``
+    has less than ``FULL_BELOW`` bytes, or no file entry (inode), left for a write of its owner's (root
+    may use the blocks a filesystem keeps back); None otherwise, or where it cannot be told."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None
+    root = os.geteuid() == 0
+    free = (fs.f_bfree if root else fs.f_bavail) * fs.f_frsize
+    if free < FULL_BELOW:
+        what = f"the disk is full ({_mount_point(folder)}: {free // 1024} KiB free)"
+    elif fs.f_files and not (fs.f_ffree if root else fs.f_favail):
+        what = f"the disk has no free file entries (inodes) left ({_mount_point(folder)})"
+    else:
+        return None
+    return what + ", so the node's output and errors could not be written; free some space (ddpjob prune removes old jobs' folders)"
+
+
+def _mount_point(folder: str) -> str:
+    """The folder where the filesystem holding ``folder`` is mounted (``folder`` itself if unknown)."""
+    try:
+        dev = os.stat(folder).st_dev
+        while (parent := os.path.dirname(folder)) != folder and os.stat(parent).st_dev == dev:
+            folder = parent
+    except OSError:
+        pass
+    return folder
 
 
 # The exceptions torchrun raises because of its workers or a signal: consequences, not its own error.

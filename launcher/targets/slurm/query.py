@@ -6,6 +6,7 @@ Records are keyed by native id: ``"123"`` for a plain job, ``"123_4"`` for array
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -62,7 +63,8 @@ def held(native: str) -> bool:
 
 @dataclass(frozen=True)
 class SlurmRecord:
-    """What Slurm says about one job or array element."""
+    """What Slurm says about one job or array element; ``started`` and ``ended``: when it started and, in
+    a state that has ended, ended (seconds since the epoch: sacct's Start and End), None where not said."""
 
     native_id: str
     state: str
@@ -70,6 +72,29 @@ class SlurmRecord:
     exit_code: str = ""
     reason: str = ""
     source: str = ""
+    started: float | None = None
+    ended: float | None = None
+
+
+# The time format every query asks for (SLURM_TIME_FORMAT=standard, whatever the user's own): 2026-11-28T10:00:00,
+# in this machine's local time; Unknown, None or empty where Slurm does not know it yet.
+_TIME_ENV = {"SLURM_TIME_FORMAT": "standard"}
+
+
+def parse_time(text: str) -> float | None:
+    """``2026-11-28T10:00:00`` (local time) -> seconds since the epoch; ``Unknown``, ``None``, '' -> None."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
+def _times(state: str, start: str, end: str) -> tuple[float | None, float | None]:
+    """(started, ended) of a record: a start once it has left the queue (a pending job's is Slurm's
+    guess), an end once it has ended (a live job's is its time limit)."""
+    mapped = map_state(state)
+    return (parse_time(start) if mapped is not JobState.PENDING else None,
+            parse_time(end) if mapped.terminal else None)
 
 
 _RANGE_ID = re.compile(r"^(\d+)_\[([0-9,\-]+)(%\d+)?\]$")
@@ -88,27 +113,29 @@ def expand_job_id(native: str) -> list[str]:
 
 
 def parse_sacct(text: str) -> dict[str, SlurmRecord]:
-    """``sacct -X -n -P -o JobID,State,ExitCode,NodeList,Reason`` output."""
+    """``sacct -X -n -P -o JobID,State,ExitCode,NodeList,Reason,Start,End`` output (Start and End may be absent)."""
     out: dict[str, SlurmRecord] = {}
     for line in text.splitlines():
         fields = line.split("|")
         if len(fields) < 4 or not fields[0] or "." in fields[0]:
             continue
-        reason = fields[4] if len(fields) > 4 else ""
+        reason, start, end = (fields[4:] + ["", "", ""])[:3]
         for nid in expand_job_id(fields[0]):
-            out[nid] = SlurmRecord(nid, fields[1], fields[3], fields[2], reason, "sacct")
+            out[nid] = SlurmRecord(nid, fields[1], fields[3], fields[2], reason, "sacct", *_times(fields[1], start, end))
     return out
 
 
 def parse_squeue(text: str) -> dict[str, SlurmRecord]:
-    """``squeue -h -r -t all -o %i|%T|%N|%r`` output."""
+    """``squeue -h -r -t all -o %i|%T|%N|%r|%S|%e`` output (start and end time may be absent)."""
     out: dict[str, SlurmRecord] = {}
     for line in text.splitlines():
         fields = line.split("|")
         if len(fields) < 4 or not fields[0]:
             continue
+        start, end = (fields[4:] + ["", ""])[:2]
         for nid in expand_job_id(fields[0].strip()):
-            out[nid] = SlurmRecord(nid, fields[1].strip(), fields[2].strip(), "", fields[3].strip(), "squeue")
+            out[nid] = SlurmRecord(nid, fields[1].strip(), fields[2].strip(), "", fields[3].strip(), "squeue",
+                                   *_times(fields[1], start, end))
     return out
 
 
@@ -131,15 +158,16 @@ def parse_scontrol(text: str) -> dict[str, SlurmRecord]:
         nodes = fields.get("NodeList", "")
         for nid in ids:
             out[nid] = SlurmRecord(nid, fields["JobState"], "" if nodes == "(null)" else nodes,
-                                   fields.get("ExitCode", ""), fields.get("Reason", ""), "scontrol")
+                                   fields.get("ExitCode", ""), fields.get("Reason", ""), "scontrol",
+                                   *_times(fields["JobState"], fields.get("StartTime", ""), fields.get("EndTime", "")))
     return out
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
-    """Run a Slurm command; None when it times out."""
+    """Run a Slurm command (its times written as ``parse_time`` reads them); None when it times out."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              check=False)
+                              check=False, env={**os.environ, **_TIME_ENV})
     except FileNotFoundError as e:
         raise TargetUnavailable(f"{argv[0]} not found: the Slurm client commands must be on PATH") from e
     except subprocess.TimeoutExpired:
@@ -176,7 +204,7 @@ def query(job_ids: list[str], timeout: float = COMMAND_TIMEOUT_S,
     deadline = time.monotonic() + timeout
     records: dict[str, SlurmRecord] = {}
     # sacct is a help, not the truth for live jobs: give it at most half of the time.
-    proc = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,Reason", "-j", ",".join(ids)],
+    proc = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,Reason,Start,End", "-j", ",".join(ids)],
                 timeout / 2)
     if proc is not None and proc.returncode == 0:
         records.update(parse_sacct(proc.stdout))
@@ -196,7 +224,7 @@ def query(job_ids: list[str], timeout: float = COMMAND_TIMEOUT_S,
     # controller too for jobs that are still live, so states and pending reasons are current.
     ask = sorted(set(missing) | set(live_ids))
     if ask:
-        proc = _run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%N|%r", "-j", ",".join(ask)],
+        proc = _run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%N|%r|%S|%e", "-j", ",".join(ask)],
                     max(1.0, deadline - time.monotonic()))
         if proc is None or (proc.returncode != 0 and not _only_unknown_ids(proc.stderr)):
             raise _unreachable("squeue", proc)

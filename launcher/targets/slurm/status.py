@@ -39,7 +39,9 @@ def job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord])
                                         held=slurm_query.held(rec.state))
         elif state in (JobState.RUNNING, JobState.CANCELLED):
             state, message = _stall(handle, index, nodes, state, message, held=slurm_query.held(rec.state))
-        task = TaskStatus(index, state, message, _typed(nodes), params, nid)
+        # When it started and ended as Slurm records them (sacct's Start and End), not when ddpjob asked.
+        task = TaskStatus(index, state, message, _typed(nodes), params, nid, started=rec.started,
+                          ended=rec.ended if state.terminal else None)
         if recovered is not None:
             _told(task, recovered)
         tasks.append(task)
@@ -79,8 +81,8 @@ def _told(task: TaskStatus, recovered: dict[str, Any]) -> None:
     from launcher.targets.shared import recovery
 
     metrics, started, ended = recovered.get("metrics"), recovered.get("started"), recovered.get("ended")
-    task.started = started if isinstance(started, (int, float)) else None
-    task.ended = ended if isinstance(ended, (int, float)) else None
+    task.started = float(started) if isinstance(started, (int, float)) else task.started
+    task.ended = float(ended) if isinstance(ended, (int, float)) else task.ended
     task.losses, task.goodput = recovery.told(recovered.get("losses"), metrics if isinstance(metrics, str) else None,
                                               started=task.started, ended=task.ended, now=time.time())
 
