@@ -2,7 +2,8 @@
 namespace): the reference trainer on 3 nodes, with the spec's defaults, loses a node a third of the way in:
 its first node's link cut for good (the batch host: the lowest other node takes its place), or its second
 node's slurmd and every process of the job on it killed. The run goes on on the 2 nodes left, from its
-newest checkpoint, and ends SUCCEEDED; status tells the loss. Nothing is left running. A plain DDP script
+newest checkpoint, and ends SUCCEEDED; status tells the loss. Nothing is left running. A loss below
+recovery.min_nodes ends the run FAILED saying so, its allocation freed. A plain DDP script
 of one's own on 2 nodes is brought back the same way when its second node's link is cut.
 """
 
@@ -188,3 +189,23 @@ def test_a_plain_ddp_script_of_ones_own_is_brought_back_and_told_so(apart_cluste
     assert "recovered: 1 lost node(s) brought back" in final["status"]["message"], final["status"]
     apart_cluster.script("link", "n2", "up")
     wait_for_no_job_processes(ddpjob_home, "the recovered run", timeout=90)
+
+
+def test_a_loss_below_the_minimum_ends_the_run_failed_saying_so_and_frees_the_allocation(apart_cluster, cli, tmp_path,
+                                                                                       cut, ddpjob_home):
+    """recovery.min_nodes 2 on 2 nodes: n2 cut off is a loss the run cannot go on after. It ends FAILED
+    with the reason, Slurm holds nothing for it once n2 is back, and no process is left."""
+    job_id = submit(cli, str(write_spec(tmp_path, "below", TRAIN, recovery={"min_nodes": 2, "lost_after": 10})))
+    data = wait_for_value(lambda: (d := status(cli, job_id))["handle"].get("job_dir") and d, "the job folder", timeout=60)
+    job_dir, jid = Path(data["handle"]["job_dir"]), data["handle"]["slurm_job_id"]
+    wait_for_value(lambda: [m for m in _metrics(job_dir) if m["event"] == "step"], "training", timeout=240, poll=0.2)
+    cut("n2")
+    final = wait_for_value(lambda: (d := status(cli, job_id))["status"]["state"] in ("SUCCEEDED", "FAILED") and d,
+                           "the run to end", timeout=120, poll=1)
+    assert final["status"]["state"] == "FAILED", final["status"]
+    message = final["status"]["message"]
+    assert "node 1 (n2) was lost" in message and "fewer than recovery.min_nodes (2)" in message, message
+    assert "not brought back" in cli("status", job_id, timeout=60).stdout
+    apart_cluster.script("link", "n2", "up")
+    wait_for_value(lambda: not _squeue_nodes(apart_cluster, jid), "Slurm to hold nothing for the job", timeout=60)
+    wait_for_no_job_processes(ddpjob_home, "the failed run", timeout=90)
