@@ -185,7 +185,7 @@ with open(os.environ["ESCAPED"] + ".tmp", "w") as f:
     f.write(str(child.pid))
 os.rename(os.environ["ESCAPED"] + ".tmp", os.environ["ESCAPED"])
 print("escaped", flush=True)
-while True:
+while not os.environ.get("THEN_EXIT"):
     time.sleep(1)
 """
 
@@ -212,6 +212,34 @@ def test_cancel_stops_a_process_that_left_the_job_session_and_environment(cli, t
         assert proc.returncode == 0 and "CANCELLED" in proc.stdout, proc.stdout + proc.stderr
         assert not procs.alive(pid, started), f"process {pid} escaped the cancel"
         state = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+        assert not os.path.exists(json.loads((Path(state["run_dir"]) / "state.json").read_text())["cgroup"])
+    finally:
+        if procs.alive(pid, started):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.real
+def test_a_job_that_ends_leaves_nothing_running_and_says_what_it_stopped(cli, tmp_path):
+    """A worker starts a daemon (its own session, an empty environment) and exits 0: the job ends
+    SUCCEEDED, the daemon is stopped with it (its cgroup emptied and removed), and status says so."""
+    from launcher.targets.local.job import cgroups
+    from launcher.targets.shared import procs
+
+    if cgroups.make_job("probe-00000")[0] is None:
+        _cannot(f"no writable cgroup v2 here: {cgroups.make_job('probe-00000')[1]}")
+    cgroups.remove(cgroups.make_job("probe-00000")[0] or "")
+    (tmp_path / "escaper.py").write_text(ESCAPER)
+    escaped = tmp_path / "escaped"
+    job_id = cli("submit", "-q", "--set", f"env.ESCAPED={escaped}", "--set", "env.THEN_EXIT=1", "--", "python",
+                 "escaper.py", cwd=tmp_path, check=True).stdout.strip()
+    pid = int(wait_for(lambda: escaped.exists() and escaped.read_text(), "the worker's child to escape"))
+    started = procs.start_time(pid)
+    try:
+        done = cli("wait", job_id, "--timeout", "120")
+        assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
+        assert not procs.alive(pid, started), f"process {pid} outlived its job"
+        state = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+        assert f"1 process(es) the job left running when it ended (pid {pid} python" in state["status"]["message"], state
         assert not os.path.exists(json.loads((Path(state["run_dir"]) / "state.json").read_text())["cgroup"])
     finally:
         if procs.alive(pid, started):

@@ -115,6 +115,27 @@ def stop(path: str, timeout: float = 5.0) -> list[int]:
     return left
 
 
+def left_behind(path: str) -> str:
+    """At the end of a job: stop what its processes left running in its cgroup (a daemon a worker started
+    and its own session), remove the cgroups, and say what was stopped ("" when nothing was left)."""
+    left = pids(path)
+    names = []
+    for pid in left[:5]:
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                names.append(f"{pid} {f.read().strip()}")
+        except OSError:
+            names.append(str(pid))
+    survivors = stop(path) if left else []
+    remove(path)
+    if not left:
+        return ""
+    more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+    still = f"; {len(survivors)} would not stop (pids {', '.join(map(str, survivors[:5]))})" if survivors else ""
+    return (f"{len(left)} process(es) the job left running when it ended (pid {', '.join(names)}{more}) were "
+            f"stopped with it{still}")
+
+
 def _populated(path: str) -> bool:
     try:
         with open(os.path.join(path, "cgroup.events"), encoding="ascii") as f:

@@ -177,10 +177,13 @@ class Supervisor:
 
             remove_job_network(self.plan.container, self.plan.network_name, [
                 n.container for el in self.plan.elements for n in el.nodes if n.container], self.plan.job_id)
-        if self.starts.cgroup:
+        if self.starts.cgroup:  # nothing outlives its job: what its processes left running (daemons) is stopped
             from launcher.targets.local.job import cgroups
 
-            cgroups.remove(self.starts.cgroup)  # the empty ones: a process left running is cancel's to stop
+            left = cgroups.left_behind(self.starts.cgroup)
+            if left:
+                self.state["left_behind"] = left
+                message = f"{message}; {left}" if message else left
         self.state["state"] = final.value
         self.state["message"] = message
         self.state["ended"] = time.time()
