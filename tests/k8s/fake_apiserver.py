@@ -162,6 +162,14 @@ def expand_refs(text: str, env: dict[str, str]) -> str:
     return "".join(out)
 
 
+def field_value(pod: Pod, path: str) -> str:
+    """The kubelet's ``fieldRef``: the pod's name, namespace, or one of its labels or annotations by key."""
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+    if m:
+        return (pod.labels if m.group(1) == "labels" else pod.annotations).get(m.group(2), "")
+    return {"metadata.name": pod.name, "metadata.namespace": pod.namespace}.get(path, "")
+
+
 def under(path: str, root: str) -> bool:
     """``path`` is ``root`` or below it."""
     return path == root or path.startswith(root + "/")
@@ -297,9 +305,9 @@ class FakeCluster:
         """What garbage collection or a TTL does: the pods (and their logs) are gone. The job's
         owner is taken to be gone with them, so the operator never recreates them (finished or not)."""
         with self.lock:
-            stored = self.jobs.get((namespace, job))
-            if stored is not None:
-                self._collected.add(stored["metadata"]["uid"])
+            for stored in (self.jobs.get((namespace, job)), self.trainer.jobs.get((namespace, job))):
+                if stored is not None:
+                    self._collected.add(stored["metadata"]["uid"])
             for key, pod in list(self.pods.items()):
                 if pod.job == job and pod.namespace == namespace:
                     self._kill(pod)
@@ -547,7 +555,7 @@ class FakeCluster:
                     ref = vf["configMapKeyRef"]
                     env[item["name"]] = self.configmaps.get((pod.namespace, ref["name"]), {}).get(ref["key"], "")
                 elif "fieldRef" in vf:
-                    env[item["name"]] = {"metadata.name": pod.name, "metadata.namespace": pod.namespace}.get(vf["fieldRef"]["fieldPath"], "")
+                    env[item["name"]] = field_value(pod, vf["fieldRef"]["fieldPath"])
             else:
                 env[item["name"]] = ""
         env.update(pod.injected_env)  # the kubelet builds env last-wins: the operator's values win

@@ -12,6 +12,16 @@ plugin's ``PET_*`` upserted after the user's env, ``status.jobsStatus`` (counts 
 the conditions ``Complete``/``Failed``. A JobSet that cannot be built (a pod name over 63
 characters) sets no condition, only Warning events ``TrainJobResourcesCreationFailed``.
 
+The Job controller's side of a lost pod (an Indexed Job, restartPolicy OnFailure): a pod of a TrainJob
+not finished that leaves the store without having succeeded (deleted, its node lost) gets a replacement
+at once (``podReplacementPolicy`` TerminatingOrFailed, the default: it does not wait for the old pod's
+processes), with a new name (a new random suffix) and uid, the same completion index (annotation and
+label ``batch.kubernetes.io/job-completion-index``, env ``JOB_COMPLETION_INDEX``, ``PET_NODE_RANK``)
+and an empty log; the deleted pod counts as one of the Job's failed pods, and one more than the
+backoff limit fails the TrainJob. A succeeded index is not run again. Nothing is replaced once the
+TrainJob is Complete or Failed, nor after it was deleted or its pods went by ``delete_pods`` (its
+owner gone: garbage collection).
+
 Same deviations as the PyTorchJob operator (see fake_apiserver): ``PET_MASTER_ADDR`` reaches the
 process as 127.0.0.1 and the port is a free local one; ``Pod.injected_env`` keeps the real values.
 """
@@ -25,6 +35,7 @@ import re
 import string
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +75,15 @@ def installed_crd() -> dict:
     return json.loads(json.dumps(STAND_IN_CRD))
 
 
+@dataclass
+class ChildJob:
+    """What the Job ``<trainjob>-node-0`` keeps of its pods: its failed count (deleted pods) and the
+    completion indexes that succeeded."""
+
+    failed: int = 0
+    succeeded: set[int] = field(default_factory=set)
+
+
 class Trainer:
     """Trainer v2 in a ``FakeCluster`` (its lock guards everything here). Knobs for tests:
     ``installed`` (False: no TrainJob API, no CRD), ``runtimes`` (ClusterTrainingRuntimes by name),
@@ -79,6 +99,7 @@ class Trainer:
         self.backoff_limit = 6
         self.restart_delay = 0.0  # the kubelet's back-off before a failed container restarts (real: 10 s, doubling)
         self.creation_failure: str | None = None  # set: the JobSet cannot be built (e.g. the runtime was deleted)
+        self.children: dict[str, ChildJob] = {}  # TrainJob uid -> its Job's pod counts
         self._strict: tuple[str, dict] | None = None
 
     def job(self, name: str, namespace: str = "default") -> dict | None:
@@ -208,6 +229,20 @@ class Trainer:
         c.events.append(ev)
 
     def _create_pods(self, ns: str, name: str, job: dict) -> None:
+        """The JobSet and its Job at the TrainJob's first reconcile: the job's free local port, one pod per node."""
+        self.cluster.ports[(ns, name)] = free_port()
+        job["status"]["jobsStatus"] = [{"name": "node", "active": 1, "ready": 0, "succeeded": 0, "failed": 0, "suspended": 0}]
+        for index in range(self._nodes(job)):
+            self._add_pod(self._node_pod(ns, name, job, index))
+
+    def _add_pod(self, pod: Pod) -> None:
+        c = self.cluster
+        c.pods[(pod.namespace, pod.name)] = pod
+        c.events.append(c._event(pod.namespace, pod.name, "Normal", "SuccessfulCreate", f"Created pod: {pod.name}"))
+
+    def _node_pod(self, ns: str, name: str, job: dict, index: int) -> Pod:
+        """The pod of completion index ``index`` as JobSet's template and the Job controller make it: at the
+        TrainJob's start and for a lost pod's replacement alike (a new name, the same index)."""
         c = self.cluster
         spec = job["spec"]
         trainer = spec.get("trainer") or {}
@@ -243,34 +278,52 @@ class Trainer:
             nproc = "auto" if gpu else 1
         injected = {"PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": str(nproc),
                     "PET_MASTER_ADDR": f"{name}-node-0-0.{name}", "PET_MASTER_PORT": str(MASTER_PORT)}
-        c.ports[(ns, name)] = free_port()
-        job["status"]["jobsStatus"] = [{"name": "node", "active": 1, "ready": 0, "succeeded": 0, "failed": 0, "suspended": 0}]
-        for index in range(nodes):
-            penv = dict(env)
-            for k, v in injected.items():
-                penv[k] = {"name": k, "value": v}
-            penv["PET_NODE_RANK"] = {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {
-                "fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}}
-            pc = {**container, "env": list(penv.values()), "ports": [{"containerPort": MASTER_PORT, "protocol": "TCP"}]}
-            labels = {**meta["labels"], JOBSET_NAME: name, "jobset.sigs.k8s.io/replicatedjob-name": "node",
-                      "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
-                      "jobset.sigs.k8s.io/restart-attempt": "0", "batch.kubernetes.io/job-name": f"{name}-node-0"}
-            pod_name = f"{name}-node-0-{index}-{''.join(random.choices(string.ascii_lowercase + string.digits, k=5))}"
-            pod = Pod(pod_name, ns, name, "Node", index, labels, pc, "OnFailure",
-                      {**injected, "PET_NODE_RANK": str(index)}, time.monotonic() + c.pod_start_delay)
-            pod.container_name = "node"
-            pod.annotations = {**meta["annotations"], COMPLETION_INDEX: str(index)}
-            empty = {v["name"] for v in pod_tmpl["spec"].get("volumes") or [] if "emptyDir" in v}
-            for m in container.get("volumeMounts") or []:
-                if m["name"] in empty and m["mountPath"] != "/dev/shm":
-                    folder = c.workdir / pod_name / "volumes" / m["name"]
-                    folder.mkdir(parents=True, exist_ok=True)
-                    pod.empty_dirs[m["mountPath"].rstrip("/")] = str(folder)
-            c.pods[(ns, pod_name)] = pod
-            c.events.append(c._event(ns, pod_name, "Normal", "SuccessfulCreate", f"Created pod: {pod_name}"))
+        penv = dict(env)
+        for k, v in injected.items():
+            penv[k] = {"name": k, "value": v}
+        by_index = {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}}
+        penv["PET_NODE_RANK"] = {"name": "PET_NODE_RANK", **by_index}
+        penv.setdefault("JOB_COMPLETION_INDEX", {"name": "JOB_COMPLETION_INDEX", **by_index})  # the Job controller's
+        pc = {**container, "env": list(penv.values()), "ports": [{"containerPort": MASTER_PORT, "protocol": "TCP"}]}
+        labels = {**meta["labels"], JOBSET_NAME: name, "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                  "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
+                  "jobset.sigs.k8s.io/restart-attempt": "0", "batch.kubernetes.io/job-name": f"{name}-node-0",
+                  COMPLETION_INDEX: str(index)}
+        pod_name = f"{name}-node-0-{index}-{''.join(random.choices(string.ascii_lowercase + string.digits, k=5))}"
+        pod = Pod(pod_name, ns, name, "Node", index, labels, pc, "OnFailure",
+                  {**injected, "PET_NODE_RANK": str(index)}, time.monotonic() + c.pod_start_delay)
+        pod.container_name = "node"
+        pod.annotations = {**meta["annotations"], COMPLETION_INDEX: str(index)}
+        empty = {v["name"] for v in pod_tmpl["spec"].get("volumes") or [] if "emptyDir" in v}
+        for m in container.get("volumeMounts") or []:
+            if m["name"] in empty and m["mountPath"] != "/dev/shm":  # a new pod's emptyDir is a new, empty one
+                folder = c.workdir / pod_name / "volumes" / m["name"]
+                folder.mkdir(parents=True, exist_ok=True)
+                pod.empty_dirs[m["mountPath"].rstrip("/")] = str(folder)
+        return pod
+
+    def _replace_missing(self, ns: str, name: str, job: dict) -> ChildJob:
+        """The Job controller: a completion index not succeeded whose pod is gone (deleted, its node lost)
+        gets a new pod at once; the gone pod counts as failed, and past the backoff limit nothing is
+        replaced (the Job fails: ``_step``). Not for a TrainJob whose pods went by ``delete_pods``."""
+        c = self.cluster
+        uid = job["metadata"]["uid"]
+        child = self.children.setdefault(uid, ChildJob())
+        if uid in c._collected:
+            return child
+        have = {p.index for p in c.pods.values() if p.job == name and p.namespace == ns}
+        for index in range(self._nodes(job)):
+            if index in have or index in child.succeeded:
+                continue
+            child.failed += 1
+            if child.failed > self.backoff_limit:
+                break
+            self._add_pod(self._node_pod(ns, name, job, index))
+        return child
 
     def _step(self, ns: str, name: str, job: dict) -> None:
         c = self.cluster
+        child = self._replace_missing(ns, name, job)
         pods = [p for p in c.pods.values() if p.job == name and p.namespace == ns]
         for pod in pods:
             if pod.phase == "Pending" and time.monotonic() >= pod.start_at:
@@ -283,6 +336,7 @@ class Trainer:
                 pod.exit_code = 128 - code if code < 0 else code
                 if pod.exit_code == 0:
                     pod.phase = "Succeeded"
+                    child.succeeded.add(pod.index)
                 elif pod.restarts + 1 > self.backoff_limit:  # the Job's backoff limit: the Job fails
                     pod.phase = "Failed"
                 else:
@@ -298,13 +352,13 @@ class Trainer:
             elif pod.waiting_until is not None and time.monotonic() >= pod.waiting_until:
                 pod.waiting_until = None
                 c._start(pod)
-        if not pods:
+        if not pods and child.failed <= self.backoff_limit:
             return
         nodes = self._nodes(job)
         ready = sum(p.phase in ("Running", "Succeeded") for p in pods) >= nodes
         st = {"name": "node", "active": int(any(p.phase in ("Pending", "Running") for p in pods)), "ready": int(ready),
-              "succeeded": int(all(p.phase == "Succeeded" for p in pods) and len(pods) >= nodes),
-              "failed": int(any(p.phase == "Failed" for p in pods)), "suspended": 0}
+              "succeeded": int(len(child.succeeded) >= nodes),
+              "failed": int(any(p.phase == "Failed" for p in pods) or child.failed > self.backoff_limit), "suspended": 0}
         job["status"]["jobsStatus"] = [st]
         if st["failed"]:
             _condition(job, "Failed", "FailedJobs", f"jobset failed due to one or more job failures (first failed job: {name}-node-0)")

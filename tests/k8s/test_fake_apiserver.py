@@ -165,7 +165,8 @@ def test_clean_pod_policy_and_delete_kill_processes(k8s_api):
 ENV_THEN_WAIT = textwrap.dedent("""
     import json, os, subprocess, sys, time
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    keys = ("MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT", "RANK", "PET_NODE_RANK", "PET_NNODES", "WORLD_SIZE")
+    keys = ("MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT", "RANK", "PET_NODE_RANK", "PET_NNODES", "WORLD_SIZE",
+            "JOB_COMPLETION_INDEX")
     print("ENV", json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
     time.sleep(600)
 """)
@@ -281,6 +282,95 @@ def test_garbage_collection_of_a_running_job_recreates_nothing(k8s_api):
     k8s_api.server.delete_pods("gc")
     time.sleep(0.3)
     assert k8s_api.server.pods_of("gc") == []
+
+
+# --------------------------------------------------------------------------- a TrainJob's pod deleted: the Job controller
+
+def trainjob(name: str, command: list[str], nodes: int = 2) -> dict:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": nodes, "command": command}}}
+
+
+def create_trainjob(k8s_api, obj):
+    return api(k8s_api).create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", obj)
+
+
+def node_pod(k8s_api, name, index):
+    return next((p for p in k8s_api.server.pods_of(name) if p.index == index), None)
+
+
+def nodes_running(k8s_api, name, nodes=2):
+    return wait_for(lambda: (pods := sorted(k8s_api.server.pods_of(name), key=lambda p: p.index)) and len(pods) == nodes
+                    and all(logged_env(k8s_api, p.name) for p in pods) and pods, "every pod to print its env",
+                    timeout=30, poll=0.05)
+
+
+def conditions(k8s_api, name):
+    return [c["type"] for c in k8s_api.server.trainer.job(name).get("status", {}).get("conditions", [])]
+
+
+def test_a_deleted_trainjob_pod_is_replaced_under_a_new_name_with_its_index(k8s_api):
+    """A TrainJob's pods are an Indexed Job's: the Job controller replaces a deleted one at once, with a
+    new name (a new random suffix) and the same completion index, while the TrainJob runs."""
+    c = core(k8s_api)
+    create_trainjob(k8s_api, trainjob("tj", [sys.executable, "-c", ENV_THEN_WAIT]))
+    first, old = nodes_running(k8s_api, "tj")
+    before = logged_env(k8s_api, old.name)
+    assert before["PET_NODE_RANK"] == before["JOB_COMPLETION_INDEX"] == "1" and before["PET_MASTER_ADDR"] == "127.0.0.1"
+    tree = [(pid, start_time(pid)) for pid in [old.proc.pid, *descendants(old.proc.pid)]]
+
+    said = c.delete_namespaced_pod(old.name, "default", grace_period_seconds=0)  # a node lost for good
+    assert said.metadata.uid == old.uid
+    assert not any(alive(pid, started) for pid, started in tree)
+    new = wait_for(lambda: (p := node_pod(k8s_api, "tj", 1)) is not None and p.uid != old.uid and p,
+                   "the Job controller to replace the pod", timeout=10, poll=0.02)
+    assert new.name != old.name and new.name[:-5] == old.name[:-5] == "tj-node-0-1-"  # a new random suffix
+    assert new.annotations == old.annotations and new.labels == old.labels and new.injected_env == old.injected_env
+    assert new.labels["batch.kubernetes.io/job-completion-index"] == "1"
+    with pytest.raises(ApiException) as e:
+        c.read_namespaced_pod(old.name, "default")
+    assert e.value.status == 404  # the old name is not used again
+    wait_for(lambda: logged_env(k8s_api, new.name), "the new pod to print its env", timeout=30, poll=0.05)
+    assert logged_env(k8s_api, new.name) == before  # same master address, port and rank: it meets the others
+    read = c.read_namespaced_pod(new.name, "default")
+    assert read.status.phase == "Running" and read.status.container_statuses[0].restart_count == 0
+    assert first.proc.poll() is None and first.restarts == 0 and node_pod(k8s_api, "tj", 0) is first  # untouched
+    assert [e["involvedObject"]["name"] for e in k8s_api.server.events if e["reason"] == "SuccessfulCreate"] == \
+        [first.name, old.name, new.name]
+    assert conditions(k8s_api, "tj") == []  # a TrainJob that runs has no condition, a replaced pod adds none
+
+    # The TrainJob deleted: its pods go with it and none is replaced.
+    procs = [p.proc for p in k8s_api.server.pods_of("tj")]
+    api(k8s_api).delete_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", "tj")
+    time.sleep(0.3)  # six reconciles
+    assert k8s_api.server.pods_of("tj") == [] and all(p.poll() is not None for p in procs)
+
+
+def test_trainjob_pods_are_not_replaced_once_finished_collected_or_past_the_backoff_limit(k8s_api):
+    c = core(k8s_api)
+    create_trainjob(k8s_api, trainjob("done", [sys.executable, "-c", "print('ok')"]))
+    wait_for(lambda: "Complete" in conditions(k8s_api, "done"), "the TrainJob to complete", timeout=30, poll=0.05)
+    c.delete_namespaced_pod(node_pod(k8s_api, "done", 1).name, "default", grace_period_seconds=0)
+    time.sleep(0.3)
+    assert [p.index for p in k8s_api.server.pods_of("done")] == [0]  # a finished TrainJob: nothing comes back
+
+    create_trainjob(k8s_api, trainjob("gc", [sys.executable, "-c", ENV_THEN_WAIT]))
+    nodes_running(k8s_api, "gc")
+    k8s_api.server.delete_pods("gc")  # garbage collection: its owner is gone too
+    time.sleep(0.3)
+    assert k8s_api.server.pods_of("gc") == [] and conditions(k8s_api, "gc") == []
+
+    k8s_api.server.trainer.backoff_limit = 1  # a deleted pod counts as one of the Job's failed pods
+    create_trainjob(k8s_api, trainjob("lossy", [sys.executable, "-c", ENV_THEN_WAIT]))
+    nodes_running(k8s_api, "lossy")
+    first = node_pod(k8s_api, "lossy", 0)
+    c.delete_namespaced_pod(node_pod(k8s_api, "lossy", 1).name, "default", grace_period_seconds=0)
+    again = wait_for(lambda: (p := node_pod(k8s_api, "lossy", 1)) and p.phase == "Running" and p, "the replacement", timeout=10)
+    c.delete_namespaced_pod(again.name, "default", grace_period_seconds=0)
+    wait_for(lambda: "Failed" in conditions(k8s_api, "lossy"), "the TrainJob to fail", timeout=10, poll=0.05)
+    assert k8s_api.server.pods_of("lossy") == [] and first.proc.poll() is not None  # the JobSet deleted the rest
+    message = k8s_api.server.trainer.job("lossy")["status"]["conditions"][-1]["message"]
+    assert message == "jobset failed due to one or more job failures (first failed job: lossy-node-0)"
 
 
 # Lists its output dir (empty in a fresh filesystem), marks it, says where it is, then waits.

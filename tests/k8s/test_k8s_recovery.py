@@ -1,7 +1,9 @@
 """A lost pod costs seconds, not the run (issue 43), on Kubernetes: the real kubernetes client against the
-loopback API server (``fake_apiserver.py``), which plays the operator and recreates a deleted pod under
-its name, as the Kubeflow training operator does. Each pod has a filesystem of its own here
-(``own_filesystems``), as in a cluster: only the first pod holds the trainer's checkpoint."""
+loopback API server (``fake_apiserver.py``), which plays the operator and recreates a deleted pod of a
+PyTorchJob under its name, as the Kubeflow training operator does, and a TrainJob's under a new name
+with the same completion index, as the Job controller does for an Indexed Job (``fake_trainer.py``).
+Each pod has a filesystem of its own here (``own_filesystems``), as in a cluster: only the first pod
+holds the trainer's checkpoint."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_trainer import COMPLETION_INDEX
 from test_k8s_target import ddpjob, job_id_of
 from testkit import wait_for
 
@@ -32,35 +35,48 @@ def _events(out: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
 
 
+def _node(pod) -> int:
+    """The node (torchrun's node rank) a pod of either API runs: the operator's or the completion index's."""
+    return int(pod.injected_env["PET_NODE_RANK"])
+
+
 @pytest.mark.real
-def test_a_deleted_worker_pod_comes_back_and_the_run_resumes_from_the_first_pods_checkpoint(k8s_api, tmp_path):
-    """The worker pod deleted for good (grace 0) a third of the way in: the operator recreates it, its new
-    runner waits while the first pod's runner starts torchrun again on both pods, the trainer resumes on
-    both ranks from rank 0's newest checkpoint (rank 1's pod has none: sent from rank 0), the run ends
-    SUCCEEDED with all its steps, and status and wait tell the loss and the goodput."""
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+def test_a_deleted_worker_pod_comes_back_and_the_run_resumes_from_the_first_pods_checkpoint(k8s_api, tmp_path, api):
+    """The worker pod (node 1) deleted for good (grace 0) a third of the way in: the operator recreates it
+    (a PyTorchJob's under its name; a TrainJob's Job a new pod of the same completion index under a new
+    name), its new runner waits while the first pod's runner starts torchrun again on both pods, the
+    trainer resumes on both ranks from rank 0's newest checkpoint (rank 1's pod has none: sent from rank
+    0), the run ends SUCCEEDED with all its steps, and status and wait tell the loss and the goodput."""
     cluster = k8s_api.server
     cluster.own_filesystems = True
-    job_id = job_id_of(ddpjob("submit", str(_spec(tmp_path, "lossy")), "--target", "k8s", check=True).stdout)
-    master = wait_for(lambda: next((p for p in cluster.pods_of(job_id) if p.rtype == "Master" and p.fs_root), None),
-                      "the master pod", timeout=60)
+    job_id = job_id_of(ddpjob("submit", str(_spec(tmp_path, "lossy")), "--target", "k8s", "--set", f"k8s.api={api}",
+                              check=True).stdout)
+    master = wait_for(lambda: next((p for p in cluster.pods_of(job_id) if _node(p) == 0 and p.fs_root), None),
+                      "the first pod", timeout=60)
     out = Path(master.fs_root + f"/workspace/outputs/{job_id}")
     third = wait_for(lambda: [e for e in _events(out) if e["event"] == "checkpoint" and e["step"] >= TOTAL // 3],
                      "a checkpoint a third of the way in", timeout=240, poll=0.1)
-    (worker,) = [p for p in cluster.pods_of(job_id) if p.rtype == "Worker"]
+    (worker,) = [p for p in cluster.pods_of(job_id) if _node(p) == 1]
     old_uid, old_proc = worker.uid, worker.proc
     killed = time.time()
     assert cluster.delete_pod(worker.name, grace_s=0) is not None
     newest = max(e["step"] for e in _events(out) if e["event"] == "checkpoint")
     assert newest >= third[0]["step"]
-    again = wait_for(lambda: next((p for p in cluster.pods_of(job_id) if p.rtype == "Worker" and p.uid != old_uid), None),
-                     "the operator to recreate the worker pod", timeout=60)
-    assert again.name == worker.name and old_proc.poll() is not None
+    again = wait_for(lambda: next((p for p in cluster.pods_of(job_id) if _node(p) == 1 and p.uid != old_uid), None),
+                     "the worker pod to be recreated", timeout=60)
+    assert old_proc.poll() is not None
+    if api == "pytorchjob":
+        assert again.name == worker.name
+    else:  # the Job controller's replacement: a new random suffix, the same completion index
+        assert again.name != worker.name and again.name[:-5] == worker.name[:-5] == f"{job_id}-node-0-1-"
+        assert again.annotations[COMPLETION_INDEX] == worker.annotations[COMPLETION_INDEX] == "1"
 
     done = ddpjob("wait", job_id, "--timeout", "300")
     assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
     assert "recovered: 1 lost node(s) brought back, goodput" in done.stdout, done.stdout
-    # (The new worker pod exits 0 with its torchrun, or is removed by cleanPodPolicy Running if the master's
-    # end is seen first: how it ends is the operator's, not the recovery's.)
+    # (A PyTorchJob's new worker pod exits 0 with its torchrun, or is removed by cleanPodPolicy Running if
+    # the master's end is seen first: how it ends is the operator's, not the recovery's.)
 
     task = json.loads(ddpjob("status", job_id, "-o", "json", check=True).stdout)["status"]["tasks"][0]
     (loss,) = task["losses"]
@@ -76,8 +92,8 @@ def test_a_deleted_worker_pod_comes_back_and_the_run_resumes_from_the_first_pods
     assert resumes[0]["sent_from_rank0"] is True  # rank 1's pod had no checkpoint: rank 0 sent its own
 
     logs = ddpjob("logs", job_id, check=True).stdout
-    # The new worker's own log (its pod may be gone by now: cleanPodPolicy Running removes a worker still
-    # exiting when the master has ended, and its log with it).
+    # The new worker's own log (a PyTorchJob's pod may be gone by now: cleanPodPolicy Running removes a
+    # worker still exiting when the master has ended, and its log with it).
     assert b"[ddpjob] this pod joins start 2 of the run on 2 node(s) (0, 1): this node's rank 1" in bytes(again.log)
     assert "node 1 (" in logs and "was lost: its node runner started again" in logs, logs[-3000:]
     text = ddpjob("status", job_id, check=True).stdout
@@ -117,4 +133,7 @@ def test_the_first_pod_deleted_comes_back_and_the_others_start_again_with_it(k8s
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == TOTAL and summary["world_size"] == 2, summary
     logs = ddpjob("logs", job_id, check=True).stdout
-    assert "[worker-0] [ddpjob] start 2 of the run on 2 node(s) (0, 1): this node's rank 1" in logs, logs[-3000:]
+    assert f"[master-0 rank0] resumed from {out}/checkpoint.pt at step {loss['resumed_step']} " in logs, logs[-3000:]
+    # The worker's own log (its pod may be gone by now: cleanPodPolicy Running removes a worker still
+    # exiting when the master has ended, and its log with it).
+    assert b"[ddpjob] start 2 of the run on 2 node(s) (0, 1): this node's rank 1" in bytes(worker.log)
