@@ -100,6 +100,8 @@ def test_the_first_node_cut_off_for_good_costs_a_minute_not_the_run(apart_cluste
     last = max(m["time"] for m in _metrics(job_dir) if m.get("event", "step") == "step")
     assert down < last, (down, last)
     apart_cluster.script("link", "n1", "up")
+    jid = final["handle"]["slurm_job_id"]
+    wait_for_value(lambda: not _squeue_nodes(apart_cluster, jid), "Slurm to hold nothing for the job", timeout=60)
     wait_for_no_job_processes(ddpjob_home, "the recovered run", timeout=90)
 
 

@@ -100,7 +100,7 @@ def shrink(recovery: Recovery) -> str:
         "to drop the batch host from a running job; with --no-kill the job goes on without it)")
     if batch:
         kept.insert(0, recovery.host(0))
-        if len(kept) >= len({*recovery.hosts} - {""}):  # nothing else to drop
+        if {0, *recovery.members} == set(range(recovery.nodes)):  # no other node to drop
             return batch
     keep = ",".join(kept)
     if not jid or not scontrol:
