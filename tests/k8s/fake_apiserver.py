@@ -9,7 +9,9 @@ dry runs included), answers with real ``Status`` objects (403, 404, 409, 422), a
 (shared/reference/kubeflow/CONTRACT.md): one pod per replica named ``<job>-<type>-<index>`` with
 the operator's labels, the operator's environment appended after the user's (last wins),
 ``$(VAR)`` references expanded as the kubelet does, conditions Created -> Running -> Succeeded /
-Failed / Restarting, restart in place for OnFailure (previous logs kept), pod cleanup by
+Failed / Restarting, restart in place for OnFailure (previous logs kept), for ExitCode a pod whose
+container exited 128 or more (killed) deleted and recreated under its name and one that exited 1-127
+failing the job, pod cleanup by
 ``runPolicy.cleanPodPolicy``, and a missing pod of a job not finished recreated under its name
 (``ReconcilePods``: same index, labels and env, a new uid and an empty log; the job Restarting until
 it runs, then Running). A pod can be deleted through the API (``DELETE .../pods/NAME`` with
@@ -224,6 +226,7 @@ class Pod:
     waiting_until: float | None = None  # restarting after a back-off (CrashLoopBackOff): Trainer.restart_delay
     last_exit: int | None = None  # the previous container's exit code (the pod's lastState), once restarted
     fs_root: str | None = None  # FakeCluster.own_filesystems: this pod's own root; the image's /workspace is under it
+    replica_policy: str = ""  # the replica's restartPolicy (ExitCode: the pod's is Never, the operator reads the code)
 
     def to_json(self) -> dict:
         state: dict[str, Any]
@@ -502,7 +505,13 @@ class FakeCluster:
         pod_name = f"{name}-{rtype.lower()}-{index}"
         policy = rs.get("restartPolicy", "OnFailure")
         pod = Pod(pod_name, ns, name, rtype, index, labels, container, "Never" if policy == "ExitCode" else policy,
-                  injected, time.monotonic() + self.pod_start_delay)
+                  injected, time.monotonic() + self.pod_start_delay, replica_policy=policy)
+        empty = {v["name"] for v in tmpl["spec"].get("volumes") or [] if "emptyDir" in v}
+        for m in container.get("volumeMounts") or []:
+            if m["name"] in empty and m["mountPath"] != "/dev/shm":  # a new pod's emptyDir is a new, empty one
+                folder = self.workdir / f"{pod_name}-{pod.uid[:8]}" / "volumes" / m["name"]
+                folder.mkdir(parents=True, exist_ok=True)
+                pod.empty_dirs[m["mountPath"].rstrip("/")] = str(folder)
         self._own_fs(pod)
         return pod
 
@@ -643,8 +652,17 @@ class FakeCluster:
                     pod.restarts += 1
                     self._condition(job, "Restarting", f"PyTorchJob {name} is restarting because {pod.name} failed")
                     self._start(pod)
+                elif code >= 128 and pod.replica_policy == "ExitCode":  # retryable: deleted, recreated next round
+                    pod.phase = "Failed"
+                    self.events.append(self._event(ns, pod.name, "Normal", "ExitedWithCode",
+                                                   f"Pod: {ns}.{pod.name} exited with code {code}"))
+                    self.pods.pop((ns, pod.name), None)
+                    self._kill_leftovers(pod.proc, {})
+                    self._condition(job, "Restarting", f"PyTorchJob {name} is restarting because {pod.name} exited "
+                                    f"with code {code}; it is deleted and recreated.")
                 else:
                     pod.phase = "Succeeded" if code == 0 else "Failed"
+        pods = [p for p in pods if self.pods.get((ns, p.name)) is p]  # less those ExitCode deleted
         master = [p for p in pods if p.rtype == "Master"]
         recreated = self._recreated.get(job["metadata"]["uid"])
         if recreated is not None:  # recreated pods: Restarting until each has started, then Running again

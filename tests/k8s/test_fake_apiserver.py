@@ -421,3 +421,41 @@ def test_own_filesystems_give_each_pod_and_each_new_pod_its_own_workspace(k8s_ap
     assert new.fs_root != worker.fs_root and out == new.fs_root + "/workspace/outputs/x"
     assert seen == "[]"  # a new container: an empty /workspace, not the old pod's
     assert (Path(worker.fs_root) / "workspace/outputs/x/mark-1").is_file()  # the old one is left on this machine
+
+
+EXIT_BY_RANK = textwrap.dedent("""
+    import os, signal, sys, time
+    flag, back = os.path.join(sys.argv[1], "killed-once"), os.path.join(sys.argv[1], "back")
+    if os.environ["RANK"] == "1" and not os.path.exists(flag):  # the worker is killed once (an OOM kill)
+        open(flag, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ["RANK"] == "1":
+        open(back, "w").close()
+    while not os.path.exists(back):  # the master ends once the recreated worker ran
+        time.sleep(0.05)
+    print("ran", os.environ["RANK"], flush=True)
+    sys.exit(int(sys.argv[2]) if os.environ["RANK"] == "0" else 0)
+""")
+
+
+@pytest.mark.parametrize("master_exit", [0, 3])
+def test_exit_code_policy_recreates_a_killed_pod_and_fails_the_job_on_1_to_127(k8s_api, tmp_path, master_exit):
+    """restartPolicy ExitCode (CONTRACT 3.5): the pod's own policy is Never; a container that exits 128 or
+    more (here 137, SIGKILL) is deleted and recreated under its name (Restarting), one that exits 1-127
+    fails the job."""
+    obj = job(f"ec{master_exit}", [sys.executable, "-c", EXIT_BY_RANK, str(tmp_path), str(master_exit)], workers=1)
+    for rs in obj["spec"]["pytorchReplicaSpecs"].values():
+        rs["restartPolicy"] = "ExitCode"
+    create(k8s_api, obj)
+    name = f"ec{master_exit}"
+    final = wait_state(k8s_api, name, "Failed" if master_exit else "Succeeded", timeout=60)
+    assert (tmp_path / "killed-once").exists()
+    assert [e for e in k8s_api.server.events if e["reason"] == "ExitedWithCode"
+            and e["involvedObject"]["name"] == f"{name}-worker-0" and "code 137" in e["message"]]
+    created = [e for e in k8s_api.server.events if e["reason"] == "SuccessfulCreatePod"
+               and e["involvedObject"]["name"] == f"{name}-worker-0"]
+    assert len(created) == 2 and final["status"]["conditions"][-1]["type"] in ("Succeeded", "Failed")
+    worker = pod_of(k8s_api, f"{name}-worker-0")
+    assert worker.restarts == 0 and worker.restart_policy == "Never"  # recreated, not restarted in place
+    master = pod_of(k8s_api, f"{name}-master-0")
+    assert master.exit_code == master_exit and master.restarts == 0

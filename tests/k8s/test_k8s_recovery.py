@@ -102,21 +102,23 @@ def test_a_deleted_worker_pod_comes_back_and_the_run_resumes_from_the_first_pods
 
 
 @pytest.mark.real
-def test_the_first_pod_deleted_comes_back_and_the_others_start_again_with_it(k8s_api, tmp_path):
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+def test_the_first_pod_deleted_comes_back_and_the_others_start_again_with_it(k8s_api, tmp_path, api):
     """The first pod (the master: its runner holds the watch, its torchrun the rendezvous store) deleted
     for good a third of the way in, with the output folder on storage every pod mounts (``output_dir``:
     a PersistentVolumeClaim's mount on a cluster; a folder of this machine here): the operator recreates
-    it, its new runner starts the run, the worker's runner follows the new watch, training resumes from
-    the newest checkpoint, the run ends SUCCEEDED, and status tells node 0's loss."""
+    it (a TrainJob's Job under a new name, with completion index 0), its new runner starts the run, the
+    worker's runner follows the new watch, training resumes from the newest checkpoint, the run ends
+    SUCCEEDED, and status tells node 0's loss."""
     cluster = k8s_api.server
     out = tmp_path / "shared-out"
     spec = _spec(tmp_path, "first")
     spec.write_text(spec.read_text() + f"output_dir: {out}\n")
-    job_id = job_id_of(ddpjob("submit", str(spec), "--target", "k8s", check=True).stdout)
+    job_id = job_id_of(ddpjob("submit", str(spec), "--target", "k8s", "--set", f"k8s.api={api}", check=True).stdout)
     wait_for(lambda: [e for e in _events(out) if e["event"] == "checkpoint" and e["step"] >= TOTAL // 3],
              "a checkpoint a third of the way in", timeout=240, poll=0.1)
-    (master,) = [p for p in cluster.pods_of(job_id) if p.rtype == "Master"]
-    (worker,) = [p for p in cluster.pods_of(job_id) if p.rtype == "Worker"]
+    (master,) = [p for p in cluster.pods_of(job_id) if _node(p) == 0]
+    (worker,) = [p for p in cluster.pods_of(job_id) if _node(p) == 1]
     killed = time.time()
     assert cluster.delete_pod(master.name, grace_s=0) is not None
     newest = max(e["step"] for e in _events(out) if e["event"] == "checkpoint")
@@ -133,7 +135,59 @@ def test_the_first_pod_deleted_comes_back_and_the_others_start_again_with_it(k8s
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == TOTAL and summary["world_size"] == 2, summary
     logs = ddpjob("logs", job_id, check=True).stdout
-    assert f"[master-0 rank0] resumed from {out}/checkpoint.pt at step {loss['resumed_step']} " in logs, logs[-3000:]
+    first = "master-0" if api == "pytorchjob" else "node-0"  # how ddpjob logs names each API's first pod
+    assert f"[{first} rank0] resumed from {out}/checkpoint.pt at step {loss['resumed_step']} " in logs, logs[-3000:]
     # The worker's own log (its pod may be gone by now: cleanPodPolicy Running removes a worker still
     # exiting when the master has ended, and its log with it).
     assert b"[ddpjob] start 2 of the run on 2 node(s) (0, 1): this node's rank 1" in bytes(worker.log)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob", "pytorchjob-onfailure"])
+def test_a_loss_past_the_budget_ends_the_run_failed_and_a_restarted_first_pod_does_not_start_it_again(
+        k8s_api, tmp_path, api):
+    """``recovery.max_losses: 1``, the worker pod deleted twice: the first loss is brought back, the second
+    ends the run: the first pod's runner says why and exits 124, which a PyTorchJob's ExitCode policy (its
+    default where the runner may end the run) takes as final; a TrainJob's runtime restarts that container
+    in place (JobSet's OnFailure), and each restart finds the verdict in its emptyDir and exits again at
+    once, without starting the run, until the Job's backoffLimit fails the TrainJob; so does a PyTorchJob's
+    set to ``k8s.restart_policy: OnFailure``, until its backoffLimit. ``wait`` says FAILED with the reason;
+    no process is left."""
+    cluster = k8s_api.server
+    cluster.own_filesystems = True
+    spec = _spec(tmp_path, "budget")
+    spec.write_text(spec.read_text().replace('"--epochs", "2"', '"--epochs", "6"') + "recovery: {max_losses: 1}\n")
+    sets = ["--set", "k8s.api=pytorchjob", "--set", "k8s.restart_policy=OnFailure"] if api.endswith("onfailure") \
+        else ["--set", f"k8s.api={api}"]
+    job_id = job_id_of(ddpjob("submit", str(spec), "--target", "k8s", *sets, check=True).stdout)
+    master = wait_for(lambda: next((p for p in cluster.pods_of(job_id) if _node(p) == 0 and p.fs_root), None),
+                      "the first pod", timeout=60)
+    out = Path(master.fs_root + f"/workspace/outputs/{job_id}")
+    wait_for(lambda: [e for e in _events(out) if e["event"] == "checkpoint"], "a checkpoint", timeout=240, poll=0.1)
+    for loss in (1, 2):
+        (worker,) = [p for p in cluster.pods_of(job_id) if _node(p) == 1]
+        assert cluster.delete_pod(worker.name, grace_s=0) is not None
+        if loss == 1:  # brought back: training resumes on both pods
+            wait_for(lambda: [e for e in _events(out) if e["event"] == "resume" and e["restart"] == 1],
+                     "the run to resume after the first loss", timeout=90, poll=0.1)
+    done = ddpjob("wait", job_id, "--timeout", "240")
+    assert done.returncode != 0 and "FAILED" in done.stdout, done.stdout + done.stderr
+    why = "not brought back: the run had lost 1 node(s) before, and recovery.max_losses is 1"
+    assert why in done.stdout, done.stdout
+    task = json.loads(ddpjob("status", job_id, "-o", "json", check=True).stdout)["status"]["tasks"][0]
+    assert task["state"] == "FAILED" and why in task["message"], task
+    summary = out / "summary.json"
+    assert not summary.exists(), summary.read_text()  # the run never finished
+    resumes = [e for e in _events(out) if e["event"] == "resume"]
+    assert [e["restart"] for e in resumes] == [1], resumes  # never started again after the verdict
+    (first,) = [p for p in cluster.pods_of(job_id) if _node(p) == 0]
+    assert first.exit_code == 124, first
+    if api == "pytorchjob":
+        assert first.restarts == 0  # ExitCode: final
+    else:  # each restart in place exited at once
+        limit = cluster.trainer.backoff_limit if api == "trainjob" else 3  # k8s.backoff_limit's default
+        assert first.restarts == limit, first
+        assert b"this pod's runner ended the run; restarted, it does not start torchrun again" in bytes(first.log)
+        assert b" of the run on " not in bytes(first.log), bytes(first.log)[-2000:]  # no "start N of the run on ..."
+    wait_for(lambda: not [p for p in cluster.pods_of(job_id) if p.proc is not None and p.proc.poll() is None],
+             "no pod process left", timeout=60)

@@ -22,7 +22,7 @@ import fake_apiserver
 import pytest
 from test_k8s_target import REPO, job_id_of, run
 
-from launcher.targets.k8s.job.podrun import STALL_EXIT
+from launcher.targets.k8s.job.podrun import END_EXIT
 from launcher.targets.k8s.objects import runner
 from launcher.targets.k8s.payload import K8sHandle, K8sRun
 from launcher.targets.k8s.target import KubernetesTarget
@@ -155,12 +155,12 @@ def test_stall_action_fail_ends_the_job_failed_naming_it_and_leaves_no_process(k
         note_processes(job_id)
         stop_a_rank(cluster, job_id)
         note_processes(job_id)
-    st = wait_for(jobs["trainjob"], lambda s: "restarts the pod" in s["message"] or s["state"] != "RUNNING",
+    st = wait_for(jobs["trainjob"], lambda s: "is restarted in place" in s["message"] or s["state"] != "RUNNING",
                   TIMEOUT_S + 60)
     assert st["state"] == "RUNNING" and st["message"].startswith("stalled: ") and STUCK in st["message"], st
-    assert "until the Job's backoffLimit fails the job" in st["message"], st
+    assert "until the backoffLimit fails the job" in st["message"], st
     row = next(n for n in st["status"]["tasks"][0]["nodes"] if n["node"] == 0)
-    assert row["last_exit_code"] == STALL_EXIT and row["restarts"] >= 1, row
+    assert row["last_exit_code"] == END_EXIT and row["restarts"] >= 1, row
     listed = json.loads(run("list", "-o", "json")[1])  # list asks no pod rows: it finds the restart itself
     tj = next(j for j in listed if j["id"] == jobs["trainjob"])
     assert tj["state"] == "RUNNING" and tj["message"].startswith("stalled: ") and "ended it" in tj["message"], tj
@@ -170,9 +170,9 @@ def test_stall_action_fail_ends_the_job_failed_naming_it_and_leaves_no_process(k
         assert not [p.name for p in cluster.pods_of(job_id) if p.phase in ("Running", "Pending")], api
         note_processes(job_id)
     master = next(p for p in cluster.pods_of(jobs["pytorchjob"]) if p.rtype == "Master")
-    assert master.exit_code == STALL_EXIT and master.restarts == 0  # ExitCode: not restarted
+    assert master.exit_code == END_EXIT and master.restarts == 0  # ExitCode: not restarted
     first = next(p for p in cluster.pods_of(jobs["trainjob"]) if p.index == 0)
-    assert first.exit_code == STALL_EXIT and first.restarts == cluster.trainer.backoff_limit, first
+    assert first.exit_code == END_EXIT and first.restarts == cluster.trainer.backoff_limit, first
     again = bytes(first.log).decode()  # its last start: the kept verdict, and no torchrun
     assert "does not start torchrun again" in again and STUCK in again and "step " not in again, again
     time.sleep(1)
@@ -190,7 +190,8 @@ def test_a_trainjob_with_stall_fail_keeps_the_verdict_in_a_volume_of_its_own():
     assert {"name": runner.MARK_VOLUME, "mountPath": runner.MARK_DIR} in pod["containers"][0]["volumeMounts"]
     env = {e["name"]: e.get("value") for e in tj["spec"]["trainer"]["env"]}
     assert env[runner.MARK_ENV] == f"{runner.MARK_DIR}/verdict"
-    for other in (("k8s.api=trainjob",), ("stall.action=fail",)):  # report, or a PyTorchJob (ExitCode): no mark
+    # Nothing that ends the run (report, no recovery), or a PyTorchJob (ExitCode, the default there): no mark
+    for other in (("k8s.api=trainjob", "recovery.max_losses=0"), ("stall.action=fail",), ()):
         text = json.dumps(plan(*other).payload.manifests)
         assert runner.MARK_VOLUME not in text and runner.MARK_ENV not in text, other
     with pytest.raises(SpecError) as e:
@@ -202,7 +203,7 @@ def test_a_trainjob_with_stall_fail_keeps_the_verdict_in_a_volume_of_its_own():
 @pytest.mark.real
 def test_a_restarted_runner_that_finds_the_verdict_starts_nothing(tmp_path):
     """The runner itself, as a TrainJob's restarted container runs it: the kept verdict is said again
-    and the runner exits STALL_EXIT without starting its command."""
+    and the runner exits END_EXIT without starting its command."""
     import subprocess
     import sys
 
@@ -214,10 +215,13 @@ def test_a_restarted_runner_that_finds_the_verdict_starts_nothing(tmp_path):
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and started.exists(), done  # no mark: its command runs
     started.unlink()
-    mark.write_text("rank 1 (pid 7) on node 1 is stopped (SIGSTOP?) since 01:02:03")
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == STALL_EXIT and not started.exists(), done
-    assert done.stdout.startswith("[ddpjob] stall.action fail: rank 1 (pid 7) on node 1 is stopped"), done.stdout
+    for line in ("[ddpjob] stall.action fail: rank 1 (pid 7) on node 1 is stopped (SIGSTOP?) since 01:02:03",
+                 "[ddpjob] recovery: node 1 (h) was lost: ...; not brought back: 1 node(s) left, fewer than "
+                 "recovery.min_nodes (2)"):
+        mark.write_text(line)  # the line the runner ended the run with, kept (podrun.PodRunner._end)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == END_EXIT and not started.exists(), done
+        assert done.stdout.startswith(line + "\n[ddpjob] this pod's runner ended the run;"), done.stdout
 
 
 def handle_of(job_id: str, api: str = "pytorchjob") -> K8sHandle:
@@ -354,7 +358,7 @@ def test_render_does_not_load_the_runner_and_says_its_exit_code():
             "print(sorted(m for m in ('launcher.targets.k8s.job.podrun', 'http.server', 'subprocess') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
-    assert runner.STALL_EXIT == STALL_EXIT
+    assert runner.END_EXIT == END_EXIT
 
 
 def test_k8s_runner_none_runs_torchrun_bare_and_refuses_stall_fail():
@@ -377,7 +381,10 @@ def test_stall_fail_makes_a_pytorchjob_fail_on_the_runners_exit_code_not_restart
 
     specs = plan("stall.action=fail").payload.manifests[0]["spec"]["pytorchReplicaSpecs"]
     assert {r["restartPolicy"] for r in specs.values()} == {"ExitCode"}
-    assert {r["restartPolicy"] for r in plan().payload.manifests[0]["spec"]["pytorchReplicaSpecs"].values()} == {"OnFailure"}
+    # The runner may end the run with recovery on too (the default on 2 nodes or more); with neither, OnFailure.
+    assert {r["restartPolicy"] for r in plan().payload.manifests[0]["spec"]["pytorchReplicaSpecs"].values()} == {"ExitCode"}
+    bare = plan("recovery.max_losses=0").payload.manifests[0]["spec"]["pytorchReplicaSpecs"]
+    assert {r["restartPolicy"] for r in bare.values()} == {"OnFailure"}
     specs = plan("stall.action=fail", "k8s.restart_policy=Never").payload.manifests[0]["spec"]["pytorchReplicaSpecs"]
     assert {r["restartPolicy"] for r in specs.values()} == {"Never"}
     with pytest.raises(SpecError) as e:
@@ -421,7 +428,7 @@ class _Kube:
     def list_pods(self, selector: str) -> list[dict]:
         return [{"metadata": {"name": "demo-node-0-0-abcde"}, "status": {"containerStatuses": [
             {"name": "node", "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-             "lastState": {"terminated": {"exitCode": STALL_EXIT}}}]}}]
+             "lastState": {"terminated": {"exitCode": END_EXIT}}}]}}]
 
     def pod_log(self, name: str, *, previous: bool = False, tail: int | None = None) -> bytes:
         self.asked.append(previous)
@@ -432,34 +439,39 @@ def test_a_restarted_pod_is_said_stalled_only_when_its_runner_said_so():
     """Exit 124 from the previous container is the stall watch's only with the runner's line in its log
     (a program of the user's may exit 124 itself)."""
     from launcher.targets.k8s.objects.apis import TRAINJOB
-    from launcher.targets.k8s.status import _restarting_after_stall
+    from launcher.targets.k8s.status import _restarting_after_end
 
-    rows = [{"node": 0, "pod": "demo-node-0-0-abcde", "last_exit_code": STALL_EXIT, "waiting": "CrashLoopBackOff"}]
+    rows = [{"node": 0, "pod": "demo-node-0-0-abcde", "last_exit_code": END_EXIT, "waiting": "CrashLoopBackOff"}]
     said = _Kube(b"step 3\n[ddpjob] stall.action fail: rank 1 (pid 9) on node 1 is stopped (SIGSTOP?) since 01:02:03\n")
-    text = _restarting_after_stall(said, "demo", TRAINJOB, rows)
+    text = _restarting_after_end(said, "demo", TRAINJOB, rows)
     assert text is not None and text.startswith("stalled: rank 1 (pid 9) on node 1 is stopped"), text
-    assert "the runtime restarts the pod" in text and said.asked == [True]  # the previous container's log
-    assert _restarting_after_stall(_Kube(b"my program timed out\n"), "demo", TRAINJOB, rows) is None
-    assert _restarting_after_stall(said, "demo", TRAINJOB, [{**rows[0], "last_exit_code": 1}]) is None
+    assert "stall.action fail ended it: the pod is restarted in place" in text and said.asked == [True]  # previous log
+    assert _restarting_after_end(_Kube(b"my program timed out\n"), "demo", TRAINJOB, rows) is None
+    lost = _Kube(b"[ddpjob] recovery: node 1 (h) was lost: its pod; not brought back: the run had lost 1 node(s) "
+                 b"before, and recovery.max_losses is 1\n[ddpjob] this pod's runner ended the run; restarted, ...\n")
+    text = _restarting_after_end(lost, "demo", TRAINJOB, rows)  # a loss past the budget, said by the runner
+    assert text is not None and text.startswith("node 1 (h) was lost: its pod; not brought back: the run had lost 1 "
+                                                "node(s) before, and recovery.max_losses is 1; recovery ended it"), text
+    assert _restarting_after_end(said, "demo", TRAINJOB, [{**rows[0], "last_exit_code": 1}]) is None
 
 
 def test_a_failed_run_is_named_stalled_the_first_time_it_is_seen_by_list_or_status():
     """``list`` records a job that ended: the first look at a FAILED run, by either, asks the pods why
     (the Master's runner exited 124 and said so); later looks keep what was found, asking nothing."""
     from launcher.targets.k8s.objects.apis import PYTORCHJOB
-    from launcher.targets.k8s.status import _stall_ending
+    from launcher.targets.k8s.status import _ending
 
     class Ended(_Kube):
         def list_pods(self, selector: str) -> list[dict]:
             self.asked.append("pods")
             return [{"metadata": {"name": "demo-master-0"}, "status": {"containerStatuses": [
-                {"name": "pytorch", "restartCount": 0, "state": {"terminated": {"exitCode": STALL_EXIT}}}]}}]
+                {"name": "pytorch", "restartCount": 0, "state": {"terminated": {"exitCode": END_EXIT}}}]}}]
 
     kube = Ended(b"")
     kube.pod_log = lambda name, previous=False, tail=None: b"[ddpjob] stall.action fail: node 1 (w) went silent\n"
     plain = "PyTorchJob demo is failed because 1 Master replica(s) failed."
-    first = _stall_ending(kube, "demo", PYTORCHJOB, None, plain)
+    first = _ending(kube, "demo", PYTORCHJOB, None, plain)
     assert first == "stalled: node 1 (w) went silent" and kube.asked == ["pods"]
-    assert _stall_ending(kube, "demo", PYTORCHJOB, {"state": "FAILED", "message": first}, plain) == first
+    assert _ending(kube, "demo", PYTORCHJOB, {"state": "FAILED", "message": first}, plain) == first
     assert kube.asked == ["pods"]  # kept: not asked again
-    assert _stall_ending(kube, "demo", PYTORCHJOB, {"state": "RUNNING", "message": ""}, plain) == first
+    assert _ending(kube, "demo", PYTORCHJOB, {"state": "RUNNING", "message": ""}, plain) == first

@@ -124,7 +124,8 @@ def test_golden_gpus():
     assert t["numNodes"] == 3 and t["numProcPerNode"] == 4  # procs_per_node auto = GPUs per node
     res = t["resourcesPerNode"]
     assert res["limits"]["nvidia.com/gpu"] == "4" and res["requests"]["nvidia.com/gpu"] == "4" and "cpu" not in res["limits"]
-    assert {v["name"] for v in pod_patch(obj)["spec"]["volumes"]} == {"dshm", "data", "outputs"}
+    # the verdict's emptyDir (objects/runner.py): recovery is on (3 nodes)
+    assert {v["name"] for v in pod_patch(obj)["spec"]["volumes"]} == {"dshm", "data", "outputs", "ddpjob-verdict"}
 
 
 VOLUMES_SPEC = {

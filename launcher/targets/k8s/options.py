@@ -318,7 +318,9 @@ class K8sOptions(BaseModel):
     restart_policy: Literal["OnFailure", "ExitCode", "Never"] = Field(
         "OnFailure",
         description="OnFailure: the kubelet restarts a failed container in place. ExitCode: the operator "
-        "recreates the pod for exit codes >= 128 (signals, OOM) and fails the job for 1-127. Never: any failure fails the job.",
+        "recreates the pod for exit codes >= 128 (signals, OOM) and fails the job for 1-127. Never: any failure fails the job. "
+        "Left unset, a PyTorchJob gets ExitCode where ddpjob's pod runner may end the run (2 nodes or more with "
+        "recovery, the default, or stall.action fail: its exit 124 is then final), else OnFailure.",
     )
     runner: Literal["python3", "python", "none"] = Field(
         "python3",

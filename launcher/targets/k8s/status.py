@@ -48,7 +48,7 @@ def job_status(kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
             continue
         state, msg = flavour.state(obj.get("status"))
         if state == JobState.FAILED and handle.watch_port:
-            msg = _stall_ending(kube, el.name, api, seen.get(el.name), msg)
+            msg = _ending(kube, el.name, api, seen.get(el.name), msg)
         summary = flavour.summary(obj.get("status"))
         if summary:
             replicas.append(summary if len(handle.jobs) == 1 else f"{el.name}: {summary}")
@@ -63,11 +63,11 @@ def job_status(kube: Any, handle: K8sHandle, *, pods: bool) -> JobStatus:
         if state == JobState.RUNNING and handle.watch_port:
             from launcher.targets.k8s.cluster.watch import first_pod, note
 
-            said = _restarting_after_stall(kube, el.name, api, nodes) if pods else None
+            said = _restarting_after_end(kube, el.name, api, nodes) if pods else None
             if said is None:
                 said, watched = note(kube, first_pod(kube, el.name, api, nodes if pods else None), handle.watch_port)
-            if said is None and not pods and api is not PYTORCHJOB:  # list: no pod rows, and a watch not
-                said = _restarting_after_stall(kube, el.name, api, None)  # served may be a pod restarting
+            if said is None and not pods:  # list: no pod rows, and a watch not served may be a pod
+                said = _restarting_after_end(kube, el.name, api, None)  # restarting
             msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
         started, ended = times(obj.get("status"), state)
         seen[el.name] = {"state": state.value, "message": msg, "started": started, "ended": ended}
@@ -133,8 +133,8 @@ def _told(task: TaskStatus, run_dir: str, watched: dict[str, Any] | None, ended:
     task.goodput = recovery.goodput(task.started, task.ended, task.losses, events, time.time())
 
 
-def _stall_ending(kube: Any, name: str, api: KubeflowApi, last: dict[str, Any] | None, msg: str) -> str:
-    """A FAILED run's message naming the stall that ended it (``watch.ending``), found from the pods the
+def _ending(kube: Any, name: str, api: KubeflowApi, last: dict[str, Any] | None, msg: str) -> str:
+    """A FAILED run's message naming why a pod's runner ended it (``watch.ending``), found from the pods the
     first time the run is seen FAILED, by ``status`` or ``list`` (which records a job that ended, so it
     must know the reason as well), and kept in ``k8s-status.json`` after that."""
     if last and last.get("state") == JobState.FAILED.value:
@@ -157,18 +157,18 @@ def _write_seen(run_dir: str, seen: dict[str, Any]) -> None:
         pass  # a cache only
 
 
-def _restarting_after_stall(kube: Any, name: str, api: KubeflowApi, nodes: list[dict[str, Any]] | None) -> str | None:
-    """A running run whose stall watch ended it (``stall.action: fail``) while the runtime restarts the pod
-    in place (a TrainJob's: ``objects/runner.py``, the mark): the verdict and what follows. ``nodes``:
-    ``status``'s pod rows, where a pod's previous container exited ``STALL_EXIT``; None (``list``): the
-    pods are asked."""
-    if nodes is not None and not any(n.get("last_exit_code") == runner.STALL_EXIT for n in nodes):
+def _restarting_after_end(kube: Any, name: str, api: KubeflowApi, nodes: list[dict[str, Any]] | None) -> str | None:
+    """A running run that a pod's runner ended (a stall with ``stall.action: fail``, a loss recovery could
+    not survive) while the pod is restarted in place (``objects/runner.py``, the mark): the verdict and
+    what follows. ``nodes``: ``status``'s pod rows, where a pod's previous container exited ``END_EXIT``;
+    None (``list``): the pods are asked."""
+    if nodes is not None and not any(n.get("last_exit_code") == runner.END_EXIT for n in nodes):
         return None
     from launcher.targets.k8s.cluster.watch import ending
 
     verdict = ending(kube, name, api)  # None: a program of the user's that exits 124 itself
     if verdict is None:
         return None
-    return (f"{verdict}; stall.action fail ended it: the runtime restarts the pod, whose runner exits again at "
-            "once, until the Job's backoffLimit fails the job (the kubelet's back-off: minutes; ddpjob cancel ends "
-            "it now)")
+    who = "stall.action fail" if verdict.startswith("stalled: ") else "recovery"
+    return (f"{verdict}; {who} ended it: the pod is restarted in place, its runner exits again at once, until the "
+            "backoffLimit fails the job (the kubelet's back-off: minutes; ddpjob cancel ends it now)")

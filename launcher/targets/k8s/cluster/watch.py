@@ -1,8 +1,8 @@
 """The stall watch of a Kubernetes run as ``status`` sees it, without a shared filesystem: the first
 pod's runner (``podrun``) serves its ``watch.json`` on ``runner.watch_port``, read here through the
 API server's pod proxy (RBAC ``pods/proxy`` get) and told with the one function Slurm's status uses
-(``heartbeat.report``); a run the watch ended (``stall.action: fail``) is named from the line its
-runner printed (``podrun.STALL_LINE``) in the pod's log.
+(``heartbeat.report``); a run a runner ended (``stall.action: fail``, a loss recovery could not
+survive) is named from the line it printed (``podrun.STALL_LINE``, ``RECOVERY_LINE``) in the pod's log.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from launcher.core.errors import TargetError
 from launcher.targets.k8s.cluster.pods import container, pod_ref, sort_key
-from launcher.targets.k8s.job.podrun import STALL_EXIT, STALL_LINE
+from launcher.targets.k8s.job.podrun import END_EXIT, RECOVERY_LINE, STALL_LINE
 from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.shared.runfolder import WATCH_URL_PATH, RunFolder
 
@@ -89,17 +89,20 @@ def note(kube: Any, pod: str | None, port: int) -> tuple[str | None, dict[str, A
 
 
 def ending(kube: Any, job_name: str, api: KubeflowApi) -> str | None:
-    """Why the stall watch ended a run (``stall.action: fail``): ``stalled: <verdict>`` from the log of
-    the pod whose runner exited ``STALL_EXIT`` (its container now, or the one before it, where the
-    runtime restarts it: a TrainJob's), or None when none did."""
+    """Why a pod's runner ended the run, from the log of the pod whose runner exited ``END_EXIT`` (its
+    container now, or the one before it, where the runtime restarts it in place): ``stalled: <verdict>``
+    (``stall.action: fail``), or the loss recovery could not survive (``node 1 (...) was lost: ...; not
+    brought back: ...``); None when none did."""
     for pod in sorted(kube.list_pods(api.pod_selector(job_name)), key=lambda p: sort_key(p["metadata"]["name"])):
         status = container(pod, api.container) or {}
-        now = ((status.get("state") or {}).get("terminated") or {}).get("exitCode") == STALL_EXIT
-        if not now and ((status.get("lastState") or {}).get("terminated") or {}).get("exitCode") != STALL_EXIT:
+        now = ((status.get("state") or {}).get("terminated") or {}).get("exitCode") == END_EXIT
+        if not now and ((status.get("lastState") or {}).get("terminated") or {}).get("exitCode") != END_EXIT:
             continue
         data = kube.pod_log(pod["metadata"]["name"], tail=50, previous=not now) or b""
         for line in reversed(data.decode("utf-8", "replace").splitlines()):
             if STALL_LINE in line:
                 return "stalled: " + line.split(STALL_LINE, 1)[1].strip()
+            if RECOVERY_LINE in line:
+                return line.split(RECOVERY_LINE, 1)[1].strip()
     return None
 

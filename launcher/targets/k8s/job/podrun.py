@@ -12,12 +12,13 @@ In the pod it:
   the API server's pod proxy (no shared filesystem); on the others runs ``heartbeat.Beacon`` toward
   the master's address (``PET_MASTER_ADDR``, the operator's or Trainer's);
 - with ``stall.action: fail``, ends torchrun when the watch says the run stalled, prints the verdict
-  (``STALL_LINE``, read back by ``status``) and exits ``STALL_EXIT`` (124, within 1-127: the
-  operator's ``ExitCode`` policy fails the job rather than recreating the pod);
-- where the runtime restarts the pod after that (a TrainJob: JobSet's OnFailure), keeps the verdict in
-  ``DDPJOB_STALL_MARK`` (an emptyDir volume, which outlives the container); a runner that starts and
-  finds it says the verdict again and exits ``STALL_EXIT`` without starting torchrun, until the Job's
-  backoffLimit fails the job;
+  (``STALL_LINE``, read back by ``status``) and exits ``END_EXIT`` (124, within 1-127: the
+  operator's ``ExitCode`` policy fails the job rather than recreating the pod); so does the first pod's
+  runner when the run lost a pod it cannot survive (``RECOVERY_LINE``, below);
+- where the runtime restarts the pod after that (a TrainJob: JobSet's OnFailure; a PyTorchJob set to
+  OnFailure), keeps the verdict in ``DDPJOB_VERDICT_MARK`` (an emptyDir volume, which outlives the
+  container); a runner that starts and finds it says the verdict again and exits ``END_EXIT`` without
+  starting torchrun, until the backoffLimit fails the job;
 - with the spec's ``recovery:`` (``DDPJOB_MAX_LOSSES``, ``DDPJOB_MIN_NODES``, ``DDPJOB_LOST_AFTER_S``; 2
   nodes or more), brings the run back after it loses a pod (``shared/restarts.py``): a node whose pod
   the operator recreated speaks from a new runner, and the run starts torchrun again on every pod (the
@@ -42,9 +43,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-STALL_EXIT = 124  # "timed out", as timeout(1) says it; 1-127: not retried under restartPolicy ExitCode
+END_EXIT = 124  # "timed out", as timeout(1) says it; 1-127: not retried under restartPolicy ExitCode
 STALL_LINE = "[ddpjob] stall.action fail: "  # then the watch's verdict; status reads it from the pod's log
-RECOVERY_LINE = "[ddpjob] recovery: "  # then why a run that lost nodes cannot go on
+RECOVERY_LINE = "[ddpjob] recovery: "  # then why a run that lost nodes cannot go on; status reads it too
 STOP_GRACE_S = 20.0  # SIGTERM, then SIGKILL if torchrun hangs in a collective
 
 
@@ -69,7 +70,7 @@ class PodRunner:
         self.timeout = float(env.get("DDPJOB_STALL_TIMEOUT_S") or 300)
         self.action = env.get("DDPJOB_STALL_ACTION") or "report"
         self.watch_port = int(env.get("DDPJOB_WATCH_PORT") or 0)
-        self.mark = env.get("DDPJOB_STALL_MARK") or None  # objects/runner.MARK_ENV
+        self.mark = env.get("DDPJOB_VERDICT_MARK") or None  # objects/runner.MARK_ENV
         self.proc: subprocess.Popen[bytes] | None = None
         self.stalled: str | None = None
         self.stopping = False  # SIGTERM or SIGINT came: the pod ends, nothing starts again
@@ -98,10 +99,10 @@ class PodRunner:
             self.say("the pod runner needs torchrun's command line")
             return 2
         earlier = self._marked()
-        if earlier is not None:  # restarted after it ended a stalled run: that run stays ended
-            self.say(STALL_LINE + earlier)
-            self.say(f"stalled: {earlier} (this pod's runner ended the run; restarted, it does not start torchrun again)")
-            return STALL_EXIT
+        if earlier is not None:  # restarted after it ended the run: that run stays ended
+            self.say(earlier)
+            self.say("this pod's runner ended the run; restarted, it does not start torchrun again")
+            return END_EXIT
         open(self.counted, "wb").close()
         env = {k: v for k, v in self.env.items() if k != "DDPJOB_POD_RUNNER"}
         os.makedirs(self.steps_dir, exist_ok=True)
@@ -136,14 +137,14 @@ class PodRunner:
                 self.say(f"{rec.leave} (exit 0)")
                 return 0
             if rec.failed:
-                self.say(f"{RECOVERY_LINE}{rec.failed}")
-                return 1
+                self._end(f"{RECOVERY_LINE}{rec.failed}")
+                return END_EXIT
         # The pod ends at once (the server's and heartbeat's threads are daemons): the controller
         # ends the job on the first pod's exit, so a pod that lingers widens the window in which
         # the other pods see the rendezvous store vanish and fail.
         if self.stalled:
             self.say(f"stalled: {self.stalled}")
-            return STALL_EXIT
+            return END_EXIT
         return code if code >= 0 else 128 - code
 
     def _pump(self) -> None:
@@ -300,14 +301,7 @@ class PodRunner:
         if self.stalled is not None:
             return
         self.stalled = message
-        self.say(STALL_LINE + message)
-        if self.mark:
-            try:
-                with open(self.mark + ".tmp", "w", encoding="utf-8") as f:
-                    f.write(message)
-                os.replace(self.mark + ".tmp", self.mark)
-            except OSError as exc:
-                self.say(f"the verdict could not be kept in {self.mark} ({exc}): a restarted pod starts torchrun again")
+        self._end(STALL_LINE + message)
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
@@ -319,13 +313,26 @@ class PodRunner:
         except ProcessLookupError:
             pass
 
+    def _end(self, line: str) -> None:
+        """This runner ends the run for good: say why (``line``: ``STALL_LINE`` or ``RECOVERY_LINE`` and the
+        verdict) and keep it where a restart of this container finds it (``DDPJOB_VERDICT_MARK``)."""
+        self.say(line)
+        if not self.mark:
+            return
+        try:
+            with open(self.mark + ".tmp", "w", encoding="utf-8") as f:
+                f.write(line)
+            os.replace(self.mark + ".tmp", self.mark)
+        except OSError as exc:
+            self.say(f"the verdict could not be kept in {self.mark} ({exc}): a restarted pod starts torchrun again")
+
     def _marked(self) -> str | None:
-        """The verdict an earlier start of this pod's runner kept (``DDPJOB_STALL_MARK``), if any."""
+        """The line an earlier start of this pod's runner ended the run with (``DDPJOB_VERDICT_MARK``), if any."""
         if not self.mark:
             return None
         try:
             with open(self.mark, encoding="utf-8") as f:
-                return f.read().strip() or "an earlier start of this pod ended a stalled run"
+                return f.read().strip() or f"{RECOVERY_LINE}an earlier start of this pod's runner ended the run"
         except OSError:
             return None
 
@@ -341,7 +348,7 @@ class PodRunner:
 
 
 def main(argv: list[str]) -> int:
-    """Run torchrun's ``argv`` under the pod runner; torchrun's exit code, or ``STALL_EXIT``. Its own
+    """Run torchrun's ``argv`` under the pod runner; torchrun's exit code, or ``END_EXIT``. Its own
     folder (output count, watch.json, the trainer's step reports) goes with it: a pod's /tmp may be a
     volume that outlives the pod."""
     runner = PodRunner(argv, dict(os.environ))

@@ -118,24 +118,17 @@ def build(spec: JobSpec, run: Run) -> dict[str, Any]:
     return {"apiVersion": PYTORCHJOB.api_version, "kind": PYTORCHJOB.kind, "metadata": run.metadata, "spec": job_spec}
 
 
-def restart_policy(spec: JobSpec) -> str:
-    """``k8s.restart_policy``; left out with ``stall.action: fail``, ExitCode: the pod runner exits
-    ``podrun.STALL_EXIT`` (124) on a stall, which ExitCode takes as permanent (1-127) and fails the
-    job, where the default OnFailure would restart the stalled pod in place."""
-    k = spec.k8s
-    if spec.stall.action == "fail" and runner.enabled(spec) and "restart_policy" not in k.model_fields_set:
-        return "ExitCode"
-    return k.restart_policy
-
-
 def _replica(spec: JobSpec, replicas: int, run: Run) -> dict[str, Any]:
     pod = pod_spec(spec)
     pod["containers"] = [_container(spec, run)]
     pod["volumes"] = volumes(spec)
+    if runner.marks(spec):  # restartPolicy OnFailure: where the verdict that ended the run outlives the container
+        pod["volumes"].append({"name": runner.MARK_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}})
+        pod["containers"][0]["volumeMounts"].append({"name": runner.MARK_VOLUME, "mountPath": runner.MARK_DIR})
     # No restartPolicy in the pod template: the operator overwrites it from the replica's (and warns).
     return {
         "replicas": replicas,
-        "restartPolicy": restart_policy(spec),
+        "restartPolicy": runner.restart_policy_of(spec),
         "template": {"metadata": pod_metadata(spec, run.labels), "spec": pod},
     }
 

@@ -38,16 +38,18 @@ BOOT = ("import base64,json,os,sys,types,zlib;"
         "for n,s in b];"
         "sys.exit(sys.modules['ddpjob_podrun'].main(sys.argv[1:]))")
 DEFAULT_PORT = 29500
-# podrun.STALL_EXIT, spelled again: importing podrun (http.server, subprocess) would cost every render
-# 20 ms, and podrun may import nothing of ddpjob (a test holds the two equal).
-STALL_EXIT = 124
-# A TrainJob's runtime restarts the pod whose runner ended a stalled run (JobSet's OnFailure; a TrainJob cannot
-# set restartPolicy). So there, with stall.action fail, the runner leaves its verdict in an emptyDir volume,
-# which outlives the container, and a restarted runner that finds it exits STALL_EXIT again at once
-# (podrun.PodRunner.run) until the Job's backoffLimit fails the TrainJob: nothing trains again.
-MARK_ENV = "DDPJOB_STALL_MARK"
-MARK_VOLUME = "ddpjob-stall-mark"
-MARK_DIR = "/var/run/ddpjob-stall"
+# podrun.END_EXIT, spelled again: importing podrun (http.server, subprocess) would cost every render
+# 20 ms, and podrun may import nothing of ddpjob (a test holds the two equal). The runner exits it when it
+# ends the run for good: stall.action fail, or a lost pod that recovery cannot survive (past
+# recovery.max_losses, below recovery.min_nodes).
+END_EXIT = 124
+# Where the runtime restarts that pod's container in place (a TrainJob: JobSet's OnFailure; a PyTorchJob
+# whose k8s.restart_policy is set to OnFailure), the runner keeps its verdict in an emptyDir volume, which
+# outlives the container, and a restarted runner that finds it exits END_EXIT again at once
+# (podrun.PodRunner.run) until the backoffLimit fails the job: nothing trains again.
+MARK_ENV = "DDPJOB_VERDICT_MARK"
+MARK_VOLUME = "ddpjob-verdict"
+MARK_DIR = "/var/run/ddpjob-verdict"
 # The variables the runner reads (besides the controller's PET_*/MASTER_*): none may come from the spec too.
 RECOVERY_ENV = ("DDPJOB_MAX_LOSSES", "DDPJOB_MIN_NODES", "DDPJOB_LOST_AFTER_S")  # the spec's recovery:, podrun reads
 RUNNER_ENV = (BUNDLE_ENV, "DDPJOB_STALL_ACTION", "DDPJOB_STALL_TIMEOUT_S", "DDPJOB_WATCH_PORT", MARK_ENV, *RECOVERY_ENV)
@@ -81,8 +83,9 @@ def wrap(spec: JobSpec, command: list[str]) -> list[str]:
 
 
 def env(spec: JobSpec) -> dict[str, str]:
-    """The runner's variables: its code, the spec's ``stall:``, the port of ``watch.json`` and, where the
-    runtime restarts a pod that ended a stalled run, where its mark is kept (``marks``)."""
+    """The runner's variables: its code, the spec's ``stall:`` and ``recovery:``, the port of ``watch.json``
+    and, where the runtime restarts in place a pod whose runner ended the run, where its verdict is kept
+    (``marks``)."""
     out = {BUNDLE_ENV: bundle(), "DDPJOB_STALL_ACTION": spec.stall.action,
            "DDPJOB_STALL_TIMEOUT_S": str(spec.stall.timeout_s), "DDPJOB_WATCH_PORT": str(watch_port(spec))}
     if marks(spec):
@@ -99,9 +102,25 @@ def recovers(spec: JobSpec) -> bool:
     return enabled(spec) and spec.nodes >= 2 and spec.recovery.max_losses > 0
 
 
+def ends_run(spec: JobSpec) -> bool:
+    """Whether a pod's runner may end the run for good (exit ``END_EXIT``): ``stall.action: fail``, or a
+    recovery with a budget."""
+    return enabled(spec) and (spec.stall.action == "fail" or recovers(spec))
+
+
+def restarts_in_place(spec: JobSpec) -> bool:
+    """Whether the pod's container is restarted in place when it exits non-zero: a TrainJob's (JobSet's
+    OnFailure), a PyTorchJob's whose ``k8s.restart_policy`` is OnFailure (the default ExitCode, where the
+    runner may end the run, takes END_EXIT as final: ``pytorchjob.restart_policy``)."""
+    if spec.k8s.api == "trainjob":
+        return True
+    return "restart_policy" in spec.k8s.model_fields_set and spec.k8s.restart_policy == "OnFailure"
+
+
 def marks(spec: JobSpec) -> bool:
-    """A TrainJob's runner with ``stall.action: fail`` keeps its verdict in the volume ``MARK_VOLUME``."""
-    return spec.k8s.api == "trainjob" and spec.stall.action == "fail" and enabled(spec)
+    """The runner keeps its verdict in the volume ``MARK_VOLUME``: it may end the run, and its container
+    would be restarted in place."""
+    return ends_run(spec) and restarts_in_place(spec)
 
 
 def shown(value: str) -> str:
@@ -111,8 +130,14 @@ def shown(value: str) -> str:
 
 
 def spec_issues(spec: JobSpec) -> list[Issue]:
-    """``stall.action: fail`` where no runner watches the pods."""
-    if spec.stall.action != "fail" or enabled(spec):
+    """``stall.action: fail`` where no runner watches the pods; a volume of the spec's where the runner keeps
+    its verdict."""
+    if enabled(spec):
+        return [Issue(("k8s", "volumes", i), f"the volume {MARK_VOLUME} at {MARK_DIR} is ddpjob's here (where the "
+                      "pod runner keeps a verdict that ended the run)", hint="give your volume another name and mount path")
+                for i, vol in enumerate(spec.k8s.volumes) if marks(spec)
+                and (vol.name == MARK_VOLUME or vol.mount_path.rstrip("/") == MARK_DIR)]
+    if spec.stall.action != "fail":
         return []
     if spec.k8s.runner == "none":
         return [Issue(("stall", "action"), "fail needs ddpjob's pod runner, and k8s.runner: none leaves the pods "
@@ -135,13 +160,26 @@ def header(spec: JobSpec) -> str:
         text += (f"\n# a lost pod (recovery: max_losses {r.max_losses}, min_nodes {r.min_nodes}, lost_after {r.lost_after} s): "
                  "the run starts again on every pod when the operator recreates it, or goes on without a node not "
                  f"heard from for {r.lost_after} s; the program resumes from rank 0's checkpoint")
-    if spec.stall.action != "fail":
+    if not ends_run(spec):
         return text
-    if spec.k8s.api == "trainjob":
-        return text + (f"\n# stall.action fail: the stalled pod exits {STALL_EXIT} and keeps the verdict in the volume "
-                       f"{MARK_VOLUME} ({MARK_DIR}); restarted by the runtime (JobSet's OnFailure), it exits {STALL_EXIT} "
-                       "again at once until the Job's backoffLimit fails the TrainJob (the kubelet's restart back-off: "
-                       "minutes; ddpjob cancel ends it now)")
-    return text + (f"\n# stall.action fail: the stalled pod exits {STALL_EXIT}; restartPolicy "
-                   f"{'ExitCode' if 'restart_policy' not in spec.k8s.model_fields_set else spec.k8s.restart_policy} "
-                   "fails the job on it (exit codes 1-127) instead of restarting the pod")
+    what = " or ".join(x for x, on in (("a stall (stall.action fail)", spec.stall.action == "fail"),
+                                       ("a loss past recovery.max_losses or below recovery.min_nodes", recovers(spec))) if on)
+    text += f"\n# the pod whose runner ends the run ({what}) exits {END_EXIT}"
+    if not marks(spec):
+        return text + (f"; restartPolicy {restart_policy_of(spec)} fails the job on it (exit codes 1-127) instead of "
+                       "restarting the pod")
+    by = ("the runtime (JobSet's OnFailure)", "the Job's backoffLimit fails the TrainJob") if spec.k8s.api == "trainjob" \
+        else ("restartPolicy OnFailure", f"backoffLimit ({spec.k8s.backoff_limit}) fails the PyTorchJob")
+    return text + (f" and keeps the verdict in the volume {MARK_VOLUME} ({MARK_DIR}); restarted in place by {by[0]}, it "
+                   f"exits {END_EXIT} again at once until {by[1]} (the kubelet's restart back-off: minutes; ddpjob "
+                   "cancel ends it now)")
+
+
+def restart_policy_of(spec: JobSpec) -> str:
+    """A PyTorchJob's replicas' ``restartPolicy``: ``k8s.restart_policy``; left out where the runner may end
+    the run (``ends_run``), ExitCode: the runner exits ``END_EXIT`` (124), which ExitCode takes as final
+    (1-127) and fails the job, where OnFailure would restart that pod in place. A pod deleted, evicted or
+    killed (exit 128 or more) is recreated under ExitCode as under OnFailure."""
+    if ends_run(spec) and "restart_policy" not in spec.k8s.model_fields_set:
+        return "ExitCode"
+    return spec.k8s.restart_policy

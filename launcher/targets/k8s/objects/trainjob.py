@@ -80,12 +80,6 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
     issues += duplicate_env_refs(spec, {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR", "PYTHONUNBUFFERED",
                                         *runner.RUNNER_ENV})
     issues += runner.spec_issues(spec)
-    if runner.marks(spec):
-        for i, vol in enumerate(k.volumes):
-            if vol.name == runner.MARK_VOLUME or vol.mount_path.rstrip("/") == runner.MARK_DIR:
-                issues.append(Issue(("k8s", "volumes", i), f"the volume {runner.MARK_VOLUME} at {runner.MARK_DIR} is "
-                                    "ddpjob's, with stall.action fail (where a stalled run's verdict is kept)",
-                                    hint="give your volume another name and mount path"))
     for field in ("labels", "annotations"):
         for key in getattr(k, field):
             if key.startswith(JOBSET_PREFIXES):
@@ -144,7 +138,7 @@ def _pod(spec: JobSpec, run: Run) -> dict[str, Any]:
     pod = pod_spec(spec)
     pod["volumes"] = volumes(spec)
     mounts = volume_mounts(spec)
-    if runner.marks(spec):  # where a stalled run's verdict outlives the restarted container
+    if runner.marks(spec):  # where the verdict that ended the run outlives the restarted container
         pod["volumes"].append({"name": runner.MARK_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}})
         mounts.append({"name": runner.MARK_VOLUME, "mountPath": runner.MARK_DIR})
     pod["containers"] = [{"name": REPLICATED_JOB, "volumeMounts": mounts}]
