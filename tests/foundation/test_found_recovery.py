@@ -333,3 +333,12 @@ def test_rerun_resume_names_each_runs_own_folder(tmp_path, monkeypatch):
                                            '{"event": "step", "step": 9, "time": 2.0}\n')
     monkeypatch.setattr(results, "run_folders", lambda _rec: {0: str(tmp_path)})
     assert results.resume_from(rec) == (str(tmp_path), {0: 7})  # type: ignore[arg-type]
+
+
+def test_every_target_tells_the_program_the_same_restart_variable():
+    """The local supervisor spells ``DDPJOB_RESTART_COUNT`` again (its quick start loads no more than
+    it must: ``shared/restarts.py`` brings the heartbeat with it); the docs and programs read one name."""
+    from launcher.targets.local.job import recover
+    from launcher.targets.shared import restarts
+
+    assert recover.RESTART_ENV == restarts.RESTART_ENV == "DDPJOB_RESTART_COUNT"
