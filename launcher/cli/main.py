@@ -225,7 +225,7 @@ def status(ctx: click.Context, job_id: str | None, output: str) -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends; exit 1 if it FAILED or was CANCELLED (as wait).")
 @click.option("--node", type=click.IntRange(min=0), help="Only this node (0-based).")
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
-@click.option("--task", type=click.IntRange(min=0), help="Only this run of a sweep (0-based).")
+@click.option("--task", type=click.IntRange(min=0), help="Only this task of a sweep (its index, 0-based, as status shows it).")
 @click.option("--tail", type=click.IntRange(0, COUNT_MAX),
               help="Only the last N lines of each node (of each run): N x nodes lines in all.")
 @click.option("--verbose", "-v", is_flag=True, help="Also torchrun's own log records and tracebacks (hidden by default).")

@@ -91,7 +91,7 @@ def list_(output: str, limit: int, states: tuple[str, ...], target: str | None, 
 
 @click.command()
 @click.argument("job_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_job_ids)
-@click.option("--task", type=click.IntRange(min=0), help="Cancel only this run of a sweep (Slurm array element); the others go on.")
+@click.option("--task", type=click.IntRange(min=0), help="Cancel only this task of a sweep (its index, as status shows it; on Slurm one array task); the others go on.")
 @click.option("--all", "all_", is_flag=True, help="Every unfinished job matching --state/--target/--name (all of them without one).")
 @_filters
 @click.option("--yes", "-y", is_flag=True, help="Do not ask: needed to cancel several jobs when not on a terminal.")

@@ -42,22 +42,22 @@ def _notes(target: str, runs: list[RunResult]) -> list[str]:
 
 @click.command()
 @click.argument("job_ids", metavar="ID...", nargs=-1, required=True, shell_complete=complete_job_ids)
-@click.option("--sort", "sort_key", metavar="METRIC", help="Order the runs by a metric's best value (best "
+@click.option("--sort", "sort_key", metavar="METRIC", help="Order the tasks by a metric's best value (best "
               "first: lowest, highest for accuracy-like metrics), a sweep value (with several jobs: any "
               "value that differs), or duration.")
 @click.option("--output", "-o", type=click.Choice(["text", "json", "yaml", "csv"], case_sensitive=False), default="text",
-              show_default=True, help="json or yaml: every run's values, final and best metrics, step split; csv: one row per run.")
+              show_default=True, help="json or yaml: every task's values, final and best metrics, step split; csv: one row per task.")
 @guard
 def results(job_ids: tuple[str, ...], sort_key: str | None, output: str) -> None:
-    """Compare a job's runs: one row per run (each sweep element) with its sweep values, state,
+    """Compare a job's tasks: one row per task (each combination of a sweep) with its sweep values, state,
     duration, the final and best value of each metric its metrics file holds, and where its steps'
     time went (data/compute/comm: waiting for batches, computing, waiting on the all-reduce the
-    backward did not hide), with one line of advice for a run that waits mostly on data or network.
+    backward did not hide), with one line of advice for a task that waits mostly on data or network.
 
     \b
     Examples:
       ddpjob results sweep-ab12c                   # a table
-      ddpjob results sweep-ab12c --sort eval_loss  # best run first
+      ddpjob results sweep-ab12c --sort eval_loss  # best task first
       ddpjob results sweep-ab12c -o csv > runs.csv
       ddpjob results base-k3m2p amp-x7q4r          # two jobs side by side
 
@@ -100,17 +100,17 @@ def results(job_ids: tuple[str, ...], sort_key: str | None, output: str) -> None
 @click.option("--log-y", is_flag=True, help="A logarithmic y axis (losses that fall by orders of magnitude).")
 @guard
 def plot(job_ids: tuple[str, ...], metric: str, out: str | None, log_y: bool) -> None:
-    """Plot a metric against step for every run of a job, one curve per run labelled by its sweep values.
+    """Plot a metric against step for every task of a job, one curve per task labelled by its sweep values.
 
     \b
     Examples:
       ddpjob plot sweep-ab12c                                # loss -> sweep-ab12c-loss.png
       ddpjob plot sweep-ab12c --metric eval_accuracy -o acc.svg
       ddpjob plot sweep-ab12c --log-y -o loss.pdf
-      ddpjob plot base-k3m2p amp-x7q4r -o both.png           # one curve per run of both jobs
+      ddpjob plot base-k3m2p amp-x7q4r -o both.png           # one curve per task of both jobs
 
-    With several IDs, one curve per run of every job, each labelled by the run (ID, or ID/N in a sweep)
-    and the values that differ between the runs (as ddpjob results ID ID ... shows them as columns).
+    With several IDs, one curve per task of every job, each labelled by the task (ID, or ID/N in a sweep)
+    and the values that differ between the tasks (as ddpjob results ID ID ... shows them as columns).
 
     Needs matplotlib: pip install 'ddpjob[plot]' (without it: exit 3, naming the extra).
     """

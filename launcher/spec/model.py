@@ -246,13 +246,14 @@ class JobSpecBase(BaseModel):
                                        "digest (Kubernetes, local.container, Slurm containers); see ddpjob docs build.")
     sweep: dict[SweepKey, SweepValues] = Field(
         default={},
-        description="A parameter grid, e.g. {lr: [0.1, 0.01], seed: [1, 2]}: one run per combination "
-        "(cartesian product). Each run substitutes {lr}/{seed} in command and env and gets its own "
-        "DDPJOB_SWEEP_INDEX and output folder.",
+        description="A parameter grid, e.g. {lr: [0.1, 0.01], seed: [1, 2]}: one task per combination "
+        "(cartesian product), numbered 0, 1, ... as status, logs --task and cancel --task show them. Each task "
+        "substitutes {lr}/{seed} in command and env and gets its index as DDPJOB_SWEEP_INDEX and its own output "
+        "folder (sweep-<index>).",
     )
     output_dir: str | None = Field(
         None,
-        description="Where runs write outputs (DDPJOB_OUTPUT_DIR, one sub-folder per sweep element). "
+        description="Where tasks write outputs (DDPJOB_OUTPUT_DIR; with a sweep, one sub-folder per task: sweep-<index>). "
         "May contain {job_id}. Default: the job's run directory locally, the Slurm folder on Slurm, "
         "/workspace/outputs/<job id> on Kubernetes.",
     )
@@ -283,7 +284,7 @@ class JobSpecBase(BaseModel):
         runs = math.prod(len(values) for values in v.values())
         if runs > MAX_RUNS:
             sizes = " x ".join(str(len(values)) for values in v.values())
-            raise ValueError(f"the sweep makes {runs:,} runs ({sizes} values); at most {MAX_RUNS:,} are allowed: "
+            raise ValueError(f"the sweep makes {runs:,} tasks ({sizes} values); at most {MAX_RUNS:,} are allowed: "
                              "split it into several jobs")
         return v
 

@@ -42,7 +42,7 @@ def check_placeholders(spec: JobSpecBase) -> list[Issue]:
         for name in placeholders(spec.output_dir):
             if name != "job_id":
                 issues.append(Issue(("output_dir",), f"placeholder {{{name}}} cannot be used here",
-                                    hint="output_dir may use {job_id}; each sweep element gets its own sub-folder"))
+                                    hint="output_dir may use {job_id}; each task of a sweep gets its own sub-folder (sweep-<index>)"))
     for key in spec.sweep:
         if key not in used:
             issues.append(

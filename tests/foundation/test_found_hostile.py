@@ -108,7 +108,7 @@ def test_size_cap_nesting_long_values_and_sweep_cap(tmp_path):
                      + "".join(f"  {k}: {values}\n" for k in "abcde"))
     for verb in (["validate"], ["render", "--target", "slurm"]):
         proc = run(*verb, str(sweep), timeout=AT_ONCE_S)
-        assert f"{sweep}:3:1: sweep: the sweep makes 3,200,000 runs" in refused(proc)
+        assert f"{sweep}:3:1: sweep: the sweep makes 3,200,000 tasks" in refused(proc)
 
 
 def test_yaml_tags_and_complex_keys_are_spec_errors_and_nothing_runs(tmp_path, ddpjob_home):

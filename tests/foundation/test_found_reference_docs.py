@@ -219,3 +219,16 @@ def test_regenerating_keeps_the_prose_and_needs_the_markers(tmp_path: Path) -> N
     assert reference.update(str(tmp_path), check=True) == []
     with pytest.raises(ValueError, match="once"):
         reference.with_reference("# Page\n", "spec", "x\n")
+
+
+# Issue 45 item 8: one combination of a sweep had four names ("run", "sweep element", "array element",
+# "task"); status, logs --task and cancel --task say "task", so every description does.
+OTHER_NAMES = re.compile(r"sweep element|array element|\belements?\b|one run per|runs? of a sweep|per run\b", re.I)
+
+
+def test_a_task_of_a_sweep_has_one_name_in_every_option_and_field():
+    for name, text in (("commands", reference.commands_reference()), ("spec", reference.spec_reference())):
+        found = [line.strip()[:160] for line in text.splitlines() if OTHER_NAMES.search(line)]
+        assert not found, (name, found)
+    terms = (DOCS / "spec.md").read_text()
+    assert "**Job, task, node, rank.**" in terms and "`DDPJOB_SWEEP_INDEX`" in terms

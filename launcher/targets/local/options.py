@@ -13,7 +13,7 @@ class LocalOptions(BaseModel):
     model_config = ConfigDict(defer_build=True, extra="forbid")
 
     stop_on_failure: bool = Field(
-        False, description="For sweeps: stop at the first failed element instead of running the rest."
+        False, description="For sweeps: stop at the first failed task instead of running the rest."
     )
     omp_num_threads: StrictInt | None = Field(
         None, ge=1, description="OMP_NUM_THREADS per process. Default: resources.cpus / processes per node when "

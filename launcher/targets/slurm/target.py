@@ -218,7 +218,7 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
 
         runs = handle.runs
         if flt.task is not None and not 0 <= flt.task < runs:
-            raise TargetError(f"task {flt.task} does not exist (this job has {runs} run(s): 0..{runs - 1})")
+            raise TargetError(f"task {flt.task} does not exist (this job has {runs} task(s): 0..{runs - 1})")
         srcs = []
         for index in range(runs):
             if flt.task is not None and index != flt.task:
@@ -262,7 +262,7 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
     def cancel_task(self, handle: SlurmHandle, index: int) -> None:
         """Cancel one run of an array (``scancel <id>_<index>``); the other runs go on."""
         if not handle.array or not 0 <= index < handle.runs:
-            raise TargetError(f"task {index} does not exist (this job has {handle.runs} run(s))")
+            raise TargetError(f"task {index} does not exist (this job has {handle.runs} task(s))")
         self._cancel(handle, index)
 
     def _cancel(self, handle: SlurmHandle, index: int | None) -> None:
