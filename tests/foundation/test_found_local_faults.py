@@ -185,8 +185,8 @@ with open(os.environ["ESCAPED"] + ".tmp", "w") as f:
     f.write(str(child.pid))
 os.rename(os.environ["ESCAPED"] + ".tmp", os.environ["ESCAPED"])
 print("escaped", flush=True)
-while not os.environ.get("THEN_EXIT"):
-    time.sleep(1)
+while not os.environ.get("THEN_EXIT") and not os.path.exists(os.environ["ESCAPED"] + ".go"):
+    time.sleep(0.2)
 """
 
 
@@ -241,6 +241,39 @@ def test_a_job_that_ends_leaves_nothing_running_and_says_what_it_stopped(cli, tm
         state = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
         assert f"1 process(es) the job left running when it ended (pid {pid} python" in state["status"]["message"], state
         assert not os.path.exists(json.loads((Path(state["run_dir"]) / "state.json").read_text())["cgroup"])
+    finally:
+        if procs.alive(pid, started):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.real
+def test_a_job_whose_supervisor_was_killed_leaves_nothing_running_once_it_ends(cli, tmp_path):
+    """The supervisor SIGKILLed while a worker's daemon runs (its own session, an empty environment); the
+    worker then exits 0. The first status that finds the job ended does what the supervisor would have:
+    the daemon is stopped, the cgroup removed, and the message says what was stopped."""
+    from launcher.targets.local.job import cgroups
+    from launcher.targets.shared import procs
+
+    if cgroups.make_job("probe-00000")[0] is None:
+        _cannot(f"no writable cgroup v2 here: {cgroups.make_job('probe-00000')[1]}")
+    cgroups.remove(cgroups.make_job("probe-00000")[0] or "")
+    (tmp_path / "escaper.py").write_text(ESCAPER)
+    escaped = tmp_path / "escaped"
+    job_id = cli("submit", "-q", "--set", f"env.ESCAPED={escaped}", "--", "python", "escaper.py", cwd=tmp_path,
+                 check=True).stdout.strip()
+    pid = int(wait_for(lambda: escaped.exists() and escaped.read_text(), "the worker's child to escape"))
+    started = procs.start_time(pid)
+    try:
+        data = json.loads(cli("status", job_id, "-o", "json", check=True).stdout)
+        os.kill(data["handle"]["pid"], signal.SIGKILL)  # the supervisor
+        (tmp_path / "escaped.go").touch()  # the worker exits 0; its node wrapper records it
+        done = cli("wait", job_id, "--timeout", "120")
+        assert "SUCCEEDED" in done.stdout and "the supervisor was gone" in done.stdout, done.stdout + done.stderr
+        assert not procs.alive(pid, started), f"process {pid} outlived its job"
+        assert f"1 process(es) the job left running when it ended (pid {pid} python" in done.stdout, done.stdout
+        state = json.loads((Path(data["run_dir"]) / "state.json").read_text())
+        assert not os.path.exists(state["cgroup"])
+        assert "already ended" in cli("cancel", job_id).stdout
     finally:
         if procs.alive(pid, started):
             os.kill(pid, signal.SIGKILL)

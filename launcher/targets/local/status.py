@@ -122,8 +122,9 @@ def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> J
     if state.terminal:
         from launcher.targets.local.job import cgroups
 
-        cgroups.remove_ended(handle.job_id, read_state(handle.run_dir))  # its supervisor would have, at the end
-        message = (message + "; " if message else "") + "(the supervisor was gone: state read from the nodes' exit records)"
+        stopped = cgroups.remove_ended(handle.job_id, read_state(handle.run_dir))  # its supervisor would have
+        message = "; ".join(x for x in (message, stopped) if x)
+        message = (message + " " if message else "") + "(the supervisor was gone: state read from the nodes' exit records)"
     return JobStatus(state, message, tasks, details)
 
 

@@ -154,12 +154,14 @@ def remove(path: str) -> bool:
     return not os.path.exists(path)
 
 
-def remove_ended(job_id: str, state: dict[str, object] | None) -> None:
-    """Remove the cgroups of a job that ended without its supervisor (killed), which would have
-    removed them; a cgroup some process still uses stays (rmdir refuses it)."""
+def remove_ended(job_id: str, state: dict[str, object] | None) -> str:
+    """For a job that ended without its supervisor (killed), what the supervisor would have done at the
+    end: stop what the job left running in its cgroup and remove the cgroups (``left_behind``); what was
+    stopped, said ("" when nothing was)."""
     path = (state or {}).get("cgroup")
     if isinstance(path, str) and path.endswith(f"/ddpjob-{job_id}") and os.path.isdir(path):
-        remove(path)
+        return left_behind(path)
+    return ""
 
 
 def cancel_note(state: dict[str, object] | None) -> str | None:
