@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from launcher.targets.chosen import Bound, Chosen
     from launcher.targets.jobstatus import JobStatus
     from launcher.targets.shared.health import JobHealth
+    from launcher.targets.shared.stacks import JobStacks
 
 # A job without a handle this long after its reservation was abandoned by its submitting process.
 ABANDONED_AFTER_S = 120.0
@@ -277,6 +278,14 @@ class Jobs:
         if rec.handle is None:
             return None
         return self.bound(rec).health()
+
+    def stacks(self, job_id: str, flt: LogFilter) -> JobStacks:
+        """Every live rank's Python stack (``flt``: which task, node, rank), read by py-spy."""
+        rec = self.registry.get(job_id)
+        check_selection(rec, task=flt.task, node=flt.node, rank=flt.rank)
+        if rec.handle is None:
+            raise NotSubmitted(f"{rec.id} has no ranks: its submission did not complete ({rec.message or rec.state.value})")
+        return self.bound(rec).stacks(flt)
 
     def wait(self, job_id: str, timeout: float | None = None,
              on_poll: Callable[[JobRecord], None] | None = None) -> JobRecord:

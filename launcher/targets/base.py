@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
     from launcher.targets.shared.health import JobHealth
+    from launcher.targets.shared.stacks import JobStacks
 
 
 @dataclass(frozen=True)
@@ -358,6 +359,14 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
             if isinstance(state, dict):
                 return parse(state, index, ends=exit_records(logs[index] if index < len(logs) else []))
         return None
+
+    def stacks(self, handle: HandleT, flt: LogFilter) -> JobStacks:
+        """Every live rank's Python stack (``launcher.targets.shared.stacks``), read from outside it by
+        py-spy; ``flt``'s task, node and rank choose which. Targets that can reach their ranks override it."""
+        from launcher.core.errors import UsageError
+
+        raise UsageError(f"ddpjob stacks does not reach the ranks of a {self.name} job yet (the local target only, "
+                         "for now): look at a rank's last lines with ddpjob logs ID --rank R")
 
     def stage(self, handle: HandleT, status: JobStatus) -> str:
         """One line for a live display while the job starts: where it is (waiting in a queue, nodes

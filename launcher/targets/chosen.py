@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from launcher.spec.model import JobSpec
     from launcher.targets.jobstatus import JobStatus
     from launcher.targets.shared.health import JobHealth
+    from launcher.targets.shared.stacks import JobStacks
 
 PayloadT = TypeVar("PayloadT")
 HandleT = TypeVar("HandleT", bound=Handle)
@@ -42,6 +43,7 @@ class Bound(Protocol):
     def cancel_note(self) -> str | None: ...
     def progress(self) -> Progress | None: ...
     def health(self) -> JobHealth | None: ...
+    def stacks(self, flt: LogFilter) -> JobStacks: ...
     def stage(self, status: JobStatus) -> str: ...
 
 
@@ -159,6 +161,9 @@ class _Bound(Generic[PayloadT, HandleT]):
 
     def health(self) -> JobHealth | None:
         return self.target.health(self._handle)
+
+    def stacks(self, flt: LogFilter) -> JobStacks:
+        return self.target.stacks(self._handle, flt)
 
     def stage(self, status: JobStatus) -> str:
         return self.target.stage(self._handle, status)

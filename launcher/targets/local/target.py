@@ -39,13 +39,14 @@ from launcher.targets.local.payload import (
 )
 from launcher.targets.local.status import job_status, read_state
 from launcher.targets.shared import netif, procs
-from launcher.targets.shared.files import atomic_write, from_json, to_json
+from launcher.targets.shared.files import atomic_write, from_json, read_json, to_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
 from launcher.targets.shared.runfolder import RunFolder
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
+    from launcher.targets.shared.stacks import JobStacks
 
 __all__ = ["MARKER", "LocalElement", "LocalHandle", "LocalNode", "LocalPayload", "LocalTarget", "read_plan",
            "render_local"]
@@ -251,6 +252,39 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
         with procs.ExitWaker(handle.pid, handle.start) as waker:  # the supervisor's end wakes us at once
             yield from follow_files(srcs, tail=flt.tail, rank=flt.rank, follow=follow, poll=0.05, sleep=waker.sleep,
                                     finished=lambda: self.status(handle).state.terminal, verbose=flt.verbose)
+
+    def stacks(self, handle: LocalHandle, flt: LogFilter) -> JobStacks:
+        """Read by py-spy here: each rank's pid is in its node wrapper's last sample (``watch.json``), checked
+        against the process's own RANK before it is read. The latest task with live ranks, or ``flt.task``."""
+        from launcher.core.errors import UsageError
+        from launcher.targets.shared.health import exit_records, parse
+        from launcher.targets.shared.stacks import HOW_TO_GET, JobStacks, RankStack, dump_all, find_py_spy
+        from launcher.targets.shared.vitals import ranks_of
+
+        if read_plan(handle.run_dir).container != "none":
+            raise UsageError("ddpjob stacks does not reach ranks in containers yet (local.container): run the job "
+                             "without a container to read its stacks, or look at its lines with ddpjob logs")
+        py_spy = find_py_spy()
+        if py_spy is None:
+            raise TargetUnavailable(HOW_TO_GET)
+        files, logs = self.watch_files(handle), self.startup_files(handle)
+        for index in [flt.task] if flt.task is not None else reversed(range(len(files))):
+            state = read_json(files[index]) if index < len(files) else None
+            if not isinstance(state, dict):
+                continue
+            health = parse(state, index, ends=exit_records(logs[index] if index < len(logs) else []))
+            live = [RankStack(n.node, r.rank, r.local_rank, r.pid, n.host) for n in health.nodes if n.ended is None
+                    for r in n.ranks if r.state != "X" and r.exit_code is None
+                    and flt.node in (None, n.node) and flt.rank in (None, r.rank)]
+            if not live:
+                continue
+            changed = [r for r in live if ranks_of(r.pid)[0] != r.rank]
+            for r in changed:
+                r.error = "its process is gone or changed since the last sample (the rank restarted?): ask again"
+            return JobStacks(index, [*dump_all(py_spy, [r for r in live if r not in changed]), *changed])
+        which = f"task {flt.task}" if flt.task is not None else "the job"
+        raise TargetError(f"no live rank to read: {which} has not started its workers yet, or has ended "
+                          "(ddpjob status ID says which)")
 
     def cancel_note(self, handle: LocalHandle) -> str | None:
         from launcher.targets.local.job import cgroups

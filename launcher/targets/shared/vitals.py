@@ -71,7 +71,7 @@ def _rss(pid: int) -> int | None:
         return None
 
 
-def _ranks_of(pid: int) -> tuple[int | None, int | None]:
+def ranks_of(pid: int) -> tuple[int | None, int | None]:
     """(RANK, LOCAL_RANK) from the process's environment; None where not readable."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
@@ -172,7 +172,7 @@ class Sampler:
             stat = proc_stat(pid)
             if stat is None:
                 continue
-            rank, local = self._ids.get(pid) or _ranks_of(pid)
+            rank, local = self._ids.get(pid) or ranks_of(pid)
             if rank is None or local is None:
                 # Not a worker of torchrun (a container engine's process), or one caught between fork and
                 # exec, whose environment is still its agent's (which may hold a RANK: the node's, as a

@@ -1,0 +1,131 @@
+"""``ddpjob stacks`` (issue 44, item 1, the local target): every rank's Python stack read from outside by
+py-spy. The real test runs a plain 2-node gloo script whose rank 1 is held back in its own data path
+(a sleep in ``read_shard``) and reads both ranks where they are: rank 1 in ``read_shard``, rank 0 in the
+all-reduce waiting for it. The pure ones hold py-spy's output, its errors and the text to what they
+must say."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from testkit import wait_for
+
+from launcher.cli.stacks import lines
+from launcher.targets.shared import stacks
+
+SLOW_RANK = """
+import os, time
+import torch
+import torch.distributed as dist
+
+def read_shard(rank):
+    time.sleep(0.4 if rank == 1 else 0.0)  # rank 1's data path is slow
+    return torch.ones(4) * rank
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+while not os.path.exists(os.environ["STOP"]):
+    dist.all_reduce(read_shard(rank))
+dist.destroy_process_group()
+"""
+
+DUMP = [  # py-spy dump --json of a rank (0.4.3), cut to what is read
+    {"pid": 7, "thread_id": 1, "thread_name": "pt_autograd_0", "os_thread_id": 9, "active": False,
+     "frames": [{"name": "wait", "filename": "/usr/lib/python3.11/threading.py", "short_filename": "threading.py",
+                 "line": 327}]},
+    {"pid": 7, "thread_id": 2, "thread_name": "MainThread", "os_thread_id": 7, "active": True,
+     "frames": [{"name": "read_shard", "filename": "/w/data.py", "short_filename": "data.py", "line": 88},
+                {"name": "<module>", "filename": "/w/train.py", "short_filename": "train.py", "line": 3}]},
+]
+
+
+def test_a_dump_is_read_innermost_frame_first_and_the_main_thread_leads():
+    rank = stacks.RankStack(node=1, rank=3, local_rank=1, pid=7, host="n2", threads=stacks.parse(DUMP))
+    assert rank.main() is rank.threads[1] and rank.innermost() == stacks.Frame("read_shard", "data.py", 88, "/w/data.py")
+    text = lines(stacks.JobStacks(task=0, ranks=[rank]))
+    assert text == ["task 0: 1 rank(s)", "rank 3 on node 1 (n2), pid 7:",
+                    "  MainThread (active): read_shard (data.py:88) < <module> (train.py:3)",
+                    "  pt_autograd_0 (idle): wait (threading.py:327)"], text
+    verbose = lines(stacks.JobStacks(task=0, ranks=[rank]), verbose=True)
+    assert verbose[2:5] == ["  thread MainThread (active, tid 7)", "    read_shard (/w/data.py:88)",
+                            "    <module> (/w/train.py:3)"], verbose
+    assert stacks.parse({"not": "a list"}) == [] and stacks.parse([{"frames": [{}]}])[0].frames[0].line == 0
+
+
+@pytest.mark.parametrize(("said", "means"), [
+    ("Error: Permission denied (os error 13)", "not permitted to read another process (ptrace)"),
+    ("Error: Operation not permitted (os error 1)", "CAP_SYS_PTRACE"),
+    ("Error: No such process (os error 3)", "the process has ended"),
+    ("Error: Failed to find python version from target process\n\nStack backtrace:\n   0: anyhow", "not a Python process"),
+    ("Error: something new\n\nStack backtrace:\n   0: x", "py-spy could not read it: Error: something new"),
+])
+def test_what_py_spy_cannot_do_is_said_in_a_users_words(said, means):
+    assert means in stacks.why_not(said)
+
+
+def test_the_py_spy_used_is_the_one_named_else_beside_python_else_on_the_path(tmp_path, monkeypatch):
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\necho 'Error: Permission denied' >&2\nexit 1\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv(stacks.PY_SPY_ENV, str(fake))
+    assert stacks.find_py_spy() == str(fake)
+    read = stacks.dump(str(fake), stacks.RankStack(node=0, rank=0, local_rank=0, pid=os.getpid()))
+    assert read.threads == [] and read.error is not None and "ptrace" in read.error
+    monkeypatch.setenv(stacks.PY_SPY_ENV, "")  # set but empty: none, whatever else is installed
+    assert stacks.find_py_spy() is None
+    monkeypatch.setenv(stacks.PY_SPY_ENV, str(tmp_path / "absent"))
+    assert stacks.find_py_spy() is None
+    monkeypatch.delenv(stacks.PY_SPY_ENV)
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.exists():
+        assert stacks.find_py_spy() == str(beside)
+
+
+def _needs_py_spy() -> str:
+    found = stacks.find_py_spy()
+    if found is None:
+        pytest.skip("py-spy is not installed here (the dev extra has it): " + stacks.HOW_TO_GET)
+    return found
+
+
+@pytest.mark.real
+def test_stacks_shows_the_slow_rank_in_its_data_path_and_the_other_waiting_for_it(cli, tmp_path):
+    _needs_py_spy()
+    (tmp_path / "slowrank.py").write_text(SLOW_RANK)
+    stop = tmp_path / "stop"
+    job_id = cli("submit", "-q", "--nodes", "2", "--set", f"env.STOP={stop}", "--", "python", "slowrank.py",
+                 cwd=tmp_path, check=True).stdout.strip()
+    try:
+        def both() -> dict | None:  # each node's runner has sampled its rank, and both ranks run their loop
+            proc = cli("stacks", job_id, "-o", "json")
+            if proc.returncode != 0:
+                return None
+            found = json.loads(proc.stdout)
+            tops = {r["rank"]: [f["function"] for t in r["threads"] for f in t["frames"]] for r in found["ranks"]}
+            return found if len(tops) == 2 and "read_shard" in tops.get(1, []) else None
+
+        found = wait_for(both, "both ranks read, rank 1 in read_shard", timeout=120, poll=1.0)
+        assert found["id"] == job_id and found["task"] == 0
+        by_rank = {r["rank"]: r for r in found["ranks"]}
+        assert {r["node"] for r in found["ranks"]} == {0, 1} and all(r["error"] is None for r in found["ranks"])
+        main = {k: next(t for t in r["threads"] if t["name"] == "MainThread") for k, r in by_rank.items()}
+        assert main[1]["frames"][0]["function"] == "read_shard" and main[1]["frames"][0]["file"] == "slowrank.py"
+        assert "all_reduce" in [f["function"] for f in main[0]["frames"]], main[0]  # waiting for rank 1
+
+        text = cli("stacks", job_id, check=True).stdout
+        assert "rank 1 on node 1" in text and "MainThread (idle): read_shard (slowrank.py:7) <" in text, text
+        one = cli("stacks", job_id, "--rank", "1", "-v", check=True).stdout
+        assert "rank 0" not in one and f"    read_shard ({tmp_path}/slowrank.py:7)" in one, one
+
+        missing = cli("stacks", job_id, env={stacks.PY_SPY_ENV: ""})
+        assert missing.returncode == 3 and "pip install 'ddpjob[stacks]'" in missing.stderr, missing.stderr
+    finally:
+        stop.touch()
+    assert "SUCCEEDED" in cli("wait", job_id, "--timeout", "60").stdout
+    ended = cli("stacks", job_id)
+    assert ended.returncode == 3 and "no live rank to read" in ended.stderr and "Traceback" not in ended.stderr
