@@ -29,7 +29,8 @@ def top(job_id: str, output: str, once: bool, interval: float) -> None:
     table each node's GPUs (inside a container nvidia-smi cannot tell which rank is on which GPU:
     ddpjob's trainer says so itself, another program's ranks show -). A rank named STUCK or
     STRAGGLER is the one status names. Samples come from each node's runner every few
-    seconds (stall watch); after the job ends it shows the last one, the ranks of a local node
+    seconds (stall watch); a node not heard for 10 s is flagged SILENT with how long (its rows are its
+    last sample, not the present: its runner frozen, cut off or gone); after the job ends it shows the last one, the ranks of a local node
     that ended "exited" with their exit code (0 when their node's torchrun ended 0). Ctrl-C leaves.
 
     \b

@@ -369,3 +369,27 @@ def test_a_progress_line_keeps_what_the_watch_says_first():
     assert with_health("step 3/9", "stalled: rank 1 on node 1 is stopped") == "stalled: rank 1 on node 1 is stopped; step 3/9"
     assert with_health("", "straggler: rank 1 on node 1") == "straggler: rank 1 on node 1"
     assert with_health("step 3/9", "retrying the port") == "step 3/9"
+
+
+def test_a_node_not_heard_for_a_while_is_marked_silent_not_shown_as_current():
+    """Issue 44 item 5: a frozen node's last sample was shown as current ("running 79%") until the stall
+    timeout. A node the watch had not heard for more than SILENT_AFTER_S when it last wrote is flagged
+    SILENT with that age, and a line under the table says its rows are its last sample; a node heard
+    lately, one not heard yet, and one that has ended are not (the watch's own clock, both times)."""
+    from launcher.targets.shared.health import SILENT_AFTER_S, notes, parse, table
+
+    now = 1000.0
+    rank = {"local_rank": 0, "state": "R", "cpu": 79.0, "rss": 1 << 20, "output": now - 1}
+    nodes = [{**_node(n, [{**rank, "rank": n, "pid": 40 + n}]), "heard": heard}
+             for n, heard in enumerate((now, now - 25, now - SILENT_AFTER_S + 1, None))]
+    state = {"updated": now, "timeout": 300, "action": "report", "nodes": nodes, "stragglers": []}
+    health = parse(state, now=now + 40)  # asked later: the job's watch is what the age is told from
+    assert [n.silent_s for n in health.nodes] == [None, 25.0, None, None]
+    lines = table(health)
+    assert lines[2].endswith("SILENT 25s") and "running" in lines[2], lines
+    assert not any("SILENT" in line for line in (lines[1], lines[3], lines[4])), lines
+    assert notes(health) == ["node 1 (h1): not heard for 25s when the watch last wrote (its runner frozen, cut off "
+                             "or gone): its rows are its last sample, not the present"]
+    ended = parse(state, now=now, ends={1: {"exit_code": 0, "signal": None}})
+    assert ended.nodes[1].silent_s is None and "SILENT" not in table(ended)[2]
+    assert parse(state, now=now).to_json()["nodes"][1]["silent_s"] == 25.0  # top -o json and the dashboard

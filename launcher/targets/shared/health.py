@@ -55,6 +55,9 @@ class NodeVitals:
     no_gpu: str | None = None  # why there are no GPU columns ("no GPU (nvidia-smi not found)")
     error: str | None = None
     ended: str | None = None  # how its torchrun ended, once it has: "exit 0", "exit 1", "SIGTERM"
+    # Seconds the watch had gone without hearing this node when it last wrote, once that is past
+    # SILENT_AFTER_S (its runner frozen, cut off or gone): its rows are its last sample, not the present.
+    silent_s: float | None = None
 
 
 @dataclass
@@ -126,13 +129,15 @@ def parse(state: dict[str, Any], task: int = 0, now: float | None = None,
         if ended is not None:
             for r in ranks:
                 r.state, r.cpu_pct, r.exit_code = "exited", None, 0 if ended == "exit 0" else None
-        heard = _num(rec.get("heard"))
+        heard, updated = _num(rec.get("heard")), _num(state.get("updated"))
+        quiet = updated - heard if heard and updated else None  # the watch's own clock, both
         nodes.append(NodeVitals(
             node=int(rec.get("node") or 0), host=rec.get("host") if isinstance(rec.get("host"), str) else None,
             heard_age_s=round(now - heard, 1) if heard else None, sampled=_num(v.get("t")), ranks=ranks,
             gpus=[d for d in v.get("gpus") or [] if isinstance(d, dict)],
             no_gpu=v.get("no_gpu") if isinstance(v.get("no_gpu"), str) else None,
-            error=v.get("error") if isinstance(v.get("error"), str) else None, ended=ended))
+            error=v.get("error") if isinstance(v.get("error"), str) else None, ended=ended,
+            silent_s=round(quiet, 1) if quiet is not None and quiet > SILENT_AFTER_S and ended is None else None))
     return JobHealth(task=task, updated=_num(state.get("updated")), timeout=_num(state.get("timeout")),
                      action=state.get("action") if isinstance(state.get("action"), str) else None, nodes=nodes,
                      note=report(state, now), stragglers=slow, verdict=verdict)
@@ -164,6 +169,7 @@ def _ended(record: Any) -> str | None:
     return None if code is None else f"exit {code}"
 
 
+SILENT_AFTER_S = 10.0  # five heartbeats (heartbeat.INTERVAL_S) missed
 COLUMNS = ("NODE", "RANK", "PID", "STATE", "CPU%", "RSS", "OUTPUT", "STEP", "STEP MS", "OWN MS", "GPU", "GPU%",
            "GPU MEM", "")
 
@@ -199,11 +205,12 @@ def rows(health: JobHealth) -> list[tuple[str, ...]]:
             since = f" since {time.strftime('%H:%M:%S', time.localtime(r.stopped_since))}" if r.stopped_since else ""
             if r.state == "exited":  # the rank's own code where it is known, else its node's torchrun's
                 since = f" {r.exit_code}" if r.exit_code is not None else f" (node {n.ended})"
+            flag = r.flag.upper() or (f"SILENT {n.silent_s:.0f}s" if n.silent_s is not None else "")
             out.append((
                 where, _f(r.rank) if r.rank is not None else "?", str(r.pid), r.state + since, _f(r.cpu_pct),
                 _size(r.rss_bytes), "never" if r.output_age_s is None else f"{r.output_age_s:.0f}s ago", _f(r.step),
                 _f(r.step_ms, "{:.1f}"), _f(r.own_ms, "{:.1f}"), no_gpu or ("-" if r.gpu is None else str(r.gpu)),
-                "" if no_gpu else _f(r.gpu_util), "" if no_gpu else _f(r.gpu_mem_mib, "{:.0f} MiB"), r.flag.upper()))
+                "" if no_gpu else _f(r.gpu_util), "" if no_gpu else _f(r.gpu_mem_mib, "{:.0f} MiB"), flag))
     return out
 
 
@@ -212,6 +219,9 @@ def notes(health: JobHealth) -> list[str]:
     whole device); a node whose ranks nvidia-smi does not list; why a node has no GPU columns."""
     out: list[str] = []
     for n in health.nodes:
+        if n.silent_s is not None:
+            out.append(f"node {n.node}{f' ({n.host})' if n.host else ''}: not heard for {n.silent_s:.0f}s when the watch "
+                       "last wrote (its runner frozen, cut off or gone): its rows are its last sample, not the present")
         if n.gpus:
             out.append(f"node {n.node} GPUs: " + "; ".join(
                 f"#{d.get('index')} {_f(_num(d.get('util')))}% busy, {_gib(d.get('mem_mib'))} of {_gib(d.get('total_mib'))} GiB"
