@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from testkit import job_pids, wait_for
 
+from launcher.targets.shared.stacks import find_py_spy
+
 TICKER = """
 import os, time
 while True:
@@ -51,6 +53,11 @@ def _start_ticker(cli, tmp_path: Path, action: str) -> tuple[str, str]:
     return job_id, run_dir
 
 
+def _said(cli, job_id: str, words: str) -> str | None:
+    out = cli("status", job_id).stdout
+    return out if words in out else None
+
+
 @pytest.mark.real
 def test_a_stopped_rank_is_named_in_status_and_list(cli, tmp_path):
     """SIGSTOP to rank 1 (node 1): within stall.timeout + 30 s status and list name that rank, its
@@ -66,7 +73,45 @@ def test_a_stopped_rank_is_named_in_status_and_list(cli, tmp_path):
     assert "RUNNING" in status and "on node 1" in status and "is stopped (SIGSTOP?) since" in status, status
     listed = cli("list", "-o", "json", check=True).stdout
     assert "rank 1 (local rank 0" in listed, listed
+    if find_py_spy() is not None:  # where each rank is, read once when the watch named it (issue 44 item 2)
+        placed = wait_for(lambda: _said(cli, job_id, "stopped in"), "status to say where the stopped rank is",
+                          timeout=30)
+        assert "rank 1 stopped in ticker.py:5 <module>; rank 0 waits in <module> (ticker.py:5)" in placed, placed
+        kept = json.loads((Path(run_dir) / "task-0" / "stacks.json").read_text())
+        assert kept["verdict"]["rank"] == 1 and sorted(r["rank"] for r in kept["ranks"]) == [0, 1], kept
     cli("cancel", job_id, check=True)
+
+
+DEADLOCK = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1)
+if dist.get_rank() == 0:
+    dist.all_reduce(t)  # waits for rank 1 in an all-reduce it never enters
+else:
+    dist.recv(t, src=0)  # waits for a send rank 0 never makes
+"""
+
+
+@pytest.mark.real
+def test_ranks_blocked_in_different_collectives_are_named_with_their_frames(cli, tmp_path):
+    """A real deadlock (issue 44): rank 0 in an all-reduce, rank 1 in a recv. The run goes quiet, the
+    watch names it, and status says where each rank waits, from their stacks read once by py-spy."""
+    if find_py_spy() is None:
+        pytest.skip("py-spy is not installed here (the dev extra has it)")
+    (tmp_path / "deadlock.py").write_text(DEADLOCK)
+    job_id = cli("submit", "-q", "--nodes", "2", "--set", f"stall.timeout={TIMEOUT_S}", "--", "python",
+                 "deadlock.py", cwd=tmp_path, env=FLOOR, check=True).stdout.strip()
+    try:
+        status = wait_for(lambda: _said(cli, job_id, " waits in "), "status to say where the ranks wait",
+                          timeout=TIMEOUT_S + 60)
+        assert "stalled: no node has written output" in status, status
+        assert re.search(r"rank 0 waits in all_reduce \(torch/distributed/distributed_c10d\.py:\d+\) from deadlock\.py:6",
+                         status), status
+        assert re.search(r"rank 1 waits in recv \(torch/distributed/distributed_c10d\.py:\d+\) from deadlock\.py:8",
+                         status), status
+    finally:
+        cli("cancel", job_id)
 
 
 @pytest.mark.real

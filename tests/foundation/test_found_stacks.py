@@ -129,3 +129,50 @@ def test_stacks_shows_the_slow_rank_in_its_data_path_and_the_other_waiting_for_i
     assert "SUCCEEDED" in cli("wait", job_id, "--timeout", "60").stdout
     ended = cli("stacks", job_id)
     assert ended.returncode == 3 and "no live rank to read" in ended.stderr and "Traceback" not in ended.stderr
+
+
+def _rank(rank: int, *frames: tuple[str, str, int], error: str | None = None) -> stacks.RankStack:
+    return stacks.RankStack(node=rank, rank=rank, local_rank=0, pid=100 + rank, error=error, threads=[] if error else [
+        stacks.Thread("MainThread", 100 + rank, False, [stacks.Frame(fn, path.rsplit("/", 1)[-1] if "site-packages" not in
+                                                                     path else path.split("site-packages/")[1], line, path)
+                                                        for fn, path, line in frames])])
+
+
+def test_the_summary_says_where_the_stuck_rank_stopped_and_what_the_others_wait_in():
+    c10d = "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+    ranks = [_rank(0, ("all_reduce", c10d, 3913), ("step", "/w/train.py", 40)),
+             _rank(1, ("read_shard", "/w/data.py", 88), ("step", "/w/train.py", 38)),
+             _rank(2, ("all_reduce", c10d, 3913), ("step", "/w/train.py", 40)),
+             _rank(3, error="the process has ended")]
+    assert stacks.summary(ranks, stuck=1) == (
+        "rank 1 stopped in data.py:88 read_shard; ranks 0,2 wait in all_reduce "
+        "(torch/distributed/distributed_c10d.py:3913) from train.py:40; rank 3 not read: the process has ended")
+    assert stacks.summary(ranks[:1]) == "rank 0 waits in all_reduce (torch/distributed/distributed_c10d.py:3913) from train.py:40"
+
+
+def test_the_watch_asks_where_once_per_verdict_and_status_says_it():
+    import threading
+
+    from launcher.targets.shared.heartbeat import Watch, report
+
+    asked: list[dict] = []
+    answered = threading.Event()
+
+    def where(verdict: dict, nodes: list[dict]) -> str:
+        asked.append(verdict)
+        answered.set()
+        return "rank 1 stopped in data.py:88 read_shard"
+
+    w = Watch(port=0, nodes=2, host="h", outputs=[], timeout=5, action="report", state_path="/nonexistent/w.json",
+              on_stall=lambda m: None, where=where)
+    verdict = {"kind": "stuck", "node": 1, "rank": 1, "since": 1.0, "message": "rank 1 ... is stopped"}
+    w._placed(verdict)
+    assert answered.wait(5) and "where" not in verdict  # asked in a thread: said from the next tick on
+    again = dict(verdict)  # the next tick's verdict: the same stall
+    wait_for(lambda: w._placed(again) or "where" in again, "the answer to be kept", timeout=5, poll=0.05)
+    w._placed({**verdict, "since": 1.0})
+    assert len(asked) == 1, asked
+    assert report({"verdict": again, "action": "report"}, 2.0) == (
+        "stalled: rank 1 ... is stopped; rank 1 stopped in data.py:88 read_shard")
+    w._placed({**verdict, "rank": 0, "since": 9.0})  # a new stall: asked again
+    wait_for(lambda: len(asked) == 2, "a new verdict to be asked", timeout=5, poll=0.05)

@@ -18,7 +18,8 @@ from launcher.targets import TARGET_NAMES
 # top a module of the wing imports the standard library, its own wing and these shared in-job
 # modules, which follow the same rule (``ddpjob_<name>``: one of them as the pod's bundle names it).
 SHARED_IN_JOB = frozenset(f"launcher.targets.shared.{m}"
-                          for m in ("heartbeat", "vitals", "straggle", "runfolder", "netif", "files", "restarts", "told"))
+                          for m in ("heartbeat", "vitals", "straggle", "runfolder", "netif", "files", "restarts", "told",
+                                    "stacks"))
 
 
 def job_wing(module: str) -> str | None:

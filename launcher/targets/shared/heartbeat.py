@@ -73,7 +73,8 @@ class Watch:
                  on_replaced: Callable[[dict[str, Any]], None] | None = None,
                  on_followed: Callable[[dict[str, Any]], None] | None = None,
                  extra: Callable[[], dict[str, Any]] | None = None, own: int = 0,
-                 gone: tuple[int, ...] = (), hold: bool = False) -> None:
+                 gone: tuple[int, ...] = (), hold: bool = False,
+                 where: Callable[[dict[str, Any], list[dict[str, Any]]], str | None] | None = None) -> None:
         self.port, self.timeout, self.action, self.state_path = port, timeout, action, state_path
         self.own = own  # the node this watch runs on: 0, or the one that took the first node's place
         self.hold = hold  # answer every node "wait" until the first ``issue`` (a new first node's election)
@@ -92,6 +93,10 @@ class Watch:
             n: {"node": n, "host": host if n == own else None, "heard": now if n == own else None,
                 "output": now, "bytes": -1, **({"dropped": now} if n in gone else {})} for n in range(nodes)}
         self.verdict: dict[str, Any] | None = None
+        # Where every rank is when a verdict is new (``where``: its owner's, e.g. ``stacks.where``), asked once
+        # per verdict in a thread of its own and kept as the verdict's ``where``.
+        self.where = where
+        self._where: dict[tuple[Any, ...], str] = {}
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
 
@@ -177,9 +182,31 @@ class Watch:
         self.stragglers = self._straggle.judge(self._live(), now)
         if self.verdict is None or self.action == "report":  # reported stalls clear when the node is back
             self.verdict = self._judge(now)
+            self._placed(self.verdict)
             if self.verdict is not None and self.action == "fail":
                 self.on_stall(self.verdict["message"])
         self._write(now)
+
+    def _placed(self, verdict: dict[str, Any] | None) -> None:
+        """The verdict's ``where``, once its owner's ``where`` has answered (asked once per verdict)."""
+        if verdict is None or self.where is None:
+            return
+        key = (verdict.get("kind"), verdict.get("node"), verdict.get("rank"), verdict.get("since"))
+        if key in self._where:
+            if self._where[key]:
+                verdict["where"] = self._where[key]
+            return
+        self._where[key] = ""  # asked: nothing to say until it answers
+        asked, nodes, where = dict(verdict), [dict(r) for r in self._live()], self.where
+
+        def ask() -> None:
+            try:
+                line = where(asked, nodes)
+            except Exception as exc:  # noqa: BLE001 - the owner's; the verdict stands without it
+                line = f"where each rank is could not be read: {exc}"
+            self._where[key] = line or ""
+
+        threading.Thread(target=ask, name="ddpjob-where", daemon=True).start()
 
     def _live(self) -> list[dict[str, Any]]:
         return [rec for rec in self.nodes.values() if not rec.get("dropped")]
@@ -351,7 +378,8 @@ def report(state: dict[str, Any], now: float) -> str | None:
     verdict = state.get("verdict")
     if isinstance(verdict, dict) and verdict.get("message"):
         ending = "; the job is being ended (stall.action: fail)" if state.get("action") == "fail" else ""
-        return f"stalled: {verdict['message']}{ending}"
+        placed = f"; {verdict['where']}" if verdict.get("where") else ""
+        return f"stalled: {verdict['message']}{placed}{ending}"
     slow = [s["message"] for s in state.get("stragglers") or [] if isinstance(s, dict) and s.get("message")]
     if slow:
         return "straggler: " + "; ".join(slow)

@@ -19,6 +19,7 @@ folders of jobs submitted by an older ddpjob still read.
 
     node-<n>.log  node-<n>.json (Slurm's node record)  node-<n>.exit.json (local)  node-<n>.error.json
     torchrun-node-<n>/   watch.json (the first node's watch)   vitals/ (the ranks' step reports)
+    stacks.json          local: every rank's stack, taken once when the watch named a stall (``shared/stacks.py``)
     recovery.json        Slurm: the run's lost nodes, its nodes now and how it ended (``slurm/job/recover.py``)
 
 Slurm's job folder (``<slurm.folder>/<job id>``, submitit's folder) is a ``RunFolder`` too: its
@@ -54,6 +55,7 @@ OCI_CHECK = "oci-check.sh"
 PODMAN_EPILOG = "podman-epilog.sh"
 WATCH = "watch.json"
 RECOVERY = "recovery.json"
+STACKS = "stacks.json"
 VITALS = "vitals"
 OUTPUT_COUNT = "output.count"
 LOG_SUFFIX = ".log"
@@ -105,6 +107,11 @@ class TaskFolder:
     def recovery(self) -> str:
         """Slurm: the run's lost nodes and its nodes now, written by the first node's runner."""
         return _join(self.path, RECOVERY)
+
+    @property
+    def stacks(self) -> str:
+        """Local: every rank's stack when the watch named a stall (``shared/stacks.where``)."""
+        return _join(self.path, STACKS)
 
     @property
     def vitals(self) -> str:

@@ -5,7 +5,10 @@ prints each thread's stack; it needs nothing from the program and pauses it for 
 This module finds the binary (``DDPJOB_PY_SPY`` when set, else the one beside this interpreter, else
 the PATH's), runs ``py-spy dump --json`` on each rank's pid at once (in threads: a job of 16 nodes
 answers in the time of one dump), and turns what it says, or why it could not, into ``RankStack``s.
-Standard library only: the node runners may carry it into a job later.
+When the stall watch names a stall, ``where`` takes every rank's stack once (the local node wrapper's
+watch, where every rank is on this machine), keeps it beside ``watch.json`` and says in one line where
+the stuck rank stopped and what the others wait in, which ``status`` shows with the verdict. Standard
+library only: the node wrappers import it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 PY_SPY_ENV = "DDPJOB_PY_SPY"
 HOW_TO_GET = ("ddpjob stacks reads each rank with py-spy, which is not installed here: pip install 'ddpjob[stacks]' "
@@ -119,24 +123,31 @@ def parse(data: object) -> list[Thread]:
 
 
 def dump(py_spy: str, rank: RankStack, timeout: float = DUMP_TIMEOUT_S) -> RankStack:
-    """``rank`` with its threads read by ``py-spy dump``, or the reason it could not be."""
-    try:
-        done = subprocess.run([py_spy, "dump", "--pid", str(rank.pid), "--json"], stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        rank.error = f"py-spy did not answer within {timeout:g} s"
-        return rank
-    except OSError as exc:
-        rank.error = f"py-spy could not be run: {exc}"
-        return rank
-    text = done.stdout.decode("utf-8", "replace")
-    if done.returncode == 0:
+    """``rank`` with its threads read by ``py-spy dump``, or the reason it could not be. py-spy pauses the
+    process while it reads, which fails on a stopped one (SIGSTOP, a debugger): then it reads again without
+    pausing (``--nonblocking``: the stack of a stopped process does not move)."""
+    said = ""
+    for extra in ([], ["--nonblocking"]):
         try:
-            rank.threads = parse(json.loads(text))
+            done = subprocess.run([py_spy, "dump", "--pid", str(rank.pid), "--json", *extra], stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            rank.error = f"py-spy did not answer within {timeout:g} s"
             return rank
-        except ValueError:
-            pass
-    rank.error = why_not(done.stderr.decode("utf-8", "replace") + "\n" + text)
+        except OSError as exc:
+            rank.error = f"py-spy could not be run: {exc}"
+            return rank
+        text = done.stdout.decode("utf-8", "replace")
+        if done.returncode == 0:
+            try:
+                rank.threads = parse(json.loads(text))
+                return rank
+            except ValueError:
+                pass
+        said = done.stderr.decode("utf-8", "replace") + "\n" + text
+        if "Failed to get stack traces" not in said:
+            break
+    rank.error = why_not(said)
     return rank
 
 
@@ -146,3 +157,60 @@ def dump_all(py_spy: str, ranks: list[RankStack], timeout: float = DUMP_TIMEOUT_
         return []
     with ThreadPoolExecutor(max_workers=min(64, len(ranks))) as pool:
         return list(pool.map(lambda r: dump(py_spy, r, timeout), ranks))
+
+
+def summary(ranks: list[RankStack], stuck: int | None = None) -> str:
+    """One line: where rank ``stuck`` stopped, then what the others' main threads are in, grouped by their
+    innermost frame (``rank 1 stopped in data.py:88 read_shard; rank 0 waits in all_reduce
+    (distributed_c10d.py:3913)``); ranks that could not be read, and why, last."""
+    parts: list[str] = []
+    groups: dict[str, list[int | None]] = {}
+    unread: dict[str, list[int | None]] = {}
+    for r in sorted(ranks, key=lambda r: r.rank if r.rank is not None else -1):
+        top = r.innermost()
+        main = r.main()
+        if r.error or top is None or main is None:
+            unread.setdefault(r.error or "no Python frame", []).append(r.rank)
+            continue
+        own = next((f for f in main.frames if not _library(f.path)), None)  # where the program itself is
+        called = f" from {own.file}:{own.line}" if own is not None and own is not top else ""
+        if r.rank == stuck:
+            parts.append(f"rank {r.rank} stopped in {top.file}:{top.line} {top.function}{called}")
+        else:
+            groups.setdefault(f"{top.function} ({top.file}:{top.line}){called}", []).append(r.rank)
+    for where, who in groups.items():
+        parts.append(f"{_ranks(who)} {'waits' if len(who) == 1 else 'wait'} in {where}")
+    parts += [f"{_ranks(who)} not read: {why}" for why, who in unread.items()]
+    return "; ".join(parts)
+
+
+def _library(path: str) -> bool:
+    """A frame of an installed package or of Python's own library, not of the program."""
+    return any(part in path for part in ("/site-packages/", "/dist-packages/")) or "/lib/python3" in path
+
+
+def _ranks(who: list[int | None]) -> str:
+    return ("rank " if len(who) == 1 else "ranks ") + ",".join("?" if r is None else str(r) for r in who)
+
+
+def where(verdict: dict[str, Any], nodes: list[dict[str, Any]], keep: str | None = None) -> str | None:
+    """``heartbeat.Watch``'s ``where``: every rank the nodes' last samples name (their pids on this machine),
+    read once; all of it kept in ``keep`` (``stacks.json``) and the one line ``summary`` returned (how to
+    get py-spy, when it is not here)."""
+    py_spy = find_py_spy()
+    if py_spy is None:
+        return "where each rank is: not read (pip install 'ddpjob[stacks]' for py-spy)"
+    ranks = [RankStack(node=int(rec.get("node") or 0), rank=r.get("rank"), local_rank=r.get("local_rank"), pid=r["pid"],
+                       host=rec.get("host")) for rec in nodes for r in (rec.get("vitals") or {}).get("ranks") or []
+             if isinstance(r, dict) and isinstance(r.get("pid"), int) and r.get("state") not in ("X", "Z")]
+    if not ranks:
+        return None
+    found = JobStacks(task=0, ranks=dump_all(py_spy, ranks))
+    if keep:
+        try:
+            with open(keep + ".tmp", "w", encoding="utf-8") as f:
+                json.dump({"verdict": verdict, **found.to_json()}, f)
+            os.replace(keep + ".tmp", keep)
+        except OSError:
+            pass
+    return summary(found.ranks, verdict.get("rank") if verdict.get("kind") == "stuck" else None) or None

@@ -240,10 +240,11 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     would end them) and the node ends failed with the reason in its exit record. A node in a container
     (``container=NAME``): ``agent`` is the engine's client, and the ranks are found under the
     container's own torchrun agent (``_in_container``)."""
+    import functools
     import threading
 
     sys.path.insert(0, package_root())
-    from launcher.targets.shared import heartbeat, vitals
+    from launcher.targets.shared import heartbeat, stacks, vitals
 
     try:
         c = dict(word.partition("=")[::2] for word in config.split())
@@ -277,7 +278,10 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     common = {"port": port, "host": "localhost", "timeout": timeout, "action": c.get("action", "report"),
               "on_stall": on_stall, "vitals": sampler.sample, "outputs": outputs}
     if node == 0:
-        w = heartbeat.Watch(nodes=nodes, state_path=task.watch, **common)  # type: ignore[arg-type]
+        # Every rank is on this machine (outside containers: their pids are the engine's): when the watch
+        # names a stall it reads where each one is, once (``stacks.where``), kept beside watch.json.
+        placed = None if c.get("container") else functools.partial(stacks.where, keep=task.stacks)
+        w = heartbeat.Watch(nodes=nodes, state_path=task.watch, where=placed, **common)  # type: ignore[arg-type]
         why = w.start()
         if why:
             _say(f"[ddpjob] {why}")
