@@ -102,12 +102,12 @@ def draw_plot(job_ids: list[str], metric: str, out: str | None, log_y: bool) -> 
         raise UsageError("nothing to plot: " + "; ".join(f"{j}: {why}" for j, why in cmp.notes))
     path = out or f"compare-{metric}.png"
     jobs = list(dict.fromkeys(c.job_id for c in cmp.runs))
-    title = f"{metric}: {len(drawn)} run(s) of {len(jobs)} jobs"
+    title = f"{metric}: {len(drawn)} task(s) of {len(jobs)} jobs"
     if cmp.shared:  # what every curve has in common, under the title (the legend says what differs)
         title += "\n" + " ".join(f"{k}={short(v, 24)}" for k, v in list(cmp.shared.items())[:4])
     draw([(cmp.label(c), c.run.curves[metric]) for c in drawn], metric, title, path, log_y=log_y)
     missing = [c.label for c in cmp.runs if not c.run.curves.get(metric)]
-    click.echo(f"wrote {path}: {metric} of {len(drawn)} run(s) of {len(jobs)} jobs"
+    click.echo(f"wrote {path}: {metric} of {len(drawn)} task(s) of {len(jobs)} jobs"
                + (f"; without {metric}: {', '.join(missing)}" if missing else ""))
     for job_id, why in cmp.notes:
         click.echo(f"{job_id}: {why}", err=True)

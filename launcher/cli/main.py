@@ -156,7 +156,7 @@ def validate(spec_files: tuple[str, ...], target: str | None, nodes: int | None,
         runs = plan.runs if plan else math.prod(len(v) for v in loaded.spec.sweep.values())
         # A target may say what it checked (k8s: whether the strict CRD check ran, or why not).
         checks = (plan.checks or f"{target} checks passed") if plan else ""
-        click.echo(f"{f}: ok ({loaded.spec.nodes} node(s), {runs} run(s)" + (f", {checks})" if checks else ")"))
+        click.echo(f"{f}: ok ({loaded.spec.nodes} node(s), {runs} task(s)" + (f", {checks})" if checks else ")"))
     if bad:
         sys.exit(2)
 

@@ -137,8 +137,8 @@ def plot(job_ids: tuple[str, ...], metric: str, out: str | None, log_y: bool) ->
     draw([(run_label(r, len(runs) == 1), r.curves[metric]) for r in drawn], metric, f"{full_id}: {metric}", path,
          log_y=log_y)
     missing = len(runs) - len(drawn)
-    click.echo(f"wrote {path}: {metric} of {len(drawn)} run(s)"
-               + (f"; {missing} run(s) without {metric} yet left out" if missing else ""))
+    click.echo(f"wrote {path}: {metric} of {len(drawn)} task(s)"
+               + (f"; {missing} task(s) without {metric} yet left out" if missing else ""))
 
 
 COMMANDS: list[click.Command] = [results, plot]

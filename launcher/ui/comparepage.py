@@ -38,7 +38,7 @@ def compare_page(cmp: Comparison | None, token: str, home: str) -> str:
     from launcher.service.compare import short
 
     jobs = list(dict.fromkeys(c.job_id for c in cmp.runs))
-    parts = [f"<h1>Compare {len(cmp.runs)} run(s) of {len(jobs)} job(s)</h1>", back]
+    parts = [f"<h1>Compare {len(cmp.runs)} task(s) of {len(jobs)} job(s)</h1>", back]
     if cmp.shared:
         shared = " ".join(f"<span class=\"facet\">{escape(k)}={escape(short(v))}</span>" for k, v in cmp.shared.items())
         parts.append(f"<p class=\"shared\"><span class=\"muted\">All share:</span> {shared}</p>")

@@ -206,6 +206,6 @@ def test_states_targets_and_formats_take_any_case(cli, args):
 def test_validate_takes_the_overrides_the_readme_says_it_does(cli):
     """Issue 45, item 3: "Overrides apply before validation: --nodes, --procs-per-node, --name and --set"."""
     ok = cli("validate", "jobs/quickstart.yaml", "--nodes", "3", "-p", "2", "--name", "other", "--set", "resources.cpus=4")
-    assert ok.returncode == 0 and "jobs/quickstart.yaml: ok (3 node(s), 1 run(s))" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "jobs/quickstart.yaml: ok (3 node(s), 1 task(s))" in ok.stdout, ok.stdout + ok.stderr
     bad = cli("validate", "jobs/quickstart.yaml", "jobs/linreg.yaml", "--set", "recovery.max_losses=-1")
     assert bad.returncode == 2 and bad.stderr.count("recovery.max_losses: ") == 2, bad.stderr

@@ -71,7 +71,7 @@ def test_example_sweep_results_and_plot(cli, tmp_path):
     assert bad.returncode == 2 and "--sort nope: no run of this job has a metric or sweep value 'nope'" in bad.stderr
 
     png = tmp_path / "loss.png"
-    assert f"wrote {png}: loss of 4 run(s)" in _ok(cli("plot", job_id, "-o", str(png)))
+    assert f"wrote {png}: loss of 4 task(s)" in _ok(cli("plot", job_id, "-o", str(png)))
     from matplotlib import image
 
     pixels = image.imread(str(png))

@@ -50,7 +50,7 @@ def test_a_file_not_named_yaml_is_still_a_spec_and_never_a_command(tmp_path, ddp
 def test_dash_reads_the_spec_from_standard_input(ddpjob_home, cli_process):
     """Once through a real pipe into a ddpjob process, then in this process (the ``cli`` fixture's runner
     with the text as its standard input)."""
-    assert cli_process("validate", "-", input=QUICK.read_text()).stdout == "-: ok (2 node(s), 1 run(s))\n"
+    assert cli_process("validate", "-", input=QUICK.read_text()).stdout == "-: ok (2 node(s), 1 task(s))\n"
     assert "# ddpjob local plan: job quickstart-xxxxx" in ddpjob_in_process("render", "-", input=QUICK.read_text()).stdout
     bad = ddpjob_in_process("submit", "-", input=QUICK.read_text().replace("nodes: 2", "nodes: 0"))
     assert "<stdin>:9:1: nodes: Input should be greater than or equal to 1" in refused(bad)

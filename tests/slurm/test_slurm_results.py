@@ -77,7 +77,7 @@ def test_results_of_a_slurm_array_from_the_job_folder(slurm_cluster, cli, tmp_pa
     assert csv_rows[0].startswith("job,run,index,target,") and len(csv_rows) == 5
     svg = tmp_path / "three.svg"
     plotted = cli("plot", a, b, job_id, "-o", str(svg), timeout=120)
-    assert plotted.returncode == 0 and f"wrote {svg}: loss of 4 run(s) of 3 jobs" in plotted.stdout, plotted.stderr
+    assert plotted.returncode == 0 and f"wrote {svg}: loss of 4 task(s) of 3 jobs" in plotted.stdout, plotted.stderr
     legend = [line for line in svg.read_text().splitlines() if "target=" in line]
     for label in (a, b, f"{job_id}/0", f"{job_id}/1"):
         assert any(f">{label}: target=" in line for line in legend), (label, legend)

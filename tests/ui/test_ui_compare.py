@@ -76,7 +76,7 @@ def test_tick_two_jobs_and_compare_their_runs(cli, dashboard, browser, shots_dir
     assert browser.execute_script("return Array.from(document.querySelectorAll('table.jobs input:checked'), "
                                   "b => b.value)") == [sweep, base]
     browser.find_element(By.CSS_SELECTOR, "button.compare").click()
-    wait_for(lambda: "Compare 3 run(s) of 2 job(s)" in (text(browser, "h1") or ""), "the compare view")
+    wait_for(lambda: "Compare 3 task(s) of 2 job(s)" in (text(browser, "h1") or ""), "the compare view")
     heads = texts(browser, "table.compare thead th.facet")
     assert heads == ["command", "env.MODE", "lr"], heads  # what differs; target, nodes... are shared
     assert "target=local" in (text(browser, "p.shared") or "")
