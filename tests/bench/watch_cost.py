@@ -8,14 +8,17 @@ supervisor starts it), in two sides alternating within each repeat (the order fl
 - ``watch``: as ddpjob runs it: ``DDPJOB_WATCH`` set, so the first node runs the ``Watch`` and the
   second a ``Beacon``, each sampling its rank from /proc and its log every 2 s, and the trainer
   writing its step report (``DDPJOB_VITALS_DIR``) every 2 s;
-- ``bare``: the same wrappers and torchrun, no watch, no vitals, no step report.
+- ``bare``: the same wrappers and torchrun, no watch, no vitals, no step report;
+- with ``--pair stacks,watch`` (issue 44: under 1%): ``stacks``, the watch as ddpjob runs it with py-spy
+  installed (each node reads its rank's stack every 2 s without pausing it, ``stacks.FrameSampler``),
+  against ``watch``, the same with that sampling off (``DDPJOB_SAMPLE_STACKS=0``).
 
 Figures: the watch's CPU (the node wrappers' own CPU seconds with the watch less without it) as a
 share of the run's CPU seconds (`watch_cpu_pct`, steady across repeats); and global images/s between the end of step ``--warmup`` and the last step, from the trainer's
 metrics.jsonl. ``cost_pct`` = 100 x (1 - median of the per-repeat ratios watch / bare): under 1 is
 the issue's bar. Run it on a quiet machine: other work there moves either side by more than 1%.
 
-Usage: python tests/bench/watch_cost.py [--repeats 5] [--steps 400] [--warmup 40] [--batch 64]
+Usage: python tests/bench/watch_cost.py [--repeats 5] [--steps 400] [--warmup 40] [--batch 64] [--pair watch,bare]
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pathlib import Path
 from launcher.targets.shared.vitals import proc_stat
 
 REPO = Path(__file__).resolve().parents[2]
-NODE = REPO / "launcher" / "targets" / "local" / "node.py"
+NODE = REPO / "launcher" / "targets" / "local" / "job" / "node.py"
 
 
 def free_port() -> int:
@@ -63,7 +66,7 @@ def wait_all(pids: list[int]) -> tuple[list[int], float, float]:
     return [codes[p] for p in pids], sum(own.values()), tree
 
 
-def run_side(watch: bool, steps: int, warmup: int, batch: int) -> tuple[float, float, float]:
+def run_side(side: str, steps: int, warmup: int, batch: int) -> tuple[float, float, float]:
     """One 2-node run: global images/s over the steps after ``warmup``, the node wrappers' own CPU
     seconds and the CPU seconds of everything the run started."""
     port = free_port()
@@ -78,9 +81,12 @@ def run_side(watch: bool, steps: int, warmup: int, batch: int) -> tuple[float, f
                     "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
                     "--tee", "3", *train]
             env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // 2)), "PYTHONPATH": str(REPO)}
-            if watch:
+            env.pop("DDPJOB_SAMPLE_STACKS", None)
+            if side != "bare":
                 env["DDPJOB_WATCH"] = f"node={node} nodes=2 timeout=300 action=report"
                 env["DDPJOB_VITALS_DIR"] = str(Path(tmp) / "vitals")
+            if side == "watch":
+                env["DDPJOB_SAMPLE_STACKS"] = "0"
             log = open(Path(tmp) / f"node-{node}.log", "ab")  # noqa: SIM115 - closed below
             procs.append((subprocess.Popen([sys.executable, "-I", "-S", str(NODE), str(Path(tmp) / f"node-{node}.exit.json"),
                                             "--", *argv], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT), log))
@@ -91,8 +97,10 @@ def run_side(watch: bool, steps: int, warmup: int, batch: int) -> tuple[float, f
             log.close()
         if any(codes):
             raise SystemExit(f"a node failed ({codes}): {(Path(tmp) / 'node-0.log').read_text()[-2000:]}")
-        if watch and not (Path(tmp) / "watch.json").exists():
+        if side != "bare" and not (Path(tmp) / "watch.json").exists():
             raise SystemExit("the watch side wrote no watch.json: the watch did not run")
+        if side == "stacks" and '"frames"' not in (Path(tmp) / "watch.json").read_text():
+            raise SystemExit("the stacks side sampled no frames: is py-spy installed beside this Python?")
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     t = {r["step"]: r["time"] for r in records if r.get("event") == "step"}
     return batch * 2 * (steps - warmup) / (t[steps] - t[warmup]), own, tree
@@ -104,25 +112,30 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--pair", default="watch,bare", choices=["watch,bare", "stacks,watch"],
+                    help="the side measured, then the side it is measured against")
     args = ap.parse_args()
-    runs: dict[str, list[float]] = {"watch": [], "bare": []}
-    cpu: dict[str, list[list[float]]] = {"watch": [], "bare": []}  # [wrappers' own, whole run] CPU seconds
+    on, off = args.pair.split(",")
+    runs: dict[str, list[float]] = {on: [], off: []}
+    cpu: dict[str, list[list[float]]] = {on: [], off: []}  # [wrappers' own, whole run] CPU seconds
     for i in range(args.repeats):
-        order = ("watch", "bare") if i % 2 == 0 else ("bare", "watch")
+        order = (on, off) if i % 2 == 0 else (off, on)
         for side in order:
-            rate, own, tree = run_side(side == "watch", args.steps, args.warmup, args.batch)
+            rate, own, tree = run_side(side, args.steps, args.warmup, args.batch)
             runs[side].append(rate)
             cpu[side].append([round(own, 3), round(tree, 3)])
-    ratios = [w / b for w, b in zip(runs["watch"], runs["bare"])]
-    # The CPU the watch takes (the wrappers' own CPU with it less without it) as a share of a run's CPU:
-    # a direct figure, not moved by the run-to-run swing of images/s on a shared machine.
-    extra = statistics.median(o for o, _ in cpu["watch"]) - statistics.median(o for o, _ in cpu["bare"])
-    whole = statistics.median(t for _, t in cpu["watch"])
+    ratios = [w / b for w, b in zip(runs[on], runs[off])]
+    # The CPU the measured side adds (the wrappers' own CPU with it less without it; for stacks the whole
+    # run's, py-spy being the wrappers' children) as a share of a run's CPU: a direct figure, not moved by
+    # the run-to-run swing of images/s on a shared machine.
+    which = 1 if on == "stacks" else 0
+    extra = statistics.median(c[which] for c in cpu[on]) - statistics.median(c[which] for c in cpu[off])
+    whole = statistics.median(t for _, t in cpu[on])
     print(json.dumps({
-        "watch_cpu_s": round(extra, 3), "run_cpu_s": round(whole, 3),
-        "watch_cpu_pct": round(100 * extra / whole, 3) if whole else None, "cpu_s": cpu,
-        "images_per_s": runs, "median_watch": statistics.median(runs["watch"]),
-        "median_bare": statistics.median(runs["bare"]), "ratios": ratios,
+        "pair": args.pair, f"{on}_cpu_s": round(extra, 3), "run_cpu_s": round(whole, 3),
+        f"{on}_cpu_pct": round(100 * extra / whole, 3) if whole else None, "cpu_s": cpu,
+        "images_per_s": runs, f"median_{on}": statistics.median(runs[on]),
+        f"median_{off}": statistics.median(runs[off]), "ratios": ratios,
         "cost_pct": round(100 * (1 - statistics.median(ratios)), 2), "repeats": args.repeats, "steps": args.steps,
         "warmup": args.warmup, "batch": args.batch, "cpus": os.cpu_count(),
     }, indent=2))

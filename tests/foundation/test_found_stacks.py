@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -176,3 +177,83 @@ def test_the_watch_asks_where_once_per_verdict_and_status_says_it():
         "stalled: rank 1 ... is stopped; rank 1 stopped in data.py:88 read_shard")
     w._placed({**verdict, "rank": 0, "since": 9.0})  # a new stall: asked again
     wait_for(lambda: len(asked) == 2, "a new verdict to be asked", timeout=5, poll=0.05)
+
+
+def _framed(rank: int, n: int, wait: int, at: str | None) -> dict:
+    return {"node": rank, "host": f"h{rank}", "vitals": {"t": 100.0, "ranks": [
+        {"rank": rank, "local_rank": 0, "pid": 40 + rank, "state": "S", "cpu": 1.0,
+         "frames": {"n": n, "wait": wait, "at": at}}]}}
+
+
+def test_the_rank_the_others_keep_waiting_for_is_the_straggler_whatever_it_does():
+    """Issue 44 item 3: a rank sleeping in its data path uses as little CPU as its peers waiting for it,
+    so only where the stacks are tells them apart: it waited in none of its samples, they in most."""
+    from launcher.targets.shared.straggle import SAMPLES, Straggle
+
+    judge = Straggle()
+    nodes = [_framed(0, 8, 7, None), _framed(1, 8, 0, "read_shard (data.py:88)"), _framed(2, 8, 8, None)]
+    for i in range(SAMPLES - 1):
+        assert judge.judge(nodes, 100.0 + i) == []  # three judgements in a row, as every rule
+    (slow,) = judge.judge(nodes, 103.0)
+    assert slow["rank"] == 1 and slow["measured"] == "frames" and slow["at"] == "read_shard (data.py:88)"
+    assert slow["message"] == ("rank 1 on node 1 (h1) is the one the others wait for: its stack was in read_shard "
+                               "(data.py:88) (waiting on its peers in 0% of its last 8 samples, the others in 88% or "
+                               "more) (judged by where each rank's Python stack was: py-spy)")
+    # Not when another rank waits little too (two of them work: who waits for whom is not told), nor on
+    # too few samples, nor in lockstep (all waiting alike).
+    for other in ([_framed(0, 8, 3, "x (a.py:1)"), nodes[1], nodes[2]], [_framed(0, 3, 3, None), _framed(1, 3, 0, "y")],
+                  [_framed(0, 8, 8, None), _framed(1, 8, 8, None)]):
+        fresh = Straggle()
+        assert not any(fresh.judge(other, 100.0 + i) for i in range(SAMPLES + 1)), other
+
+
+def test_the_frame_sampler_keeps_each_ranks_last_places_without_pausing_it(tmp_path, monkeypatch):
+    """``FrameSampler``: py-spy --nonblocking on every pid at once, each sample kept per pid (the last
+    WINDOW), waiting when the main thread is in torch.distributed or autograd, else the program's own
+    innermost frame; a pid no longer asked is forgotten; DDPJOB_SAMPLE_STACKS=0 turns it off."""
+    c10d = "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+    dumps = {41: [{"thread_name": "MainThread", "frames": [{"name": "all_reduce", "filename": c10d, "line": 3913,
+                                                            "short_filename": "torch/distributed/distributed_c10d.py"},
+                                                           {"name": "main", "filename": "/w/t.py", "line": 9}]}],
+             42: [{"thread_name": "MainThread", "frames": [{"name": "sleep", "filename": "/usr/lib/python3.11/time.py",
+                                                            "line": 1}, {"name": "read_shard", "filename": "/w/data.py",
+                                                                         "short_filename": "data.py", "line": 88}]}]}
+    asked = tmp_path / "asked"
+    fake = tmp_path / "py-spy"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(asked)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+                    f"print(json.dumps({json.dumps({str(k): v for k, v in dumps.items()})}[sys.argv[3]]))\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv(stacks.PY_SPY_ENV, str(fake))
+    sampler = stacks.frame_sampler()
+    assert isinstance(sampler, stacks.FrameSampler)
+    sampler.every_s = 0.0
+    for _ in range(3):
+        seen = sampler([41, 42])
+    assert seen == {41: {"n": 3, "wait": 3, "at": None}, 42: {"n": 3, "wait": 0, "at": "read_shard (data.py:88)"}}
+    assert all("--nonblocking" in line for line in asked.read_text().splitlines())
+    assert set(sampler([42])) == {42}
+    monkeypatch.setenv(stacks.SAMPLE_ENV, "0")
+    assert stacks.frame_sampler() is None
+
+
+@pytest.mark.real
+def test_a_rank_held_back_by_sleeping_is_named_the_straggler_with_its_frame(cli, tmp_path):
+    """The issue's own case: a plain 2-node gloo script whose rank 1 sleeps 0.4 s more per step in its
+    data path (no CPU, no step reports) is named the straggler within 60 s, with the frame it sleeps in."""
+    _needs_py_spy()
+    (tmp_path / "slowrank.py").write_text(SLOW_RANK)
+    stop = tmp_path / "stop"
+    job_id = cli("submit", "-q", "--nodes", "2", "--set", f"env.STOP={stop}", "--", "python", "slowrank.py",
+                 cwd=tmp_path, check=True).stdout.strip()
+    try:
+        def named() -> str | None:
+            out = cli("status", job_id).stdout
+            return out if "straggler: rank 1" in out else None
+
+        status = wait_for(named, "status to name rank 1 the straggler", timeout=60, poll=2.0)
+        assert "is the one the others wait for: its stack was in read_shard (slowrank.py:7)" in status, status
+        top = cli("top", job_id, "--once", check=True).stdout
+        assert re.search(r"\n1 localhost +1 .*STRAGGLER", top), top
+    finally:
+        stop.touch()
+    cli("wait", job_id, "--timeout", "60")

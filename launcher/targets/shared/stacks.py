@@ -18,6 +18,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -122,12 +124,12 @@ def parse(data: object) -> list[Thread]:
     return threads
 
 
-def dump(py_spy: str, rank: RankStack, timeout: float = DUMP_TIMEOUT_S) -> RankStack:
+def dump(py_spy: str, rank: RankStack, timeout: float = DUMP_TIMEOUT_S, *, pause: bool = True) -> RankStack:
     """``rank`` with its threads read by ``py-spy dump``, or the reason it could not be. py-spy pauses the
-    process while it reads, which fails on a stopped one (SIGSTOP, a debugger): then it reads again without
-    pausing (``--nonblocking``: the stack of a stopped process does not move)."""
+    process while it reads (``pause``), which fails on a stopped one (SIGSTOP, a debugger): then it reads
+    again without pausing (``--nonblocking``: the stack of a stopped process does not move)."""
     said = ""
-    for extra in ([], ["--nonblocking"]):
+    for extra in ([], ["--nonblocking"]) if pause else (["--nonblocking"],):
         try:
             done = subprocess.run([py_spy, "dump", "--pid", str(rank.pid), "--json", *extra], stdin=subprocess.DEVNULL,
                                   capture_output=True, timeout=timeout, check=False)
@@ -151,12 +153,13 @@ def dump(py_spy: str, rank: RankStack, timeout: float = DUMP_TIMEOUT_S) -> RankS
     return rank
 
 
-def dump_all(py_spy: str, ranks: list[RankStack], timeout: float = DUMP_TIMEOUT_S) -> list[RankStack]:
+def dump_all(py_spy: str, ranks: list[RankStack], timeout: float = DUMP_TIMEOUT_S, *,
+             pause: bool = True) -> list[RankStack]:
     """Every rank read at once (one thread each, at most 64 at a time), in the order given."""
     if not ranks:
         return []
     with ThreadPoolExecutor(max_workers=min(64, len(ranks))) as pool:
-        return list(pool.map(lambda r: dump(py_spy, r, timeout), ranks))
+        return list(pool.map(lambda r: dump(py_spy, r, timeout, pause=pause), ranks))
 
 
 def summary(ranks: list[RankStack], stuck: int | None = None) -> str:
@@ -182,6 +185,11 @@ def summary(ranks: list[RankStack], stuck: int | None = None) -> str:
         parts.append(f"{_ranks(who)} {'waits' if len(who) == 1 else 'wait'} in {where}")
     parts += [f"{_ranks(who)} not read: {why}" for why, who in unread.items()]
     return "; ".join(parts)
+
+
+def _own_frame(thread: Thread) -> Frame | None:
+    """The innermost frame of the program itself (not of a package or of Python's library), else the innermost."""
+    return next((f for f in thread.frames if not _library(f.path)), thread.frames[0] if thread.frames else None)
 
 
 def _library(path: str) -> bool:
@@ -214,3 +222,57 @@ def where(verdict: dict[str, Any], nodes: list[dict[str, Any]], keep: str | None
         except OSError:
             pass
     return summary(found.ranks, verdict.get("rank") if verdict.get("kind") == "stuck" else None) or None
+
+
+# ---------------------------------------------------------------- where each rank spends its time (stragglers)
+
+SAMPLE_ENV = "DDPJOB_SAMPLE_STACKS"  # "0": the node runners sample no stacks
+SAMPLE_EVERY_S = 2.0
+WINDOW = 8  # the samples a rank's place is told from (the last ~16 s)
+# A rank whose main thread is in one of these waits on its peers: a collective, or DDP's backward, whose
+# gradient all-reduce the autograd engine waits for.
+_WAITING = ("/torch/distributed/", "/torch/autograd/", "/torch/nn/parallel/")
+
+
+def waiting(thread: Thread) -> bool:
+    return any(w in f"/{f.path}" for f in thread.frames for w in _WAITING)
+
+
+class FrameSampler:
+    """Each rank's innermost frames, every ``SAMPLE_EVERY_S``, read without pausing the rank (py-spy's
+    ``--nonblocking``): per pid, the last ``WINDOW`` samples, whether it waited on its peers and where it
+    was. A node's vitals (``vitals.Sampler``) carry its summary to the watch, whose straggler rule
+    (``straggle.py``) names the rank the others keep waiting for, whatever it spends its time on."""
+
+    def __init__(self, py_spy: str, every_s: float = SAMPLE_EVERY_S) -> None:
+        self.py_spy, self.every_s = py_spy, every_s
+        self.windows: dict[int, deque[tuple[bool, str]]] = {}
+        self._next = 0.0
+
+    def __call__(self, pids: list[int]) -> dict[int, dict[str, Any]]:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.every_s
+            for gone in set(self.windows) - set(pids):
+                del self.windows[gone]
+            for r in dump_all(self.py_spy, [RankStack(node=0, rank=None, local_rank=None, pid=p) for p in pids],
+                              timeout=max(2.0, 2 * self.every_s), pause=False):
+                main = r.main()
+                top = _own_frame(main) if main is not None and not r.error else None
+                if main is not None and top is not None:
+                    self.windows.setdefault(r.pid, deque(maxlen=WINDOW)).append((waiting(main), top.short()))
+        out = {}
+        for pid, window in self.windows.items():
+            places = Counter(at for wait, at in window if not wait)
+            out[pid] = {"n": len(window), "wait": sum(wait for wait, _ in window),
+                        "at": places.most_common(1)[0][0] if places else None}
+        return out
+
+
+def frame_sampler(env: dict[str, str] | None = None) -> FrameSampler | None:
+    """The node runner's sampler: None where py-spy is not installed or ``DDPJOB_SAMPLE_STACKS=0`` (in
+    ``env``, the job's, else this process's environment)."""
+    if (os.environ if env is None else env).get(SAMPLE_ENV, "").strip() == "0":
+        return None
+    py_spy = find_py_spy()
+    return FrameSampler(py_spy) if py_spy else None

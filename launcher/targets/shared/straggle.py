@@ -26,6 +26,12 @@ what was measured, not more:
   ``USE_APART`` points more) is named: its time goes to work off its GPU (data, CPU work, I/O).
   The opposite is not judged: NCCL's kernels keep a GPU busy while its rank waits for its peers, so a
   waiting rank's GPU reads as busy as a working one's.
+- Frames (where py-spy is installed on the node: ``stacks.FrameSampler``): each rank's Python stack is
+  read every few seconds without pausing it, and each sample says whether its main thread waited on its
+  peers (in ``torch.distributed``, or in DDP's backward) or where in the program it was. A rank that
+  waited in at most ``FRAMES_ALONE`` of its last samples while every other rank waited in at least
+  ``FRAMES_WAIT`` of theirs is the one they wait for, whatever it spends its time on (a sleep, I/O, a
+  lock, CPU or GPU work): named with the frame it was in most.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ SAMPLES = 3
 FRESH_S = 60.0  # a step report (or a node's sample) older than this is no longer the rank's pace
 USE_FACTOR = 2.0  # CPU or GPU use this many times apart from the others' median ...
 USE_APART = 25.0  # ... and this many percentage points apart
+FRAMES_MIN = 4  # samples a rank's place is judged from, at least
+FRAMES_ALONE, FRAMES_WAIT = 0.25, 0.6  # the share of its samples a rank waited on its peers: the one, the others
 _GONE = ("T", "t", "Z", "X")  # stopped (the stall rule's), zombie or ended: no pace to judge
 
 
@@ -83,7 +91,10 @@ class Straggle:
                     plain.append((r["rank"], rec, r))
         self._seen = set()
         out = sorted(self._by_steps(ranks, now), key=lambda s: -s["own_ms"])
-        out += sorted(self._by_use(plain, now), key=lambda s: -s["apart"])
+        named = {s["rank"] for s in out}
+        out += [s for s in self._by_frames(plain, now) if s["rank"] not in named]
+        named |= {s["rank"] for s in out}
+        out += sorted((s for s in self._by_use(plain, now) if s["rank"] not in named), key=lambda s: -s["apart"])
         self._apart = {k: v for k, v in self._apart.items() if k in self._seen}
         return out
 
@@ -137,6 +148,30 @@ class Straggle:
                                            f"keeps its GPU {util:.0f}% busy against {mid:.0f}% for the others: its "
                                            "time goes to work off the GPU (data, CPU work, I/O) while the others "
                                            "wait on it")
+        return out
+
+    def _by_frames(self, ranks: list[tuple[int, dict[str, Any], dict[str, Any]]], now: float) -> list[dict[str, Any]]:
+        """The frames rule (see the module): the rank the others keep waiting for."""
+        share = {}
+        for rank, rec, r in ranks:
+            f = r.get("frames")
+            n = _num(f.get("n")) if isinstance(f, dict) else None
+            if isinstance(f, dict) and n is not None and n >= FRAMES_MIN:
+                share[rank] = ((_num(f.get("wait")) or 0.0) / n, f, rec)
+        out = []
+        for rank, (alone, f, rec) in share.items():
+            others = [w for k, (w, _, _) in share.items() if k != rank]
+            if not others or alone > FRAMES_ALONE or min(others) < FRAMES_WAIT:
+                continue
+            named, since = self._count("frames", rank, now)
+            if not named:
+                continue
+            at = f.get("at") or "its own code"
+            out.append({"rank": rank, "node": rec["node"], "host": rec.get("host"), "since": since, "measured": "frames",
+                        "at": at, "short_of": "its own work",
+                        "message": f"rank {rank} on {_where(rec)} is the one the others wait for: its stack was in {at} "
+                                   f"(waiting on its peers in {alone:.0%} of its last {int(f['n'])} samples, the others "
+                                   f"in {min(others):.0%} or more) (judged by where each rank's Python stack was: py-spy)"})
         return out
 
     def _use_apart(self, rule: str, rank: int, rec: dict[str, Any], use: float, mid: float, now: float,

@@ -20,6 +20,8 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
+from typing import Any
 
 # What each sample reads of a node's log at most: a node that prints faster is read from its tail.
 LOG_CHUNK = 1 << 20
@@ -137,10 +139,13 @@ class Sampler:
     """One node's sampler: ``sample()`` every few seconds returns the node's vitals (see the module).
 
     ``agent``: a function giving the pid of the node's torchrun agent (None before it runs);
-    ``log``: the node's log; ``steps_dir``: where the trainer reports each rank's steps (or None)."""
+    ``log``: the node's log; ``steps_dir``: where the trainer reports each rank's steps (or None);
+    ``frames``: where each rank's stack has been lately, per pid (``stacks.FrameSampler``), or None."""
 
-    def __init__(self, *, node: int, agent: object, log: str | None, steps_dir: str | None, gpu: bool = True) -> None:
+    def __init__(self, *, node: int, agent: object, log: str | None, steps_dir: str | None, gpu: bool = True,
+                 frames: Callable[[list[int]], dict[int, dict[str, Any]]] | None = None) -> None:
         self.node, self.agent, self.log, self.steps_dir, self.gpu = node, agent, log, steps_dir, gpu
+        self.frames = frames
         self._ids: dict[int, tuple[int | None, int | None]] = {}
         self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (time of sample, CPU seconds then)
         self._stopped: dict[int, float] = {}  # pid -> since when it is stopped
@@ -205,6 +210,14 @@ class Sampler:
             if steps:
                 rec["steps"] = steps
             ranks.append(rec)
+        if ranks and self.frames is not None:
+            try:
+                placed = self.frames([int(str(r["pid"])) for r in ranks])
+            except Exception:  # noqa: BLE001 - the frames are extra: the vitals go on without them
+                placed = {}
+            for r in ranks:
+                if int(str(r["pid"])) in placed:
+                    r["frames"] = placed[int(str(r["pid"]))]
         if ranks:
             self._last = ranks
         else:  # the ranks have ended (or not yet started): their last sample stays, for top after the end

@@ -261,7 +261,8 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     log = log_of_exit_file(exit_file)
     outputs = [log, *([os.environ["DDPJOB_METRICS_FILE"]] if node == 0 and os.environ.get("DDPJOB_METRICS_FILE") else [])]
     ranks_of = _in_container(argv[0], c["container"]) if c.get("container") else (lambda: agent)
-    sampler = vitals.Sampler(node=node, agent=ranks_of, log=log, steps_dir=os.environ.get(vitals.VITALS_DIR_ENV))
+    sampler = vitals.Sampler(node=node, agent=ranks_of, log=log, steps_dir=os.environ.get(vitals.VITALS_DIR_ENV),
+                             frames=None if c.get("container") else stacks.frame_sampler())
 
     def on_stall(message: str) -> None:
         stalled.append(message)

@@ -28,7 +28,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from launcher.targets.shared import heartbeat, netif, vitals
+from launcher.targets.shared import heartbeat, netif, stacks, vitals
 from launcher.targets.shared.files import write_json
 from launcher.targets.shared.restarts import RESTART_ENV, Recovery, kill_tree
 from launcher.targets.shared.runfolder import RunFolder
@@ -294,7 +294,8 @@ class NodeRunner:
         c = self.common
         timeout, action = float(c.stall_timeout_s), c.stall_action
         sampler = vitals.Sampler(node=node, agent=lambda: self._proc.pid if self._proc else None, log=paths["log"],
-                                 steps_dir=RunFolder(c.job_dir).task(self.element.index).vitals)
+                                 steps_dir=RunFolder(c.job_dir).task(self.element.index).vitals,
+                                 frames=stacks.frame_sampler({**os.environ, **self.element.env}))
         if node == 0 or lead:
             outputs = [paths["log"], os.path.join(self.element.output_dir, "metrics.jsonl")]
             watch = heartbeat.Watch(port=port, nodes=c.nodes, host=host, outputs=outputs, state_path=paths["watch"],
