@@ -32,8 +32,9 @@ def stacks(job_id: str, task: int | None, node: int | None, rank: int | None, ve
 
     Needs py-spy: pip install 'ddpjob[stacks]' (without it: exit 3, saying so; DDPJOB_PY_SPY names
     another binary). Reading another process needs ptrace: as the ranks' user where
-    kernel.yama.ptrace_scope is 0, else as root; a rank that cannot be read says why. The local
-    target for now, without local.container.
+    kernel.yama.ptrace_scope is 0, else as root; a rank that cannot be read says why. On the local
+    target (without local.container) and on Slurm, where each node's runner reads its own ranks
+    (py-spy installed where the job runs) and answers through the job's shared folder.
 
     \b
     Examples:

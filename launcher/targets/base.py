@@ -365,7 +365,7 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
         py-spy; ``flt``'s task, node and rank choose which. Targets that can reach their ranks override it."""
         from launcher.core.errors import UsageError
 
-        raise UsageError(f"ddpjob stacks does not reach the ranks of a {self.name} job yet (the local target only, "
+        raise UsageError(f"ddpjob stacks does not reach the ranks of a {self.name} job yet (local and Slurm only, "
                          "for now): look at a rank's last lines with ddpjob logs ID --rank R")
 
     def stage(self, handle: HandleT, status: JobStatus) -> str:

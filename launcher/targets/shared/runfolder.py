@@ -20,6 +20,7 @@ folders of jobs submitted by an older ddpjob still read.
     node-<n>.log  node-<n>.json (Slurm's node record)  node-<n>.exit.json (local)  node-<n>.error.json
     torchrun-node-<n>/   watch.json (the first node's watch)   vitals/ (the ranks' step reports)
     stacks.json          local: every rank's stack, taken once when the watch named a stall (``shared/stacks.py``)
+    stacks.request  node-<n>.stacks.json   Slurm: ``ddpjob stacks`` asking, each node's runner answering
     recovery.json        Slurm: the run's lost nodes, its nodes now and how it ended (``slurm/job/recover.py``)
 
 Slurm's job folder (``<slurm.folder>/<job id>``, submitit's folder) is a ``RunFolder`` too: its
@@ -56,6 +57,8 @@ PODMAN_EPILOG = "podman-epilog.sh"
 WATCH = "watch.json"
 RECOVERY = "recovery.json"
 STACKS = "stacks.json"
+STACKS_REQUEST = "stacks.request"
+STACKS_SUFFIX = ".stacks.json"
 VITALS = "vitals"
 OUTPUT_COUNT = "output.count"
 LOG_SUFFIX = ".log"
@@ -112,6 +115,15 @@ class TaskFolder:
     def stacks(self) -> str:
         """Local: every rank's stack when the watch named a stall (``shared/stacks.where``)."""
         return _join(self.path, STACKS)
+
+    @property
+    def stacks_request(self) -> str:
+        """Slurm: ``ddpjob stacks``'s request, which every node's runner answers (``shared/stacks.Answerer``)."""
+        return _join(self.path, STACKS_REQUEST)
+
+    def node_stacks(self, node: int | str) -> str:
+        """Slurm: node ``node``'s answer to the last ``stacks_request``: its ranks' stacks."""
+        return _join(self.path, f"node-{node}{STACKS_SUFFIX}")
 
     @property
     def vitals(self) -> str:

@@ -18,8 +18,10 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -276,3 +278,106 @@ def frame_sampler(env: dict[str, str] | None = None) -> FrameSampler | None:
         return None
     py_spy = find_py_spy()
     return FrameSampler(py_spy) if py_spy else None
+
+
+# ---------------------------------------------------------------- ddpjob stacks where the job's folder is shared
+
+ANSWER_EVERY_S = 1.0  # how often a node's runner looks for a request
+
+
+class Answerer:
+    """A node runner's side of ``ddpjob stacks`` on a target whose job folder every node shares (Slurm):
+    every ``ANSWER_EVERY_S`` it reads ``request`` (``{"id": ...}``, written by ``ddpjob stacks``); a new id
+    is answered in ``answer`` with this node's ranks (``ranks()``: from its last vitals sample) read now."""
+
+    def __init__(self, request: str, answer: str, node: int, host: str, ranks: Callable[[], list[dict[str, Any]]]) -> None:
+        self.request, self.answer, self.node, self.host, self.ranks = request, answer, node, host, ranks
+        self._last: str | None = None
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="ddpjob-stacks", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(ANSWER_EVERY_S):
+            try:
+                with open(self.request, encoding="utf-8") as f:
+                    asked = json.load(f)
+            except (OSError, ValueError):
+                continue
+            ident = str(asked.get("id")) if isinstance(asked, dict) else None
+            if not ident or ident == self._last:
+                continue
+            self._last = ident
+            self.answer_now(ident)
+
+    def answer_now(self, ident: str) -> None:
+        py_spy = find_py_spy()
+        ranks = [RankStack(node=self.node, rank=r.get("rank"), local_rank=r.get("local_rank"), pid=int(r["pid"]),
+                           host=self.host) for r in self.ranks() if isinstance(r.get("pid"), int)]
+        if py_spy is None:
+            for r in ranks:
+                r.error = f"py-spy is not installed on {self.host} (pip install 'ddpjob[stacks]' where the job runs)"
+        found = dump_all(py_spy, ranks) if py_spy else ranks
+        try:
+            with open(self.answer + ".tmp", "w", encoding="utf-8") as f:
+                json.dump({"id": ident, "node": self.node, "host": self.host, "ranks": [asdict(r) for r in found]}, f)
+            os.replace(self.answer + ".tmp", self.answer)
+        except OSError:
+            pass
+
+
+def answering(old: Answerer | None, request: str, answer: str, node: int, host: str,
+              ranks: Callable[[], list[dict[str, Any]]]) -> Answerer:
+    """A node runner's ``Answerer`` for its torchrun now, started (the one before it, if any, stopped)."""
+    if old is not None:
+        old.stop()
+    new = Answerer(request, answer, node, host, ranks)
+    new.start()
+    return new
+
+
+def rank_stack(data: dict[str, Any]) -> RankStack:
+    """A ``RankStack`` back from its JSON (``asdict``)."""
+    threads = [Thread(str(t.get("name")), t.get("os_id"), bool(t.get("active")),
+                      [Frame(str(f.get("function")), str(f.get("file")), int(f.get("line") or 0), str(f.get("path")))
+                       for f in t.get("frames") or []]) for t in data.get("threads") or []]
+    return RankStack(node=int(data.get("node") or 0), rank=data.get("rank"), local_rank=data.get("local_rank"),
+                     pid=int(data.get("pid") or 0), host=data.get("host"), threads=threads, error=data.get("error"))
+
+
+ASK_TIMEOUT_S = 10.0
+
+
+def ask(request: str, answers: list[str], hosts_seen: int, timeout: float = ASK_TIMEOUT_S) -> tuple[list[RankStack], str | None]:
+    """``ddpjob stacks`` where the job's folder is shared: write a new ``request`` and wait (up to
+    ``timeout``) for each node's runner to answer in its file of ``answers``; the ranks read, and a note
+    naming the nodes that did not answer (``hosts_seen``: how many nodes to expect at least)."""
+    ident = os.urandom(6).hex()
+    with open(request + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({"id": ident, "at": time.time()}, f)
+    os.replace(request + ".tmp", request)
+    deadline = time.monotonic() + timeout
+    got: dict[int, dict[str, Any]] = {}
+    while True:
+        for node, path in enumerate(answers):
+            if node in got:
+                continue
+            try:
+                with open(path, encoding="utf-8") as f:
+                    data = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and data.get("id") == ident:
+                got[node] = data
+        if len(got) >= max(1, hosts_seen) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    ranks = [rank_stack(r) for data in got.values() for r in data.get("ranks") or [] if isinstance(r, dict)]
+    silent = [n for n in range(max(hosts_seen, 1)) if n not in got]
+    note = (f"node(s) {', '.join(map(str, silent))} did not answer within {timeout:g} s (their runner is gone, "
+            "busy, or the job's folder is not shared with them)") if silent else None
+    return ranks, note

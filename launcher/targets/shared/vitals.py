@@ -152,8 +152,13 @@ class Sampler:
         self._output: dict[int, float] = {}  # local rank -> its last output line's time
         self._offset: int | None = None
         self._last: list[dict[str, object]] = []
+        self._now: list[dict[str, object]] = []
         self._gpu_next = 0.0
         self._gpu: tuple[list[dict[str, object]], dict[int, dict[str, object]], str | None] = ([], {}, None)
+
+    def live(self) -> list[dict[str, object]]:
+        """The ranks the last sample found running (``ddpjob stacks`` reads them)."""
+        return [r for r in self._now if r.get("state") not in ("X", "Z")]
 
     def _agent_pid(self) -> int | None:
         agent = self.agent() if callable(self.agent) else self.agent
@@ -218,6 +223,7 @@ class Sampler:
             for r in ranks:
                 if int(str(r["pid"])) in placed:
                     r["frames"] = placed[int(str(r["pid"]))]
+        self._now = ranks
         if ranks:
             self._last = ranks
         else:  # the ranks have ended (or not yet started): their last sample stays, for top after the end

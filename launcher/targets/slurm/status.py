@@ -3,6 +3,7 @@ cause of a failure and the stall watch of a running run (``launcher.targets.shar
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,8 @@ from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.payload import SlurmHandle, node_paths
 
 if TYPE_CHECKING:
+    from launcher.targets.base import LogFilter
+    from launcher.targets.shared.stacks import JobStacks
     from launcher.targets.slurm import query as slurm_query
 
 
@@ -171,3 +174,22 @@ def recorded_status(handle: SlurmHandle, state: JobState, message: str, why: str
                "source": f"ddpjob's record and the job folder; {why}"}
     return JobStatus(state, message, tasks, details)
 
+
+
+def ask_stacks(handle: SlurmHandle, flt: LogFilter) -> JobStacks:
+    """``ddpjob stacks`` on Slurm: each node's runner answers through the job's shared folder
+    (``shared/stacks.Answerer``); the task ``flt`` names, else the latest whose watch was written lately."""
+    from launcher.core.errors import TargetError
+    from launcher.targets.shared.stacks import JobStacks, ask
+
+    folder = RunFolder(handle.job_dir)
+    fresh = [i for i in range(handle.runs) if os.path.exists(folder.task(i).watch)
+             and time.time() - os.path.getmtime(folder.task(i).watch) < 30]
+    index = flt.task if flt.task is not None else (fresh[-1] if fresh else None)
+    if index is None or index not in fresh:
+        which = f"task {index}" if index is not None else "the job"
+        raise TargetError(f"no live rank to read: {which} is not running (its first node's watch wrote nothing in 30 s)")
+    task = folder.task(index)
+    ranks, note = ask(task.stacks_request, [task.node_stacks(n) for n in range(handle.nodes)], handle.nodes)
+    ranks = [r for r in ranks if flt.node in (None, r.node) and flt.rank in (None, r.rank)]
+    return JobStacks(index, ranks, note)

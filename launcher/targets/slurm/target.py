@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from launcher.core.states import JobState
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
+    from launcher.targets.shared.stacks import JobStacks
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"}  # HPC fabrics usually have InfiniBand
 
@@ -155,8 +156,7 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
             job_id=plan.job_id, run_dir=plan.run_dir, slurm_job_id=slurm_id, array=p.map_count is not None,
             runs=len(p.elements), nodes=c.nodes, procs_per_node=c.procs_per_node, job_dir=c.job_dir,
             submission_file=script_path, params=[el.params for el in p.elements],
-            container=f"oci bundle {p.oci.path}" if p.oci else "",
-        )
+            container=f"oci bundle {p.oci.path}" if p.oci else "")
 
     # ------------------------------------------------------------------ status
 
@@ -183,6 +183,10 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
     def startup_files(self, handle: SlurmHandle) -> list[list[tuple[str, str]]]:
         paths = [[node_paths(handle.job_dir, i, n) for n in range(handle.nodes)] for i in range(handle.runs)]
         return [[(p["log"], p["torchrun_log_dir"]) for p in run] for run in paths]
+
+    def stacks(self, handle: SlurmHandle, flt: LogFilter) -> JobStacks:
+        from launcher.targets.slurm.status import ask_stacks
+        return ask_stacks(handle, flt)  # each node's runner answers through the shared job folder
 
     def stage(self, handle: SlurmHandle, status: JobStatus) -> str:
         """Pending: Slurm's reason and the job's place among the pending jobs, in priority order."""

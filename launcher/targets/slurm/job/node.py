@@ -2,8 +2,8 @@
 per node) and calls it. It resolves the rendezvous from the allocation and runs torchrun.
 
 Run time, not submit time, decides the rendezvous: the first host of ``$SLURM_JOB_NODELIST`` and
-``slurm_port(job id, array index)``, so a requeued job that lands on other nodes,
-and two jobs sharing nodes, still meet in the right place.
+``slurm_port(job id, array index)``, so a requeued job that lands on other nodes, and two jobs sharing
+nodes, still meet in the right place.
 
 Preemption and time limits: Slurm sends USR2 (``--signal=USR2@N``, or ``scancel --signal=USR2``)
 to every process of the step. torchrun is started with USR2 ignored (it would die of it, leaving
@@ -12,8 +12,8 @@ also sends SIGTERM to its torchrun, which stops the workers cleanly, and then su
 calls ``checkpoint()`` on node 0, which waits for torchrun and hands submitit a fresh runner to
 requeue (``scontrol requeue``). The requeued run resumes from the trainer's checkpoint.
 
-This module runs inside the job (possibly in a container). It imports only the standard library
-and launcher modules; submitit is imported inside ``checkpoint``.
+It runs inside the job (maybe in a container), importing the standard library and launcher modules
+(submitit inside ``checkpoint``); its runner answers ``ddpjob stacks`` (``shared/stacks.Answerer``).
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ class NodeRunner:
         self._proc: subprocess.Popen[bytes] | None = None
         self._stop_sent = False
         self._stalled: str | None = None  # why the stall watch ended this node (stall.action: fail)
+        self._answerer: stacks.Answerer | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"common": self.common, "element": self.element}
@@ -108,10 +109,9 @@ class NodeRunner:
             pass
         host = socket.gethostname()
         record: dict[str, Any] = {
-            "node": int(node), "host": host, "rendezvous": f"{first}:{port}",
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
-            "state": "running", "started": time.time(), "machine": machine_id(), "start": 0,
-        }
+            "node": int(node), "host": host, "rendezvous": f"{first}:{port}", "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")), "state": "running", "started": time.time(),
+            "machine": machine_id(), "start": 0}
         write_json(paths["record"], record)  # early: the other nodes compare their machine with the first's
         addr, problem = self._network(node, host, first, port, env, record)
         record["rendezvous"] = f"{addr}:{port}"
@@ -287,15 +287,16 @@ class NodeRunner:
 
     def _watch(self, node: int, host: str, addr: str, port: int, paths: dict[str, str],
                log: Any, recovery: Recovery | None = None, lead: bool = False) -> heartbeat.Watch | heartbeat.Beacon | None:
-        """Start the heartbeats of this run (``launcher.targets.shared.heartbeat``): the watch on the
-        first node (or, ``lead``, on the node that takes a lost first node's place: it answers ``wait``
-        until it orders the next start), a beacon on the others. Both end this node's torchrun on a
-        stall when the spec's ``stall.action`` is fail."""
+        """Start the heartbeats of this run (``launcher.targets.shared.heartbeat``): the watch on the first
+        node (or, ``lead``, on the one that takes a lost first node's place: it answers ``wait`` until it
+        orders the next start), a beacon on the others; both end torchrun on a stall with action fail."""
         c = self.common
         timeout, action = float(c.stall_timeout_s), c.stall_action
+        task = RunFolder(c.job_dir).task(self.element.index)
         sampler = vitals.Sampler(node=node, agent=lambda: self._proc.pid if self._proc else None, log=paths["log"],
-                                 steps_dir=RunFolder(c.job_dir).task(self.element.index).vitals,
-                                 frames=stacks.frame_sampler({**os.environ, **self.element.env}))
+                                 steps_dir=task.vitals, frames=stacks.frame_sampler({**os.environ, **self.element.env}))
+        self._answerer = stacks.answering(self._answerer, task.stacks_request, task.node_stacks(node), node, host,
+                                          sampler.live)  # ddpjob stacks, through the shared job folder
         if node == 0 or lead:
             outputs = [paths["log"], os.path.join(self.element.output_dir, "metrics.jsonl")]
             watch = heartbeat.Watch(port=port, nodes=c.nodes, host=host, outputs=outputs, state_path=paths["watch"],
