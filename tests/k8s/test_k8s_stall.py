@@ -32,12 +32,18 @@ TIMEOUT_S = 8  # stall.timeout, below the spec's 20 s minimum through the test-o
 FLOOR = ("DDPJOB_TEST_STALL_MIN_S", "5")
 
 STEPS = """\
-import sys, time
+import sys, threading, time
+stepping = threading.Event()
+def starting():  # torch's import and the rendezvous take longer than the short stall timeout on a loaded
+    while not stepping.wait(1.0):  # machine: said each second until the first step, so only a stop is a stall
+        print("starting", flush=True)
+threading.Thread(target=starting, daemon=True).start()
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 for step in range(10000):
     t = torch.ones(1)
     dist.all_reduce(t)
+    stepping.set()
     print(f"step {step} rank {dist.get_rank()}", flush=True)
     time.sleep(0.5)
 """

@@ -63,7 +63,7 @@ def test_tick_two_jobs_and_compare_their_runs(cli, dashboard, browser, shots_dir
     assert "live/jobs" in (attribute(browser, "#jobs", "data-live") or "") and "name=SWEEP" in attribute(
         browser, "#jobs", "data-live")
     browser.get(dashboard.url + "&state=FAILED")
-    assert text(browser, "#jobs") == "No job matches the filter."
+    wait_for(lambda: text(browser, "#jobs") == "No job matches the filter.", "the state filter to leave no job")
     browser.get(dashboard.url + "&state=SUCCEEDED&target=local")
     wait_for(lambda: len(texts(browser, "table.jobs td.id")) == 2, "both SUCCEEDED local jobs")
 
