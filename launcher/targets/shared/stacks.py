@@ -216,13 +216,7 @@ def where(verdict: dict[str, Any], nodes: list[dict[str, Any]], keep: str | None
     if not ranks:
         return None
     found = JobStacks(task=0, ranks=dump_all(py_spy, ranks))
-    if keep:
-        try:
-            with open(keep + ".tmp", "w", encoding="utf-8") as f:
-                json.dump({"verdict": verdict, **found.to_json()}, f)
-            os.replace(keep + ".tmp", keep)
-        except OSError:
-            pass
+    _keep(keep, verdict, found)
     return summary(found.ranks, verdict.get("rank") if verdict.get("kind") == "stuck" else None) or None
 
 
@@ -381,3 +375,27 @@ def ask(request: str, answers: list[str], hosts_seen: int, timeout: float = ASK_
     note = (f"node(s) {', '.join(map(str, silent))} did not answer within {timeout:g} s (their runner is gone, "
             "busy, or the job's folder is not shared with them)") if silent else None
     return ranks, note
+
+
+def asking(task: Any, nodes: int) -> Callable[[dict[str, Any], list[dict[str, Any]]], str | None]:
+    """``heartbeat.Watch``'s ``where`` where the job's folder is shared (Slurm): ``task`` (a ``runfolder.TaskFolder``)
+    holds the request every node's runner answers (``Answerer``) with its own ranks; the stacks are kept in
+    its ``stacks``, the one line ``summary`` returned."""
+    def where_shared(verdict: dict[str, Any], seen: list[dict[str, Any]]) -> str | None:
+        ranks, note = ask(task.stacks_request, [task.node_stacks(n) for n in range(nodes)], nodes)
+        found = JobStacks(task=0, ranks=ranks, note=note)
+        _keep(task.stacks, verdict, found)
+        line = summary(ranks, verdict.get("rank") if verdict.get("kind") == "stuck" else None)
+        return "; ".join(x for x in (line, note) if x) or None
+    return where_shared
+
+
+def _keep(path: str | None, verdict: dict[str, Any], found: JobStacks) -> None:
+    if not path:
+        return
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"verdict": verdict, **found.to_json()}, f)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass

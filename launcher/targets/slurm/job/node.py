@@ -101,8 +101,7 @@ class NodeRunner:
         paths = node_paths(self.common.job_dir, self.element.index, node)
         os.makedirs(os.path.dirname(paths["log"]), exist_ok=True)
         os.makedirs(self.element.output_dir, exist_ok=True)
-        env = dict(os.environ)
-        env.update(node_env(self.common, self.element, node=node))
+        env = {**os.environ, **node_env(self.common, self.element, node=node)}
         try:
             os.unlink(paths["error_file"])  # a requeued run must not report the last run's failure
         except FileNotFoundError:
@@ -303,7 +302,8 @@ class NodeRunner:
                                     timeout=timeout, action=action, on_stall=self._on_stall, vitals=sampler.sample,
                                     lost_after=recovery.lost_after if recovery else None,
                                     on_lost=recovery.lost if recovery else None, own=node,
-                                    gone=(recovery.first,) if lead and recovery else (), hold=lead)
+                                    gone=(recovery.first,) if lead and recovery else (), hold=lead,
+                                    where=stacks.asking(task, c.nodes))
             if recovery is not None:
                 recovery.silent = lambda: max((time.time() - (r["heard"] or 0) for r in watch.nodes.values()
                                                if r["node"] in recovery.members), default=0.0)
