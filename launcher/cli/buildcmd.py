@@ -21,8 +21,8 @@ if TYPE_CHECKING:
               help="Override any field, e.g. --set build.registry=ghcr.io/me/train (repeatable).")
 @ENV_FILE_OPTION
 @click.option("--list", "list_", is_flag=True,
-              help="Show what goes into the image (with sizes) and what is left out and why; build and push "
-              "nothing (no engine or registry needed).")
+              help="Show what goes into the image (with sizes), what is left out and why, what the scan for "
+              "secrets found and which files it did not read; build and push nothing (no engine or registry needed).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the reference.")
 @guard
 def build(spec_file: str, sets: tuple[str, ...], list_: bool, quiet: bool) -> None:
@@ -43,6 +43,13 @@ def build(spec_file: str, sets: tuple[str, ...], list_: bool, quiet: bool) -> No
     takes one back (!certs/ca.pem). A spec file that goes in holding a secret env value is refused
     (exit 2): give the value with env_from_host or an --env-file outside the context.
 
+    What goes in is also scanned for secrets by content (private keys, cloud keys, tokens of
+    GitHub, GitLab, Slack, npm, PyPI, Hugging Face, W&B, kubeconfig and login credentials, other
+    ddpjob specs' secret env values). A finding stops the build (exit 2, as file:line kind and the
+    value's first 4 characters) until the file is left out in .ddpjobignore or accepted: '#
+    ddpjob: allow-secret' on the line, or build.allow_secrets: [PATH or PATH:LINE]. Files over 10
+    MiB and binary files are not scanned (said on stderr; --list names them).
+
     build.requirements (a requirements file in the context, or pyproject.toml) is installed with
     pip in a layer of its own that is rebuilt only when the requirements change.
 
@@ -52,20 +59,27 @@ def build(spec_file: str, sets: tuple[str, ...], list_: bool, quiet: bool) -> No
       ddpjob build train.yaml --set build.registry=ghcr.io/me/train --env-file ~/wandb.env
       IMAGE=$(ddpjob build -q train.yaml) && kubectl set image ... "pytorch=$IMAGE"
     """
+    import dataclasses
+
+    from launcher.core.errors import SpecError
     from launcher.service.imagebuild import pin
     from launcher.service.imagebuild.context import human
 
     loaded = pin.with_build(load((spec_file,), overrides(sets, None, None, None)))
-    if list_:
-        prep, issues = pin.survey(loaded, registry_needed=False)
-        for line in listing(prep, shown_tag=not issues):
-            click.echo(line)
-        if issues:
-            raise loaded.error(issues)
-        return
-    prep = pin.prepare(loaded)
-    if prep.left_out_line:
-        click.echo(prep.left_out_line, err=True)
+    try:
+        if list_:
+            prep, issues = pin.survey(loaded, registry_needed=False)
+            for line in listing(prep, shown_tag=not issues):
+                click.echo(line)
+            if issues:
+                raise loaded.error(issues)
+            return
+        prep = pin.prepare(loaded)
+    except SpecError as e:  # build submits nothing in any case: it says what it did not do
+        raise dataclasses.replace(e, ending="nothing was built or pushed") from None
+    for line in (prep.left_out_line, prep.unscanned_line):
+        if line:
+            click.echo(line, err=True)
     if not quiet:
         click.echo(f"context {prep.root}: {len(prep.ctx.entries)} entries, {human(prep.ctx.size)} "
                    f"({prep.ctx.ignore_file or 'default ignores'}); tag {prep.tag_ref}", err=True)
@@ -95,9 +109,30 @@ def listing(prep: Prepared, *, shown_tag: bool) -> list[str]:
         out.append(f"  {size:>10}  {o.shown:<{width}}  {o.why}")
     if prep.left_out_line:
         out.append(prep.left_out_line)
+    out += _scan_lines(prep)
     if shown_tag:
         where = prep.tag_ref if prep.repository else f"{prep.tag} (no repository yet: build.registry)"
         out.append(f"tag {where}")
+    return out
+
+
+def _scan_lines(prep: Prepared) -> list[str]:
+    """What the content scan found (each accepted one said so) and the files it did not read."""
+    from launcher.service.imagebuild import secretfound
+    from launcher.service.imagebuild.context import human
+
+    ctx = prep.ctx
+    if not ctx.scanned:
+        return ["not scanned for secrets: the context is over build.max_context (nothing was read)"]
+    open_ = set(secretfound.unaccepted(ctx.findings, prep.options.allow_secrets))
+    out = [f"secrets found: {len(open_)}" + (f" (and {len(ctx.findings) - len(open_)} accepted)"
+                                               if len(ctx.findings) > len(open_) else "")]
+    width = max((len(f.where) for f in ctx.findings), default=0)
+    for f in ctx.findings:
+        out.append(f"  {f.where:<{width}}  {f.kind} {f.masked}" + ("" if f in open_ else "  (accepted: build.allow_secrets)"))
+    sizes = {e.rel: e.size for e in ctx.entries}
+    out.append(f"not scanned for secrets: {len(ctx.unscanned)}")
+    out += [f"  {human(sizes.get(rel, 0)):>10}  {rel}  {why}" for rel, why in ctx.unscanned]
     return out
 
 

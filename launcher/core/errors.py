@@ -56,6 +56,7 @@ class SpecError(DdpjobError):
     issues: list[Issue] = field(default_factory=list)
     # Maps a field path to (line, column), 1-based, for the file; filled by the loader.
     locations: dict[tuple[str | int, ...], tuple[int, int]] = field(default_factory=dict)
+    ending: str = "nothing was submitted"  # what the last line says was not done (build: nothing built or pushed)
 
     exit_code = 2
 
@@ -90,7 +91,7 @@ class SpecError(DdpjobError):
             if issue.hint:
                 lines.append(f"    hint: {issue.hint}")
         count = len(self.issues)
-        lines.append(f"{count} problem{'s' if count != 1 else ''} found" + ("." if checking else "; nothing was submitted."))
+        lines.append(f"{count} problem{'s' if count != 1 else ''} found" + ("." if checking else f"; {self.ending}."))
         return "\n".join(lines)
 
 

@@ -70,6 +70,14 @@ class BuildOptions(BaseModel):
         description="The most the context may hold (after ignores), e.g. '500Mi' (or bytes); a larger one is "
         "refused, naming its largest files (add them to .ddpjobignore).",
     )
+    allow_secrets: list[str] = Field(
+        default_factory=list,
+        description="Files of the context that may go into the image although the content scan finds a secret-looking "
+        "value in them: 'path' (every finding in that file) or 'path:line' (one finding), relative to the context, e.g. "
+        "['tests/fixtures/fake_key.pem', 'config/settings.py:12']. An allow comment on the line does the same "
+        "('# ddpjob: allow-secret', or detect-secrets' 'pragma: allowlist secret'); leaving the file out in "
+        ".ddpjobignore keeps it out of the image instead.",
+    )
 
     requirements: str | None = Field(
         None,
@@ -95,6 +103,16 @@ class BuildOptions(BaseModel):
             no_control(v, "the path")
             if not v.strip():
                 raise ValueError("is empty")
+        return v
+
+    @field_validator("allow_secrets")
+    @classmethod
+    def _allow_secrets(cls, v: list[str]) -> list[str]:
+        for item in v:
+            no_control(item, "the path")
+            if not item.strip() or item.startswith("/") or ".." in item.split("/"):
+                raise ValueError(f"{item!r}: must be a path inside the context, optionally with ':LINE', e.g. "
+                                 "'config/settings.py' or 'config/settings.py:12'")
         return v
 
     @field_validator("requirements")

@@ -163,7 +163,7 @@ def test_an_unreadable_file_in_the_context_is_named(tmp_path, monkeypatch):
     root = make_tree(tmp_path / "ctx")
     (root / "private.dat").write_text("x")
 
-    def refuse(path, needles):
+    def refuse(path, needles, seen=None):
         raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr(buildctx, "_read", refuse)  # root reads every file: the refusal is simulated

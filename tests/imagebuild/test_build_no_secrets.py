@@ -88,6 +88,8 @@ def test_submit_to_kubernetes_says_what_its_build_left_out(k8s_api, registry, ba
     root = working_folder(tmp_path, base_image, f"{registry.host}/{REPO_PATH}")
     # Kubernetes refuses a secret env value in the PyTorchJob: this env file holds ordinary names.
     put(root, "config/vars.txt", "WANDB_PROJECT=demo\n")
+    # Not given here, wandb.txt goes in: its password line is accepted (the content scan would stop the build).
+    put(root, "config/wandb.txt", f"WANDB_API_KEY={WANDB_KEY}\nDB_PASSWORD={DB_PASSWORD}  # ddpjob: allow-secret\n")
     done = cli("submit", str(root / "job.yaml"), "--target", "k8s", "--env-file", "config/vars.txt", "-q", cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
     assert ("left out of the image as secret-looking: .aws/, .env, certs/server.pem, config/vars.txt, id_rsa (5); "

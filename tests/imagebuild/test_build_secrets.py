@@ -294,7 +294,8 @@ def test_build_list_shows_what_goes_in_and_what_not_without_engine_or_registry(t
                            "         4 B  .env      secret-looking: env file",
                            "              scratch/  ignored by .dockerignore"]
     assert lines[10].startswith("left out of the image as secret-looking: .aws/, .env (2)")
-    assert lines[11].startswith("tag ctx-") and "no repository yet" in lines[11]
+    assert lines[11:13] == ["secrets found: 0", "not scanned for secrets: 0"]  # by content: secretscan
+    assert lines[13].startswith("tag ctx-") and "no repository yet" in lines[13]
     assert proc.stderr == ""
     help_text = cli("build", "--help").stdout
     assert "--list" in help_text and "ddpjob build train.yaml --list" in help_text and "secret-looking" in help_text

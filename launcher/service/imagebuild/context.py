@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.service.imagebuild import secretfiles
+from launcher.service.imagebuild import secretfiles, secretscan
 from launcher.service.imagebuild.ignores import Rule, excluded, prefixes, rules_of
 
 HASH_FORMAT = "ddpjob-build-2"  # 2: modes as staged, secret-looking files left out
@@ -58,6 +58,11 @@ class Context:
     left_out: list[LeftOut] = field(default_factory=list)
     # (path, label) for each file holding one of the values ``scan`` was asked to look for.
     holding: list[tuple[str, str]] = field(default_factory=list)
+    # What the content scan (``secretscan``) found in the files that go in, and the files it did not
+    # read and why (binary, too large); both empty when the contents were not read.
+    findings: list[secretscan.Finding] = field(default_factory=list)
+    unscanned: list[tuple[str, str]] = field(default_factory=list)
+    scanned: bool = False  # whether the contents were read (and scanned, unless asked not to)
 
     @property
     def size(self) -> int:
@@ -110,10 +115,11 @@ class _Walk:
 
 
 def scan(root: Path, *, limit: int | None = None, env_files: Iterable[str] = (),
-         needles: Mapping[str, bytes] | None = None) -> Context:
+         needles: Mapping[str, bytes] | None = None, secrets: bool = True) -> Context:
     """The context's entries and what was left out. Contents are read (hashed, their first bytes
-    checked for a private key, searched for each of ``needles``: label -> value) only when the total
-    stays within ``limit``. ``env_files``: the ``--env-file`` paths given, wherever they are."""
+    checked for a private key, searched for each of ``needles``: label -> value, and scanned for
+    secrets by ``secretscan`` unless ``secrets`` is False) only when the total stays within
+    ``limit``. ``env_files``: the ``--env-file`` paths given, wherever they are."""
     rules, ignore_file = rules_of(root)
     prune = not any(r.keep for r in rules)  # without ``!`` lines a left-out folder is not entered
     ctx = Context(root, ignore_file=ignore_file)
@@ -139,7 +145,7 @@ def scan(root: Path, *, limit: int | None = None, env_files: Iterable[str] = (),
             _add_file(walk, rel, full, os.lstat(full))
     ctx.entries.sort(key=lambda e: e.rel)
     if limit is None or ctx.size <= limit:
-        _read_contents(walk, needles or {})
+        _read_contents(walk, needles or {}, secrets)
     ctx.left_out.sort(key=lambda o: o.rel)
     return ctx
 
@@ -158,22 +164,30 @@ def _add_file(walk: _Walk, rel: str, full: str, st: os.stat_result) -> None:
         walk.ctx.entries.append(Entry(rel, "f", image_mode("f", st.st_mode), st.st_size))
 
 
-def _read_contents(walk: _Walk, needles: Mapping[str, bytes]) -> None:
+def _read_contents(walk: _Walk, needles: Mapping[str, bytes], secrets: bool) -> None:
     ctx, kept = walk.ctx, []
+    ctx.scanned = True
     for e in ctx.entries:
         if e.kind == "f":
-            e.digest, head, found = _read(ctx.root / e.rel, needles)
+            seen = secretscan.start(e.rel, e.size) if secrets else None
+            e.digest, head, found = _read(ctx.root / e.rel, needles, seen)
             why = secretfiles.by_content(head)
             if why is not None and not secretfiles.taken_back(e.rel, e.rel, walk.rules):
                 walk.leave(e.rel, "f", f"secret-looking: {why}", True, e.size)
                 continue
             ctx.holding.extend((e.rel, label) for label in sorted(found))
+            if seen is not None:
+                ctx.findings += seen.done()
+                if seen.skipped:
+                    ctx.unscanned.append((e.rel, seen.skipped))
         kept.append(e)
     ctx.entries = kept
 
 
-def _read(path: Path, needles: Mapping[str, bytes]) -> tuple[str, bytes, set[str]]:
-    """A file's sha256, its first bytes, and the labels of the ``needles`` found in it."""
+def _read(path: Path, needles: Mapping[str, bytes],
+          seen: secretscan.FileScan | None = None) -> tuple[str, bytes, set[str]]:
+    """A file's sha256, its first bytes, and the labels of the ``needles`` found in it; each piece
+    read is handed to ``seen``, the file's content scan."""
     h, head, tail = hashlib.sha256(), b"", b""
     found: set[str] = set()
     overlap = max((len(v) for v in needles.values()), default=1) - 1  # a value across two chunks
@@ -181,6 +195,8 @@ def _read(path: Path, needles: Mapping[str, bytes]) -> tuple[str, bytes, set[str
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
             head = head or chunk[:secretfiles.HEAD_BYTES]
+            if seen is not None:
+                seen.feed(chunk)
             if needles:
                 window = tail + chunk
                 found.update(label for label, value in needles.items() if value in window)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from launcher.core.errors import Issue, TargetUnavailable
 from launcher.service.imagebuild import context as buildctx
-from launcher.service.imagebuild import requirements, secretfiles, secretvalues
+from launcher.service.imagebuild import requirements, secretfiles, secretfound, secretvalues
 from launcher.service.imagebuild.engine import Engine
 from launcher.targets.shared.container import IMAGE_RE
 
@@ -53,6 +53,11 @@ class Prepared:
     def left_out_line(self) -> str:
         """The one line naming what was left out as secret-looking ("" when nothing was)."""
         return secretfiles.summary([o.shown for o in self.ctx.secret_left_out], self.ctx.ignore_file)
+
+    @property
+    def unscanned_line(self) -> str:
+        """The one line naming the files the content scan did not read ("" when it read them all)."""
+        return secretfound.unscanned_line(self.ctx.unscanned)
 
     def noted(self, line: str) -> str:
         """``line`` of the plan's notes, and the left-out line after it."""
@@ -146,6 +151,8 @@ def survey(loaded: LoadedSpec, *, registry_needed: bool = True) -> tuple[Prepare
                             f"after ignores, more than build.max_context ({opts.max_context}); largest: {largest}",
                             hint=f"leave them out in {root / ignore}, or raise build.max_context"))
     issues += secretvalues.issues(loaded, ctx)  # over the limit, only the spec file's own fields (nothing was read)
+    issues += secretfound.issues(secretfound.unaccepted(ctx.findings, opts.allow_secrets), ctx.ignore_file,
+                                 secretvalues.spec_in_image(loaded, ctx))
     if opts.requirements is not None and opts.dockerfile is None:
         reqs = requirements.read(root, opts.requirements, {e.rel for e in ctx.entries})
         issues += [Issue(("build", "requirements"), problem, hint="name a file in the context (build.context), and "
@@ -193,11 +200,12 @@ class Resolved:
     loaded: LoadedSpec
     note: str = ""
     left_out: str = ""
+    unscanned: str = ""  # the files the content scan did not read ("" when it read them all)
 
     @property
     def notices(self) -> tuple[str, ...]:
         """What the command line says on stderr after a submit."""
-        return (self.left_out,) if self.left_out else ()
+        return tuple(line for line in (self.left_out, self.unscanned) if line)
 
 
 def for_target(target: Chosen, loaded: LoadedSpec, *, build: bool) -> Resolved:
@@ -224,8 +232,8 @@ def resolve(loaded: LoadedSpec, *, build: bool) -> Resolved:
             raise
         return Resolved(_with_image(loaded, prep.tag_ref), prep.noted(
             f"# build: {prep.tag_ref}; whether the registry has it is unknown ({e}); submit builds it if needed\n"),
-            prep.left_out_line)
-    return Resolved(_with_image(loaded, pin.ref), pin.note(), prep.left_out_line)
+            prep.left_out_line, prep.unscanned_line)
+    return Resolved(_with_image(loaded, pin.ref), pin.note(), prep.left_out_line, prep.unscanned_line)
 
 
 def with_build(loaded: LoadedSpec) -> LoadedSpec:

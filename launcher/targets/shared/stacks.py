@@ -276,7 +276,7 @@ def frame_sampler(env: dict[str, str] | None = None) -> FrameSampler | None:
 
 # ---------------------------------------------------------------- ddpjob stacks where the job's folder is shared
 
-ANSWER_EVERY_S = 1.0  # how often a node's runner looks for a request
+ANSWER_EVERY_S, ASK_TIMEOUT_S = 1.0, 10.0  # how often a node's runner looks for a request; how long one waits
 
 
 class Answerer:
@@ -342,8 +342,6 @@ def rank_stack(data: dict[str, Any]) -> RankStack:
     return RankStack(node=int(data.get("node") or 0), rank=data.get("rank"), local_rank=data.get("local_rank"),
                      pid=int(data.get("pid") or 0), host=data.get("host"), threads=threads, error=data.get("error"))
 
-
-ASK_TIMEOUT_S = 10.0
 
 
 def ask(request: str, answers: list[str], hosts_seen: int, timeout: float = ASK_TIMEOUT_S) -> tuple[list[RankStack], str | None]:
