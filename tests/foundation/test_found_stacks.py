@@ -11,6 +11,7 @@ import os
 import re
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -227,11 +228,18 @@ def test_the_frame_sampler_keeps_each_ranks_last_places_without_pausing_it(tmp_p
     sampler = stacks.frame_sampler()
     assert isinstance(sampler, stacks.FrameSampler)
     sampler.every_s = 0.0
+    monkeypatch.setattr(stacks, "BUDGET", 1e9)  # the CPU budget never holds a sample back here
     for _ in range(3):
         seen = sampler([41, 42])
     assert seen == {41: {"n": 3, "wait": 3, "at": None}, 42: {"n": 3, "wait": 0, "at": "read_shard (data.py:88)"}}
     assert all("--nonblocking" in line for line in asked.read_text().splitlines())
     assert set(sampler([42])) == {42}
+    # The budget: the py-spy processes' CPU (each fake one a Python start, ~20 ms) spread over 1e-6 of the
+    # cores puts the next sample far off: asked at once again, nothing new is read.
+    monkeypatch.setattr(stacks, "BUDGET", 1e-6)
+    sampler._next = 0.0
+    sampler([42])
+    assert sampler._next - time.monotonic() > 50 and sampler([42])[42]["n"] == 5, sampler._next
     monkeypatch.setenv(stacks.SAMPLE_ENV, "0")
     assert stacks.frame_sampler() is None
 

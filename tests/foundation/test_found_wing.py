@@ -19,7 +19,7 @@ from launcher.targets import TARGET_NAMES
 # modules, which follow the same rule (``ddpjob_<name>``: one of them as the pod's bundle names it).
 SHARED_IN_JOB = frozenset(f"launcher.targets.shared.{m}"
                           for m in ("heartbeat", "vitals", "straggle", "runfolder", "netif", "files", "restarts", "told",
-                                    "stacks"))
+                                    "stacks", "stackshare"))
 
 
 def job_wing(module: str) -> str | None:

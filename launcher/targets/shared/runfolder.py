@@ -118,7 +118,7 @@ class TaskFolder:
 
     @property
     def stacks_request(self) -> str:
-        """Slurm: ``ddpjob stacks``'s request, which every node's runner answers (``shared/stacks.Answerer``)."""
+        """Slurm: ``ddpjob stacks``'s request, which every node's runner answers (``shared/stackshare.Answerer``)."""
         return _join(self.path, STACKS_REQUEST)
 
     def node_stacks(self, node: int | str) -> str:

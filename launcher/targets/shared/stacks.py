@@ -7,21 +7,22 @@ the PATH's), runs ``py-spy dump --json`` on each rank's pid at once (in threads:
 answers in the time of one dump), and turns what it says, or why it could not, into ``RankStack``s.
 When the stall watch names a stall, ``where`` takes every rank's stack once (the local node wrapper's
 watch, where every rank is on this machine), keeps it beside ``watch.json`` and says in one line where
-the stuck rank stopped and what the others wait in, which ``status`` shows with the verdict. Standard
-library only: the node wrappers import it.
+the stuck rank stopped and what the others wait in, which ``status`` shows with the verdict; where the
+job's folder is shared (Slurm) each node's runner reads its own ranks instead (``stackshare.py``).
+``FrameSampler`` samples where each rank is, for the straggler rule. Standard library only: the node
+wrappers import it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -216,15 +217,16 @@ def where(verdict: dict[str, Any], nodes: list[dict[str, Any]], keep: str | None
     if not ranks:
         return None
     found = JobStacks(task=0, ranks=dump_all(py_spy, ranks))
-    _keep(keep, verdict, found)
+    save(keep, verdict, found)
     return summary(found.ranks, verdict.get("rank") if verdict.get("kind") == "stuck" else None) or None
 
 
 # ---------------------------------------------------------------- where each rank spends its time (stragglers)
 
 SAMPLE_ENV = "DDPJOB_SAMPLE_STACKS"  # "0": the node runners sample no stacks
-SAMPLE_EVERY_S = 2.0
-WINDOW = 8  # the samples a rank's place is told from (the last ~16 s)
+SAMPLE_EVERY_S = 2.0  # at most this often; less often where py-spy's own CPU would pass BUDGET
+BUDGET = 0.01  # of the node's CPU: each py-spy starts afresh (~0.1 CPU s a rank to read its interpreter)
+WINDOW = 6  # the samples a rank's place is told from
 # A rank whose main thread is in one of these waits on its peers: a collective, or DDP's backward, whose
 # gradient all-reduce the autograd engine waits for.
 _WAITING = ("/torch/distributed/", "/torch/autograd/", "/torch/nn/parallel/")
@@ -235,10 +237,12 @@ def waiting(thread: Thread) -> bool:
 
 
 class FrameSampler:
-    """Each rank's innermost frames, every ``SAMPLE_EVERY_S``, read without pausing the rank (py-spy's
-    ``--nonblocking``): per pid, the last ``WINDOW`` samples, whether it waited on its peers and where it
-    was. A node's vitals (``vitals.Sampler``) carry its summary to the watch, whose straggler rule
-    (``straggle.py``) names the rank the others keep waiting for, whatever it spends its time on."""
+    """Each rank's innermost frames, read without pausing the rank (py-spy's ``--nonblocking``): per pid,
+    the last ``WINDOW`` samples, whether it waited on its peers and where it was. A node's vitals
+    (``vitals.Sampler``) carry its summary to the watch, whose straggler rule (``straggle.py``) names the
+    rank the others keep waiting for, whatever it spends its time on. Read every ``SAMPLE_EVERY_S`` at
+    most, and no more often than keeps the CPU the py-spy processes took (measured each time, as this
+    process's children's) under ``BUDGET`` of the cores this node may use."""
 
     def __init__(self, py_spy: str, every_s: float = SAMPLE_EVERY_S) -> None:
         self.py_spy, self.every_s = py_spy, every_s
@@ -248,21 +252,35 @@ class FrameSampler:
     def __call__(self, pids: list[int]) -> dict[int, dict[str, Any]]:
         now = time.monotonic()
         if now >= self._next:
-            self._next = now + self.every_s
             for gone in set(self.windows) - set(pids):
                 del self.windows[gone]
+            before = _children_cpu()
             for r in dump_all(self.py_spy, [RankStack(node=0, rank=None, local_rank=None, pid=p) for p in pids],
                               timeout=max(2.0, 2 * self.every_s), pause=False):
                 main = r.main()
                 top = _own_frame(main) if main is not None and not r.error else None
                 if main is not None and top is not None:
                     self.windows.setdefault(r.pid, deque(maxlen=WINDOW)).append((waiting(main), top.short()))
+            spent = max(0.0, _children_cpu() - before)
+            self._next = now + max(self.every_s, min(60.0, spent / (BUDGET * _cores())))
         out = {}
         for pid, window in self.windows.items():
             places = Counter(at for wait, at in window if not wait)
             out[pid] = {"n": len(window), "wait": sum(wait for wait, _ in window),
                         "at": places.most_common(1)[0][0] if places else None}
         return out
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def frame_sampler(env: dict[str, str] | None = None) -> FrameSampler | None:
@@ -274,121 +292,8 @@ def frame_sampler(env: dict[str, str] | None = None) -> FrameSampler | None:
     return FrameSampler(py_spy) if py_spy else None
 
 
-# ---------------------------------------------------------------- ddpjob stacks where the job's folder is shared
-
-ANSWER_EVERY_S, ASK_TIMEOUT_S = 1.0, 10.0  # how often a node's runner looks for a request; how long one waits
-
-
-class Answerer:
-    """A node runner's side of ``ddpjob stacks`` on a target whose job folder every node shares (Slurm):
-    every ``ANSWER_EVERY_S`` it reads ``request`` (``{"id": ...}``, written by ``ddpjob stacks``); a new id
-    is answered in ``answer`` with this node's ranks (``ranks()``: from its last vitals sample) read now."""
-
-    def __init__(self, request: str, answer: str, node: int, host: str, ranks: Callable[[], list[dict[str, Any]]]) -> None:
-        self.request, self.answer, self.node, self.host, self.ranks = request, answer, node, host, ranks
-        self._last: str | None = None
-        self._stop = threading.Event()
-
-    def start(self) -> None:
-        threading.Thread(target=self._run, name="ddpjob-stacks", daemon=True).start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(ANSWER_EVERY_S):
-            try:
-                with open(self.request, encoding="utf-8") as f:
-                    asked = json.load(f)
-            except (OSError, ValueError):
-                continue
-            ident = str(asked.get("id")) if isinstance(asked, dict) else None
-            if not ident or ident == self._last:
-                continue
-            self._last = ident
-            self.answer_now(ident)
-
-    def answer_now(self, ident: str) -> None:
-        py_spy = find_py_spy()
-        ranks = [RankStack(node=self.node, rank=r.get("rank"), local_rank=r.get("local_rank"), pid=int(r["pid"]),
-                           host=self.host) for r in self.ranks() if isinstance(r.get("pid"), int)]
-        if py_spy is None:
-            for r in ranks:
-                r.error = f"py-spy is not installed on {self.host} (pip install 'ddpjob[stacks]' where the job runs)"
-        found = dump_all(py_spy, ranks) if py_spy else ranks
-        try:
-            with open(self.answer + ".tmp", "w", encoding="utf-8") as f:
-                json.dump({"id": ident, "node": self.node, "host": self.host, "ranks": [asdict(r) for r in found]}, f)
-            os.replace(self.answer + ".tmp", self.answer)
-        except OSError:
-            pass
-
-
-def answering(old: Answerer | None, request: str, answer: str, node: int, host: str,
-              ranks: Callable[[], list[dict[str, Any]]]) -> Answerer:
-    """A node runner's ``Answerer`` for its torchrun now, started (the one before it, if any, stopped)."""
-    if old is not None:
-        old.stop()
-    new = Answerer(request, answer, node, host, ranks)
-    new.start()
-    return new
-
-
-def rank_stack(data: dict[str, Any]) -> RankStack:
-    """A ``RankStack`` back from its JSON (``asdict``)."""
-    threads = [Thread(str(t.get("name")), t.get("os_id"), bool(t.get("active")),
-                      [Frame(str(f.get("function")), str(f.get("file")), int(f.get("line") or 0), str(f.get("path")))
-                       for f in t.get("frames") or []]) for t in data.get("threads") or []]
-    return RankStack(node=int(data.get("node") or 0), rank=data.get("rank"), local_rank=data.get("local_rank"),
-                     pid=int(data.get("pid") or 0), host=data.get("host"), threads=threads, error=data.get("error"))
-
-
-
-def ask(request: str, answers: list[str], hosts_seen: int, timeout: float = ASK_TIMEOUT_S) -> tuple[list[RankStack], str | None]:
-    """``ddpjob stacks`` where the job's folder is shared: write a new ``request`` and wait (up to
-    ``timeout``) for each node's runner to answer in its file of ``answers``; the ranks read, and a note
-    naming the nodes that did not answer (``hosts_seen``: how many nodes to expect at least)."""
-    ident = os.urandom(6).hex()
-    with open(request + ".tmp", "w", encoding="utf-8") as f:
-        json.dump({"id": ident, "at": time.time()}, f)
-    os.replace(request + ".tmp", request)
-    deadline = time.monotonic() + timeout
-    got: dict[int, dict[str, Any]] = {}
-    while True:
-        for node, path in enumerate(answers):
-            if node in got:
-                continue
-            try:
-                with open(path, encoding="utf-8") as f:
-                    data = json.load(f)
-            except (OSError, ValueError):
-                continue
-            if isinstance(data, dict) and data.get("id") == ident:
-                got[node] = data
-        if len(got) >= max(1, hosts_seen) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    ranks = [rank_stack(r) for data in got.values() for r in data.get("ranks") or [] if isinstance(r, dict)]
-    silent = [n for n in range(max(hosts_seen, 1)) if n not in got]
-    note = (f"node(s) {', '.join(map(str, silent))} did not answer within {timeout:g} s (their runner is gone, "
-            "busy, or the job's folder is not shared with them)") if silent else None
-    return ranks, note
-
-
-def asking(task: Any, nodes: int) -> Callable[[dict[str, Any], list[dict[str, Any]]], str | None]:
-    """``heartbeat.Watch``'s ``where`` where the job's folder is shared (Slurm): ``task`` (a ``runfolder.TaskFolder``)
-    holds the request every node's runner answers (``Answerer``) with its own ranks; the stacks are kept in
-    its ``stacks``, the one line ``summary`` returned."""
-    def where_shared(verdict: dict[str, Any], seen: list[dict[str, Any]]) -> str | None:
-        ranks, note = ask(task.stacks_request, [task.node_stacks(n) for n in range(nodes)], nodes)
-        found = JobStacks(task=0, ranks=ranks, note=note)
-        _keep(task.stacks, verdict, found)
-        line = summary(ranks, verdict.get("rank") if verdict.get("kind") == "stuck" else None)
-        return "; ".join(x for x in (line, note) if x) or None
-    return where_shared
-
-
-def _keep(path: str | None, verdict: dict[str, Any], found: JobStacks) -> None:
+def save(path: str | None, verdict: dict[str, Any], found: JobStacks) -> None:
+    """The stacks read when ``verdict`` was named, kept whole in ``path`` (``stacks.json``)."""
     if not path:
         return
     try:

@@ -178,9 +178,10 @@ def recorded_status(handle: SlurmHandle, state: JobState, message: str, why: str
 
 def ask_stacks(handle: SlurmHandle, flt: LogFilter) -> JobStacks:
     """``ddpjob stacks`` on Slurm: each node's runner answers through the job's shared folder
-    (``shared/stacks.Answerer``); the task ``flt`` names, else the latest whose watch was written lately."""
+    (``shared/stackshare.Answerer``); the task ``flt`` names, else the latest whose watch was written lately."""
     from launcher.core.errors import TargetError
-    from launcher.targets.shared.stacks import JobStacks, ask
+    from launcher.targets.shared.stacks import JobStacks
+    from launcher.targets.shared.stackshare import ask
 
     folder = RunFolder(handle.job_dir)
     fresh = [i for i in range(handle.runs) if os.path.exists(folder.task(i).watch)

@@ -13,7 +13,7 @@ calls ``checkpoint()`` on node 0, which waits for torchrun and hands submitit a 
 requeue (``scontrol requeue``). The requeued run resumes from the trainer's checkpoint.
 
 It runs inside the job (maybe in a container), importing the standard library and launcher modules
-(submitit inside ``checkpoint``); its runner answers ``ddpjob stacks`` (``shared/stacks.Answerer``).
+(submitit inside ``checkpoint``); its runner answers ``ddpjob stacks`` (``shared/stackshare.Answerer``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from launcher.targets.shared import heartbeat, netif, stacks, vitals
+from launcher.targets.shared import heartbeat, netif, stacks, stackshare, vitals
 from launcher.targets.shared.files import write_json
 from launcher.targets.shared.restarts import RESTART_ENV, Recovery, kill_tree
 from launcher.targets.shared.runfolder import RunFolder
@@ -73,7 +73,7 @@ class NodeRunner:
         self._proc: subprocess.Popen[bytes] | None = None
         self._stop_sent = False
         self._stalled: str | None = None  # why the stall watch ended this node (stall.action: fail)
-        self._answerer: stacks.Answerer | None = None
+        self._answerer: stackshare.Answerer | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"common": self.common, "element": self.element}
@@ -294,7 +294,7 @@ class NodeRunner:
         task = RunFolder(c.job_dir).task(self.element.index)
         sampler = vitals.Sampler(node=node, agent=lambda: self._proc.pid if self._proc else None, log=paths["log"],
                                  steps_dir=task.vitals, frames=stacks.frame_sampler({**os.environ, **self.element.env}))
-        self._answerer = stacks.answering(self._answerer, task.stacks_request, task.node_stacks(node), node, host,
+        self._answerer = stackshare.answering(self._answerer, task.stacks_request, task.node_stacks(node), node, host,
                                           sampler.live)  # ddpjob stacks, through the shared job folder
         if node == 0 or lead:
             outputs = [paths["log"], os.path.join(self.element.output_dir, "metrics.jsonl")]
@@ -303,7 +303,7 @@ class NodeRunner:
                                     lost_after=recovery.lost_after if recovery else None,
                                     on_lost=recovery.lost if recovery else None, own=node,
                                     gone=(recovery.first,) if lead and recovery else (), hold=lead,
-                                    where=stacks.asking(task, c.nodes))
+                                    where=stackshare.asking(task, c.nodes))
             if recovery is not None:
                 recovery.silent = lambda: max((time.time() - (r["heard"] or 0) for r in watch.nodes.values()
                                                if r["node"] in recovery.members), default=0.0)

@@ -1,0 +1,137 @@
+"""``ddpjob stacks`` where the job's folder is shared by every node (Slurm): the client writes a request
+(``ask``) in the task's folder, every node's runner answers with its own ranks read by py-spy
+(``Answerer``, started by ``answering``), and the first node's watch asks the same way when it names a
+stall (``asking``: ``heartbeat.Watch``'s ``where``). Standard library only: the node runners import it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from launcher.targets.shared.stacks import (
+    Frame,
+    JobStacks,
+    RankStack,
+    Thread,
+    dump_all,
+    find_py_spy,
+    save,
+    summary,
+)
+
+ANSWER_EVERY_S, ASK_TIMEOUT_S = 1.0, 10.0  # how often a node's runner looks for a request; how long one waits
+
+
+class Answerer:
+    """A node runner's side of ``ddpjob stacks`` on a target whose job folder every node shares (Slurm):
+    every ``ANSWER_EVERY_S`` it reads ``request`` (``{"id": ...}``, written by ``ddpjob stacks``); a new id
+    is answered in ``answer`` with this node's ranks (``ranks()``: from its last vitals sample) read now."""
+
+    def __init__(self, request: str, answer: str, node: int, host: str, ranks: Callable[[], list[dict[str, Any]]]) -> None:
+        self.request, self.answer, self.node, self.host, self.ranks = request, answer, node, host, ranks
+        self._last: str | None = None
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="ddpjob-stacks", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(ANSWER_EVERY_S):
+            try:
+                with open(self.request, encoding="utf-8") as f:
+                    asked = json.load(f)
+            except (OSError, ValueError):
+                continue
+            ident = str(asked.get("id")) if isinstance(asked, dict) else None
+            if not ident or ident == self._last:
+                continue
+            self._last = ident
+            self.answer_now(ident)
+
+    def answer_now(self, ident: str) -> None:
+        py_spy = find_py_spy()
+        ranks = [RankStack(node=self.node, rank=r.get("rank"), local_rank=r.get("local_rank"), pid=int(r["pid"]),
+                           host=self.host) for r in self.ranks() if isinstance(r.get("pid"), int)]
+        if py_spy is None:
+            for r in ranks:
+                r.error = f"py-spy is not installed on {self.host} (pip install 'ddpjob[stacks]' where the job runs)"
+        found = dump_all(py_spy, ranks) if py_spy else ranks
+        try:
+            with open(self.answer + ".tmp", "w", encoding="utf-8") as f:
+                json.dump({"id": ident, "node": self.node, "host": self.host, "ranks": [asdict(r) for r in found]}, f)
+            os.replace(self.answer + ".tmp", self.answer)
+        except OSError:
+            pass
+
+
+def answering(old: Answerer | None, request: str, answer: str, node: int, host: str,
+              ranks: Callable[[], list[dict[str, Any]]]) -> Answerer:
+    """A node runner's ``Answerer`` for its torchrun now, started (the one before it, if any, stopped)."""
+    if old is not None:
+        old.stop()
+    new = Answerer(request, answer, node, host, ranks)
+    new.start()
+    return new
+
+
+def rank_stack(data: dict[str, Any]) -> RankStack:
+    """A ``RankStack`` back from its JSON (``asdict``)."""
+    threads = [Thread(str(t.get("name")), t.get("os_id"), bool(t.get("active")),
+                      [Frame(str(f.get("function")), str(f.get("file")), int(f.get("line") or 0), str(f.get("path")))
+                       for f in t.get("frames") or []]) for t in data.get("threads") or []]
+    return RankStack(node=int(data.get("node") or 0), rank=data.get("rank"), local_rank=data.get("local_rank"),
+                     pid=int(data.get("pid") or 0), host=data.get("host"), threads=threads, error=data.get("error"))
+
+
+
+def ask(request: str, answers: list[str], hosts_seen: int, timeout: float = ASK_TIMEOUT_S) -> tuple[list[RankStack], str | None]:
+    """``ddpjob stacks`` where the job's folder is shared: write a new ``request`` and wait (up to
+    ``timeout``) for each node's runner to answer in its file of ``answers``; the ranks read, and a note
+    naming the nodes that did not answer (``hosts_seen``: how many nodes to expect at least)."""
+    ident = os.urandom(6).hex()
+    with open(request + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({"id": ident, "at": time.time()}, f)
+    os.replace(request + ".tmp", request)
+    deadline = time.monotonic() + timeout
+    got: dict[int, dict[str, Any]] = {}
+    while True:
+        for node, path in enumerate(answers):
+            if node in got:
+                continue
+            try:
+                with open(path, encoding="utf-8") as f:
+                    data = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and data.get("id") == ident:
+                got[node] = data
+        if len(got) >= max(1, hosts_seen) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    ranks = [rank_stack(r) for data in got.values() for r in data.get("ranks") or [] if isinstance(r, dict)]
+    silent = [n for n in range(max(hosts_seen, 1)) if n not in got]
+    note = (f"node(s) {', '.join(map(str, silent))} did not answer within {timeout:g} s (their runner is gone, "
+            "busy, or the job's folder is not shared with them)") if silent else None
+    return ranks, note
+
+
+def asking(task: Any, nodes: int) -> Callable[[dict[str, Any], list[dict[str, Any]]], str | None]:
+    """``heartbeat.Watch``'s ``where`` where the job's folder is shared (Slurm): ``task`` (a ``runfolder.TaskFolder``)
+    holds the request every node's runner answers (``Answerer``) with its own ranks; the stacks are kept in
+    its ``stacks``, the one line ``summary`` returned."""
+    def where_shared(verdict: dict[str, Any], seen: list[dict[str, Any]]) -> str | None:
+        ranks, note = ask(task.stacks_request, [task.node_stacks(n) for n in range(nodes)], nodes)
+        found = JobStacks(task=0, ranks=ranks, note=note)
+        save(task.stacks, verdict, found)
+        line = summary(ranks, verdict.get("rank") if verdict.get("kind") == "stuck" else None)
+        return "; ".join(x for x in (line, note) if x) or None
+    return where_shared
