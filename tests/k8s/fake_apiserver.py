@@ -702,17 +702,21 @@ class FakeCluster:
         """A container's end: every process of the pod dies, also those in sessions of their own
         (torchrun starts its workers so), as they do when a container's PID namespace goes."""
         if pod.proc is not None and pod.proc.poll() is None:
-            tree = descendants(pod.proc.pid)
+            tree = [(pid, start_time(pid)) for pid in descendants(pod.proc.pid)]
             try:
                 os.killpg(pod.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            for pid in tree:
+            for pid, _ in tree:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             pod.proc.wait()
+            # A SIGKILLed process is gone a moment later, not at once: the container's end is when they all are.
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and any(alive(pid, started) for pid, started in tree if started):
+                time.sleep(0.01)
 
 
 class Handler(BaseHTTPRequestHandler):

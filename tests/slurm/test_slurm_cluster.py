@@ -109,8 +109,9 @@ def test_bad_usage_is_refused():
 def test_accounting_can_be_switched_off_and_on(slurm_cluster):
     """``up --no-accounting`` restarts slurmctld without accounting storage; ``up`` switches back.
     A job running across both switches survives them."""
-    long_job = slurm_cluster.run("sbatch", "--parsable", "-N2", "-t", "2", "--output=/dev/null",
-                                 "--wrap", "srun /bin/sleep 30").stdout.strip()
+    # Long enough to outlast both switches on a loaded machine (30 s did not, once); cancelled at the end.
+    long_job = slurm_cluster.run("sbatch", "--parsable", "-N2", "-t", "4", "--output=/dev/null",
+                                 "--wrap", "srun /bin/sleep 200").stdout.strip()
     wait_for(lambda: slurm_cluster.run("squeue", "-h", "-j", long_job, "-o", "%T").stdout.strip() == "RUNNING",
              "the long job to run", timeout=60)
     try:
