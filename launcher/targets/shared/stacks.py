@@ -178,7 +178,7 @@ def summary(ranks: list[RankStack], stuck: int | None = None) -> str:
         if r.error or top is None or main is None:
             unread.setdefault(r.error or "no Python frame", []).append(r.rank)
             continue
-        own = next((f for f in main.frames if not _library(f.path)), None)  # where the program itself is
+        own = _own_frame(main)  # where the program itself is (the innermost frame where none is its own)
         called = f" from {own.file}:{own.line}" if own is not None and own is not top else ""
         if r.rank == stuck:
             parts.append(f"rank {r.rank} stopped in {top.file}:{top.line} {top.function}{called}")
