@@ -88,7 +88,7 @@ def _shown(path: tuple[str, ...], value: object) -> object:
     """A default's value as shown: secrets masked as everywhere else (``launcher.spec.secrets``)."""
     from launcher.spec.secrets import MASK, is_secret, shown_url
 
-    if len(path) == 2 and path[0] == "env" and is_secret(path[1]):
+    if len(path) == 2 and path[0] == "env" and is_secret(path[1], value):
         return MASK
     if path == ("notify", "url"):
         return shown_url(value) if isinstance(value, str) else MASK

@@ -99,12 +99,16 @@ def guard(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except SpecError as e:
-            click.echo(e.render(), err=True)
+            from launcher.core.tokens import mask_shapes  # a credential quoted in a message is never shown
+
+            click.echo(mask_shapes(e.render()), err=True)
             sys.exit(e.exit_code)
         except DdpjobError as e:
             if DEBUG["on"]:
                 raise
-            fail(str(e), e.exit_code)
+            from launcher.core.tokens import mask_shapes
+
+            fail(mask_shapes(str(e)), e.exit_code)
         except KeyboardInterrupt:
             click.echo("\nStopped.", err=True)
             sys.exit(130)

@@ -242,6 +242,7 @@ class Jobs:
                 raise
             # What ddpjob recorded when the job ended stays true whether or not its scheduler answers now.
             st = job.recorded_status(rec.state, rec.message, str(e).split(";")[0])
+        st = st.scrubbed(rec.scrub)  # the job's secret values and any credential it printed never shown
         if not rec.state.terminal:
             started, ended = st.span()  # the target's own times: a job's end is when it ended, not when seen
             rec = self.registry.note_state(rec, st.state, st.message, started=started, ended=ended)
@@ -317,7 +318,8 @@ class Jobs:
         check_selection(rec, task=flt.task, node=flt.node, rank=flt.rank)
         if rec.handle is None:
             raise NotSubmitted(f"{rec.id} has no logs: its submission did not complete ({rec.message or rec.state.value})")
-        yield from self.bound(rec).logs(flt, follow=follow)
+        for line in self.bound(rec).logs(flt, follow=follow):
+            yield rec.scrub(line)  # the job's secret values and any credential it printed masked
 
     # ------------------------------------------------------------------ stop
 

@@ -3,7 +3,8 @@
 The registry keeps each job's spec with the values of secret-named variables masked (``***``), and
 beside it the job's *origin*: the folder it was submitted from, the spec file (absolute), for each
 secret variable where its value came from (``file``: the spec file; ``set``: a ``--set`` on the
-command line, or standard input), and, for a rerun, the job it reruns. Names only, never a value.
+command line, or standard input), and, for a rerun, the job it reruns. Names only, never a value:
+of the values, only their salted hashes (``marks``), to find them again in what the job prints.
 
 ``rerun_spec`` turns a recorded job back into a loaded spec: the recorded spec, each masked value
 read again from the same source (the spec file, still at its path) or given again with ``--set
@@ -27,7 +28,17 @@ _STDIN = "<stdin>"  # launcher.spec.load.STDIN_NAME (not imported: that module l
 
 
 def origin_of(loaded: LoadedSpec) -> dict[str, object]:
-    """The origin the registry records for a job submitted from ``loaded`` (names, never values)."""
+    """The origin the registry records for a job submitted from ``loaded`` (names, never values),
+    with the marks of its secret values (``marks``: ``launcher.core.tokens.Marks``, salted hashes by
+    which status, logs and notifications find them again in what the job prints)."""
+    from launcher.spec.secrets import marks_of
+
+    host = {n: os.environ[n] for n in loaded.spec.env_from_host if n in os.environ}
+    marks = marks_of(loaded.spec.env, host)
+    return {**_origin(loaded), **({"marks": marks.to_json()} if marks else {})}
+
+
+def _origin(loaded: LoadedSpec) -> dict[str, object]:
     if loaded.origin is not None:
         return loaded.origin
     file = loaded.file if loaded.file not in (None, _STDIN) else None
@@ -38,7 +49,7 @@ def origin_of(loaded: LoadedSpec) -> dict[str, object]:
         return "set" if given or spec_file is None else "file"
 
     return {"cwd": os.getcwd(), "spec_file": spec_file,
-            "secrets": {name: source(name) for name in sorted(loaded.spec.env) if is_secret(name)}}
+            "secrets": {name: source(name) for name, value in sorted(loaded.spec.env.items()) if is_secret(name, value)}}
 
 
 def rerun_spec(rec: JobRecord, overrides: list[str],
@@ -92,7 +103,7 @@ def rerun_spec(rec: JobRecord, overrides: list[str],
     data = _without_defaults({**rec.spec, "env": env, **({"notify": notify} if notify else {})})
     loaded = load_spec(None, overrides=overrides, base=data, values=values)
     loaded.origin = {"cwd": origin.get("cwd") or os.getcwd(), "spec_file": spec_file,
-                     "secrets": {n: sources.get(n, "set") for n in sorted(loaded.spec.env) if is_secret(n)},
+                     "secrets": {n: sources.get(n, "set") for n, v in sorted(loaded.spec.env.items()) if is_secret(n, v)},
                      "rerun_of": rec.id}
     return loaded
 

@@ -77,6 +77,7 @@ def queue(registry: Registry, *, limit: int | None = 50, target: str | None = No
             r = dataclasses.replace(r, message=f"(stale: last known state; {stale[r.target]})"
                                     + (f" {r.message}" if r.message else ""))
         elif r.id in fresh:
+            fresh[r.id] = fresh[r.id].scrubbed(r.scrub)  # as Jobs.refresh: the job's secrets never shown
             started, ended = fresh[r.id].span()
             r = registry.note_state(r, fresh[r.id].state, fresh[r.id].message, started=started, ended=ended)
         if not wanted or r.state in wanted:

@@ -4,10 +4,12 @@ registry stores the last two as JSON; ``status -o json`` and ``list -o json`` sh
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
 from launcher.core.states import JobState
+from launcher.core.tokens import Marks, scrub
 from launcher.spec.secrets import mask_spec
 
 
@@ -88,6 +90,15 @@ class JobRecord:
         what ``results`` shows of its run."""
         return max(0.0, (self.ended_at or now or time.time()) - (self.started_at or self.created_at))
 
+    @functools.cached_property
+    def marks(self) -> Marks | None:
+        """The salted hashes of the job's secret values (``launcher.core.tokens.Marks``), if it had any."""
+        return Marks.from_json((self.origin or {}).get("marks"))
+
+    def scrub(self, text: str) -> str:
+        """``text`` from the job as ddpjob shows it: its secret values and credentials masked."""
+        return scrub(text, self.marks)
+
     @property
     def summary(self) -> SpecSummary:
         """What ddpjob reads of the stored spec (nodes, sweep, notify, ...), typed."""
@@ -100,7 +111,8 @@ class JobRecord:
             "created_at": self.created_at, "updated_at": self.updated_at, "started_at": self.started_at,
             "ended_at": self.ended_at, "duration_s": round(self.duration_s(), 3),
             "handle": self.handle, "spec": mask_spec(self.spec), "shape": self.shape.to_json() if self.shape else None,
-            "origin": self.origin, "rerun_of": (self.origin or {}).get("rerun_of"),
+            "origin": {k: v for k, v in self.origin.items() if k != "marks"} if self.origin else None,
+            "rerun_of": (self.origin or {}).get("rerun_of"),
         }
 
 

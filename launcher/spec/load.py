@@ -308,7 +308,7 @@ def _issues_from_pydantic(e: ValidationError, data: Any) -> list[Issue]:
         value = first.get("input")
         # env as a whole (`--set env=...` taken as text) may hold a secret's value too; a notify URL's
         # path is often a webhook's secret.
-        secret = (path[:1] == ("env",) and (len(path) == 1 or is_secret(str(path[1])))) or path[:2] == ("notify", "url")
+        secret = (path[:1] == ("env",) and (len(path) == 1 or is_secret(str(path[1]), value))) or path[:2] == ("notify", "url")
         shown = repr(value) not in message and (str(value) not in message or not str(value))
         if not secret and isinstance(value, (int, float, str, bool)) and len(repr(value)) <= 60 and shown:
             message += f" (got {value!r})"

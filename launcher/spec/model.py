@@ -222,7 +222,8 @@ class JobSpecBase(BaseModel):
         default={},
         description="Environment variables for every process. They win over ddpjob's defaults. "
         "RANK, WORLD_SIZE, MASTER_ADDR and friends are computed for you and cannot be set. Values of "
-        "names that look secret (*TOKEN*, *SECRET*, *PASSWORD*, *_KEY, ...) are shown as ***.",
+        "names that look secret (*TOKEN*, *SECRET*, *PASSWORD*, *_KEY, ...) and values that are credentials by their "
+        "shape (a GitHub or Hugging Face token, a private key, a URL with a password) are shown as ***.",
     )
     env_from_host: list[EnvName] = Field(
         default=[],

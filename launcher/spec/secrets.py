@@ -2,7 +2,9 @@
 
 A variable is secret when its name matches one of ``SECRET_PATTERNS`` (case-insensitive globs:
 ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*PASSWD*``, ``*_KEY``, ``*CREDENTIAL*``) or one of
-the globs in ``$DDPJOB_SECRET_ENV`` (comma- or space-separated; they add to the defaults). The job
+the globs in ``$DDPJOB_SECRET_ENV`` (comma- or space-separated; they add to the defaults), or when
+its value is a credential by its shape, whatever its name (``launcher.core.tokens``: a GitHub or
+Hugging Face token, a private key, a URL with a password, ...). The job
 itself still receives the value. To keep a value out of ddpjob's files altogether, name it in
 ``env_from_host:`` instead: the job then takes it from the submitting shell's environment.
 
@@ -18,7 +20,10 @@ import os
 import re
 from typing import Any
 
-MASK = "***"
+from launcher.core.tokens import MASK, Marks, kind_of, mask_shapes
+
+__all__ = ["MASK", "Marks", "is_secret", "kind_of", "marks_of", "mask_env", "mask_spec", "secret_names"]
+
 SECRET_PATTERNS = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*_KEY", "*CREDENTIAL*")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SET_ENV = re.compile(r"^(\s*env\s*\.\s*)([^=]*?)(\s*=)(.*)$", re.DOTALL)
@@ -30,15 +35,32 @@ def patterns() -> tuple[str, ...]:
     return SECRET_PATTERNS + tuple(extra)
 
 
-def is_secret(name: str) -> bool:
-    """Whether the value of variable ``name`` is masked when shown."""
+def is_secret(name: str, value: object = None) -> bool:
+    """Whether the value of variable ``name`` is masked when shown: by its name, or by ``value``'s
+    own shape when it is given (``launcher.core.tokens.kind_of``)."""
     upper = str(name).upper()
-    return any(fnmatch.fnmatchcase(upper, p) for p in patterns())
+    if any(fnmatch.fnmatchcase(upper, p) for p in patterns()):
+        return True
+    return isinstance(value, str) and value != MASK and kind_of(value) is not None
+
+
+def why_secret(name: str, value: object = None) -> str:
+    """``looks secret`` (by its name), or what its value is (``holds a GitHub token``)."""
+    kind = kind_of(value) if isinstance(value, str) and not is_secret(name) else None
+    return f"holds {'an' if kind[0] in 'AEIOU' else 'a'} {kind}" if kind else "looks secret"
 
 
 def secret_names(env: dict[str, Any]) -> frozenset[str]:
     """The names in ``env`` whose values are masked when shown."""
-    return frozenset(k for k in env if is_secret(k))
+    return frozenset(k for k, v in env.items() if is_secret(k, v))
+
+
+def marks_of(env: dict[str, Any], host: dict[str, str] | None = None) -> Marks | None:
+    """The marks (``launcher.core.tokens.Marks``) of the secret values in ``env`` and of the
+    ``env_from_host`` values in ``host`` that are secret by name or shape: how ddpjob finds them
+    again in what a job prints without keeping them."""
+    values = [str(v) for k, v in {**env, **(host or {})}.items() if is_secret(k, v) and str(v) != MASK]
+    return Marks.of(values)
 
 
 def shown_value(name: str, value: str, masked: frozenset[str]) -> str:
@@ -47,8 +69,8 @@ def shown_value(name: str, value: str, masked: frozenset[str]) -> str:
 
 
 def mask_env(env: dict[str, Any]) -> dict[str, Any]:
-    """``env`` with the values of secret names replaced by ``***``."""
-    return {k: (MASK if is_secret(k) else v) for k, v in env.items()}
+    """``env`` with the values of secret names (or shapes) replaced by ``***``."""
+    return {k: (MASK if is_secret(k, v) else v) for k, v in env.items()}
 
 
 def mask_spec(data: dict[str, Any]) -> dict[str, Any]:
@@ -58,7 +80,7 @@ def mask_spec(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(notify, dict) and isinstance(notify.get("url"), str):
         data = {**data, "notify": {**notify, "url": shown_url(notify["url"])}}
     env = data.get("env") if isinstance(data, dict) else None
-    if not isinstance(env, dict) or not any(is_secret(k) for k in env):
+    if not isinstance(env, dict) or not any(is_secret(k, v) for k, v in env.items()):
         return data
     return {**data, "env": mask_env(env)}
 
@@ -80,16 +102,16 @@ def mask_override(text: str) -> str:
     whole ``env={...}`` naming a secret variable is shown as ``env=***``; ``notify.url=URL`` as
     ``notify.url=https://host/***`` and a whole ``notify={...}`` with a URL as ``notify=***``."""
     m = _SET_ENV.match(text)
-    if m and is_secret(m.group(2).strip()):
+    if m and is_secret(m.group(2).strip(), m.group(4).strip().strip("'\"")):
         return f"{m.group(1)}{m.group(2)}{m.group(3)}{MASK}"
     key, sep, value = text.partition("=")
-    if sep and key.strip() == "env" and any(is_secret(w) for w in _WORD.findall(value)):
+    if sep and key.strip() == "env" and (any(is_secret(w) for w in _WORD.findall(value)) or kind_of(value)):
         return f"{key}={MASK}"
     if sep and key.strip() == "notify.url":
         return f"{key}={shown_url(value.strip())}"
     if sep and key.strip() == "notify" and "url" in value:
         return f"{key}={MASK}"
-    return text
+    return mask_shapes(text)
 
 
 def printable(text: str) -> str:

@@ -3,7 +3,10 @@ and their nodes (``NodeStatus``), typed; ``to_json`` is what ``status -o json`` 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from launcher.core.states import JobState
 
@@ -158,6 +161,14 @@ class JobStatus:
         ends = [t.ended for t in ran if t.ended is not None]
         return started, max(ends) if ends and len(ends) == len(ran) else self.ended
 
+    def scrubbed(self, scrub: Callable[[str], str]) -> JobStatus:
+        """This status with ``scrub`` applied to every text in it (messages, what each node says, the
+        details): how ddpjob masks a job's secrets in what it read of the job (``JobRecord.scrub``)."""
+        tasks = [dataclasses.replace(t, message=scrub(t.message), params=_texts(t.params, scrub),
+                                     nodes=[dataclasses.replace(n, fields=_texts(n.fields, scrub)) for n in t.nodes])
+                 for t in self.tasks]
+        return dataclasses.replace(self, message=scrub(self.message), tasks=tasks, details=_texts(self.details, scrub))
+
     def to_json(self) -> dict[str, object]:
         started, ended = self.span()
         return {
@@ -174,3 +185,17 @@ class JobStatus:
                 for t in self.tasks
             ],
         }
+
+
+_T = TypeVar("_T")
+
+
+def _texts(data: _T, scrub: Callable[[str], str]) -> _T:
+    """``data`` (JSON-like) with ``scrub`` applied to every string in it."""
+    if isinstance(data, str):
+        return scrub(data)  # type: ignore[return-value]
+    if isinstance(data, dict):
+        return {k: _texts(v, scrub) for k, v in data.items()}  # type: ignore[return-value]
+    if isinstance(data, list):
+        return [_texts(v, scrub) for v in data]  # type: ignore[return-value]
+    return data

@@ -29,7 +29,7 @@ _KEEP = {"env": "env_from_host: or an --env-file outside the context", "notify.u
 
 def secret_values(spec: JobSpec) -> dict[str, str]:
     """``field -> value`` for each value of ``spec`` that ddpjob treats as secret (``env.NAME``, ``notify.url``)."""
-    out = {f"env.{name}": str(value) for name, value in spec.env.items() if is_secret(name) and str(value)}
+    out = {f"env.{name}": str(value) for name, value in spec.env.items() if is_secret(name, value) and str(value)}
     if spec.notify is not None and spec.notify.url:
         out["notify.url"] = spec.notify.url
     return out
@@ -84,7 +84,7 @@ def _secret_fields(file: str) -> list[tuple[str, str]]:
     env, notify = data.get("env"), data.get("notify")
     found: list[tuple[str, ...]] = []
     if isinstance(env, dict):
-        found += [("env", str(k)) for k, v in env.items() if is_secret(str(k)) and _written(v)]
+        found += [("env", str(k)) for k, v in env.items() if is_secret(str(k), v) and _written(v)]
     if isinstance(notify, dict) and _written(notify.get("url")):
         found.append(("notify", "url"))
     out = []

@@ -99,13 +99,13 @@ def secret_env_issues(spec: JobSpec, kind: str) -> list[Issue]:
     """Secret-named ``env:`` values, refused: the cluster would get them as plain ``value:`` in the
     job's object, readable by anyone who may read the job. A Secret referred to by ``k8s.env_refs``
     keeps the value out of the object (and out of ddpjob's plan and registry)."""
-    from launcher.spec.secrets import is_secret
+    from launcher.spec.secrets import is_secret, why_secret
 
-    return [Issue(("env", name), f"{name} looks secret: on Kubernetes its value would be written as plain text into "
+    return [Issue(("env", name), f"{name} {why_secret(name, value)}: on Kubernetes its value would be written as plain text into "
                   f"the {kind}, readable by anyone who may read the job",
                   hint=f"keep it in a Secret and refer to it: kubectl create secret generic NAME --from-literal="
                   f"KEY=..., then k8s.env_refs: {{{name}: {{secret: NAME, key: KEY}}}} (and remove it from env:)")
-            for name in spec.env if is_secret(name)]
+            for name, value in spec.env.items() if is_secret(name, value)]
 
 
 def cpu_request(spec: JobSpec) -> str | None:

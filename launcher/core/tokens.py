@@ -1,0 +1,155 @@
+"""Secrets told by what they are: the shapes of credentials that say so themselves, and a job's own
+secret values found again in text without keeping them.
+
+``SHAPES`` are the published patterns of two maintained detectors (detect-secrets' plugins and
+gitleaks' rule ids, named beside each): a private-key block, a GitHub, GitLab, Slack, npm, PyPI or
+Hugging Face token, an AWS access key id, an Azure storage key, the password of a URL. Each is a
+value that is a secret wherever it is written, so:
+
+- ``kind_of(value)``: an env value of one of these shapes is secret whatever its name
+  (``launcher.spec.secrets.is_secret``): masked in a plan, the registry, ``render``, refused in a
+  PyTorchJob as a secret-named one is;
+- ``mask_shapes(text)``: text that ddpjob shows or sends from a job (a status message, a root cause,
+  a log line, a notification) has them replaced by ``***``.
+
+A value with no shape of its own (``DB_PASSWORD: hunter2hunter2``) is found again by ``Marks``: at
+submit ddpjob keeps, per job, a random salt and the salted SHA-256 of each secret value (with its
+length), never the value; ``Marks.scrub(text)`` hashes the text's words of those lengths and masks
+those that match. The build's content scan (``service/imagebuild/secretscan``) looks for the same
+kinds in a build context's files, with the context rules a whole file allows (an AWS key id only
+beside its secret key, kubeconfig and login files' layouts).
+
+Standard library only (``launcher.core``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+
+MASK = "***"
+MIN_MARKED = 4  # shorter values are not looked for in text: "1" or "yes" would mask half of every line
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str
+    gate: tuple[str, ...]  # the shape is looked for only in text holding one of these (C-speed ``in`` tests)
+    pattern: re.Pattern[str]  # group 1: what is masked
+
+
+SHAPES: tuple[Shape, ...] = (
+    # detect-secrets PrivateKeyDetector's markers, gitleaks private-key: the block to its END line (or
+    # to the end of the text, when it is cut): PEM (RSA, EC, DSA, PKCS#8, ENCRYPTED), OpenSSH, PGP.
+    Shape("private key", ("PRIVATE KEY",), re.compile(
+        r"(-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END[ A-Z0-9_-]{0,100}"
+        r"PRIVATE KEY(?: BLOCK)?-----|[\s\S]*))")),
+    # gitleaks github-pat / github-oauth / github-app-token / github-refresh-token; detect-secrets GitHubTokenDetector.
+    Shape("GitHub token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), re.compile(r"(?<![0-9A-Za-z_])(gh[pousr]_[0-9A-Za-z]{36,255})(?![0-9A-Za-z])")),
+    Shape("GitHub token", ("github_pat_",), re.compile(r"\b(github_pat_[0-9A-Za-z_]{82})\b")),  # github-fine-grained-pat
+    Shape("GitLab token", ("glpat-",), re.compile(r"\b(glpat-[0-9A-Za-z_-]{20,})")),  # gitlab-pat, GitLabTokenDetector
+    # detect-secrets SlackDetector; gitleaks slack-bot-token / slack-user-token / slack-app-token.
+    Shape("Slack token", ("xox",), re.compile(r"\b(xox[baprs]-(?:[0-9]+-)+[0-9A-Za-z]{8,})")),
+    Shape("npm token", ("npm_",), re.compile(r"\b(npm_[A-Za-z0-9]{36})\b")),  # npm-access-token, NpmDetector
+    Shape("PyPI token", ("pypi-AgEI",), re.compile(r"(pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})")),  # pypi-upload-token
+    Shape("Hugging Face token", ("hf_",), re.compile(r"\b(hf_[A-Za-z]{34})\b")),  # huggingface-access-token
+    # gitleaks aws-access-token, detect-secrets AWSKeyDetector (the id; its secret key has no shape of its own).
+    Shape("AWS access key id", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"), re.compile(r"(?<![A-Za-z0-9])((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})"
+                                               r"(?![A-Za-z0-9])")),
+    Shape("Azure storage key", ("AccountKey",), re.compile(r"AccountKey\s*=\s*([A-Za-z0-9+/=]{86,88})")),  # AzureStorageKeyDetector
+    # detect-secrets BasicAuthDetector: scheme://user:PASSWORD@host.
+    Shape("URL with a password", ("://",), re.compile(r"://[^\s:/@'\"<>(){}\[\],]{1,100}:([^\s/@'\"<>(){}\[\],]{1,200})"
+                                                 r"@[A-Za-z0-9.-]+")),
+)
+
+
+def kind_of(value: str) -> str | None:
+    """The kind of credential ``value`` holds (``"GitHub token"``), or None when it has no such shape."""
+    for shape in SHAPES:
+        if any(g in value for g in shape.gate) and shape.pattern.search(value):
+            return shape.kind
+    return None
+
+
+def mask_shapes(text: str) -> str:
+    """``text`` with every credential of a known shape replaced by ``***`` (a URL keeps its user
+    and host: ``https://me:***@host``)."""
+    for shape in SHAPES:
+        if any(g in text for g in shape.gate) and shape.pattern.search(text):
+            text = shape.pattern.sub(_masked_group, text)
+    return text
+
+
+def _masked_group(m: re.Match[str]) -> str:
+    whole, (start, end) = m.group(0), m.span(1)
+    return whole[:start - m.start()] + MASK + whole[end - m.start():]
+
+
+_STARTS = re.compile(r"(?<![A-Za-z0-9_])")  # where a word may start: the text's start, after any other character
+
+_ENDS = re.compile(r"(?<![A-Za-z0-9_])|(?![A-Za-z0-9_])")  # where a word may end: before any other character, the end
+
+
+@dataclass(frozen=True)
+class Marks:
+    """A job's secret values as ddpjob keeps them: a salt and, per value, its length and salted
+    SHA-256 (hex). Enough to find a value again in text; not enough to read it back."""
+
+    salt: str
+    marks: frozenset[tuple[int, str]]
+
+    @classmethod
+    def of(cls, values: list[str]) -> Marks | None:
+        """The marks of ``values`` (those of at least ``MIN_MARKED`` characters), or None when none is."""
+        kept = sorted({v for v in values if len(v) >= MIN_MARKED})
+        if not kept:
+            return None
+        salt = secrets.token_hex(16)
+        return cls(salt, frozenset((len(v), _digest(salt, v)) for v in kept))
+
+    def to_json(self) -> dict[str, object]:
+        return {"salt": self.salt, "marks": sorted([n, h] for n, h in self.marks)}
+
+    @classmethod
+    def from_json(cls, data: object) -> Marks | None:
+        """The marks a record keeps; None for a record without any (or one this version cannot read)."""
+        if not isinstance(data, dict) or not isinstance(data.get("salt"), str) or not isinstance(data.get("marks"), list):
+            return None
+        marks = frozenset((int(m[0]), str(m[1])) for m in data["marks"]
+                          if isinstance(m, list) and len(m) == 2 and isinstance(m[0], int) and isinstance(m[1], str))
+        return cls(data["salt"], marks) if marks else None
+
+    def scrub(self, text: str) -> str:
+        """``text`` with each of the job's secret values that starts a word replaced by ``***``."""
+        lengths = sorted({n for n, _ in self.marks}, reverse=True)
+        if not text or len(text) < lengths[-1]:
+            return text
+        starts = {m.start() for m in _STARTS.finditer(text)}
+        ends = [m.start() for m in _ENDS.finditer(text)]
+        found: dict[int, int] = {}  # start -> length of a value there (the longest)
+        for n in lengths:  # a value starts a word and ends one: only such stretches are hashed
+            for at in starts.intersection([e - n for e in ends]):
+                if at not in found and (n, _digest(self.salt, text[at:at + n])) in self.marks:
+                    found[at] = n
+        if not found:
+            return text
+        out, last = [], 0
+        for at in sorted(found):
+            if at >= last:
+                out.append(text[last:at] + MASK)
+                last = at + found[at]
+        return "".join(out) + text[last:] if out else text
+
+
+def _digest(salt: str, value: str) -> str:
+    return hashlib.sha256((salt + "\0" + value).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def scrub(text: str, marks: Marks | None) -> str:
+    """What ddpjob shows of ``text`` that came from a job: its secret values (``marks``) and every
+    credential of a known shape masked."""
+    if marks is not None:
+        text = marks.scrub(text)
+    return mask_shapes(text)
