@@ -28,9 +28,10 @@ class Entry:
     status: JobStatus | None = None
 
     def runs(self) -> tuple[int | None, int]:
-        """(runs ended, runs in all): ended is None when not known (a finished job, not asked)."""
+        """(runs ended, runs in all): ended is None when not known (a running job its target did not say
+        of). Every run of a job that has ended has ended too (a run it never started ended with it)."""
         total = (self.rec.shape.runs if self.rec.shape else None) or 1
-        if self.rec.state is JobState.SUCCEEDED:
+        if self.rec.state.terminal:
             return total, total
         tasks = self.status.tasks if self.status is not None else []
         if not tasks:

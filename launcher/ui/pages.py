@@ -306,8 +306,12 @@ def job_live(view: JobView, token: str, now: float | None = None) -> str:
     rec = view.rec
     now = time.time() if now is None else now
     facts = [("state", state_badge(rec.state.value)), ("created", f"{when(rec.created_at)} ({age(now - rec.created_at)} ago)")]
+    if rec.started_at:
+        facts.append(("started", when(rec.started_at)))
     if rec.ended_at:
         facts.append(("ended", when(rec.ended_at)))
+    if rec.state.value != "PENDING":  # as status and list date it: the target's start to its end, or to now
+        facts.append(("duration", duration(rec.duration_s(now))))
     if view.progress:  # no ETA once the job has ended
         shown = dataclasses.replace(view.progress, eta_s=None) if rec.state.terminal else view.progress
         facts.append(("progress", progress_cell(shown)))

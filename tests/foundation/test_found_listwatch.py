@@ -5,6 +5,7 @@ through the pause it takes (``listing._pause``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -251,3 +252,16 @@ def test_watch_ends_quietly_when_the_reader_of_its_pipe_leaves(ddpjob_home):
     finally:
         proc.kill()
     assert code == 0 and "Traceback" not in proc.communicate()[1]
+
+
+@pytest.mark.parametrize("state", [JobState.FAILED, JobState.CANCELLED, JobState.SUCCEEDED])
+def test_a_sweep_that_has_ended_lists_all_its_runs_ended_not_a_question_mark(state):
+    """``list`` showed ``runs ?/2`` for a failed sweep: its runs were not asked again once it ended."""
+    from launcher.service.queue import Entry
+    from launcher.service.records import JobRecord, JobShape
+
+    rec = JobRecord(id="sw-abcde", name="sw", target="local", state=state, spec={}, handle={"run_dir": "/r"},
+                    run_dir="/r", port=None, message="2 failed", created_at=0.0, updated_at=0.0, ended_at=1.0,
+                    shape=JobShape(runs=2, nodes=1, procs_per_node=1))
+    assert Entry(rec, None).runs() == (2, 2)
+    assert Entry(dataclasses.replace(rec, state=JobState.RUNNING), None).runs() == (None, 2)

@@ -122,6 +122,10 @@ def test_job_page_draws_runs_and_offers_cancel_only_while_it_runs():
     assert many.count('<pre class="log"') == 8 and "Nodes 8..63 are not shown here" in many
     ended = pages.job_live(JobView(record(state=JobState.FAILED, message="rank 1 exited 1"), None, None, [], 0, []), "T")
     assert "data-final" in ended and "cancel" not in ended and "Root cause" in ended
+    # Its duration as status and list give it: the target's start to its end (here 7 s), however late asked.
+    dated = pages.job_live(JobView(record(state=JobState.SUCCEEDED, created_at=time.time() - 3600, started_at=time.time() - 600,
+                                          ended_at=time.time() - 593), None, None, [], 0, []), "T")
+    assert "<dt>duration</dt><dd>7.0s</dd>" in dated and "<dt>started</dt>" in dated, dated
 
 
 def test_cli_start_up_loads_no_web_framework():
