@@ -1,7 +1,8 @@
 """Issue 34 for local jobs in containers (local.container: podman): each node's wrapper runs outside
 its container and finds the container's torchrun agent in /proc by the container's name, so top shows
-every rank's vitals and a rank stopped with SIGSTOP inside a container is named in status, as for
-a job without containers. Real podman, the test image, real torchrun; skipped with the reason where
+every rank's vitals and a rank stopped with SIGSTOP inside a container is named in status, with the
+line it stopped at, and ddpjob stacks reads every rank (py-spy from outside), as for a job without
+containers. Real podman, the test image, real torchrun; skipped with the reason where
 no engine can run (see conftest.py)."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import signal
 
 import pytest
 from testkit import ddpjob, wait_for
+
+from launcher.targets.shared import stacks
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(300)]
 
@@ -57,6 +60,17 @@ def test_ranks_in_containers_are_watched_top_shows_them_and_a_stopped_one_is_nam
 
         status = wait_for(named, "status to name the stopped rank", timeout=60, poll=1)
         assert "RUNNING" in status and "on node 1" in status and "is stopped (SIGSTOP?) since" in status, status
+        if stacks.find_py_spy() is None:  # the dev extra has it; a user's install may not
+            return
+        # Where each rank is, read by py-spy from outside the containers (issue 44): in the verdict, and
+        # with ddpjob stacks (the stopped one read without pausing it).
+        where = wait_for(lambda: (lambda out: out if "rank 1 stopped in ticker.py:" in out else None)(
+            ddpjob("status", job, cwd=tmp_path).stdout), "the verdict to say where rank 1 stopped", timeout=60, poll=1)
+        assert "<module>" in where, where
+        found = json.loads(ddpjob("stacks", job, "-o", "json", cwd=tmp_path, check=True).stdout)
+        files = {r["rank"]: [f["file"] for t in r["threads"] for f in t["frames"]] for r in found["ranks"]}
+        assert set(files) == {0, 1} and all("ticker.py" in f for f in files.values()), found
+        assert all(r["error"] is None for r in found["ranks"]), found
     finally:
         ddpjob("cancel", job, cwd=tmp_path)
 

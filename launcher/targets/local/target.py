@@ -255,15 +255,12 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
 
     def stacks(self, handle: LocalHandle, flt: LogFilter) -> JobStacks:
         """Read by py-spy here: each rank's pid is in its node wrapper's last sample (``watch.json``), checked
-        against the process's own RANK before it is read. The latest task with live ranks, or ``flt.task``."""
-        from launcher.core.errors import UsageError
+        against the process's own RANK before it is read (a rank in a container by its pid as this machine
+        sees it: py-spy reads it from outside). The latest task with live ranks, or ``flt.task``."""
         from launcher.targets.shared.health import exit_records, parse
         from launcher.targets.shared.stacks import HOW_TO_GET, JobStacks, RankStack, dump_all, find_py_spy
         from launcher.targets.shared.vitals import ranks_of
 
-        if read_plan(handle.run_dir).container != "none":
-            raise UsageError("ddpjob stacks does not reach ranks in containers yet (local.container): run the job "
-                             "without a container to read its stacks, or look at its lines with ddpjob logs")
         py_spy = find_py_spy()
         if py_spy is None:
             raise TargetUnavailable(HOW_TO_GET)

@@ -262,7 +262,7 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     outputs = [log, *([os.environ["DDPJOB_METRICS_FILE"]] if node == 0 and os.environ.get("DDPJOB_METRICS_FILE") else [])]
     ranks_of = _in_container(argv[0], c["container"]) if c.get("container") else (lambda: agent)
     sampler = vitals.Sampler(node=node, agent=ranks_of, log=log, steps_dir=os.environ.get(vitals.VITALS_DIR_ENV),
-                             frames=None if c.get("container") else stacks.frame_sampler())
+                             frames=stacks.frame_sampler())
 
     def on_stall(message: str) -> None:
         stalled.append(message)
@@ -279,9 +279,10 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     common = {"port": port, "host": "localhost", "timeout": timeout, "action": c.get("action", "report"),
               "on_stall": on_stall, "vitals": sampler.sample, "outputs": outputs}
     if node == 0:
-        # Every rank is on this machine (outside containers: their pids are the engine's): when the watch
-        # names a stall it reads where each one is, once (``stacks.where``), kept beside watch.json.
-        placed = None if c.get("container") else functools.partial(stacks.where, keep=task.stacks)
+        # Every rank is on this machine (in a container too: its pid as this machine sees it, which py-spy
+        # reads from outside): when the watch names a stall it reads where each one is, once
+        # (``stacks.where``), kept beside watch.json.
+        placed = functools.partial(stacks.where, keep=task.stacks)
         w = heartbeat.Watch(nodes=nodes, state_path=task.watch, where=placed, **common)  # type: ignore[arg-type]
         why = w.start()
         if why:
