@@ -74,7 +74,9 @@ def os_cause(e: OSError) -> str:
 
 
 def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"ddpjob: error: {message}", err=True)
+    from launcher.core.tokens import mask_shapes  # a credential quoted in a message is never shown
+
+    click.echo(f"ddpjob: error: {mask_shapes(message)}", err=True)
     sys.exit(code)
 
 
@@ -106,9 +108,7 @@ def guard(fn: Callable[P, R]) -> Callable[P, R]:
         except DdpjobError as e:
             if DEBUG["on"]:
                 raise
-            from launcher.core.tokens import mask_shapes
-
-            fail(mask_shapes(str(e)), e.exit_code)
+            fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             click.echo("\nStopped.", err=True)
             sys.exit(130)

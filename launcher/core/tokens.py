@@ -24,9 +24,8 @@ Standard library only (``launcher.core``).
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import re
-import secrets
 from dataclasses import dataclass
 
 MASK = "***"
@@ -37,31 +36,41 @@ MIN_MARKED = 4  # shorter values are not looked for in text: "1" or "yes" would 
 class Shape:
     kind: str
     gate: tuple[str, ...]  # the shape is looked for only in text holding one of these (C-speed ``in`` tests)
-    pattern: re.Pattern[str]  # group 1: what is masked
+    source: str  # the expression; group 1: what is masked
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return _compiled(self.source)
+
+
+@functools.cache
+def _compiled(source: str) -> re.Pattern[str]:  # on first use: most commands never need one
+    return re.compile(source)
 
 
 SHAPES: tuple[Shape, ...] = (
     # detect-secrets PrivateKeyDetector's markers, gitleaks private-key: the block to its END line (or
     # to the end of the text, when it is cut): PEM (RSA, EC, DSA, PKCS#8, ENCRYPTED), OpenSSH, PGP.
-    Shape("private key", ("PRIVATE KEY",), re.compile(
-        r"(-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END[ A-Z0-9_-]{0,100}"
-        r"PRIVATE KEY(?: BLOCK)?-----|[\s\S]*))")),
+    Shape("private key", ("PRIVATE KEY",),
+          r"(-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END[ A-Z0-9_-]{0,100}"
+          r"PRIVATE KEY(?: BLOCK)?-----|[\s\S]*))"),
     # gitleaks github-pat / github-oauth / github-app-token / github-refresh-token; detect-secrets GitHubTokenDetector.
-    Shape("GitHub token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), re.compile(r"(?<![0-9A-Za-z_])(gh[pousr]_[0-9A-Za-z]{36,255})(?![0-9A-Za-z])")),
-    Shape("GitHub token", ("github_pat_",), re.compile(r"\b(github_pat_[0-9A-Za-z_]{82})\b")),  # github-fine-grained-pat
-    Shape("GitLab token", ("glpat-",), re.compile(r"\b(glpat-[0-9A-Za-z_-]{20,})")),  # gitlab-pat, GitLabTokenDetector
+    Shape("GitHub token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+          r"(?<![0-9A-Za-z_])(gh[pousr]_[0-9A-Za-z]{36,255})(?![0-9A-Za-z])"),
+    Shape("GitHub token", ("github_pat_",), r"\b(github_pat_[0-9A-Za-z_]{82})\b"),  # github-fine-grained-pat
+    Shape("GitLab token", ("glpat-",), r"\b(glpat-[0-9A-Za-z_-]{20,})"),  # gitlab-pat, GitLabTokenDetector
     # detect-secrets SlackDetector; gitleaks slack-bot-token / slack-user-token / slack-app-token.
-    Shape("Slack token", ("xox",), re.compile(r"\b(xox[baprs]-(?:[0-9]+-)+[0-9A-Za-z]{8,})")),
-    Shape("npm token", ("npm_",), re.compile(r"\b(npm_[A-Za-z0-9]{36})\b")),  # npm-access-token, NpmDetector
-    Shape("PyPI token", ("pypi-AgEI",), re.compile(r"(pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})")),  # pypi-upload-token
-    Shape("Hugging Face token", ("hf_",), re.compile(r"\b(hf_[A-Za-z]{34})\b")),  # huggingface-access-token
+    Shape("Slack token", ("xox",), r"\b(xox[baprs]-(?:[0-9]+-)+[0-9A-Za-z]{8,})"),
+    Shape("npm token", ("npm_",), r"\b(npm_[A-Za-z0-9]{36})\b"),  # npm-access-token, NpmDetector
+    Shape("PyPI token", ("pypi-AgEI",), r"(pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})"),  # pypi-upload-token
+    Shape("Hugging Face token", ("hf_",), r"\b(hf_[A-Za-z]{34})\b"),  # huggingface-access-token
     # gitleaks aws-access-token, detect-secrets AWSKeyDetector (the id; its secret key has no shape of its own).
-    Shape("AWS access key id", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"), re.compile(r"(?<![A-Za-z0-9])((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})"
-                                               r"(?![A-Za-z0-9])")),
-    Shape("Azure storage key", ("AccountKey",), re.compile(r"AccountKey\s*=\s*([A-Za-z0-9+/=]{86,88})")),  # AzureStorageKeyDetector
+    Shape("AWS access key id", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"),
+          r"(?<![A-Za-z0-9])((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})(?![A-Za-z0-9])"),
+    Shape("Azure storage key", ("AccountKey",), r"AccountKey\s*=\s*([A-Za-z0-9+/=]{86,88})"),  # AzureStorageKeyDetector
     # detect-secrets BasicAuthDetector: scheme://user:PASSWORD@host.
-    Shape("URL with a password", ("://",), re.compile(r"://[^\s:/@'\"<>(){}\[\],]{1,100}:([^\s/@'\"<>(){}\[\],]{1,200})"
-                                                 r"@[A-Za-z0-9.-]+")),
+    Shape("URL with a password", ("://",),
+          r"://[^\s:/@'\"<>(){}\[\],]{1,100}:([^\s/@'\"<>(){}\[\],]{1,200})@[A-Za-z0-9.-]+"),
 )
 
 
@@ -106,6 +115,8 @@ class Marks:
         kept = sorted({v for v in values if len(v) >= MIN_MARKED})
         if not kept:
             return None
+        import secrets
+
         salt = secrets.token_hex(16)
         return cls(salt, frozenset((len(v), _digest(salt, v)) for v in kept))
 
@@ -144,6 +155,8 @@ class Marks:
 
 
 def _digest(salt: str, value: str) -> str:
+    import hashlib  # here, not at the top: most commands never hash (an import done is a dict lookup)
+
     return hashlib.sha256((salt + "\0" + value).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
