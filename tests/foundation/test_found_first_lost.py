@@ -17,6 +17,7 @@ from testkit import wait_for
 
 from launcher.targets.shared import heartbeat
 from launcher.targets.shared.restarts import Recovery
+from launcher.targets.slurm.job import recover
 from launcher.targets.slurm.job.recover import elect
 
 
@@ -124,9 +125,11 @@ def _alone(tmp_path: Path, node: int) -> tuple[Recovery, heartbeat.Beacon]:
     return rec, beacon
 
 
-def test_a_node_that_would_take_the_first_nodes_place_but_hears_no_one_leaves(tmp_path):
+def test_a_node_that_would_take_the_first_nodes_place_but_hears_no_one_leaves(tmp_path, monkeypatch):
     """Node 1 cut off from every node (its own link gone): it stops hearing node 0, listens, hears no
-    one (1 of 3) and leaves; it does not start a run of its own."""
+    one (1 of 3) and leaves; it does not start a run of its own. (It listens for 1 s here, not the 8 s
+    of four heartbeat intervals: the heartbeats here come every 0.1 s.)"""
+    monkeypatch.setattr(recover, "ELECT_S", 1.0)
     second, beacon = _alone(tmp_path, 1)
     lead: list[heartbeat.Watch] = []
     try:
