@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.service.imagebuild import secretfiles, secretscan
+from launcher.service.imagebuild import secretcache, secretfiles, secretscan
 from launcher.service.imagebuild.ignores import Rule, excluded, prefixes, rules_of
 
 HASH_FORMAT = "ddpjob-build-2"  # 2: modes as staged, secret-looking files left out
@@ -115,11 +115,13 @@ class _Walk:
 
 
 def scan(root: Path, *, limit: int | None = None, env_files: Iterable[str] = (),
-         needles: Mapping[str, bytes] | None = None, secrets: bool = True) -> Context:
+         needles: Mapping[str, bytes] | None = None, secrets: bool = True,
+         cache: secretcache.CleanCache | None = None) -> Context:
     """The context's entries and what was left out. Contents are read (hashed, their first bytes
     checked for a private key, searched for each of ``needles``: label -> value, and scanned for
     secrets by ``secretscan`` unless ``secrets`` is False) only when the total stays within
-    ``limit``. ``env_files``: the ``--env-file`` paths given, wherever they are."""
+    ``limit``. ``env_files``: the ``--env-file`` paths given, wherever they are. ``cache``: the
+    files scanned clean before (default: the one in ``$DDPJOB_HOME``, ``secretcache``)."""
     rules, ignore_file = rules_of(root)
     prune = not any(r.keep for r in rules)  # without ``!`` lines a left-out folder is not entered
     ctx = Context(root, ignore_file=ignore_file)
@@ -145,7 +147,12 @@ def scan(root: Path, *, limit: int | None = None, env_files: Iterable[str] = (),
             _add_file(walk, rel, full, os.lstat(full))
     ctx.entries.sort(key=lambda e: e.rel)
     if limit is None or ctx.size <= limit:
-        _read_contents(walk, needles or {}, secrets)
+        clean = None
+        if secrets:
+            clean = cache if cache is not None else secretcache.CleanCache(secretcache.default_path())
+        _read_contents(walk, needles or {}, secrets, clean)
+        if clean is not None:
+            clean.save()
     ctx.left_out.sort(key=lambda o: o.rel)
     return ctx
 
@@ -164,7 +171,8 @@ def _add_file(walk: _Walk, rel: str, full: str, st: os.stat_result) -> None:
         walk.ctx.entries.append(Entry(rel, "f", image_mode("f", st.st_mode), st.st_size))
 
 
-def _read_contents(walk: _Walk, needles: Mapping[str, bytes], secrets: bool) -> None:
+def _read_contents(walk: _Walk, needles: Mapping[str, bytes], secrets: bool,
+                   clean: secretcache.CleanCache | None) -> None:
     ctx, kept = walk.ctx, []
     ctx.scanned = True
     for e in ctx.entries:
@@ -177,9 +185,15 @@ def _read_contents(walk: _Walk, needles: Mapping[str, bytes], secrets: bool) -> 
                 continue
             ctx.holding.extend((e.rel, label) for label in sorted(found))
             if seen is not None:
-                ctx.findings += seen.done()
                 if seen.skipped:
                     ctx.unscanned.append((e.rel, seen.skipped))
+                elif clean is None:
+                    ctx.findings += seen.done()
+                elif not clean.clean(e.digest, key := seen.key):  # a file scanned clean before is not again
+                    findings = seen.done(key)
+                    ctx.findings += findings
+                    if not findings:
+                        clean.add(e.digest, key)
         kept.append(e)
     ctx.entries = kept
 
@@ -191,8 +205,10 @@ def _read(path: Path, needles: Mapping[str, bytes],
     h, head, tail = hashlib.sha256(), b"", b""
     found: set[str] = set()
     overlap = max((len(v) for v in needles.values()), default=1) - 1  # a value across two chunks
+    # A file to be scanned is read in one piece (the scan needs it whole, and joining pieces is a copy).
+    piece = min(seen.size, secretscan.MAX_SCANNED) + 1 if seen is not None and not seen.skipped else 1 << 20
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
+        for chunk in iter(lambda: f.read(piece), b""):
             h.update(chunk)
             head = head or chunk[:secretfiles.HEAD_BYTES]
             if seen is not None:

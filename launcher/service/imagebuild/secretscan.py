@@ -12,8 +12,10 @@ detect-secrets (Yelp, its plugins: ``AWSKeyDetector``, ``PrivateKeyDetector``, .
 (its rule ids: ``aws-access-token``, ``github-pat``, ...). detect-secrets 1.5.0 itself is not a
 dependency: it reads each file itself (a second read), runs every plugin over every line in Python
 (pydantic's 4.3 MB of sources: 3.5 s, with 4 false alarms, against 0.02 s and none here), and pulls in
-requests (0.5 s to import its scanner). Each kind is looked for only where a cheap literal
-(``Rule.gate``, a C-speed ``in`` test) is in the file, or by an expression that starts with a literal.
+requests (0.5 s to import its scanner). Each kind is looked for only in a file holding one of its
+anchors (``Rule.needs``: literals each finding of it holds), found for all rules in one pass where
+ahocorasick_rs is installed (``secretanchors``), else gate by gate (a C-speed ``in`` test each); files
+scanned clean before are not scanned again (``secretcache``, by content).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from launcher.service.imagebuild import secretanchors
 
 MAX_SCANNED = 10 << 20  # bytes; larger files are data, not code or configuration
 TOO_LARGE = f"over {MAX_SCANNED >> 20} MiB"
@@ -69,6 +73,15 @@ class Rule:
     kind: str
     gate: tuple[bytes, ...]  # the rule runs only on a piece holding one of these
     find: Callable[[bytes], Iterator[tuple[int, bytes]]]  # (offset, value) of each finding in a piece
+    # Without a gate: literals one of which every finding holds, for the one-pass prefilter
+    # (``secretanchors``); the pure-Python way runs such a rule's own expression on every piece.
+    anchors: tuple[bytes, ...] = ()
+    # For an expression that starts with its one anchor: its findings, given where the anchor starts.
+    at: Callable[[bytes, list[int]], Iterator[tuple[int, bytes]]] | None = None
+
+    @property
+    def needs(self) -> tuple[bytes, ...]:
+        return self.gate or self.anchors
 
 
 def _regex(pattern: bytes, group: int = 0, keep: Callable[[re.Match[bytes]], bool] | None = None,
@@ -166,6 +179,18 @@ def _kubeconfig(text: bytes) -> Iterator[tuple[int, bytes]]:
             yield m.start(2), m.group(2)
 
 
+# .git-credentials and any URL with a password (detect-secrets BasicAuthDetector): matched where each
+# "://" starts (a match holds no other "://"), so files full of plain URLs cost no second pass.
+_URL = re.compile(rb"://[^\s:/@'\"<>(){}\[\],]{1,100}:([^\s/@'\"<>(){}\[\],]{1,200})@[A-Za-z0-9.-]+")
+
+
+def _url_at(text: bytes, starts: list[int]) -> Iterator[tuple[int, bytes]]:
+    match = _URL.match
+    for m in [m for start in starts if (m := match(text, start)) is not None]:
+        if _real(m):
+            yield m.start(1), m.group(1)
+
+
 _RULES: tuple[Rule, ...] = (  # in this order: the first to find something on a line names it
     Rule("GCP service-account key", (b"PRIVATE KEY",), _gcp),
     # detect-secrets PrivateKeyDetector's markers, gitleaks private-key's shape (a body and an END line):
@@ -173,11 +198,12 @@ _RULES: tuple[Rule, ...] = (  # in this order: the first to find something on a 
     Rule("private key", (b"PRIVATE KEY",), _regex(
         rb"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----(?:\\n|\s)[\s\S]{64,}?-----END[ A-Z0-9_-]{0,100}"
         rb"PRIVATE KEY(?: BLOCK)?-----")),
-    Rule("AWS access key pair", (), _aws),  # its own expression is as fast as a gate
+    Rule("AWS access key pair", (), _aws, (b"A3T", b"AKIA", b"ASIA", b"ABIA", b"ACCA")),  # ``_AWS_ID``'s
     # detect-secrets AzureStorageKeyDetector; gitleaks azure-ad-client-secret is left to its own tool.
     Rule("Azure storage key", (b"AccountKey",), _regex(rb"AccountKey\s*=\s*([A-Za-z0-9+/=]{86,88})", 1)),
     # gitleaks github-pat / github-oauth / github-app-token / github-refresh-token; detect-secrets GitHubTokenDetector.
-    Rule("GitHub token", (), _regex(rb"(gh[pousr]_[0-9A-Za-z]{36,255})(?![0-9A-Za-z])", 1, _alone)),
+    Rule("GitHub token", (), _regex(rb"(gh[pousr]_[0-9A-Za-z]{36,255})(?![0-9A-Za-z])", 1, _alone),
+         (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_")),
     Rule("GitHub token", (b"github_pat_",), _regex(rb"\b(github_pat_[0-9A-Za-z_]{82})\b", 1)),  # github-fine-grained-pat
     Rule("GitLab token", (b"glpat-",), _regex(rb"\b(glpat-[0-9A-Za-z_-]{20,})", 1)),  # gitlab-pat, GitLabTokenDetector
     # detect-secrets SlackDetector; gitleaks slack-bot-token / slack-user-token / slack-app-token.
@@ -185,10 +211,8 @@ _RULES: tuple[Rule, ...] = (  # in this order: the first to find something on a 
     Rule("npm token", (b"npm_",), _regex(rb"\b(npm_[A-Za-z0-9]{36})\b", 1)),  # npm-access-token, NpmDetector
     Rule("PyPI token", (b"pypi-AgEI",), _regex(rb"(pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})", 1)),  # pypi-upload-token
     Rule("Hugging Face token", (b"hf_",), _regex(rb"\b(hf_[A-Za-z]{34})\b", 1)),  # huggingface-access-token
+    Rule("URL with a password", (), _regex(_URL.pattern, 1, _real), (b"://",), _url_at),
     # W&B API keys (40 hex characters) in a netrc for api.wandb.ai, wandb's settings or an env line.
-    # .git-credentials and any URL with a password (detect-secrets BasicAuthDetector).
-    Rule("URL with a password", (), _regex(
-        rb"://[^\s:/@'\"<>(){}\[\],]{1,100}:([^\s/@'\"<>(){}\[\],]{1,200})@[A-Za-z0-9.-]+", 1, _real)),
     Rule("W&B API key", (b"wandb", b"WANDB"), _regex(
         rb"(?i)(?:wandb_api_key|api_key|machine\s+api\.wandb\.ai[\s\S]{0,200}?password)\s*[=:\s]\s*['\"]?([0-9a-f]{40})\b", 1)),
 )
@@ -221,26 +245,32 @@ class FileScan:
     rel: str
     parts: list[bytes] | None = None  # the file's pieces so far, when scanned (at most MAX_SCANNED)
     skipped: str = ""  # why it is not scanned: "binary" or "over 10.0 MiB"
+    size: int = 0  # the file's size as listed
 
     def feed(self, chunk: bytes) -> None:
         if self.skipped:
             return
         if self.parts is None:
-            if b"\0" in chunk[:BINARY_PROBE]:
+            if chunk.find(b"\0", 0, BINARY_PROBE) >= 0:
                 self.skipped = "binary"
                 return
             self.parts = []
         self.parts.append(chunk)
 
-    def done(self) -> list[Finding]:
+    @property
+    def key(self) -> str:
+        return rules_key(self.rel)
+
+    def done(self, key: str | None = None) -> list[Finding]:
+        """The findings (``key``: the file's ``rules_key`` where already known)."""
         if self.skipped or not self.parts:
             return []
-        return scan_text(self.rel, self.parts[0] if len(self.parts) == 1 else b"".join(self.parts))
+        return scan_text(self.rel, self.parts[0] if len(self.parts) == 1 else b"".join(self.parts), key)
 
 
 def start(rel: str, size: int) -> FileScan:
     """The scan of a file of ``size`` bytes (one too large is skipped, never held in memory)."""
-    return FileScan(rel, skipped=TOO_LARGE if size > MAX_SCANNED else "")
+    return FileScan(rel, skipped=TOO_LARGE if size > MAX_SCANNED else "", size=size)
 
 
 def config_like(name: str) -> bool:
@@ -254,21 +284,50 @@ def _spec_rule() -> Rule:
     return Rule("secret env value in a ddpjob spec", (b"env:",), _spec_values)
 
 
-def scan_text(rel: str, text: bytes) -> list[Finding]:
-    """Every finding in the file ``rel`` whose whole content is ``text``, accepted ones left out."""
-    if len(text) > NUMBERS_FROM and len(text.translate(None, NUMBERS)) < 16:
-        return []  # a table of numbers: no kind here can be written with fewer than 16 other characters
-    rules = _RULES
+def rules_key(rel: str) -> str:
+    """Which rules a file of this path gets: "0" code, "1" configuration, "2" a YAML file (also the
+    ddpjob spec's rule); a clean scan is remembered under it (``secretcache``)."""
     name = rel.rsplit("/", 1)[-1].lower()
-    if name.endswith((".yaml", ".yml")):
-        rules = (_spec_rule(), *rules)
-    if config_like(name):
-        rules = rules + _CONFIG_RULES
+    return "2" if name.endswith((".yaml", ".yml")) else "1" if config_like(name) else "0"
+
+
+@functools.lru_cache(maxsize=4)
+def _rules(key: str) -> tuple[tuple[Rule, ...], secretanchors.Anchors, dict[bytes, frozenset[int]]]:
+    """The rules of ``rules_key`` ``key`` in order, their anchors' search, and anchor -> the rules it lets run."""
+    rules = {"0": _RULES, "1": _RULES + _CONFIG_RULES, "2": (_spec_rule(), *_RULES, *_CONFIG_RULES)}[key]
+    assert all(r.needs for r in rules), "each rule needs an anchor, or the prefilter would skip it"
+    by_anchor: dict[bytes, frozenset[int]] = {}
+    for i, rule in enumerate(rules):
+        for a in rule.needs:
+            by_anchor[a] = by_anchor.get(a, frozenset()) | {i}
+    return rules, secretanchors.anchors(tuple(by_anchor), tuple(r.needs[0] for r in rules if r.at)), by_anchor
+
+
+def scan_text(rel: str, text: bytes, key: str | None = None) -> list[Finding]:
+    """Every finding in the file ``rel`` whose whole content is ``text``, accepted ones left out.
+    A rule runs only where one of its anchors is: all found in one pass (``secretanchors``), or
+    gate by gate, each literal tested once, in the pure-Python way. ``key``: ``rules_key(rel)``."""
+    rules, search, by_anchor = _rules(key or rules_key(rel))
+    found: dict[bytes, list[int]] | None = None
+    if search.one_pass:
+        found = search.found(text)
+        if not found:
+            return []
+        run = [rules[i] for i in sorted(frozenset().union(*(by_anchor[a] for a in found)))]
+    elif len(text) > NUMBERS_FROM and len(text.translate(None, NUMBERS)) < 16:
+        return []  # a table of numbers: no kind here can be written with fewer than 16 other characters
+    else:
+        tested: dict[bytes, bool] = {}
+        run = [r for r in rules if not r.gate or any(
+            tested[g] if g in tested else tested.setdefault(g, g in text) for g in r.gate)]
     out: dict[int, Finding] = {}
-    for rule in rules:
-        if rule.gate and not any(g in text for g in rule.gate):
-            continue
-        for offset, value in rule.find(text):
+    for rule in run:
+        if rule.at is not None:
+            anchor = rule.needs[0]
+            hits = rule.at(text, found[anchor] if found is not None else secretanchors.positions(text, anchor))
+        else:
+            hits = rule.find(text)
+        for offset, value in hits:
             line = text.count(b"\n", 0, offset) + 1
             if line not in out and not _allowed(text, offset):
                 out[line] = Finding(rel, line, rule.kind, mask(value))
