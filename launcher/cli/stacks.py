@@ -34,7 +34,8 @@ def stacks(job_id: str, task: int | None, node: int | None, rank: int | None, ve
     another binary). Reading another process needs ptrace: as the ranks' user where
     kernel.yama.ptrace_scope is 0, else as root; a rank that cannot be read says why. On the local
     target (without local.container) and on Slurm, where each node's runner reads its own ranks
-    (py-spy installed where the job runs) and answers through the job's shared folder.
+    (py-spy installed where the job runs) and answers through the job's shared folder; on Kubernetes
+    each pod's runner reads its own (py-spy in the image) and answers through the API server's pod proxy.
 
     \b
     Examples:

@@ -25,8 +25,9 @@ Deviations, because every "pod" shares this machine's network and filesystem:
   ``<job>-master-0`` (no cluster DNS here), and the master port is remapped to a free local port
   per job (pods share one network namespace). ``Pod.injected_env`` records what the real operator
   injects, so tests can assert the exact values. Likewise the pod runner's ``DDPJOB_WATCH_PORT``
-  (one free port per job); the pod proxy (``pods/NAME:PORT/proxy/PATH``) forwards the pod's port
-  as declared in its env to that local port.
+  (one free port per job for its first pod, one per pod for the others: every pod's runner serves its
+  stacks there); the pod proxy (``pods/NAME:PORT/proxy/PATH``) forwards the pod's port as declared in
+  its env to that local port.
 - Images are not pulled; the process runs with this machine's Python. Volumes are not mounted; an
   ``emptyDir`` volume (``Pod.empty_dirs``) is a folder of the pod's own here, which outlives its
   restarts as an emptyDir outlives the container, and an env value under its mount path is
@@ -134,6 +135,13 @@ def invalid_obj(kind: str, group: str, name: str, issues: list) -> dict:
     causes = [{"reason": "FieldValueInvalid", "message": i.message, "field": dotted(i.path)} for i in issues]
     msg = f'{kind}.{group} "{name}" is invalid: ' + ", ".join(f"{dotted(i.path)}: {i.message}" for i in issues)
     return status_obj(422, "Invalid", msg, {"name": name, "group": group, "kind": kind, "causes": causes})
+
+
+def watch_key(pod: Pod) -> tuple[str, str]:
+    """Where ``FakeCluster.watch_ports`` keeps a pod's local DDPJOB_WATCH_PORT: its job's for the first pod (a
+    PyTorchJob's Master, a TrainJob's index 0: the one whose watch.json status reads), its own for the others."""
+    first = pod.rtype == "Master" or (pod.rtype == "Node" and pod.index == 0)
+    return (pod.namespace, pod.job) if first else (pod.namespace, pod.name)
 
 
 def free_port() -> int:
@@ -274,7 +282,8 @@ class FakeCluster:
         self.pod_start_delay = 0.0
         self.unschedulable_message: str | None = None
         self.ports: dict[tuple[str, str], int] = {}
-        self.watch_ports: dict[tuple[str, str], int] = {}  # the pod runner's DDPJOB_WATCH_PORT, remapped per job
+        # the pod runner's DDPJOB_WATCH_PORT, remapped: (namespace, job) for its first pod, (namespace, pod) the others
+        self.watch_ports: dict[tuple[str, str], int] = {}
         self.own_filesystems = False  # True: each pod its own /workspace (Pod.fs_root), a recreated pod a fresh one
         self.terminating: dict[tuple[str, str], Pod] = {}  # deleted pods in their grace period (processes not yet gone)
         self._collected: set[str] = set()  # uids of PyTorchJobs whose pods went by delete_pods: never recreated
@@ -583,7 +592,7 @@ class FakeCluster:
         if "PET_RDZV_ENDPOINT" in env:
             env["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{local_port}"
         if "DDPJOB_WATCH_PORT" in env:
-            env["DDPJOB_WATCH_PORT"] = str(self.watch_ports.setdefault((pod.namespace, pod.job), free_port()))
+            env["DDPJOB_WATCH_PORT"] = str(self.watch_ports.setdefault(watch_key(pod), free_port()))
         return env
 
     def _start(self, pod: Pod) -> None:
@@ -856,7 +865,7 @@ class Handler(BaseHTTPRequestHandler):
         if pod is None:
             return self._send(404, status_obj(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"}))
         declared = next((e.get("value") for e in pod.container.get("env", []) if e.get("name") == "DDPJOB_WATCH_PORT"), None)
-        local = c.watch_ports.get((ns, pod.job)) if declared == str(port) else None
+        local = c.watch_ports.get(watch_key(pod)) if declared == str(port) else None
         try:
             if local is None:
                 raise OSError("connection refused")

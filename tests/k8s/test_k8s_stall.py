@@ -329,9 +329,12 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
     import zlib
 
     import launcher.targets.k8s.job.podrun as podrun
+    import launcher.targets.k8s.job.podstacks as podstacks
     import launcher.targets.shared.heartbeat as heartbeat
     import launcher.targets.shared.restarts as restarts
     import launcher.targets.shared.runfolder as runfolder
+    import launcher.targets.shared.stacks as stacks
+    import launcher.targets.shared.stackshare as stackshare
     import launcher.targets.shared.straggle as straggle
     import launcher.targets.shared.told as told
     import launcher.targets.shared.vitals as vitals
@@ -350,6 +353,9 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
                            "ddpjob_heartbeat": Path(heartbeat.__file__).read_text(),
                            "ddpjob_restarts": Path(restarts.__file__).read_text(),
                            "ddpjob_told": Path(told.__file__).read_text(),
+                           "ddpjob_stacks": Path(stacks.__file__).read_text(),
+                           "ddpjob_stackshare": Path(stackshare.__file__).read_text(),
+                           "ddpjob_podstacks": Path(podstacks.__file__).read_text(),
                            "ddpjob_podrun": Path(podrun.__file__).read_text()}
     text = p.render()
     assert "pods start ddpjob's pod runner" in text and runner.shown(env[runner.BUNDLE_ENV]) in text

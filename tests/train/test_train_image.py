@@ -30,7 +30,7 @@ def test_dockerfile_passes_hadolint():
 
 def test_dockerfile_facts():
     text = (REPO / "docker" / "Dockerfile").read_text()
-    assert "USER 1000:1000" in text and '".[train,slurm]"' in text
+    assert "USER 1000:1000" in text and '".[train,slurm,stacks]"' in text  # py-spy: the pod runner's stacks (k8s)
     assert "ENTRYPOINT" not in text.split("# No ENTRYPOINT")[0]
     ignore = (REPO / ".dockerignore").read_text().split()
     assert ".venv" in ignore and ".git" in ignore

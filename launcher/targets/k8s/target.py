@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from launcher.core.progress import Progress
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
+    from launcher.targets.shared.stacks import JobStacks
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}
 NCCL_DEFAULTS_RDMA = {**NCCL_DEFAULTS, "NCCL_IB_DISABLE": "0"}  # k8s.rdma: the pods have InfiniBand
@@ -183,6 +184,13 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
             kube = None  # the cluster is out of reach: the kept sample is still worth showing
         found = latest(kube, [j.name for j in handle.jobs], api, handle.watch_port, handle.run_dir)
         return parse(found[1], found[0]) if found else None
+
+    def stacks(self, handle: K8sHandle, flt: LogFilter) -> JobStacks:
+        """Every live rank's stack, read by py-spy in its pod by the pod's runner and asked through the API
+        server's pod proxy (``cluster.stacks``); the latest run with a running pod, or ``flt.task``."""
+        from launcher.targets.k8s.cluster.stacks import ask_stacks
+
+        return ask_stacks(_kube(handle.context, handle.namespace, api_of(handle.api)), handle, flt)
 
     # ------------------------------------------------------------------ logs
     def logs(self, handle: K8sHandle, flt: LogFilter, follow: bool = False) -> Iterator[str]:

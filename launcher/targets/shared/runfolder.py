@@ -183,6 +183,7 @@ class PodFolder:
 
 
 WATCH_URL_PATH = "/" + WATCH  # where the first pod's runner serves its watch.json (k8s: the API server's pod proxy)
+STACKS_URL_PATH = "/" + STACKS  # where each pod's runner answers ddpjob stacks with its ranks' stacks (k8s)
 
 
 class RunFolder:

@@ -1,7 +1,8 @@
 """``ddpjob stacks`` where the job's folder is shared by every node (Slurm): the client writes a request
 (``ask``) in the task's folder, every node's runner answers with its own ranks read by py-spy
 (``Answerer``, started by ``answering``), and the first node's watch asks the same way when it names a
-stall (``asking``: ``heartbeat.Watch``'s ``where``). Standard library only: the node runners import it.
+stall (``asking``: ``heartbeat.Watch``'s ``where``). Standard library only: the node runners import it, and
+the Kubernetes pod runner's bundle carries it (``rank_stack``: the other pods' answers, ``k8s/job/podstacks.py``).
 """
 
 from __future__ import annotations
@@ -14,16 +15,28 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from launcher.targets.shared.stacks import (
-    Frame,
-    JobStacks,
-    RankStack,
-    Thread,
-    dump_all,
-    find_py_spy,
-    save,
-    summary,
-)
+try:
+    from launcher.targets.shared.stacks import (
+        Frame,
+        JobStacks,
+        RankStack,
+        Thread,
+        dump_all,
+        find_py_spy,
+        save,
+        summary,
+    )
+except ImportError:  # in a Kubernetes pod: the pod runner's bundle (``k8s/objects/runner.py``), no ddpjob installed
+    from ddpjob_stacks import (  # type: ignore[import-not-found, no-redef]
+        Frame,
+        JobStacks,
+        RankStack,
+        Thread,
+        dump_all,
+        find_py_spy,
+        save,
+        summary,
+    )
 
 ANSWER_EVERY_S, ASK_TIMEOUT_S = 1.0, 10.0  # how often a node's runner looks for a request; how long one waits
 

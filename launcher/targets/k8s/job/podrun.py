@@ -11,6 +11,9 @@ In the pod it:
   serves its ``watch.json`` over HTTP on ``DDPJOB_WATCH_PORT``, which ``ddpjob status`` reads through
   the API server's pod proxy (no shared filesystem); on the others runs ``heartbeat.Beacon`` toward
   the master's address (``PET_MASTER_ADDR``, the operator's or Trainer's);
+- on every pod serves, on the same port, its own ranks' stacks read by py-spy when asked
+  (``podstacks``: ``ddpjob stacks`` through the pod proxy, and the first pod's watch when it names a
+  stall), and samples where each rank is for the straggler rule (``stacks.FrameSampler``);
 - with ``stall.action: fail``, ends torchrun when the watch says the run stalled, prints the verdict
   (``STALL_LINE``, read back by ``status``) and exits ``END_EXIT`` (124, within 1-127: the
   operator's ``ExitCode`` policy fails the job rather than recreating the pod); so does the first pod's
@@ -40,7 +43,6 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 END_EXIT = 124  # "timed out", as timeout(1) says it; 1-127: not retried under restartPolicy ExitCode
@@ -54,8 +56,8 @@ def _shared(name: str) -> Any:
     return sys.modules.get(f"ddpjob_{name}") or importlib.import_module(f"launcher.targets.shared.{name}")
 
 
-# The folder's names (shared/runfolder.py, which the bundle carries first): where the watch is served.
-WATCH_PATH: str = _shared("runfolder").WATCH_URL_PATH
+# What every pod's runner serves (watch.json, its ranks' stacks): the bundle's copy, loaded before this one.
+podstacks: Any = sys.modules.get("ddpjob_podstacks") or importlib.import_module("launcher.targets.k8s.job.podstacks")
 
 
 class PodRunner:
@@ -85,8 +87,11 @@ class PodRunner:
         self.state_path = own.watch
         self.steps_dir = own.vitals  # the trainer's per-rank step reports (DDPJOB_VITALS_DIR)
         # Each rank's vitals (shared/vitals.py), sent with the heartbeats; the output is fed to it as it passes.
+        # With py-spy in the image, where each rank is, sampled for the straggler rule (``DDPJOB_SAMPLE_STACKS=0``: not).
         self.sampler = _shared("vitals").Sampler(node=self.node, agent=lambda: self.proc.pid if self.proc else None,
-                                                 log=None, steps_dir=self.steps_dir)
+                                                 log=None, steps_dir=self.steps_dir,
+                                                 frames=_shared("stacks").frame_sampler(env))
+        self.server: Any = None  # serves watch.json (the first pod) and stacks.json (every pod): ``podstacks.serve``
 
     def say(self, text: str) -> None:
         with self._out:
@@ -109,9 +114,10 @@ class PodRunner:
         env.setdefault(_shared("vitals").VITALS_DIR_ENV, self.steps_dir)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._forward)
+        self.server = podstacks.serve(self.watch_port, self.state_path, self._stacks, self.say)
         rec = self.recovery
         if rec is not None and self.node != 0:  # heartbeats first: this pod may be a replaced node's
-            self.beat, _server = self._heartbeats()
+            self.beat = self._heartbeats()
             if not rec.join(rec.lost_after):
                 self.say("no answer from the first pod's runner yet: starting with the run's first start")
             if rec.leave:
@@ -124,7 +130,7 @@ class PodRunner:
         if code is not None:
             return code
         if self.beat is None:
-            self.beat, _server = self._heartbeats()
+            self.beat = self._heartbeats()
         code = self._wait()
         while rec is not None and not (self.stalled or self.stopping):
             if not rec.next_start(code):
@@ -230,7 +236,17 @@ class PodRunner:
                                             gone="its pod (deleted, evicted, or its node lost) or link",
                                             joining=True)
 
-    def _heartbeats(self) -> tuple[Any, ThreadingHTTPServer | None]:
+    def _stacks(self) -> dict[str, Any]:
+        """This pod's ranks read now by py-spy (GET /stacks.json; the watch's ``where`` on the first pod)."""
+        said: dict[str, Any] = podstacks.answer(self.node, os.uname().nodename, self.sampler.live())
+        return said
+
+    def _vitals(self) -> dict[str, Any]:
+        """A beacon's vitals: the sample, and the port this runner serves its stacks on (``podstacks.where``)."""
+        port = self.server.server_address[1] if self.server is not None else None
+        return {**self.sampler.sample(), podstacks.PORT_KEY: port}
+
+    def _heartbeats(self) -> Any:
         """The watch (first node) or a beacon (the others), as ``slurm/node.py`` starts them."""
         heartbeat = _shared("heartbeat")
         host = os.uname().nodename
@@ -238,11 +254,11 @@ class PodRunner:
         if self.node != 0:
             beacon = heartbeat.Beacon(addr=self.addr, port=self.port, node=self.node, host=host, outputs=[self.counted],
                                       timeout=self.timeout, action=self.action, on_stall=self._on_stall,
-                                      vitals=self.sampler.sample, lost_after=rec.lost_after if rec else None,
+                                      vitals=self._vitals, lost_after=rec.lost_after if rec else None,
                                       on_cut=rec.cut if rec else None, on_order=rec.ordered if rec else None,
                                       extra=rec.beat if rec else None)
             beacon.start()
-            return beacon, None
+            return beacon
         outputs = [self.counted]
         if self.env.get("DDPJOB_METRICS_FILE"):
             outputs.append(self.env["DDPJOB_METRICS_FILE"])
@@ -252,7 +268,9 @@ class PodRunner:
                                 vitals=self.sampler.sample, lost_after=rec.lost_after if rec else None,
                                 on_lost=rec.lost if rec else None, on_replaced=rec.replaced if rec else None,
                                 on_followed=rec.first_replaced if rec else None,
-                                extra=told.state if told else None)
+                                extra=told.state if told else None,
+                                where=podstacks.where(self.node, self._stacks, self.watch_port,
+                                                      os.path.join(self.folder, _shared("runfolder").STACKS)))
         if rec is not None:
             rec.silent = lambda: max((time.time() - (r["heard"] or 0) for r in watch.nodes.values()
                                       if r["node"] in rec.members), default=0.0)
@@ -260,41 +278,8 @@ class PodRunner:
         why = watch.start()
         if why:
             self.say(why)
-            return None, None
-        return watch, self._serve()
-
-    def _serve(self) -> ThreadingHTTPServer | None:
-        """``watch.json`` on ``DDPJOB_WATCH_PORT`` (GET /watch.json), for the API server's pod proxy."""
-        if not self.watch_port:
             return None
-        state_path = self.state_path
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                try:
-                    with open(state_path, "rb") as f:
-                        data, code = f.read(), 200
-                except OSError:
-                    data, code = b'{"error": "no ' + WATCH_PATH[1:].encode() + b' yet"}', 404
-                if self.path.split("?")[0] != WATCH_PATH:
-                    data, code = b'{"error": "not found"}', 404
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        try:
-            server = ThreadingHTTPServer(("", self.watch_port), Handler)
-        except OSError as exc:
-            self.say(f"stall watch not served: TCP port {self.watch_port} ({exc}); status cannot read it")
-            return None
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, name="ddpjob-watch-http", daemon=True).start()
-        return server
+        return watch
 
     def _on_stall(self, message: str) -> None:
         """stall.action is fail: say why, then stop torchrun (SIGTERM, SIGKILL ``STOP_GRACE_S`` later)."""

@@ -1,5 +1,7 @@
 """The pod runner as a job carries it: ``podrun.py`` and ``shared/heartbeat.py`` with what they use
-(``shared/runfolder.py``, ``straggle.py``, ``vitals.py``, ``restarts.py``, ``told.py``; standard library only) packed into one environment variable, and the ``python3 -c`` line that loads them in the pod.
+(``shared/runfolder.py``, ``straggle.py``, ``vitals.py``, ``restarts.py``, ``told.py``, ``stacks.py``,
+``stackshare.py`` and ``podstacks.py``; standard library only) packed into one environment variable, and the
+``python3 -c`` line that loads them in the pod.
 
 The user's image does not contain ddpjob, so the runner's code travels with the job: JSON of
 (module name, source) pairs, zlib-compressed and base64-encoded, in ``DDPJOB_POD_RUNNER``. The
@@ -27,10 +29,12 @@ from launcher.spec.model import JobSpec
 from launcher.targets.shared.runfolder import PLAN, WATCH
 
 BUNDLE_ENV = "DDPJOB_POD_RUNNER"
-# In the order they are loaded: heartbeat imports the straggler rule, podrun the others.
+# In the order they are loaded: heartbeat imports the straggler rule, stackshare stacks, podrun the others.
 MODULES = (("ddpjob_runfolder", "launcher.targets.shared.runfolder"), ("ddpjob_straggle", "launcher.targets.shared.straggle"), ("ddpjob_vitals", "launcher.targets.shared.vitals"),
            ("ddpjob_heartbeat", "launcher.targets.shared.heartbeat"), ("ddpjob_restarts", "launcher.targets.shared.restarts"),
-           ("ddpjob_told", "launcher.targets.shared.told"),
+           ("ddpjob_told", "launcher.targets.shared.told"), ("ddpjob_stacks", "launcher.targets.shared.stacks"),
+           ("ddpjob_stackshare", "launcher.targets.shared.stackshare"),
+           ("ddpjob_podstacks", "launcher.targets.k8s.job.podstacks"),
            ("ddpjob_podrun", "launcher.targets.k8s.job.podrun"))
 BOOT = ("import base64,json,os,sys,types,zlib;"
         f"b=json.loads(zlib.decompress(base64.b64decode(os.environ.pop('{BUNDLE_ENV}'))));"
