@@ -140,5 +140,3 @@ def plot(job_ids: tuple[str, ...], metric: str, out: str | None, log_y: bool) ->
     click.echo(f"wrote {path}: {metric} of {len(drawn)} task(s)"
                + (f"; {missing} task(s) without {metric} yet left out" if missing else ""))
 
-
-COMMANDS: list[click.Command] = [results, plot]

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from launcher.cli.buildcmd import build
 from launcher.cli.formats import MACHINE, echo, output_option
 from launcher.cli.specopts import TARGET_CHOICE
 from launcher.cli.support import guard
@@ -268,5 +267,3 @@ def init(example: str, output: str | None, force: bool, list_: bool) -> None:
     click.echo(f"wrote {shown}: {starters.summary(text)}")
     click.echo(f"run it:  ddpjob submit {path} --target local --nodes 2 -f")
 
-
-TOOLS: list[click.Command] = [completion, rm, prune, doctor, init, build]

@@ -7,7 +7,13 @@ logs (``target.py``). This module holds only strings, so that importing it (the 
 (``lookup.get_target``). The spec imports this module, so it refers to nothing of ``base`` (not
 even by type): no import circle runs through it.
 
-Adding a target: write the package, then add one line to ``TARGETS`` below.
+Beside the names: the target interface and its plan, context and handle (``base``), what ``status``
+returns (``jobstatus``), a target looked up by name (``lookup``) and held by the service with a recorded
+job (``chosen``); the pieces the targets share (``shared``) and one package per target (``local``,
+``slurm``, ``k8s``).
+
+Adding a target: write the package, then add one line to ``TARGETS`` below (ARCHITECTURE.md, "Adding a
+target", lists what the tests ask of it).
 """
 
 from __future__ import annotations

@@ -320,3 +320,89 @@ def test_the_architecture_check_sees_a_missing_module():
     assert "launcher.service.queue" in unnamed_modules(text.replace("`queue`", "the queue"))
     assert unnamed_modules("`ruff check` `service/jobs.py`") == sorted(set(MODULES) - {"launcher.service.jobs"})
 
+
+
+def table_rows(text: str) -> dict[str, str]:
+    """ARCHITECTURE.md's package table: package (``core``, ``api``) -> its "may import" cell."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and (m := re.fullmatch(r"`(\w+)(?:/|\.py)`", cells[0])):
+            rows[m.group(1)] = cells[2]
+    return rows
+
+
+def may_import(cell: str) -> set[str]:
+    """The dotted names a "may import" cell lists (``targets.base``; ``targets.<name>.options`` for each
+    target), its words in parentheses left out; none for "nothing of ddpjob"."""
+    names = set(re.findall(r"`([\w.<>]+)`", re.sub(r"\([^)]*\)", "", cell)))
+    return {n.replace("<name>", t) for n in names for t in (TARGET_NAMES if "<name>" in n else [""])}
+
+
+def covers(item: str, module: str) -> bool:
+    """Whether the table's ``item`` covers an import of ``module``: ``targets`` is the target names
+    (``launcher.targets`` and each target's package docstring); any other item is that module and
+    everything under it (``targets.shared``: all the shared modules)."""
+    if item == "targets":
+        return module == "launcher.targets" or module in {f"launcher.targets.{t}" for t in TARGET_NAMES}
+    return module == f"launcher.{item}" or module.startswith(f"launcher.{item}.")
+
+
+def table_drift(text: str) -> list[str]:
+    """Where the package table's "may import" column and the imports the code makes disagree: a
+    module a package imports that its row does not list, or a listed name nothing of it imports."""
+    rows, made = table_rows(text), {}
+    for name, deps in import_graph(top_level_only=False, by_type=True).items():
+        src = name.split(".")[1] if name.count(".") else "launcher"
+        made.setdefault(src, set()).update(d for d in deps if d not in ("launcher", f"launcher.{src}")
+                                           and not d.startswith(f"launcher.{src}."))
+    wrong = []
+    for src, deps in sorted(made.items()):
+        if src in ("launcher", "__main__"):
+            continue
+        items = may_import(rows.get(src, ""))
+        wrong += [f"{src} imports {d}: its row does not say so" for d in sorted(deps) if not any(covers(i, d) for i in items)]
+        wrong += [f"{src}'s row lists `{i}`: nothing of it imports that" for i in sorted(items)
+                  if not any(covers(i, d) for d in deps)]
+    return wrong
+
+
+def test_the_package_table_says_what_each_package_really_imports():
+    """ARCHITECTURE.md's "may import" column is read as the imports each package makes, both ways
+    (issue 46 item 5: the dashboard and api.py imported what their rows did not say)."""
+    assert table_drift((REPO / "ARCHITECTURE.md").read_text()) == []
+
+
+def test_the_table_check_sees_an_import_left_unsaid_and_a_stale_one():
+    text = (REPO / "ARCHITECTURE.md").read_text()
+    row = table_rows(text)["api"]
+    assert any(w.startswith("api imports launcher.service") for w in table_drift(text.replace(row, "`core`, `spec`")))
+    assert "api's row lists `doctor`: nothing of it imports that" in table_drift(text.replace(row, row + ", `doctor`"))
+
+
+def unmapped(root: Path) -> list[str]:
+    """The modules and sub-packages of each package under ``root`` that its ``__init__``'s docstring (the
+    package's map) does not name (``stacks`` or ``stacks.py``)."""
+    wrong = []
+    for init in sorted(root.rglob("__init__.py")):
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ast.get_docstring(parsed(init)) or ""))
+        parts = [p.stem for p in init.parent.glob("*.py") if p.stem != "__init__"]
+        parts += [p.name for p in init.parent.iterdir() if (p / "__init__.py").is_file()]
+        wrong += [f"{init.parent.relative_to(root.parent)}: {name}" for name in sorted(parts) if name not in words]
+    return wrong
+
+
+def test_each_targets_map_names_every_module_in_it():
+    """A target's ``__init__`` is its map (ARCHITECTURE.md, "One skeleton per target"): it names every
+    module of its package, as ARCHITECTURE.md does (issue 46 item 5: status.py was missing from all
+    three, the shared package named 5 of its 15)."""
+    assert unmapped(PKG / "targets") == []
+
+
+def test_the_map_check_sees_a_module_left_out(tmp_path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text('"""The pkg: ``a`` and its ``sub``."""\n')
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text('"""Nothing named."""\n')
+    for name in ("a.py", "b.py", "sub/c.py"):
+        (tmp_path / "pkg" / name).write_text("")
+    assert unmapped(tmp_path / "pkg") == ["pkg: b", "pkg/sub: c"]
