@@ -1,4 +1,5 @@
-"""What runs on a Slurm job's nodes: each node's runner (``node.py``, unpickled by submitit), the
-per-task variables of an oci container (``task_env.py``) and the node list they read
-(``nodelist.py``). At module top they import only the standard library, this wing and the shared
+"""What runs on a Slurm job's nodes: each node's runner (``node.py``, unpickled by submitit), a run
+that goes on without a lost node (``recover.py``), the per-task variables of an oci container
+(``task_env.py``), the node list they read (``nodelist.py``) and what stops the processes a run left
+running (``reaper.py``). At module top they import only the standard library, this wing and the shared
 in-job modules (tests/foundation/test_found_wing.py holds it). Nothing is imported here."""

@@ -12,6 +12,9 @@ also sends SIGTERM to its torchrun, which stops the workers cleanly, and then su
 calls ``checkpoint()`` on node 0, which waits for torchrun and hands submitit a fresh runner to
 requeue (``scontrol requeue``). The requeued run resumes from the trainer's checkpoint.
 
+Nothing outlives the run: the runner is the child subreaper of what it starts, and stops whatever is left
+under it when the run ends, on SIGTERM at once (``reaper.py``).
+
 It runs inside the job (maybe in a container), importing the standard library and launcher modules
 (submitit inside ``checkpoint``); its runner answers ``ddpjob stacks`` (``shared/stackshare.Answerer``).
 """
@@ -25,39 +28,21 @@ import socket
 import subprocess
 import sys
 import time
-import zlib
 from typing import TYPE_CHECKING, Any
 
 from launcher.targets.shared import heartbeat, netif, stacks, stackshare, vitals
 from launcher.targets.shared.files import write_json
 from launcher.targets.shared.restarts import RESTART_ENV, Recovery, kill_tree
 from launcher.targets.shared.runfolder import RunFolder
-from launcher.targets.slurm.job.nodelist import expand_nodelist
+from launcher.targets.slurm.job.nodelist import expand_nodelist, slurm_port
+from launcher.targets.slurm.job.reaper import Reaper
 from launcher.targets.slurm.job.recover import elect, end_allocation, finish, shrink
 
 if TYPE_CHECKING:
     from launcher.targets.slurm.payload import SlurmCommon, SlurmElement
 
-# Ports derived from the job id fall in this range (below the usual ephemeral range 32768+).
-SLURM_PORT_BASE = 20000
-SLURM_PORT_SPAN = 10000
 # How long a node whose first node's name resolves to loopback waits for the first node's record.
 FIRST_NODE_WAIT_S = 30.0
-
-
-def slurm_port(job_id: int | str, array_index: int | str | None = None) -> int:
-    """A port derived from the Slurm job id (and array index) so concurrent jobs do not collide.
-
-    Consecutive job ids map to consecutive ports; array elements are spread by a hash so that
-    element k of job j and element 0 of job j+k do not meet.
-    """
-    key = f"{job_id}" if array_index in (None, "") else f"{job_id}_{array_index}"
-    try:
-        base = int(job_id)
-    except (TypeError, ValueError):
-        base = zlib.crc32(str(job_id).encode())
-    offset = base if array_index in (None, "") else base + zlib.crc32(key.encode())
-    return SLURM_PORT_BASE + offset % SLURM_PORT_SPAN
 
 
 class NodeFailed(RuntimeError):
@@ -74,6 +59,7 @@ class NodeRunner:
         self._stop_sent = False
         self._stalled: str | None = None  # why the stall watch ended this node (stall.action: fail)
         self._answerer: stackshare.Answerer | None = None
+        self._reaper = Reaper(lambda: [self._proc.pid] if self._proc else [])  # torchrun stops its own tree
 
     def __getstate__(self) -> dict[str, Any]:
         return {"common": self.common, "element": self.element}
@@ -92,6 +78,15 @@ class NodeRunner:
         return hosts[0], port
 
     def __call__(self) -> dict[str, Any]:
+        """Run this node; however the run ends, stop what it left running (``reaper``: the runner is their
+        subreaper) and say so in the node's log."""
+        self._reaper.start()
+        try:
+            return self._run()
+        finally:
+            self._reaper.end()
+
+    def _run(self) -> dict[str, Any]:
         # The payload's module (already loaded where submitit unpickled this runner), not at module
         # top: a module of job/ imports only the standard library and job/ modules there.
         from launcher.targets.slurm.payload import node_argv, node_env, node_paths
@@ -100,6 +95,7 @@ class NodeRunner:
         first, port = self.rendezvous(dict(os.environ))
         paths = node_paths(self.common.job_dir, self.element.index, node)
         os.makedirs(os.path.dirname(paths["log"]), exist_ok=True)
+        self._reaper.log = paths["log"]
         os.makedirs(self.element.output_dir, exist_ok=True)
         env = {**os.environ, **node_env(self.common, self.element, node=node)}
         try:

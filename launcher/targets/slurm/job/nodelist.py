@@ -1,7 +1,29 @@
 """Slurm's compressed node lists (``SLURM_JOB_NODELIST``) as host names, read on the nodes by the
-node runner (``node.py``) and ``task_env.py``: standard library only, like all of ``job/``."""
+node runner (``node.py``) and ``task_env.py``, and the rendezvous port derived from the job id
+(``slurm_port``): standard library only, like all of ``job/``."""
 
 from __future__ import annotations
+
+import zlib
+
+# Ports derived from the job id fall in this range (below the usual ephemeral range 32768+).
+SLURM_PORT_BASE = 20000
+SLURM_PORT_SPAN = 10000
+
+
+def slurm_port(job_id: int | str, array_index: int | str | None = None) -> int:
+    """A port derived from the Slurm job id (and array index) so concurrent jobs do not collide.
+
+    Consecutive job ids map to consecutive ports; array elements are spread by a hash so that
+    element k of job j and element 0 of job j+k do not meet.
+    """
+    key = f"{job_id}" if array_index in (None, "") else f"{job_id}_{array_index}"
+    try:
+        base = int(job_id)
+    except (TypeError, ValueError):
+        base = zlib.crc32(str(job_id).encode())
+    offset = base if array_index in (None, "") else base + zlib.crc32(key.encode())
+    return SLURM_PORT_BASE + offset % SLURM_PORT_SPAN
 
 
 def expand_nodelist(text: str) -> list[str]:
