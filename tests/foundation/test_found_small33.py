@@ -39,7 +39,8 @@ def test_logs_follow_exits_1_for_a_failed_or_cancelled_job_as_wait_does(cli, tmp
 
 @pytest.mark.real
 def test_rerun_takes_env_file_and_env_like_submit(cli, tmp_path, ddpjob_home):
-    (tmp_path / "show.py").write_text("import os; print('token=' + os.environ['API_TOKEN'], 'seed=' + os.environ['SEED'])\n")
+    # The value itself is masked wherever ddpjob shows the job's output: the program says what it got.
+    (tmp_path / "show.py").write_text("import os; print('token=' + os.environ['API_TOKEN'].upper(), 'seed=' + os.environ['SEED'])\n")
     first = cli("submit", "-q", "--env", "API_TOKEN=typed-value", "--env", "SEED=1", "--", "python", "show.py",
                 cwd=tmp_path, check=True).stdout.strip()
     assert cli("wait", first, "--timeout", "120").returncode == 0
@@ -48,7 +49,7 @@ def test_rerun_takes_env_file_and_env_like_submit(cli, tmp_path, ddpjob_home):
     (tmp_path / "run.env").write_text("API_TOKEN=from-the-file\nSEED=2\n")
     again = cli("rerun", first, "-q", "--env-file", "run.env", "--env", "SEED=3", cwd=tmp_path, check=True).stdout.strip()
     assert cli("wait", again, "--timeout", "120").returncode == 0
-    assert cli("logs", again, check=True).stdout.strip() == "[node0 rank0] token=from-the-file seed=3"
+    assert cli("logs", again, check=True).stdout.strip() == "[node0 rank0] token=FROM-THE-FILE seed=3"
     status = json.loads(cli("status", again, "-o", "json", check=True).stdout)
     assert status["spec"]["env"] == {"API_TOKEN": "***", "SEED": "3"} and status["rerun_of"] == first
     assert cli("rerun", first, "--env-file", "missing.env", cwd=tmp_path).returncode == 2

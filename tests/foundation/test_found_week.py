@@ -19,7 +19,7 @@ SHOW_ENV = """\
 import os
 print("token-ok" if os.environ.get("API_TOKEN") == "from-the-file" else "token-wrong",
       "other-ok" if os.environ.get("OTHER_SECRET") == "given-on-the-line" else "other-wrong",
-      "host=" + os.environ.get("HOST_TOKEN", "-"),
+      "host=" + os.environ.get("HOST_TOKEN", "-").upper(),  # upper-cased: logs mask the value itself
       "seed=" + os.environ.get("SEED", "-"), "rank=" + os.environ["RANK"], flush=True)
 """
 
@@ -59,7 +59,7 @@ def test_rerun_submits_the_recorded_spec_again_with_secrets_from_their_sources(c
     assert no_host.returncode == 2 and "HOST_TOKEN" in no_host.stderr, no_host.stdout + no_host.stderr
     proc = cli(*again, cwd=elsewhere, timeout=180, env={"HOST_TOKEN": "shell-2"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[node1 rank1] token-ok other-ok host=shell-2 seed=2 rank=1" in proc.stdout, proc.stdout
+    assert "[node1 rank1] token-ok other-ok host=SHELL-2 seed=2 rank=1" in proc.stdout, proc.stdout
     assert f"Rerunning {first_id} with env.SEED=2, env.OTHER_SECRET=***" in proc.stdout
     listed = json.loads(cli("list", "-o", "json", check=True).stdout)
     second_id = listed[0]["id"]
@@ -70,7 +70,7 @@ def test_rerun_submits_the_recorded_spec_again_with_secrets_from_their_sources(c
     # A rerun of a rerun finds the file's secret again; the line's still has to be given.
     third = cli("rerun", second_id, "--set", "env.OTHER_SECRET=given-on-the-line", "--nodes", "1", "-q", "-f",
                 cwd=elsewhere, timeout=180, env={"HOST_TOKEN": "shell-3"})
-    assert third.returncode == 0 and "token-ok other-ok host=shell-3 seed=2 rank=0" in third.stdout, \
+    assert third.returncode == 0 and "token-ok other-ok host=SHELL-3 seed=2 rank=0" in third.stdout, \
         third.stdout + third.stderr
 
     # No value of a secret is in the registry.

@@ -128,6 +128,12 @@ def test_cancel_leaves_no_container_and_no_process(slurm_cluster, cli, tmp_path,
     wait_until(lambda: len(containers(slurm_cluster, runtime, job_id, sid)) == 2, "a container on each node", timeout=120)
     job_dir = Path(data["handle"]["job_dir"])
     wait_until(lambda: len(list(job_dir.glob("task-0/torchrun-node-*/*/attempt_0/*"))) >= 4, "4 ranks", timeout=120)
+    # Where every rank is (issue 44): each node's runner reads its ranks in its container with the image's
+    # py-spy and answers through the job's folder.
+    found = wait_until(lambda: _every_stack(cli, job_id, 4), "ddpjob stacks to read the 4 ranks in their containers",
+                       timeout=90)
+    assert {r["node"] for r in found} == {0, 1}, found
+    assert all(any(f["file"] == "rank_record.py" for t in r["threads"] for f in t["frames"]) for r in found), found
     if runtime == "oci":  # pruning bundles (keep 0 s: all are old) never removes the one a job in the queue runs
         from launcher.targets.slurm import bundles
 
@@ -140,6 +146,15 @@ def test_cancel_leaves_no_container_and_no_process(slurm_cluster, cli, tmp_path,
     wait_until(lambda: not containers(slurm_cluster, runtime, job_id, sid), "the job's containers to go", timeout=60)
     wait_until(lambda: not slurm_pids(sid), "the job's processes to end", timeout=60)
     wait_for_no_job_processes(ddpjob_home, "ddpjob cancel")
+
+
+def _every_stack(cli, job_id: str, ranks: int) -> list[dict] | None:
+    """Every rank ``ddpjob stacks -o json`` read with its frames, once it reads all ``ranks``."""
+    proc = cli("stacks", job_id, "-o", "json", timeout=60)
+    if proc.returncode != 0:
+        return None
+    read = [r for r in json.loads(proc.stdout)["ranks"] if r["threads"] and not r["error"]]
+    return read if len(read) == ranks else None
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
