@@ -73,6 +73,12 @@ SHAPES: tuple[Shape, ...] = (
           r"://[^\s:/@'\"<>(){}\[\],]{1,100}:([^\s/@'\"<>(){}\[\],]{1,200})@[A-Za-z0-9.-]+"),
 )
 
+# The kinds a build context's file holds wherever they are written (``service/imagebuild/secretscan`` uses
+# these shapes as they are; it tells the others with what a whole file says around them: an AWS key id
+# only beside its secret key, a private key with its body, a URL's password that is not a placeholder).
+SHAPED_ALONE = frozenset({"GitHub token", "GitLab token", "Slack token", "npm token", "PyPI token", "Hugging Face token",
+                          "Azure storage key"})
+
 
 def kind_of(value: str) -> str | None:
     """The kind of credential ``value`` holds (``"GitHub token"``), or None when it has no such shape."""

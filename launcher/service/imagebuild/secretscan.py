@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from launcher.core import tokens
 from launcher.service.imagebuild import secretanchors
 
 MAX_SCANNED = 10 << 20  # bytes; larger files are data, not code or configuration
@@ -98,10 +99,6 @@ def _regex(pattern: bytes, group: int = 0, keep: Callable[[re.Match[bytes]], boo
 def _glued(text: bytes, start: int) -> bool:
     """Whether the character before ``start`` makes the match part of a longer word."""
     return start > 0 and (text[start - 1:start].isalnum() or text[start - 1:start] == b"_")
-
-
-def _alone(m: re.Match[bytes]) -> bool:
-    return not _glued(m.string, m.start(1))
 
 
 _WORDS = re.compile(rb"^[A-Za-z_]+$|^\.?[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -191,6 +188,8 @@ def _url_at(text: bytes, starts: list[int]) -> Iterator[tuple[int, bytes]]:
             yield m.start(1), m.group(1)
 
 
+_SHAPED = tuple(Rule(shape.kind, tuple(g.encode() for g in shape.gate), _regex(shape.source.encode(), 1))
+                for shape in tokens.SHAPES if shape.kind in tokens.SHAPED_ALONE)
 _RULES: tuple[Rule, ...] = (  # in this order: the first to find something on a line names it
     Rule("GCP service-account key", (b"PRIVATE KEY",), _gcp),
     # detect-secrets PrivateKeyDetector's markers, gitleaks private-key's shape (a body and an END line):
@@ -199,18 +198,9 @@ _RULES: tuple[Rule, ...] = (  # in this order: the first to find something on a 
         rb"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----(?:\\n|\s)[\s\S]{64,}?-----END[ A-Z0-9_-]{0,100}"
         rb"PRIVATE KEY(?: BLOCK)?-----")),
     Rule("AWS access key pair", (), _aws, (b"A3T", b"AKIA", b"ASIA", b"ABIA", b"ACCA")),  # ``_AWS_ID``'s
-    # detect-secrets AzureStorageKeyDetector; gitleaks azure-ad-client-secret is left to its own tool.
-    Rule("Azure storage key", (b"AccountKey",), _regex(rb"AccountKey\s*=\s*([A-Za-z0-9+/=]{86,88})", 1)),
-    # gitleaks github-pat / github-oauth / github-app-token / github-refresh-token; detect-secrets GitHubTokenDetector.
-    Rule("GitHub token", (), _regex(rb"(gh[pousr]_[0-9A-Za-z]{36,255})(?![0-9A-Za-z])", 1, _alone),
-         (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_")),
-    Rule("GitHub token", (b"github_pat_",), _regex(rb"\b(github_pat_[0-9A-Za-z_]{82})\b", 1)),  # github-fine-grained-pat
-    Rule("GitLab token", (b"glpat-",), _regex(rb"\b(glpat-[0-9A-Za-z_-]{20,})", 1)),  # gitlab-pat, GitLabTokenDetector
-    # detect-secrets SlackDetector; gitleaks slack-bot-token / slack-user-token / slack-app-token.
-    Rule("Slack token", (b"xox",), _regex(rb"\b(xox[baprs]-(?:[0-9]+-)+[0-9A-Za-z]{8,})", 1)),
-    Rule("npm token", (b"npm_",), _regex(rb"\b(npm_[A-Za-z0-9]{36})\b", 1)),  # npm-access-token, NpmDetector
-    Rule("PyPI token", (b"pypi-AgEI",), _regex(rb"(pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})", 1)),  # pypi-upload-token
-    Rule("Hugging Face token", (b"hf_",), _regex(rb"\b(hf_[A-Za-z]{34})\b", 1)),  # huggingface-access-token
+    # The credentials whose shape alone tells them (Azure storage keys; GitHub, GitLab, Slack, npm, PyPI and
+    # Hugging Face tokens): the patterns every part of ddpjob masks them by (``core.tokens.SHAPES``).
+    *_SHAPED,
     Rule("URL with a password", (), _regex(_URL.pattern, 1, _real), (b"://",), _url_at),
     # W&B API keys (40 hex characters) in a netrc for api.wandb.ai, wandb's settings or an env line.
     Rule("W&B API key", (b"wandb", b"WANDB"), _regex(
