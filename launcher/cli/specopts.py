@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import click
 
-from launcher.targets import TARGET_NAMES  # names only: no target is imported here
+from launcher.core.plugins import target_names  # names only: no target is imported here
 
 if TYPE_CHECKING:
     from launcher.core.errors import SpecError
     from launcher.service.jobs import Jobs
     from launcher.spec.load import LoadedSpec
 
-TARGET_CHOICE = click.Choice(TARGET_NAMES, case_sensitive=False)
+TARGET_CHOICE = click.Choice(target_names(), case_sensitive=False)
 
 
 P = ParamSpec("P")

@@ -137,7 +137,7 @@ def no_metrics_note(rec: JobRecord, runs: list[RunResult]) -> str | None:
 
 def job_facets(rec: JobRecord, *, with_target_section: bool) -> dict[str, str]:
     """The facets of the job ``rec`` (those of its runs less their sweep values)."""
-    from launcher.targets import TARGET_NAMES
+    from launcher.core.plugins import target_names
 
     shape, spec = rec.shape, rec.summary
     out = {"target": rec.target, "nodes": _text(shape.nodes if shape else spec.nodes),
@@ -146,7 +146,7 @@ def job_facets(rec: JobRecord, *, with_target_section: bool) -> dict[str, str]:
     for key, value in rec.spec.items():
         if key in _NOT_FACETS or key == "image" or key in JOB_FACETS:
             continue
-        if key in TARGET_NAMES and (key != rec.target or not with_target_section):
+        if key in target_names() and (key != rec.target or not with_target_section):
             continue
         if key == "command" and isinstance(value, list):
             out.update(command_facets([str(v) for v in value]))

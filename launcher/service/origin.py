@@ -112,9 +112,9 @@ def _without_defaults(data: dict[str, object]) -> dict[str, object]:
     """The recorded spec as its author wrote it, near enough: the registry records every field, and
     a default written out is not always the same as a field left out (``k8s.runtime`` is refused
     on a PyTorchJob when it is given). Fields equal to their default are left out again."""
-    from launcher.spec.model import JobSpec
+    from launcher.spec.model import spec_model
 
-    defaults = JobSpec.model_validate({"name": "x", "command": ["x"]}).model_dump(mode="json")
+    defaults = spec_model().model_validate({"name": "x", "command": ["x"]}).model_dump(mode="json")
 
     def strip(have: dict[str, object], default: dict[str, object]) -> dict[str, object]:
         out = {}

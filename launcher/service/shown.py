@@ -45,13 +45,13 @@ def host_env_issues(target: Chosen, loaded: LoadedSpec, *, submitting: bool) -> 
     """Why ``env_from_host`` cannot be honoured: a target that would have to store the values, or
     (at submit) a name the submitting shell does not set. Returns spec ``Issue``s."""
     from launcher.core.errors import Issue
-    from launcher.targets import options_model
+    from launcher.core.plugins import plugin
 
     names = list(loaded.spec.env_from_host)
     if not names:
         return []
     if not target.passes_host_env:
-        refs = [f"{target.name}.{f}" for f in options_model(target.name).model_fields if f.startswith("env_")]
+        refs = [f"{target.name}.{f}" for f in plugin(target.name).options.model_fields if f.startswith("env_")]
         return [Issue(("env_from_host",), f"the {target.name} target cannot take values from the submitting shell "
                       "without storing them", hint="keep the value in the scheduler and refer to it"
                       + (f": {' or '.join(refs)}" if refs else ""))]

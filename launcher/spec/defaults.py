@@ -91,10 +91,10 @@ def _read(kind: str, path: str) -> Layer:
                         hint="e.g. target: slurm, then slurm: {partition: gpu}")]
     target = data.get("target") if isinstance(data, dict) else None
     if target is not None:
-        from launcher.targets import TARGET_NAMES
+        from launcher.core.plugins import target_names
 
-        if target not in TARGET_NAMES:
-            issues.append(Issue(("target",), f"{target!r} is not a target", hint=f"one of {', '.join(TARGET_NAMES)}"))
+        if target not in target_names():
+            issues.append(Issue(("target",), f"{target!r} is not a target", hint=f"one of {', '.join(target_names())}"))
     if issues:
         raise SpecError(path, issues, locations)
     return Layer(kind, path, data, locations)

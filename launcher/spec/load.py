@@ -22,7 +22,7 @@ from launcher.core.interrupts import interrupt_after
 from launcher.core.quantity import shorten
 from launcher.spec import yamlread as specyaml
 from launcher.spec.defaults import Layer, default_target, drop_idle_notify, fill
-from launcher.spec.model import JobSpec, sanitize_name
+from launcher.spec.model import JobSpec, sanitize_name, spec_model
 from launcher.spec.recovery import recovery_issues
 from launcher.spec.secrets import is_secret, mask_override, printable
 from launcher.spec.size import size_issues
@@ -189,7 +189,7 @@ def load_spec(
     spec: JobSpec | None = None
     try:
         with interrupt_after():  # the first validation builds the validators: no Ctrl-C in the middle
-            spec = JobSpec.model_validate(data)
+            spec = spec_model().model_validate(data)
     except ValidationError as e:
         issues.extend(_issues_from_pydantic(e, data))
     if spec is not None:
@@ -356,9 +356,10 @@ def _clean_loc(loc: tuple[Any, ...], data: Any, err_type: str) -> tuple[str | in
     return tuple(out)
 
 
-def allowed_keys(path: tuple[str | int, ...], model: type[BaseModel] = JobSpec) -> list[str]:
-    """Field names of the model found at ``path`` (for typo suggestions); [] if not a model."""
-    tp: Any = model
+def allowed_keys(path: tuple[str | int, ...], model: type[BaseModel] | None = None) -> list[str]:
+    """Field names of the model found at ``path`` (the spec's, ``spec_model()``, by default; for typo
+    suggestions); [] if not a model."""
+    tp: Any = spec_model() if model is None else model
     for part in path:
         tp = _unwrap(tp)
         if isinstance(tp, type) and issubclass(tp, BaseModel):

@@ -6,9 +6,10 @@ One spec runs unchanged on every target. The loader that turns a YAML file into 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -18,19 +19,17 @@ from pydantic import (
     Field,
     StrictInt,
     ValidationInfo,
+    create_model,
     field_validator,
 )
 
 from launcher.core.fields import ENV_NAME_RE, MAX_CPUS, is_reserved_env, no_control
+from launcher.core.plugins import PluginError, plugin, target_names
 from launcher.core.quantity import QuantityError, parse_memory
 from launcher.spec.build import BuildOptions
 from launcher.spec.notify import NotifyOptions
 from launcher.spec.recovery import RecoveryOptions
 from launcher.spec.stall import StallOptions
-from launcher.targets import TARGETS
-from launcher.targets.k8s.options import K8sOptions
-from launcher.targets.local.options import LocalOptions
-from launcher.targets.slurm.options import SlurmOptions
 
 NAME_MAX = 40
 # A sweep of more runs is almost always a mistake (5 lists of 20 values make 3.2 million runs).
@@ -188,8 +187,8 @@ class Resources(BaseModel):
 class JobSpecBase(BaseModel):
     """A ddpjob job spec. Every field is optional except ``name`` and ``command``.
 
-    The per-target sections (``local:``, ``slurm:``, ``k8s:``) are added by ``_with_target_sections``
-    from the targets' own options models, so a new target brings its section with it."""
+    The per-target sections (``local:``, ``slurm:``, ``k8s:`` and any installed target's) are added by
+    ``spec_model`` from the targets' own options models, so a new target brings its section with it."""
 
     model_config = ConfigDict(defer_build=True, extra="forbid", title="ddpjob job spec")
 
@@ -297,15 +296,40 @@ class JobSpecBase(BaseModel):
         return v
 
 
-class JobSpec(JobSpecBase):
-    """A job spec: the common fields and one section per target (each target owns its section's
-    model, ``launcher/targets/<name>/options.py``), validated as part of every spec: a typo in
-    ``k8s:`` is found even when running locally. A new target adds its line here and in
-    ``launcher.targets.TARGETS`` (a test keeps the two in step)."""
+S = TypeVar("S", bound=BaseModel)
 
-    local: LocalOptions = Field(default_factory=LocalOptions, description=TARGETS["local"].summary)
-    slurm: SlurmOptions = Field(default_factory=SlurmOptions, description=TARGETS["slurm"].summary)
-    k8s: K8sOptions = Field(default_factory=K8sOptions, description=TARGETS["k8s"].summary)
+
+class JobSpec(JobSpecBase):
+    """A job spec: the common fields and one section per target. The class that validates specs is
+    ``spec_model()``, this one with a field for each target's section (each target owns its section's
+    model: ``TargetPlugin.options``, found through ``launcher.core.plugins``), validated as part of every
+    spec: a typo in ``k8s:`` is found even when running locally. A target reads its own section with
+    ``spec.section(ItsOptions)``."""
+
+    def section(self, model: type[S]) -> S:
+        """This spec's section of the target whose options model is ``model`` (its defaults when the
+        spec has none: a spec validated by this class alone, not by ``spec_model()``)."""
+        for name in target_names():
+            value = getattr(self, name, None)
+            if isinstance(value, model):
+                return value
+        return model()
+
+
+@functools.cache
+def spec_model() -> type[JobSpec]:
+    """``JobSpec`` with a field for each registered target's section (``<name>: <its options>``, described
+    by its summary), in the order the targets are registered: the class every spec is validated by.
+    A target whose plugin cannot be loaded has no section here (``lookup.get_target`` says why)."""
+    fields: dict[str, Any] = {}
+    for name in target_names():
+        try:
+            found = plugin(name)
+        except PluginError:
+            continue
+        fields[name] = (found.options, Field(default_factory=found.options, description=found.summary))
+    model: type[JobSpec] = create_model("JobSpec", __base__=JobSpec, __module__=__name__, **fields)
+    return model
 
 
 def format_value(value: Any) -> str:
@@ -317,6 +341,6 @@ def format_value(value: Any) -> str:
 
 def json_schema() -> dict[str, Any]:
     """JSON Schema of the spec, for editors (``ddpjob schema``)."""
-    schema = JobSpec.model_json_schema()
+    schema = spec_model().model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema

@@ -200,7 +200,7 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
     the target's own, so that the service needs no cast (``launcher.targets.chosen``).
 
     Class attributes:
-        name: the name in ``launcher.targets.TARGETS``.
+        name: the name its plugin is registered under (``launcher.core.plugins``).
         picks_port: the service reserves a rendezvous port (``pick_port``) with the job id, in one
             registry transaction, so jobs submitted at the same moment never share one.
         passes_host_env: the job's processes inherit the submitting process's environment, so the

@@ -1,8 +1,7 @@
 """The target called by name at run time (the service's ``get_target``).
 
-It lives beside the names, not in ``launcher/targets/__init__.py``: the spec imports that module
-(for the names and each target's section), so it refers to nothing of ``targets.base``, not even
-by type, and no import circle runs through it.
+The names and where each target's class is come from the plugins (``launcher.core.plugins``); a
+registered target that cannot be loaded is ``TargetUnavailable``, saying which package and why.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 from launcher.core.errors import TargetUnavailable
-from launcher.targets import TARGET_NAMES, TARGETS
+from launcher.core.plugins import PluginError, plugin, registered, target_names
 from launcher.targets.chosen import Chosen, chosen
 
 
@@ -22,16 +21,19 @@ def get_target(name: str) -> Chosen:
 
 def target_class(name: str) -> type:
     """The ``Target`` class of the target called ``name`` (``TargetUnavailable`` if it cannot be loaded here)."""
-    entry = TARGETS.get(name)
-    if entry is None:
-        raise TargetUnavailable(f"unknown target {name!r}; choose one of {', '.join(TARGET_NAMES)}")
-    module_name, _, attr = entry.target.partition(":")
+    if name not in registered():
+        raise TargetUnavailable(f"unknown target {name!r}; choose one of {', '.join(target_names())}")
+    try:
+        ref = plugin(name).target
+    except PluginError as e:
+        raise TargetUnavailable(str(e)) from e
+    module_name, _, attr = ref.partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     except ModuleNotFoundError as e:
         if e.name == module_name:
             raise TargetUnavailable(f"the {name} target is not part of this installation") from e
         raise
-    if not isinstance(cls, type):
-        raise TypeError(f"{entry.target} is not a class")
+    if not isinstance(cls, type) or getattr(cls, "name", None) != name:
+        raise TargetUnavailable(f"the {name} target's class {ref} is not a Target whose name is {name!r}")
     return cls

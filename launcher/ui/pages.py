@@ -84,8 +84,8 @@ EMPTY = "\u2014"  # an em dash: a cell with nothing to say (not a bare "/" or "-
 def jobs_page(token: str, home: str, live: str, flt: JobFilter | None = None) -> str:
     """The jobs table under its filter (state, target, name: a plain GET form, so the filter is in the
     address and a reload keeps it), inside the form that sends the ticked jobs to the compare view."""
+    from launcher.core.plugins import target_names
     from launcher.core.states import JobState
-    from launcher.targets import TARGET_NAMES
 
     flt = flt or JobFilter()
 
@@ -96,7 +96,7 @@ def jobs_page(token: str, home: str, live: str, flt: JobFilter | None = None) ->
     form = ("<form class=\"filter\" method=\"get\" action=\"/\">"
             f"<input type=\"hidden\" name=\"token\" value=\"{escape(token)}\">"
             f"<label>State <select name=\"state\">{options(flt.state, [s.value for s in JobState], 'any')}</select></label>"
-            f"<label>Target <select name=\"target\">{options(flt.target, list(TARGET_NAMES), 'any')}</select></label>"
+            f"<label>Target <select name=\"target\">{options(flt.target, list(target_names()), 'any')}</select></label>"
             f"<label>Name <input type=\"search\" name=\"name\" value=\"{escape(flt.name)}\" "
             "placeholder=\"part of the id or name\"></label><button type=\"submit\">Filter</button>"
             + (f" <a href=\"{url('/', token)}\">show all</a>" if flt.active else "") + "</form>")

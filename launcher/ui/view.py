@@ -153,10 +153,10 @@ def spec_text(rec: JobRecord) -> str:
     other targets are left out."""
     import yaml
 
+    from launcher.core.plugins import target_names
     from launcher.spec.secrets import mask_spec
-    from launcher.targets import TARGET_NAMES
 
-    spec = {k: v for k, v in mask_spec(rec.spec).items() if k not in TARGET_NAMES or k == rec.target}
+    spec = {k: v for k, v in mask_spec(rec.spec).items() if k not in target_names() or k == rec.target}
     return str(yaml.safe_dump(_set_only(spec), sort_keys=False, default_flow_style=None, allow_unicode=True,
                               width=100))
 

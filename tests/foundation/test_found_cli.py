@@ -49,6 +49,21 @@ def test_a_local_jobs_own_processes_start_light():
     assert out.returncode == 2 and not loaded & {*avoided, "subprocess", "typing"}, loaded
 
 
+def test_what_the_supervisor_imports_on_its_rarer_ways_needs_no_site_packages():
+    """Stopping a failed run's other nodes, the supervisor imports the local payload (its marker) and with
+    it the container module: all without ``site`` (no pydantic), where it runs. A spec section imported at
+    their top (the targets' sections are pydantic models) ended every failed run with the supervisor gone."""
+    from pathlib import Path
+
+    from launcher.targets.local.job import supervisor
+
+    root = str(Path(supervisor.__file__).resolve().parents[4])
+    code = (f"import sys; sys.path.insert(0, {root!r}); import launcher.targets.local.payload, "
+            "launcher.targets.local.portmove; print('pydantic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
 def _plan_of_plain_processes(tmp_path, script: str, elements: int = 2):
     """A local plan whose nodes are plain Python processes (not torchrun), written as submit would."""
     from launcher.targets.local.target import LocalElement, LocalNode, LocalPayload

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.targets import TARGET_NAMES, TARGETS
+from launcher.core.plugins import BUILTIN
+
+TARGET_NAMES = tuple(BUILTIN)  # the built-in targets: packages under launcher/targets
 
 REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "launcher"
@@ -155,9 +157,9 @@ def package_of(module: str) -> str:
 # each package's __init__ docstring says the same in words.
 ALLOWED = {
     "core": set(),
-    "spec": {"core", "targets.names", "targets.options"},
+    "spec": {"core"},  # the targets' sections come through core.plugins: no knot between spec and targets
     "targets.names": {"core"},
-    "targets.options": {"core", "targets.names"},
+    "targets.options": {"core", "targets.names"},  # its own package, above it
     "targets": {"core", "spec", "targets.names", "targets.options"},
     "service": {"core", "spec", "targets", "targets.names", "targets.options"},
     "doctor": {"core", "spec", "targets", "targets.names", "service", "train"},
@@ -205,21 +207,37 @@ def test_cli_imports_no_target_package_and_targets_never_import_each_other():
 
 
 def test_target_names_are_declared_once():
-    """The registry is the only list: spec sections, --target choices and the schema follow it."""
-    from launcher.spec.model import JobSpec, json_schema
+    """The plugins are the only list: spec sections, --target choices and the schema follow them; the
+    built-in targets are registered as any other (ddpjob's own entry points, launcher.core.plugins)."""
+    from launcher.core.plugins import plugin, registered
+    from launcher.spec.model import json_schema, spec_model
 
-    assert set(TARGET_NAMES) <= set(JobSpec.model_fields)
-    from launcher.targets import options_model
-
-    for name in TARGET_NAMES:  # the spec's static section is the model the target registers
-        assert JobSpec.model_fields[name].annotation is options_model(name), name
-    assert set(TARGET_NAMES) <= set(json_schema()["properties"])
+    names = tuple(registered())
+    assert names[:3] == TARGET_NAMES and all(registered()[n].distribution == "ddpjob" for n in TARGET_NAMES)
+    for name in names:  # the spec's section is the model the target registers
+        assert spec_model().model_fields[name].annotation is plugin(name).options, name
+    assert set(names) <= set(json_schema()["properties"])
     literal = re.compile(r"""["'](local|slurm|k8s)["']\s*,\s*["'](local|slurm|k8s)["']""")
     for name, path in MODULES.items():
         if name != "launcher.targets":
             assert not literal.search(path.read_text()), f"{path} lists target names"
-    for entry in TARGETS.values():
-        assert entry.target.startswith("launcher.targets.") and entry.options.startswith("launcher.targets.")
+
+
+def test_the_built_in_targets_are_registered_by_pyproject_as_any_plugin_would_be():
+    """pyproject.toml's entry points name the objects core.plugins falls back to in a source tree, and
+    the light reader finds what importlib.metadata finds."""
+    import importlib.metadata
+
+    import tomllib
+
+    from launcher.core.plugins import GROUP, scan
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"][GROUP]
+    assert declared == BUILTIN
+    found = sorted((r.name, r.ref, r.distribution) for r in scan())
+    assert found == sorted((e.name, e.value, e.dist.name if e.dist else "") for e in
+                           importlib.metadata.entry_points(group=GROUP))
+    assert {(n, r) for n, r, d in found if d == "ddpjob"} == set(BUILTIN.items()), "reinstall: pip install -e ."
 
 
 def write_spec(tmp_path: Path) -> Path:

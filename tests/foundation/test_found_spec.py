@@ -180,9 +180,9 @@ def test_output_dir_may_name_the_job_id():
 def test_two_specs_never_share_a_default_list_or_mapping() -> None:
     """Empty lists and mappings are plain defaults (pydantic copies them for each spec): filling
     one spec's must leave the next spec's empty."""
-    from launcher.spec.model import JobSpec
+    from launcher.spec.model import spec_model
 
-    first, second = (JobSpec.model_validate({"name": n, "command": ["python", "t.py"]}) for n in ("a", "b"))
+    first, second = (spec_model().model_validate({"name": n, "command": ["python", "t.py"]}) for n in ("a", "b"))
     first.env["X"] = "1"
     first.k8s.labels["team"] = "ml"
     first.k8s.tolerations.append(None)

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from test_found_layout import MODULES, PKG, imports, parsed, top_statements, type_checking_imports
 
-from launcher.targets import TARGET_NAMES
+from launcher.core.plugins import BUILTIN
+
+TARGET_NAMES = tuple(BUILTIN)  # the built-in targets: packages under launcher/targets
 
 # The code that runs inside a job lives in its target's wing, ``targets/<name>/job/`` (issue 35
 # item 3). Before its children start it may use the standard library only (the local supervisor and

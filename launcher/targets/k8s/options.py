@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from launcher.core.fields import ENV_NAME_RE, MAX_CPUS, is_reserved_env
+from launcher.core.plugins import TargetPlugin
 from launcher.core.quantity import shorten
 
 # DNS-1123 label (namespaces, volume names, configMap/secret/PVC names are subdomains, but a label
@@ -393,3 +394,7 @@ class K8sOptions(BaseModel):
         if dup:
             raise ValueError(f"mount path(s) {', '.join(dup)} used more than once")
         return v
+
+
+# What this target brings (launcher.core.plugins): named by pyproject.toml's ddpjob.targets entry point.
+TARGET = TargetPlugin("launcher.targets.k8s.target:KubernetesTarget", K8sOptions, "Options for --target k8s.")

@@ -34,6 +34,7 @@ from launcher.targets.k8s.objects import runner
 from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi, api_of
 from launcher.targets.k8s.objects.flavours import flavour_of
 from launcher.targets.k8s.objects.render import secret_env_issues
+from launcher.targets.k8s.options import K8sOptions
 from launcher.targets.k8s.payload import K8sHandle, K8sPayload, K8sRun, render_text
 from launcher.targets.k8s.status import job_status
 from launcher.targets.k8s.validation.check import located, spec_where
@@ -65,10 +66,10 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
         --dry-run=server; exit 6 when it has none), else $DDPJOB_PYTORCHJOB_CRD or the cache."""
         from launcher.targets.k8s.validation import crd
 
-        api = api_of(loaded.spec.k8s.api)
+        api = api_of(loaded.spec.section(K8sOptions).api)
         if not online:
             return crd.offline(api=api)
-        return crd.online(_kube(loaded.spec.k8s.context, loaded.spec.k8s.namespace, api), api)
+        return crd.online(_kube(loaded.spec.section(K8sOptions).context, loaded.spec.section(K8sOptions).namespace, api), api)
 
     def runs_image(self, spec: JobSpec) -> bool:
         return True
@@ -81,21 +82,21 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[K8sPayload]:
         spec = loaded.spec
-        flavour = flavour_of(spec.k8s.api)
-        nccl = NCCL_DEFAULTS_RDMA if spec.k8s.rdma else NCCL_DEFAULTS
+        flavour = flavour_of(spec.section(K8sOptions).api)
+        nccl = NCCL_DEFAULTS_RDMA if spec.section(K8sOptions).rdma else NCCL_DEFAULTS
         crd = ctx.inputs if isinstance(ctx.inputs, CrdInput) else absent("no CRD was given to the plan", flavour.api)
-        issues = flavour.spec_issues(spec, ctx.job_id) + secret_env_issues(spec, api_of(spec.k8s.api).kind)
+        issues = flavour.spec_issues(spec, ctx.job_id) + secret_env_issues(spec, api_of(spec.section(K8sOptions).api).kind)
         if issues:
             raise loaded.error(issues)
         rendered = flavour.render(spec, ctx.job_id, nccl)
         flavour.check(loaded, rendered.objects, crd)
         notes = [crd.note(), runner.header(spec)]
-        if spec.workdir is not None and spec.k8s.workdir is None:
+        if spec.workdir is not None and spec.section(K8sOptions).workdir is None:
             notes.append("workdir: is a path on this machine and is not used in the pods; set k8s.workdir "
                          "(default: the image's WORKDIR)")
-        payload = K8sPayload(ctx.job_id, ctx.run_dir, spec.nodes, rendered.procs_per_node, spec.k8s.namespace,
-                             spec.k8s.context, rendered.elements, rendered.objects, crd.summary(),
-                             spec_where(loaded, flavour.field_targets), spec.k8s.cpu is not None, spec.k8s.api, notes,
+        payload = K8sPayload(ctx.job_id, ctx.run_dir, spec.nodes, rendered.procs_per_node, spec.section(K8sOptions).namespace,
+                             spec.section(K8sOptions).context, rendered.elements, rendered.objects, crd.summary(),
+                             spec_where(loaded, flavour.field_targets), spec.section(K8sOptions).cpu is not None, spec.section(K8sOptions).api, notes,
                              len(rendered.objects), runner.watch_port(spec) if runner.enabled(spec) else 0)
         return Plan("k8s", ctx.job_id, spec.name, ctx.run_dir, payload, render_text, spec.nodes, rendered.procs_per_node,
                     len(rendered.elements), checks=payload.checks)

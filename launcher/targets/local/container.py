@@ -56,7 +56,9 @@ def container_name(job_id: str, index: int, node: int) -> str:
 
 def plan_issues(spec: Any, workdir: str, run_dir: str, output_dirs: list[str]) -> list[Issue]:
     """Spec problems of a containerised plan: no usable image, a folder that cannot be mounted."""
-    engine = spec.local.container
+    from launcher.targets.local.options import LocalOptions  # here: pydantic is not where the supervisor runs
+
+    engine = spec.section(LocalOptions).container
     issues = []
     if spec.image is None:
         issues.append(Issue(("local", "container"), f"local.container: {engine} needs an image",

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from launcher.core.plugins import TargetPlugin
+
 
 class LocalOptions(BaseModel):
     """Options for ``--target local`` (torchrun agents on this machine, one per simulated node)."""
@@ -32,3 +34,7 @@ class LocalOptions(BaseModel):
         "127.0.0.1). bridge: a network of the job's own (internal: nothing leaves this machine) gives each "
         "node's container its own address, node 0's being the rendezvous address; NCCL/Gloo use eth0.",
     )
+
+
+# What this target brings (launcher.core.plugins): named by pyproject.toml's ddpjob.targets entry point.
+TARGET = TargetPlugin("launcher.targets.local.target:LocalTarget", LocalOptions, "Options for --target local (torchrun agents on this machine).")

@@ -27,6 +27,7 @@ from launcher.targets.jobstatus import JobStatus
 from launcher.targets.local import container as ctr
 from launcher.targets.local import network as net
 from launcher.targets.local import ports, watch
+from launcher.targets.local.options import LocalOptions
 from launcher.targets.local.payload import (
     MARKER,
     PORT_AT_SUBMIT,
@@ -63,7 +64,7 @@ def threads_note(spec: JobSpec, threads: str, procs_per_node: int, cpu_count: in
         return ""
     if "OMP_NUM_THREADS" in spec.env:  # env wins over ddpjob's own value
         source, field = "env.OMP_NUM_THREADS", "env.OMP_NUM_THREADS"
-    elif spec.local.omp_num_threads:
+    elif spec.section(LocalOptions).omp_num_threads:
         source, field = "local.omp_num_threads", "local.omp_num_threads"
     else:
         source = f"resources.cpus {spec.resources.cpus} / {procs_per_node} process(es) per node"
@@ -85,8 +86,8 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
 
         spec = loaded.spec
         # In a container, a module may live in the image only: check scripts (in the mounted workdir) alone.
-        issues = missing_program(spec.command, spec.workdir or ctx.cwd, check_modules=spec.local.container == "none")
-        if spec.local.container == "none" and spec.nccl.socket_ifname:  # the nodes are this machine
+        issues = missing_program(spec.command, spec.workdir or ctx.cwd, check_modules=spec.section(LocalOptions).container == "none")
+        if spec.section(LocalOptions).container == "none" and spec.nccl.socket_ifname:  # the nodes are this machine
             value = spec.nccl.socket_ifname
             _, problem = netif.check({"NCCL_SOCKET_IFNAME": value, "GLOO_SOCKET_IFNAME": value}, "this machine")
             if problem:
@@ -95,7 +96,7 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
         return issues
 
     def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
-        local = loaded.spec.local
+        local = loaded.spec.section(LocalOptions)
         if local.container == "none":
             return None
         inputs = ctr.read_inputs()
@@ -104,7 +105,7 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
         return inputs
 
     def runs_image(self, spec: JobSpec) -> bool:
-        return spec.local.container != "none"
+        return spec.section(LocalOptions).container != "none"
 
     def owns(self, plan: Plan[object]) -> TypeGuard[Plan[LocalPayload]]:
         return isinstance(plan.payload, LocalPayload)
@@ -126,19 +127,19 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
         output_root = spec.output_dir or RunFolder(ctx.run_dir).output
         if not os.path.isabs(output_root):
             output_root = os.path.normpath(os.path.join(workdir, output_root))
-        engine = spec.local.container
+        engine = spec.section(LocalOptions).container
         python = ctr.IMAGE_PYTHON if engine != "none" else ctx.python
         runs = expand(spec, job_id=ctx.job_id, output_root=output_root)
         issues = ctr.plan_issues(spec, workdir, ctx.run_dir, [el.output_dir for el in runs]) if engine != "none" else []
-        issues += net.plan_issues(spec.local.network, engine, spec.nodes)
+        issues += net.plan_issues(spec.section(LocalOptions).network, engine, spec.nodes)
         if issues:
             raise loaded.error(issues)
         used = list(ctx.inputs.used_subnets) if isinstance(ctx.inputs, ctr.LocalInputs) else []
-        subnet = net.job_subnet(ctx.job_id, used, spec.local.container) if spec.local.network == "bridge" else None
+        subnet = net.job_subnet(ctx.job_id, used, spec.section(LocalOptions).container) if spec.section(LocalOptions).network == "bridge" else None
         addresses = [net.node_address(subnet, n) if subnet else "127.0.0.1" for n in range(spec.nodes)]
         env_base = dist.process_env(
             spec, {**NCCL_DEFAULTS, **net.NCCL_IFACE} if subnet else NCCL_DEFAULTS, cpus_per_node=cpus_per_node,
-            procs_per_node=procs_per_node, omp_override=spec.local.omp_num_threads,
+            procs_per_node=procs_per_node, omp_override=spec.section(LocalOptions).omp_num_threads,
         )
         if engine == "none" and env_base.get("GLOO_SOCKET_IFNAME"):  # the nodes are this machine: Gloo's exact names
             names = netif.gloo_names(env_base["GLOO_SOCKET_IFNAME"], netif.interfaces())
@@ -171,7 +172,7 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
                                        name))
             elements.append(LocalElement(el.index, el.params, el.output_dir, nodes))
         payload = LocalPayload(ctx.job_id, ctx.run_dir, spec.nodes, procs_per_node, port,
-                               spec.local.stop_on_failure, elements, port_fixed=spec.master_port is not None,
+                               spec.section(LocalOptions).stop_on_failure, elements, port_fixed=spec.master_port is not None,
                                container=engine, port_command=list(ctx.port_command), master_addr=addresses[0],
                                gpu_note=dist.shared_gpus_note(ctx.gpu_count, spec.nodes, procs_per_node),
                                threads_note=threads_note(spec, env_base.get("OMP_NUM_THREADS", ""), procs_per_node,

@@ -112,7 +112,9 @@ def read_inputs(loaded: LoadedSpec, *, online: bool) -> ContainerInputs | None:
     """The inputs of an oci or podman plan; None for the other runtimes. Submitting (``online``), an
     image or bundle that cannot be read is the spec's error; rendering, it shows as placeholders."""
     spec = loaded.spec
-    c = spec.slurm.container
+    from launcher.targets.slurm.options import SlurmOptions  # here, where a spec is planned: pydantic only then
+
+    c = spec.section(SlurmOptions).container
     if c.runtime not in ("oci", "podman"):
         return None
     facts = ContainerInputs(LocalInputs(os.getuid(), os.getgid()))
@@ -151,7 +153,9 @@ def launch(loaded: LoadedSpec, ctx: PlanContext, *, folder: str, job_dir: str, w
     from launcher.targets.slurm.options import _IMAGE_RE
 
     spec = loaded.spec
-    c = spec.slurm.container
+    from launcher.targets.slurm.options import SlurmOptions  # here, where a spec is planned: pydantic only then
+
+    c = spec.section(SlurmOptions).container
     image = c.image or spec.image
     # --kill-on-bad-exit: when torchrun on one node fails, the run has failed; without it the
     # other nodes' agents wait out torchrun's exit barrier (5 minutes) before the job ends.
@@ -190,7 +194,9 @@ def launch(loaded: LoadedSpec, ctx: PlanContext, *, folder: str, job_dir: str, w
 def _podman(loaded: LoadedSpec, ctx: PlanContext, image: str, volumes: list[str], inputs: ContainerInputs | None, *,
             job_dir: str, workdir: str, gpus: int, array: bool, srun_args: list[str]) -> Launch:
     spec = loaded.spec
-    c = spec.slurm.container
+    from launcher.targets.slurm.options import SlurmOptions  # here, where a spec is planned: pydantic only then
+
+    c = spec.section(SlurmOptions).container
     # Each task names its container after its run and node, known only inside the task: the
     # sbatch line starts sh, which expands them and execs podman.
     name = f"ddpjob-{ctx.job_id}-" + (RUNTIME["task"] if array else "0") + "-" + RUNTIME["node"]
@@ -213,7 +219,9 @@ def _podman(loaded: LoadedSpec, ctx: PlanContext, image: str, volumes: list[str]
 
 def _oci(loaded: LoadedSpec, folder: str, image: str | None, volumes: list[str], inputs: ContainerInputs | None, *,
          workdir: str, job_dir: str, srun_args: list[str]) -> Launch:
-    c = loaded.spec.slurm.container
+    from launcher.targets.slurm.options import SlurmOptions  # here, where a spec is planned: pydantic only then
+
+    c = loaded.spec.section(SlurmOptions).container
     env = inputs.env if inputs and not inputs.problem else []
     path = next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")), UNKNOWN_PATH if not env else "")
     # Slurm leaves the per-task variables out of the container: task_env fills them in first.

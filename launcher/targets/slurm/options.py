@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
+from launcher.core.plugins import TargetPlugin
 from launcher.core.quantity import QuantityError, parse_memory, shorten
 
 # sbatch --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
@@ -287,3 +288,7 @@ class SlurmOptions(BaseModel):
                 except ValueError:
                     raise ValueError(f"value of {name} must not contain line breaks or control characters") from None
         return v
+
+
+# What this target brings (launcher.core.plugins): named by pyproject.toml's ddpjob.targets entry point.
+TARGET = TargetPlugin("launcher.targets.slurm.target:SlurmTarget", SlurmOptions, "Options for --target slurm.")

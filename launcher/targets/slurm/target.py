@@ -25,7 +25,7 @@ from launcher.targets.jobstatus import JobStatus
 from launcher.targets.shared.files import atomic_write, from_json, mask_env_values, to_json
 from launcher.targets.shared.launch import worker_command
 from launcher.targets.shared.runfolder import RunFolder
-from launcher.targets.slurm.options import DEFAULT_FOLDER
+from launcher.targets.slurm.options import DEFAULT_FOLDER, SlurmOptions
 from launcher.targets.slurm.payload import (
     PORT_SETUP,
     SlurmCommon,
@@ -62,12 +62,12 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
 
         spec = loaded.spec
         return missing_program(spec.command, spec.workdir or ctx.cwd,
-                               check_modules=spec.slurm.container.runtime == "none")
+                               check_modules=spec.section(SlurmOptions).container.runtime == "none")
 
     def runs_image(self, spec: JobSpec) -> bool:
         """oci and podman run the spec's image from the submitting machine's engine (build: makes it);
         pyxis and apptainer name images their own way, and slurm.container.image or bundle wins."""
-        c = spec.slurm.container
+        c = spec.section(SlurmOptions).container
         return c.runtime in ("oci", "podman") and c.image is None and c.bundle is None
 
     def owns(self, plan: Plan[object]) -> TypeGuard[Plan[SlurmPayload]]:
@@ -89,7 +89,7 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
         from launcher.targets.slurm.container import launch as container_launch
 
         spec = loaded.spec
-        s = spec.slurm
+        s = spec.section(SlurmOptions)
         gpus = s.gpus_per_node if s.gpus_per_node is not None else spec.resources.gpus
         cpus = s.cpus_per_task or spec.resources.cpus
         procs_per_node = dist.resolve_procs_per_node(spec, gpus)
@@ -348,7 +348,7 @@ def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, run
     """submitit's ``SlurmExecutor`` parameters (and so the sbatch flags) for the job."""
     from launcher.targets.slurm.options import time_to_minutes
 
-    s = spec.slurm
+    s = spec.section(SlurmOptions)
     memory = s.memory or spec.resources.memory
     if s.memory:
         mem: str | None = slurm_mem(parse_memory(s.memory, "sbatch"))

@@ -37,7 +37,7 @@ from launcher.targets.k8s.objects.render import (
     volume_mounts,
     volumes,
 )
-from launcher.targets.k8s.options import is_operator_env
+from launcher.targets.k8s.options import K8sOptions, is_operator_env
 
 PORT_NAME = "pytorchjob-port"  # the operator looks the Master's port up by this name
 # The operator injects MASTER_ADDR/PORT from the Master's port named pytorchjob-port; every pod has
@@ -70,17 +70,17 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
                                 "so your value would be silently replaced (k8s/README.md lists these variables: ddpjob docs k8s/README.md)",
                                 hint="remove it from env: for the k8s target"))
     issues += duplicate_env_refs(spec, {"DDPJOB_JOB_ID", "DDPJOB_SWEEP_INDEX", "DDPJOB_OUTPUT_DIR", *runner.RUNNER_ENV})
-    if "runtime" in spec.k8s.model_fields_set:
+    if "runtime" in spec.section(K8sOptions).model_fields_set:
         issues.append(Issue(("k8s", "runtime"), "a training runtime is used only by k8s.api trainjob (a PyTorchJob has none)",
                             hint="set k8s.api: trainjob, or remove k8s.runtime"))
     issues += runner.spec_issues(spec)
-    if spec.stall.action == "fail" and runner.enabled(spec) and spec.k8s.restart_policy == "OnFailure" \
-            and "restart_policy" in spec.k8s.model_fields_set:
+    if spec.stall.action == "fail" and runner.enabled(spec) and spec.section(K8sOptions).restart_policy == "OnFailure" \
+            and "restart_policy" in spec.section(K8sOptions).model_fields_set:
         issues.append(Issue(("k8s", "restart_policy"), "with stall.action fail a stalled pod must end the job, and "
                             "OnFailure restarts it in place (up to k8s.backoff_limit times)",
                             hint="set k8s.restart_policy: ExitCode (the default with stall.action fail) or Never, "
                             "or stall.action: report"))
-    e = spec.k8s.elastic
+    e = spec.section(K8sOptions).elastic
     if e is not None:
         if spec.nodes < 2:
             issues.append(Issue(("k8s", "elastic"), "an elastic job needs nodes >= 2 (the operator's rendezvous runs on a Worker)"))
@@ -95,7 +95,7 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
 
 def build(spec: JobSpec, run: Run) -> dict[str, Any]:
     """One run's PyTorchJob."""
-    k = spec.k8s
+    k = spec.section(K8sOptions)
     replica_specs: dict[str, Any] = {"Master": _replica(spec, 1, run)}
     if spec.nodes > 1:
         replica_specs["Worker"] = _replica(spec, spec.nodes - 1, run)
@@ -134,7 +134,7 @@ def _replica(spec: JobSpec, replicas: int, run: Run) -> dict[str, Any]:
 
 
 def _container(spec: JobSpec, run: Run) -> dict[str, Any]:
-    k = spec.k8s
+    k = spec.section(K8sOptions)
     c: dict[str, Any] = {"name": PYTORCHJOB.container, "image": spec.image or ""}
     if k.image_pull_policy:
         c["imagePullPolicy"] = k.image_pull_policy
@@ -200,7 +200,7 @@ def spec_field(path: SpecPath, spec: JobSpec | None = None, *, k8s_cpu: bool | N
     ``k8s_cpu``: the CPU request comes from ``k8s.cpu`` (taken from ``spec`` when given)."""
     rel = path[3:] if path[:2] == ("spec", "pytorchReplicaSpecs") and len(path) > 3 else path
     if spec is not None:
-        k8s_cpu = spec.k8s.cpu is not None
+        k8s_cpu = spec.section(K8sOptions).cpu is not None
     return lookup(rel, FIELD_MAP, cpu_at=6, k8s_cpu=k8s_cpu)
 
 

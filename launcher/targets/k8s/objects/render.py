@@ -27,6 +27,7 @@ from launcher.core.errors import Issue
 from launcher.spec.model import JobSpec
 from launcher.spec.sweep import expand
 from launcher.targets.k8s.objects import runner
+from launcher.targets.k8s.options import K8sOptions
 from launcher.targets.k8s.payload import K8sElement
 from launcher.targets.shared import dist
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
@@ -92,7 +93,7 @@ def duplicate_env_refs(spec: JobSpec, ours: set[str]) -> list[Issue]:
     """``k8s.env_refs`` names also in ``env:`` or among the variables ddpjob sets (``ours``)."""
     plain = set(spec.env) | ours
     return [Issue(("k8s", "env_refs", name), f"{name} is also set in env: (a duplicate env name is rejected by the API server)",
-                  hint="keep one of them") for name in spec.k8s.env_refs if name in plain]
+                  hint="keep one of them") for name in spec.section(K8sOptions).env_refs if name in plain]
 
 
 def secret_env_issues(spec: JobSpec, kind: str) -> list[Issue]:
@@ -109,7 +110,7 @@ def secret_env_issues(spec: JobSpec, kind: str) -> list[Issue]:
 
 
 def cpu_request(spec: JobSpec) -> str | None:
-    value = spec.k8s.cpu if spec.k8s.cpu is not None else spec.resources.cpus
+    value = spec.section(K8sOptions).cpu if spec.section(K8sOptions).cpu is not None else spec.resources.cpus
     return None if value is None else str(value)
 
 
@@ -119,7 +120,7 @@ def render(spec: JobSpec, job_id: str, nccl_defaults: dict[str, str], build: Bui
 
     ``controller_env``: the variables the controller sets in every container after ours; left out
     of ddpjob's defaults so that none is set twice."""
-    k = spec.k8s
+    k = spec.section(K8sOptions)
     procs = dist.resolve_procs_per_node(spec, spec.resources.gpus)
     cpus_whole = k.cpu if isinstance(k.cpu, int) else (spec.resources.cpus if k.cpu is None else None)
     base_env = dist.process_env(spec, nccl_defaults, cpus_per_node=cpus_whole, procs_per_node=procs)
@@ -149,7 +150,7 @@ def render(spec: JobSpec, job_id: str, nccl_defaults: dict[str, str], build: Bui
 
 
 def _metadata(spec: JobSpec, name: str, labels: dict[str, str]) -> dict[str, Any]:
-    k = spec.k8s
+    k = spec.section(K8sOptions)
     job_labels = {**k.labels, **labels}
     if k.queue:
         job_labels[LABEL_QUEUE] = k.queue  # Kueue reads the queue from the object's own label
@@ -166,7 +167,7 @@ def _metadata(spec: JobSpec, name: str, labels: dict[str, str]) -> dict[str, Any
 
 def pod_metadata(spec: JobSpec, labels: dict[str, str]) -> dict[str, Any]:
     """The pods' labels and annotations (neither API copies the object's own to its pods)."""
-    k = spec.k8s
+    k = spec.section(K8sOptions)
     annotations = {**k.annotations}
     if not k.istio_inject:
         # An Istio sidecar keeps the pod Running after training exits and intercepts the rendezvous.
@@ -179,7 +180,7 @@ def pod_metadata(spec: JobSpec, labels: dict[str, str]) -> dict[str, Any]:
 
 def pod_spec(spec: JobSpec) -> dict[str, Any]:
     """The pod spec's scheduling fields; each flavour adds the containers and volumes."""
-    k = spec.k8s
+    k = spec.section(K8sOptions)
     pod: dict[str, Any] = {}
     if k.service_account:
         pod["serviceAccountName"] = k.service_account
@@ -198,18 +199,18 @@ def volumes(spec: JobSpec) -> list[dict[str, Any]]:
     return [
         # Containers get 64 MB of /dev/shm; DataLoader workers and NCCL need more (Bus error otherwise).
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm}},
-        *(_volume(v) for v in spec.k8s.volumes),
+        *(_volume(v) for v in spec.section(K8sOptions).volumes),
     ]
 
 
 def volume_mounts(spec: JobSpec) -> list[dict[str, Any]]:
-    return [{"name": "dshm", "mountPath": "/dev/shm"}, *(_mount(v) for v in spec.k8s.volumes)]
+    return [{"name": "dshm", "mountPath": "/dev/shm"}, *(_mount(v) for v in spec.section(K8sOptions).volumes)]
 
 
 def container_env(spec: JobSpec, env: dict[str, str]) -> list[dict[str, Any]]:
     """The container's ``env``: ``env`` (escaped) and the spec's ``k8s.env_refs``, sorted by name."""
     entries: list[dict[str, Any]] = [{"name": n, "value": kubelet_escape(v)} for n, v in env.items()]
-    for n, ref in spec.k8s.env_refs.items():
+    for n, ref in spec.section(K8sOptions).env_refs.items():
         source: dict[str, dict[str, Any]]
         if ref.secret is not None:
             source = {"secretKeyRef": {"name": ref.secret, "key": ref.key}}

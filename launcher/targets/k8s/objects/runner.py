@@ -26,6 +26,7 @@ import zlib
 
 from launcher.core.errors import Issue
 from launcher.spec.model import JobSpec
+from launcher.targets.k8s.options import K8sOptions
 from launcher.targets.shared.runfolder import PLAN, WATCH
 
 BUNDLE_ENV = "DDPJOB_POD_RUNNER"
@@ -72,7 +73,7 @@ def bundle() -> str:
 
 
 def enabled(spec: JobSpec) -> bool:
-    return spec.k8s.runner != "none" and spec.k8s.elastic is None
+    return spec.section(K8sOptions).runner != "none" and spec.section(K8sOptions).elastic is None
 
 
 def watch_port(spec: JobSpec) -> int:
@@ -83,7 +84,7 @@ def watch_port(spec: JobSpec) -> int:
 
 def wrap(spec: JobSpec, command: list[str]) -> list[str]:
     """``command`` (torchrun's argv) started by the pod runner."""
-    return [spec.k8s.runner, "-c", BOOT, *command]
+    return [spec.section(K8sOptions).runner, "-c", BOOT, *command]
 
 
 def env(spec: JobSpec) -> dict[str, str]:
@@ -116,9 +117,9 @@ def restarts_in_place(spec: JobSpec) -> bool:
     """Whether the pod's container is restarted in place when it exits non-zero: a TrainJob's (JobSet's
     OnFailure), a PyTorchJob's whose ``k8s.restart_policy`` is OnFailure (the default ExitCode, where the
     runner may end the run, takes END_EXIT as final: ``pytorchjob.restart_policy``)."""
-    if spec.k8s.api == "trainjob":
+    if spec.section(K8sOptions).api == "trainjob":
         return True
-    return "restart_policy" in spec.k8s.model_fields_set and spec.k8s.restart_policy == "OnFailure"
+    return "restart_policy" in spec.section(K8sOptions).model_fields_set and spec.section(K8sOptions).restart_policy == "OnFailure"
 
 
 def marks(spec: JobSpec) -> bool:
@@ -139,11 +140,11 @@ def spec_issues(spec: JobSpec) -> list[Issue]:
     if enabled(spec):
         return [Issue(("k8s", "volumes", i), f"the volume {MARK_VOLUME} at {MARK_DIR} is ddpjob's here (where the "
                       "pod runner keeps a verdict that ended the run)", hint="give your volume another name and mount path")
-                for i, vol in enumerate(spec.k8s.volumes) if marks(spec)
+                for i, vol in enumerate(spec.section(K8sOptions).volumes) if marks(spec)
                 and (vol.name == MARK_VOLUME or vol.mount_path.rstrip("/") == MARK_DIR)]
     if spec.stall.action != "fail":
         return []
-    if spec.k8s.runner == "none":
+    if spec.section(K8sOptions).runner == "none":
         return [Issue(("stall", "action"), "fail needs ddpjob's pod runner, and k8s.runner: none leaves the pods "
                       "without a stall watch", hint="remove k8s.runner: none, or set stall.action: report")]
     return [Issue(("stall", "action"), "fail is not available for an elastic job (its nodes come and go: no first "
@@ -153,9 +154,9 @@ def spec_issues(spec: JobSpec) -> list[Issue]:
 def header(spec: JobSpec) -> str:
     """The render header's line about the runner."""
     if not enabled(spec):
-        why = "k8s.runner: none" if spec.k8s.runner == "none" else "an elastic job has no fixed first node"
+        why = "k8s.runner: none" if spec.section(K8sOptions).runner == "none" else "an elastic job has no fixed first node"
         return f"pods run torchrun bare ({why}): no stall watch"
-    text = (f"pods start ddpjob's pod runner ({spec.k8s.runner} -c ...: launcher/targets/k8s/job/podrun.py and "
+    text = (f"pods start ddpjob's pod runner ({spec.section(K8sOptions).runner} -c ...: launcher/targets/k8s/job/podrun.py and "
             f"shared/heartbeat.py, carried in {BUNDLE_ENV}, shown shortened) in front of torchrun: stall watch "
             f"(stall.timeout {spec.stall.timeout_s} s, action {spec.stall.action}), {WATCH} on port "
             f"{watch_port(spec)}; k8s.runner: none turns it off")
@@ -172,8 +173,8 @@ def header(spec: JobSpec) -> str:
     if not marks(spec):
         return text + (f"; restartPolicy {restart_policy_of(spec)} fails the job on it (exit codes 1-127) instead of "
                        "restarting the pod")
-    by = ("the runtime (JobSet's OnFailure)", "the Job's backoffLimit fails the TrainJob") if spec.k8s.api == "trainjob" \
-        else ("restartPolicy OnFailure", f"backoffLimit ({spec.k8s.backoff_limit}) fails the PyTorchJob")
+    by = ("the runtime (JobSet's OnFailure)", "the Job's backoffLimit fails the TrainJob") if spec.section(K8sOptions).api == "trainjob" \
+        else ("restartPolicy OnFailure", f"backoffLimit ({spec.section(K8sOptions).backoff_limit}) fails the PyTorchJob")
     return text + (f" and keeps the verdict in the volume {MARK_VOLUME} ({MARK_DIR}); restarted in place by {by[0]}, it "
                    f"exits {END_EXIT} again at once until {by[1]} (the kubelet's restart back-off: minutes; ddpjob "
                    "cancel ends it now)")
@@ -184,6 +185,6 @@ def restart_policy_of(spec: JobSpec) -> str:
     the run (``ends_run``), ExitCode: the runner exits ``END_EXIT`` (124), which ExitCode takes as final
     (1-127) and fails the job, where OnFailure would restart that pod in place. A pod deleted, evicted or
     killed (exit 128 or more) is recreated under ExitCode as under OnFailure."""
-    if ends_run(spec) and "restart_policy" not in spec.k8s.model_fields_set:
+    if ends_run(spec) and "restart_policy" not in spec.section(K8sOptions).model_fields_set:
         return "ExitCode"
-    return spec.k8s.restart_policy
+    return spec.section(K8sOptions).restart_policy

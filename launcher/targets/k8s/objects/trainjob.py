@@ -41,6 +41,7 @@ from launcher.targets.k8s.objects.render import (
     volume_mounts,
     volumes,
 )
+from launcher.targets.k8s.options import K8sOptions
 
 RUNTIME_GROUP = "trainer.kubeflow.org"
 # runtimePatches entries are keyed by a domain-prefixed manager (the webhook insists on the form).
@@ -69,7 +70,7 @@ def longest_pod_name(name: str, nodes: int) -> str:
 
 def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
     """What a TrainJob cannot carry, or Trainer v2 would refuse, each at the spec field behind it."""
-    k = spec.k8s
+    k = spec.section(K8sOptions)
     issues: list[Issue] = []
     if not spec.image:
         issues.append(Issue(("image",), "the k8s target needs an image (the TrainJob's trainer.image)",
@@ -115,7 +116,7 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
 
 def build(spec: JobSpec, run: Run) -> dict[str, Any]:
     """One run's TrainJob."""
-    k = spec.k8s
+    k = spec.section(K8sOptions)
     trainer: dict[str, Any] = {"image": spec.image or "", "command": [kubelet_escape(a) for a in run.command],
                                "env": container_env(spec, run.env), "numNodes": spec.nodes,
                                "numProcPerNode": run.procs_per_node}
@@ -175,7 +176,7 @@ def spec_field(path: SpecPath, spec: JobSpec | None = None, *, k8s_cpu: bool | N
     """The spec field behind a path of the rendered TrainJob (else the ``k8s`` section)."""
     rel = ("pod", *path[len(PATCH_POD):]) if tuple(path[: len(PATCH_POD)]) == PATCH_POD else path
     if spec is not None:
-        k8s_cpu = spec.k8s.cpu is not None
+        k8s_cpu = spec.section(K8sOptions).cpu is not None
     return lookup(rel, FIELD_MAP, cpu_at=4, k8s_cpu=k8s_cpu)
 
 
