@@ -73,7 +73,7 @@ class Job:
         rec, st = self._jobs.refresh(self.id)
         if st is None:
             return JobStatus(rec.state, rec.message)
-        return JobStatus(rec.state, rec.message or st.message, st.tasks, st.details)
+        return JobStatus(rec.state, rec.message or st.message, st.tasks, st.details, source=st.source)
 
     def wait(self, timeout: float | None = None, on_end: Callable[[Job], object] | None = None) -> JobState:
         """Block until the job ends; its final state. ``WaitTimeout`` after ``timeout`` seconds.

@@ -46,7 +46,7 @@ def status_lines(rec: JobRecord, st: JobStatus | None, progress: Progress | None
         notify = notifier.state_of(rec)
         out.append(f"notify:   {notifier.describe(notify) if notify else '-'}")
     if st is not None:
-        for key, value in sorted(st.details.items()):
+        for key, value in sorted(st.shown_details().items()):
             if key != "run_dir" and value not in (None, "", [], {}):
                 out.append(f"{key + ':':<9} {value}")
         for t in st.tasks:

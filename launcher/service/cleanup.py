@@ -101,9 +101,8 @@ def prune(jobs: Jobs, *, older_than_s: float, states: set[JobState] | None = Non
 def _folders_elsewhere(rec: JobRecord) -> list[str]:
     """Folders of the job outside $DDPJOB_HOME/runs: a Slurm job folder, a chosen output_dir."""
     out = []
-    job_dir = (rec.handle or {}).get("job_dir")
-    if job_dir:
-        out.append(str(job_dir))
+    if rec.job_dir:
+        out.append(rec.job_dir)
     output_dir = rec.summary.output_dir
     if output_dir and os.path.isabs(output_dir) and "{" not in output_dir:
         out.append(output_dir)

@@ -90,6 +90,23 @@ class JobRecord:
         what ``results`` shows of its run."""
         return max(0.0, (self.ended_at or now or time.time()) - (self.started_at or self.created_at))
 
+    @property
+    def files_dir(self) -> str:
+        """The job's run folder as its target's handle names it (every ``Handle`` has a ``run_dir``; Slurm's
+        and k8s' may be elsewhere than ddpjob's own), else the registry's ``run_dir``: where ``plan.json``
+        is read (``launcher.targets.shared.planrecord``)."""
+        return self._handle_text("run_dir") or self.run_dir
+
+    @property
+    def job_dir(self) -> str | None:
+        """The job's folder its handle names besides the run folder (Slurm's job folder), if any."""
+        return self._handle_text("job_dir")
+
+    def _handle_text(self, key: str) -> str | None:
+        """A text field of the handle as the registry keeps it (JSON: the target's ``Handle.to_json``)."""
+        value = (self.handle or {}).get(key)
+        return value if isinstance(value, str) and value else None
+
     @functools.cached_property
     def marks(self) -> Marks | None:
         """The salted hashes of the job's secret values (``launcher.core.tokens.Marks``), if it had any."""

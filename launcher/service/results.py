@@ -213,18 +213,11 @@ def _planned(rec: JobRecord) -> dict[int, _Run]:
     whose runs write in their pods."""
     if rec.handle is None or metrics_elsewhere(rec.target):
         return {}
-    run_dir = str(rec.handle.get("run_dir") or rec.run_dir)
-    from launcher.targets.shared.runfolder import RunFolder
+    from launcher.targets.shared.planrecord import read_plan_record
 
-    plan: object = RunFolder(run_dir).read_plan()
-    out = {}
-    for el in plan.get("elements", []) if isinstance(plan, dict) else []:
-        if isinstance(el, dict) and isinstance(el.get("index"), int):
-            params = el.get("params")
-            params = params if isinstance(params, dict) else {}
-            out[el["index"]] = _Run(el["index"], {str(k): str(v) for k, v in params.items()}, "",
-                                    el["output_dir"] if isinstance(el.get("output_dir"), str) else None)
-    return out
+    plan = read_plan_record(rec.files_dir)
+    return {el.index: _Run(el.index, dict(el.params), "", el.output_dir)
+            for el in (plan.elements if plan is not None else []) if el.index is not None}
 
 
 def run_folders(rec: JobRecord) -> dict[int, str]:

@@ -254,7 +254,7 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
     def recorded_status(self, handle: HandleT, state: JobState, message: str, why: str) -> JobStatus:
         """A finished job's status when its scheduler cannot be asked (``why``): the state and root
         cause ddpjob recorded when it ended, and what this machine's files still say of its runs."""
-        return JobStatus(state, message, [], {"source": f"ddpjob's record; {why}"})
+        return JobStatus(state, message, [], source=f"ddpjob's record; {why}")
 
     @abc.abstractmethod
     def logs(self, handle: HandleT, flt: LogFilter, follow: bool = False) -> Iterator[str]:
@@ -309,11 +309,10 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
         machine can read it: from the output folders in the job's ``plan.json``. Targets whose runs
         write elsewhere (in pods) return []."""
         from launcher.core.progress import metrics_path
-        from launcher.targets.shared.runfolder import RunFolder
+        from launcher.targets.shared.planrecord import read_plan_record
 
-        plan = RunFolder(handle.run_dir).read_plan()
-        elements = plan.get("elements", []) if isinstance(plan, dict) else []
-        return [metrics_path(el["output_dir"]) for el in elements if isinstance(el, dict) and el.get("output_dir")]
+        plan = read_plan_record(handle.run_dir)
+        return [metrics_path(folder) for folder in plan.metrics_dirs()] if plan is not None else []
 
     def progress(self, handle: HandleT) -> Progress | None:
         """How far the job is (``launcher.core.progress``): the latest run whose metrics file this
@@ -379,9 +378,7 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
     def startup_files(self, handle: HandleT) -> list[list[tuple[str, str]]]:
         """Per run, per node: (its log, its torchrun log folder) where this machine can read them,
         from ``plan.json`` (the local target's nodes name both); [] where they cannot be read."""
-        from launcher.targets.shared.runfolder import RunFolder
+        from launcher.targets.shared.planrecord import read_plan_record
 
-        plan = RunFolder(handle.run_dir).read_plan()
-        elements = plan.get("elements", []) if isinstance(plan, dict) else []
-        return [[(n["log"], n["torchrun_log_dir"]) for n in el.get("nodes", []) if "torchrun_log_dir" in n]
-                for el in elements if isinstance(el, dict) and isinstance(el.get("nodes"), list)]
+        plan = read_plan_record(handle.run_dir)
+        return plan.startup_files() if plan is not None else []

@@ -138,7 +138,11 @@ class TaskStatus:
 class JobStatus:
     """What ``ddpjob status`` shows. ``message`` carries the root cause of a failure; ``started`` and
     ``ended``: when the job started and ended (seconds since the epoch) as the target's own record of the
-    whole job says, where it keeps one (the local supervisor's ``state.json``); ``span`` tells them."""
+    whole job says, where it keeps one (the local supervisor's ``state.json``); ``span`` tells them.
+    ``source``: where the status comes from when the scheduler was not asked (``Target.recorded_status``)
+    or which of its records said it (Slurm's squeue, sacct); None where the target does not say.
+    ``details`` (JSON) are the rest a target says of the job (its run folder, port, namespace, ...);
+    ``status -o json`` shows both in ``details``, ``source`` last (``shown_details``)."""
 
     state: JobState
     message: str = ""
@@ -146,6 +150,12 @@ class JobStatus:
     details: dict[str, object] = field(default_factory=dict)
     started: float | None = None
     ended: float | None = None
+    source: str | None = None
+
+    def shown_details(self) -> dict[str, object]:
+        """``details`` with ``source`` last, as ``status`` shows them (and showed them when the target
+        put ``source`` among its details)."""
+        return {**self.details, "source": self.source} if self.source is not None else dict(self.details)
 
     def span(self) -> tuple[float | None, float | None]:
         """(started, ended) of the job as its target records them: its first run's start and, once it has
@@ -167,7 +177,8 @@ class JobStatus:
         tasks = [dataclasses.replace(t, message=scrub(t.message), params=_texts(t.params, scrub),
                                      nodes=[dataclasses.replace(n, fields=_texts(n.fields, scrub)) for n in t.nodes])
                  for t in self.tasks]
-        return dataclasses.replace(self, message=scrub(self.message), tasks=tasks, details=_texts(self.details, scrub))
+        return dataclasses.replace(self, message=scrub(self.message), tasks=tasks, details=_texts(self.details, scrub),
+                                   source=None if self.source is None else scrub(self.source))
 
     def to_json(self) -> dict[str, object]:
         started, ended = self.span()
@@ -176,7 +187,7 @@ class JobStatus:
             "message": self.message,
             "started": started,
             "ended": ended,
-            "details": self.details,
+            "details": self.shown_details(),
             "tasks": [
                 {"index": t.index, "state": t.state.value, "message": t.message, "nodes": [n.to_json() for n in t.nodes],
                  "params": t.params, "native_id": t.native_id, "started": t.started, "ended": t.ended,

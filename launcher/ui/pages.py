@@ -243,7 +243,7 @@ def nodes_section(view: JobView) -> str:
     if task.losses:  # nodes lost for good and how the run came back (recovery:)
         out.append(f"<h3>Lost nodes <span class=\"muted\">({escape(task.losses_note())})</span></h3><ul class=\"losses\">"
                    + "".join(f"<li>{escape(loss.line())}</li>" for loss in task.losses) + "</ul>")
-    source = str(st.details.get("source", "")) if st else ""
+    source = (st.source or "") if st else ""
     if source.startswith("ddpjob's record"):  # the scheduler was not asked (Target.recorded_status)
         out.append(f"<p class=\"muted\">From {escape(source)}</p>")
     return "".join(out)

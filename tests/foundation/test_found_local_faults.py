@@ -332,6 +332,7 @@ torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 def test_torchrun_own_error_is_told_from_a_worker_failure(tmp_path):
     """torchrun's own traceback names the cause; the one it raises because a worker failed does not.
     A node stopped by SIGTERM as it failed the same way gets that error in its record."""
+    from launcher.targets.local.job.staterecord import StateNode
     from launcher.targets.shared.rootcause import agent_error, own_errors
 
     assert agent_error(TORCHRUN_CRASH.splitlines()) == "ValueError: Unknown level: 'debug'"
@@ -342,7 +343,7 @@ def test_torchrun_own_error_is_told_from_a_worker_failure(tmp_path):
     logs[0].write_text(TORCHRUN_CRASH)
     logs[1].write_text(TORCHRUN_CRASH)
     logs[2].write_text(WORKER_FAILED)
-    records = [{"node": 0, "exit_code": 1}, {"node": 1, "exit_code": -15}, {"node": 2, "exit_code": -15}]
+    records = [StateNode(0, None, str(logs[0]), 1), StateNode(1, None, str(logs[1]), -15), StateNode(2, None, str(logs[2]), -15)]
     message = own_errors(records, [str(p) for p in logs], 0, "node 0: torchrun failed: ValueError: Unknown level: 'debug'")
     assert message.endswith("(node 1 failed the same way)"), message
-    assert records[1]["error"] == "ValueError: Unknown level: 'debug'" and "error" not in records[2], records
+    assert records[1].error == "ValueError: Unknown level: 'debug'" and records[2].error is None, records

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
 from launcher.core.errors import TargetError
 from launcher.core.states import JobState, summarize
 from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.local import watch
 from launcher.targets.local.job.statefile import read_note
+from launcher.targets.local.job.staterecord import StateRecord, read_state
 from launcher.targets.local.payload import MARKER, LocalHandle, read_plan
 from launcher.targets.shared import procs
 from launcher.targets.shared.recovery import with_losses
@@ -24,67 +24,60 @@ def job_status(handle: LocalHandle) -> JobStatus:
     truth from the processes themselves: RUNNING while any process of the job lives, then how
     the nodes ended according to their exit records."""
     state = read_state(handle.run_dir)
-    details = {"run_dir": handle.run_dir, "port": (state or {}).get("port")}
-    if state is not None and JobState.parse(state["state"]).terminal:
-        return with_losses(_status(state, state.get("message", ""), details))
+    details: dict[str, object] = {"run_dir": handle.run_dir, "port": state.port if state is not None else None}
+    if state is not None and state.terminal:
+        return with_losses(_status(state, state.message, details))
     if procs.alive(handle.pid, handle.start):
         stale = read_note(handle.run_dir)  # the supervisor could not write state.json (a full disk)
         if stale is not None:
             details["state_file"] = stale
         if state is None:
             return JobStatus(JobState.PENDING, "starting" + (f"; {stale}" if stale else ""), details=details)
-        message = watch.running_note(handle.run_dir, state, state.get("message", ""))
+        message = watch.running_note(handle.run_dir, state, state.message)
         if stale is not None:
             message = (message + "; " if message else "") + (
                 f"this state may be out of date: the supervisor {stale}, keeps supervising and writes it when it can")
         return with_losses(_status(state, message, details))
     # The supervisor is gone. Re-read first: it may have written its final state as it exited.
     state = read_state(handle.run_dir)
-    if state is not None and JobState.parse(state["state"]).terminal:
-        return with_losses(_status(state, state.get("message", ""), details))
+    if state is not None and state.terminal:
+        return with_losses(_status(state, state.message, details))
     live = procs.marked_pids(MARKER, handle.job_id)
     if live:
         note = (f"the supervisor (pid {handle.pid}) is gone; {len(live)} process(es) of the job run on "
                 f"(ddpjob cancel stops them); see {RunFolder(handle.run_dir).supervisor_log}")
-        return with_losses(JobStatus(JobState.RUNNING, note, _tasks(state or {}), details))
+        return with_losses(JobStatus(JobState.RUNNING, note, _tasks(state), details))
     return _ended_without_supervisor(handle, details)
 
 
-def read_state(run_dir: str) -> dict[str, Any] | None:
-    """``state.json`` as the supervisor last wrote it, or None before its first write."""
-    return RunFolder(run_dir).read_state()
-
-
-def _status(state: dict[str, Any], message: str, details: dict[str, Any]) -> JobStatus:
+def _status(state: StateRecord, message: str, details: dict[str, object]) -> JobStatus:
     """The job as the supervisor's ``state.json`` tells it, with when it started and ended there."""
-    started, ended = state.get("started"), state.get("ended")
-    return JobStatus(JobState.parse(state["state"]), message, _tasks(state), details,
-                     started=float(started) if isinstance(started, (int, float)) else None,
-                     ended=float(ended) if isinstance(ended, (int, float)) else None)
+    return JobStatus(JobState.parse(state.state), message, _tasks(state), details, started=state.started,
+                     ended=state.ended)
 
 
 def _supervisor_died(handle: LocalHandle) -> str:
     return f"the supervisor (pid {handle.pid}) exited without a final state; see {RunFolder(handle.run_dir).supervisor_log}"
 
 
-def _tasks(state: dict[str, Any]) -> list[TaskStatus]:
+def _tasks(state: StateRecord | None) -> list[TaskStatus]:
     tasks = []
-    for t in state.get("elements", []):
-        task = TaskStatus(index=t["index"], state=JobState.parse(t["state"]), message=t.get("message", ""),
-                          nodes=[NodeStatus.of(n) for n in t.get("nodes", [])], params=t.get("params", {}),
-                          started=t.get("started"), ended=t.get("ended"))
-        if t.get("losses"):  # the nodes it lost and how it came back (job/recover.py), told with its metrics
+    for t in state.elements if state is not None else []:
+        task = TaskStatus(index=t.index, state=JobState.parse(t.state), message=t.message,
+                          nodes=[NodeStatus.of(n.to_json()) for n in t.nodes], params=dict(t.params),
+                          started=t.started, ended=t.ended)
+        if t.losses:  # the nodes it lost and how it came back (job/recover.py), told with its metrics
             from launcher.core.progress import metrics_path
             from launcher.targets.shared import recovery
 
-            metrics = metrics_path(t["output_dir"]) if isinstance(t.get("output_dir"), str) else None
-            task.losses, task.goodput = recovery.told(t["losses"], metrics, started=task.started, ended=task.ended,
+            metrics = metrics_path(t.output_dir) if t.output_dir is not None else None
+            task.losses, task.goodput = recovery.told(t.losses, metrics, started=task.started, ended=task.ended,
                                                       now=time.time())
         tasks.append(task)
     return tasks
 
 
-def _ended_without_supervisor(handle: LocalHandle, details: dict[str, Any]) -> JobStatus:
+def _ended_without_supervisor(handle: LocalHandle, details: dict[str, object]) -> JobStatus:
     """Every process has ended and the supervisor left no final state: read the nodes' records."""
     from launcher.targets.local.job.node import read_record
     from launcher.targets.shared.runfolder import exit_file

@@ -27,6 +27,7 @@ from launcher.targets.jobstatus import JobStatus
 from launcher.targets.local import container as ctr
 from launcher.targets.local import network as net
 from launcher.targets.local import ports, watch
+from launcher.targets.local.job.staterecord import StateRecord, read_state, write_state
 from launcher.targets.local.options import LocalOptions
 from launcher.targets.local.payload import (
     MARKER,
@@ -38,7 +39,7 @@ from launcher.targets.local.payload import (
     read_plan,
     render_local,
 )
-from launcher.targets.local.status import job_status, read_state
+from launcher.targets.local.status import job_status
 from launcher.targets.shared import netif, procs
 from launcher.targets.shared.files import atomic_write, from_json, read_json, to_json
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
@@ -293,8 +294,8 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
         """Stop the supervisor and every process carrying the job's marker, whatever the recorded
         state says (a supervisor killed mid-run leaves its agents and workers running)."""
         run_dir = Path(handle.run_dir)
-        state = read_state(str(run_dir))
-        if state is not None and JobState.parse(state["state"]).terminal:
+        state = read_state(run_dir)
+        if state is not None and state.terminal:
             procs.kill_marked(MARKER, handle.job_id, grace=2.0)  # leftovers of a finished run, if any
             _stop_cgroup(handle, state)
             _remove_containers(handle)
@@ -318,21 +319,22 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
         if survivors:
             raise TargetError(f"could not stop processes {survivors} of job {handle.job_id}")
         _remove_containers(handle)
-        state = read_state(str(run_dir))
-        if state is None or not JobState.parse(state["state"]).terminal:
-            RunFolder(run_dir).write_state({
-                **(state or {"elements": []}), "state": JobState.CANCELLED.value,
-                "message": "cancelled by user", "ended": time.time(),
-            })
+        state = read_state(run_dir)
+        if state is None or not state.terminal:
+            state = state or StateRecord(JobState.CANCELLED.value)
+            state.state, state.message, state.ended = JobState.CANCELLED.value, "cancelled by user", time.time()
+            write_state(RunFolder(run_dir).state, state)
 
 
-def _stop_cgroup(handle: LocalHandle, state: dict[str, Any] | None) -> list[int]:
+def _stop_cgroup(handle: LocalHandle, state: StateRecord | None) -> list[int]:
     """Kill what is left in the job's cgroup (launcher.targets.local.job.cgroups): processes that left
     the job's session and environment. Returns those that survived."""
     from launcher.targets.local.job import cgroups
 
-    path = (state or {}).get("cgroup") or (read_state(handle.run_dir) or {}).get("cgroup")
-    return cgroups.stop(path) if isinstance(path, str) and path.endswith(f"/ddpjob-{handle.job_id}") else []
+    if state is None or not state.cgroup:
+        state = read_state(handle.run_dir)
+    path = state.cgroup if state is not None else None
+    return cgroups.stop(path) if path is not None and path.endswith(f"/ddpjob-{handle.job_id}") else []
 
 
 def _remove_containers(handle: LocalHandle) -> None:

@@ -9,7 +9,7 @@ wrapper runs on this machine outside the container and finds the container's tor
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.targets.local.job.node import WATCH_ENV
 from launcher.targets.shared.runfolder import RunFolder, TaskFolder
@@ -17,6 +17,7 @@ from launcher.targets.shared.vitals import VITALS_DIR_ENV
 
 if TYPE_CHECKING:
     from launcher.spec.model import JobSpec
+    from launcher.targets.local.job.staterecord import StateRecord
 
 
 def node_env(spec: JobSpec, *, task: TaskFolder, node: int, container: str | None = None) -> dict[str, str]:
@@ -33,17 +34,17 @@ def container_env(env: dict[str, str]) -> list[str]:
     return [name for name in env if name != WATCH_ENV]
 
 
-def running_note(run_dir: str, state: dict[str, Any], message: str) -> str:
+def running_note(run_dir: str, state: StateRecord, message: str) -> str:
     """``message`` with what the watch of each running run says (a stuck rank, a straggler), if anything."""
     from launcher.targets.shared.heartbeat import report
 
     notes = []
-    for el in state.get("elements", []):
-        if el.get("state") != "RUNNING":
+    for el in state.elements:
+        if el.state != "RUNNING":
             continue
-        watch = RunFolder(run_dir).task(int(el["index"])).read_watch()
+        watch = RunFolder(run_dir).task(el.index).read_watch()
         note = report(watch, time.time()) if watch is not None else None
         if note:
-            el["message"] = note
-            notes.append(note if len(state.get("elements", [])) == 1 else f"task {el['index']}: {note}")
+            el.message = note
+            notes.append(note if len(state.elements) == 1 else f"task {el.index}: {note}")
     return "; ".join([message, *notes] if message else notes)

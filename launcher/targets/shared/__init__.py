@@ -1,6 +1,7 @@
 """Pieces shared by the targets: the per-node torchrun launch (``launch``) and its NCCL/Gloo
 environment (``dist``), files written atomically and typed JSON records (``files``), a job's run
-folder and the one spelling of its file names (``runfolder``), log tailing (``logtail``), the root
+folder and the one spelling of its file names (``runfolder``), what ``plan.json`` says of a job's runs to
+readers other than its target, typed (``planrecord``), log tailing (``logtail``), the root
 cause of a failed node (``rootcause``), local process helpers (``procs``), the checks before submit
 (``preflight``), a starting job's stage (``stage``), the container engine's command line
 (``container``). In the job, as every target's runner uses them: each node's interface check

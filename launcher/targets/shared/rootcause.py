@@ -15,9 +15,10 @@ import json
 import os
 import re
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from launcher.targets.shared.logtail import split_torchrun_prefix
 
@@ -175,20 +176,28 @@ def own_error(log: str) -> str | None:
         return None
 
 
-def own_errors(records: list[dict[str, Any]], logs: list[str], failed: int, message: str) -> str:
+class NodeEnd(Protocol):
+    """A node as its run's record keeps it (the local supervisor's ``staterecord.StateNode``)."""
+
+    node: int
+    exit_code: int | None
+    error: str | None
+
+
+def own_errors(records: Sequence[NodeEnd], logs: list[str], failed: int, message: str) -> str:
     """``message`` (the cause, on node ``failed``), saying which other nodes failed the same way. A
     spec torchrun rejects fails every node alike, and the SIGTERM that stops the others may reach
     one as it exits: such a node's ``records`` entry gets its own ``error``, not only the exit code
     of the stop."""
     same = []
     for rec, log in zip(records, logs):
-        if rec["node"] == failed or rec.get("exit_code") in (None, 0):
+        if rec.node == failed or rec.exit_code in (None, 0):
             continue
         error = own_error(log)
         if error is not None:
-            rec["error"] = error
+            rec.error = error
             if error in message:
-                same.append(str(rec["node"]))
+                same.append(str(rec.node))
     return message + (f" (node{'s' if len(same) > 1 else ''} {', '.join(same)} failed the same way)" if same else "")
 
 

@@ -274,8 +274,9 @@ class RunFolder:
         return TaskFolder(_join(self.path, f"task-{index}"))
 
     # JSON files, written atomically (``files.write_json``); a read is None when the file is missing or not JSON.
-    def read_plan(self) -> Any | None:
-        """``plan.json`` as JSON data (each target reads it as its payload type: ``local/payload.read_plan``)."""
+    def read_plan(self) -> object:
+        """``plan.json`` as JSON data, for its readers only: the record others read
+        (``shared/planrecord.read_plan_record``) and the target's own payload (``local/payload.read_plan``)."""
         from launcher.targets.shared.files import read_json
 
         return read_json(self.plan)
@@ -287,14 +288,15 @@ class RunFolder:
         write_json(self.plan, data)
         atomic_write(self.plan_text, text)
 
-    def read_state(self) -> dict[str, Any] | None:
-        """``state.json`` (the local supervisor's) as a mapping, or None before its first write."""
+    def read_state(self) -> dict[str, object] | None:
+        """``state.json`` (the local supervisor's) as a mapping, or None before its first write: for its
+        one reader, ``local/job/staterecord.read_state``, which types it."""
         from launcher.targets.shared.files import read_json
 
         data = read_json(self.state)
         return data if isinstance(data, dict) else None
 
-    def write_state(self, data: dict[str, Any]) -> None:
+    def write_state(self, data: dict[str, object]) -> None:
         from launcher.targets.shared.files import write_json
 
         write_json(self.state, data)

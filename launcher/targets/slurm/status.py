@@ -50,9 +50,9 @@ def job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord])
         tasks.append(task)
     overall, message = summarize(tasks)
     details: dict[str, object] = {"run_dir": handle.run_dir, "slurm_job_id": jid, "job_dir": handle.job_dir,
-               **({"container": handle.container} if handle.container else {}),
-               "source": ",".join(sorted({r.source for k, r in records.items() if k == jid or k.startswith(jid + "_")}))}
-    return with_losses(JobStatus(overall, message, tasks, details))
+               **({"container": handle.container} if handle.container else {})}
+    source = ",".join(sorted({r.source for k, r in records.items() if k == jid or k.startswith(jid + "_")}))
+    return with_losses(JobStatus(overall, message, tasks, details, source=source))
 
 
 def _recovered(handle: SlurmHandle, index: int, recovered: dict[str, Any], nodes: list[dict[str, Any]],
@@ -170,9 +170,8 @@ def recorded_status(handle: SlurmHandle, state: JobState, message: str, why: str
         params = handle.params[index] if index < len(handle.params) else {}
         nid = f"{handle.slurm_job_id}_{index}" if handle.array else handle.slurm_job_id
         tasks.append(TaskStatus(index, own, message if handle.runs == 1 else "", _typed(nodes), params, nid))
-    details: dict[str, object] = {"run_dir": handle.run_dir, "slurm_job_id": handle.slurm_job_id, "job_dir": handle.job_dir,
-               "source": f"ddpjob's record and the job folder; {why}"}
-    return JobStatus(state, message, tasks, details)
+    details: dict[str, object] = {"run_dir": handle.run_dir, "slurm_job_id": handle.slurm_job_id, "job_dir": handle.job_dir}
+    return JobStatus(state, message, tasks, details, source=f"ddpjob's record and the job folder; {why}")
 
 
 

@@ -18,8 +18,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from launcher.targets.shared.runfolder import node_tag
+
+if TYPE_CHECKING:
+    from launcher.targets.local.job.staterecord import StateRecord
 
 
 def _mount() -> str | None:
@@ -154,19 +158,19 @@ def remove(path: str) -> bool:
     return not os.path.exists(path)
 
 
-def remove_ended(job_id: str, state: dict[str, object] | None) -> str:
+def remove_ended(job_id: str, state: StateRecord | None) -> str:
     """For a job that ended without its supervisor (killed), what the supervisor would have done at the
     end: stop what the job left running in its cgroup and remove the cgroups (``left_behind``); what was
     stopped, said ("" when nothing was)."""
-    path = (state or {}).get("cgroup")
-    if isinstance(path, str) and path.endswith(f"/ddpjob-{job_id}") and os.path.isdir(path):
+    path = state.cgroup if state is not None else None
+    if path is not None and path.endswith(f"/ddpjob-{job_id}") and os.path.isdir(path):
         return left_behind(path)
     return ""
 
 
-def cancel_note(state: dict[str, object] | None) -> str | None:
+def cancel_note(state: StateRecord | None) -> str | None:
     """What ``cancel`` says where no cgroup held the job (``state.json``'s ``cgroup_unavailable``)."""
-    why = (state or {}).get("cgroup_unavailable")
+    why = state.cgroup_unavailable if state is not None else None
     if not why:
         return None
     return (f"no cgroup held this job's processes ({why}): a process it started in a session of its own with an "

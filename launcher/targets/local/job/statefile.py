@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from launcher.targets.shared.files import write_json
+from launcher.targets.local.job.staterecord import StateRecord, write_state
 from launcher.targets.shared.runfolder import STATE, RunFolder
 
 NOTE_SIZE = 1024  # bytes allocated up front; a note is far smaller
@@ -50,20 +50,20 @@ class StateFile:
         except OSError:
             self.has_note = False
 
-    def save(self, state: dict[str, Any]) -> bool:
+    def save(self, state: StateRecord) -> bool:
         """Write ``state``; False when it could not be (it is tried again by the next save or retry)."""
         self.tried = time.monotonic()
         try:
-            write_json(self.path, state)
+            write_state(self.path, state)
         except OSError as e:
             reason = f"could not write {STATE}: {e.strerror or e}"
             if reason != self.failed:
                 say(f"[ddpjob] {reason}; the supervisor keeps the state in memory and writes it when it can")
-            ended = state.get("ended") is not None
+            ended = state.ended is not None
             if reason != self.failed or ended != self.ended:  # the job's end too: status says it has ended
                 note = {"reason": reason, "since": time.time()}
                 if ended:
-                    note["ended"] = f"{state.get('state')}" + (f": {state['message']}" if state.get("message") else "")
+                    note["ended"] = state.state + (f": {state.message}" if state.message else "")
                 self._write_note(note)
             self.failed, self.ended = reason, ended
             self.passing = e.errno in (errno.ENOSPC, errno.EDQUOT)
@@ -74,7 +74,7 @@ class StateFile:
             say(f"[ddpjob] {STATE} is written again")
         return True
 
-    def retry(self, state: dict[str, Any]) -> None:
+    def retry(self, state: StateRecord) -> None:
         """Write ``state`` again if the last write failed, at most once per ``RETRY_EVERY`` seconds."""
         if self.failed is not None and time.monotonic() - self.tried >= RETRY_EVERY:
             self.save(state)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.targets.local.job import node as node_wrapper
 from launcher.targets.local.job.secretenv import SECRET_ENV
 from launcher.targets.local.job.starts import Starts
+from launcher.targets.local.job.staterecord import StateElement, StateNode, StateRecord
 from launcher.targets.shared.runfolder import RunFolder, exit_file, node_tag
 
 if TYPE_CHECKING:
@@ -119,16 +120,11 @@ class Supervisor:
         self.starts = starts
         self.run_dir = os.path.abspath(run_dir)
         self.plan = plan
-        self.state: dict[str, Any] = {
-            "state": JobState.PENDING.value, "message": "", "port": self.plan.port,
-            "supervisor_pid": os.getpid(), "started": time.time(), "ended": None,
-            "cgroup": starts.cgroup, "cgroup_unavailable": starts.cgroup_unavailable or None,
-            "elements": [
-                {"index": el.index, "params": el.params, "state": JobState.PENDING.value, "message": "",
-                 "output_dir": el.output_dir, "nodes": []}
-                for el in self.plan.elements
-            ],
-        }
+        self.state = StateRecord(
+            JobState.PENDING.value, port=self.plan.port, supervisor_pid=os.getpid(), started=time.time(),
+            cgroup=starts.cgroup, cgroup_unavailable=starts.cgroup_unavailable or None,
+            elements=[StateElement(el.index, el.params, JobState.PENDING.value, "", el.output_dir)
+                      for el in self.plan.elements])
 
     def save(self) -> None:
         # A full disk must not end the run: the state stays in memory and is written again when it
@@ -148,27 +144,26 @@ class Supervisor:
         self.files = StateFile(self.run_dir)  # after the first run's nodes started: nothing delays them
         if early is None:
             self.save()
-        for el, st in zip(self.plan.elements, self.state["elements"]):
+        for el, st in zip(self.plan.elements, self.state.elements):
             started = early if el.index == 0 else None
             if started is None and self.cancelled():  # started nodes are stopped by run_element
-                st["state"] = JobState.CANCELLED.value
+                st.state = JobState.CANCELLED.value
                 continue
-            self.state["state"] = JobState.RUNNING.value
+            self.state.state = JobState.RUNNING.value
             for attempt in range(1, PORT_ATTEMPTS + 1):
                 marks = started.marks if started is not None else {n.node: _size(n.log) for n in el.nodes}
                 self.run_element(el, st, started)
                 started = None  # a new attempt starts its nodes again
                 if attempt == PORT_ATTEMPTS or not self._port_was_taken(el, st, marks) or not self._move_port(attempt):
                     break
-                st["nodes"] = []
+                st.nodes = []
             self.save()
-            if JobState(st["state"]) is JobState.FAILED and self.plan.stop_on_failure:
-                for rest in self.state["elements"][st["index"] + 1 :]:
-                    rest["state"] = JobState.CANCELLED.value
-                    rest["message"] = "not run: an earlier task failed (local.stop_on_failure)"
+            if JobState(st.state) is JobState.FAILED and self.plan.stop_on_failure:
+                for rest in self.state.elements[st.index + 1 :]:
+                    rest.state = JobState.CANCELLED.value
+                    rest.message = "not run: an earlier task failed (local.stop_on_failure)"
                 break
-        tasks = [SimpleNamespace(index=e["index"], state=JobState(e["state"]), message=e["message"])
-                 for e in self.state["elements"]]
+        tasks = [SimpleNamespace(index=e.index, state=JobState(e.state), message=e.message) for e in self.state.elements]
         final, message = summarize(tasks)
         if self.cancelled():
             final, message = JobState.CANCELLED, "cancelled by user"
@@ -182,11 +177,11 @@ class Supervisor:
 
             left = cgroups.left_behind(self.starts.cgroup)
             if left:
-                self.state["left_behind"] = left
+                self.state.left_behind = left
                 message = f"{message}; {left}" if message else left
-        self.state["state"] = final.value
-        self.state["message"] = message
-        self.state["ended"] = time.time()
+        self.state.state = final.value
+        self.state.message = message
+        self.state.ended = time.time()
         self.save()
         # Until the final state is written (a full disk refused it; not what waiting cannot cure), or a
         # cancel: status would read a stale state.json, or exit records that disk may have refused too.
@@ -195,23 +190,23 @@ class Supervisor:
             self.files.save(self.state)
         return 0 if final == JobState.SUCCEEDED else 1
 
-    def run_element(self, el: LocalElement, st: dict[str, Any], started: Started | None = None) -> None:
+    def run_element(self, el: LocalElement, st: StateElement, started: Started | None = None) -> None:
         """Run one element's nodes to their end; ``started``: its nodes, already started from the raw
         plan (start_first_run), paired here with the typed ones."""
         from launcher.core.states import JobState
 
         if started is not None:
-            st["started"], error = started.started, started.error
+            st.started, error = started.started, started.error
             running = [(node, p) for node, (_, p) in zip(el.nodes, started.running)]
         else:
-            st["started"] = time.time()
+            st.started = time.time()
             running, error = self.starts.nodes(el.nodes, el.output_dir, el.index)
-        st["state"] = JobState.RUNNING.value
-        st["message"] = ""
-        st["nodes"] = [{"node": n.node, "pid": p.pid, "exit_code": None, "log": n.log} for n, p in running]
+        st.state = JobState.RUNNING.value
+        st.message = ""
+        st.nodes = [StateNode(n.node, p.pid, n.log) for n, p in running]
         if error is not None:
-            st["state"] = JobState.FAILED.value
-            st["message"] = error
+            st.state = JobState.FAILED.value
+            st.message = error
             self._stop(running, st)
             return
         self.save()
@@ -226,24 +221,24 @@ class Supervisor:
                     continue
             if self.cancelled():  # (also while a lost node's run was being brought back)
                 self._stop(running, st)
-                st["state"] = JobState.CANCELLED.value
-                st["message"] = "cancelled by user"
+                st.state = JobState.CANCELLED.value
+                st.message = "cancelled by user"
             elif failed_node is None:
-                st["state"] = JobState.SUCCEEDED.value
-                st["message"] = ""
+                st.state = JobState.SUCCEEDED.value
+                st.message = ""
             else:
                 self._failed(el, st, running, failed_node, failed)
             break
-        st["ended"] = time.time()
+        st.ended = time.time()
 
     def _wait(self, running: list[tuple[LocalNode, node_wrapper.Proc]],
-              st: dict[str, Any]) -> tuple[LocalNode | None, tuple[int, int], float]:
+              st: StateElement) -> tuple[LocalNode | None, tuple[int, int], float]:
         """Until every node has ended, one has failed, or a cancel: the first failed node (None when
         none failed), its wrapper's pid and exit code before any stop, and when it was noticed."""
         while True:
             codes = [p.poll() for _, p in running]
-            for rec, code in zip(st["nodes"], codes):
-                rec["exit_code"] = code
+            for rec, code in zip(st.nodes, codes):
+                rec.exit_code = code
             bad = [(n, p, c) for (n, p), c in zip(running, codes) if c not in (None, 0)]
             if bad:
                 return bad[0][0], (bad[0][1].pid, bad[0][2] or 0), time.time()
@@ -253,7 +248,7 @@ class Supervisor:
             # a node's end wakes us at once; a cancel (signal or file) within 0.25 s
             node_wrapper.wait_for_exit([p.pid for (_, p), c in zip(running, codes) if c is None], 0.25)
 
-    def _bring_back(self, el: LocalElement, st: dict[str, Any], running: list[tuple[LocalNode, node_wrapper.Proc]],
+    def _bring_back(self, el: LocalElement, st: StateElement, running: list[tuple[LocalNode, node_wrapper.Proc]],
                     noticed: float) -> list[tuple[LocalNode, node_wrapper.Proc]] | None:
         """When a node was lost (killed from outside) and the run may lose another (recovery.max_losses):
         stop the rest, record the loss, start every node again; the new processes (None: not brought
@@ -262,18 +257,18 @@ class Supervisor:
 
         ended = [(n.node, p.pid, p.poll(), exit_file(n.log)) for n, p in running if p.poll()]
         lost = recover.lost_nodes(ended)
-        losses: list[dict[str, Any]] = st.setdefault("losses", [])
+        losses = st.losses = st.losses if st.losses is not None else []
         budget = int(getattr(self.plan, "max_losses", 0) or 0)  # a plan.json from before recovery: none
         if not lost or self.cancelled() or len(losses) + len(lost) > budget:
             if lost and budget:
-                st["recovery_note"] = (f"not brought back: the run had lost {len(losses)} node(s) before, "
+                st.recovery_note = (f"not brought back: the run had lost {len(losses)} node(s) before, "
                                        f"and recovery.max_losses is {budget}")
             return None
         task = RunFolder(self.run_dir).task(el.index)
         new = recover.record(lost, noticed=noticed, reached=recover.reached_step(task.vitals))
-        restart = int(st.get("restarts", 0)) + 1
+        restart = st.restarts + 1
         what = recover.losses_text(lost)
-        st["message"] = f"{what}; starting the run's {len(el.nodes)} node(s) again (loss {len(losses) + len(new)} of at most {budget})"
+        st.message = f"{what}; starting the run's {len(el.nodes)} node(s) again (loss {len(losses) + len(new)} of at most {budget})"
         losses.extend(new)
         self._stop(running, st)
         self.save()
@@ -283,17 +278,17 @@ class Supervisor:
                              f"all {len(el.nodes)} again (restart {restart}; recovery.max_losses {budget})")
         again, error = self.starts.nodes(el.nodes, el.output_dir, el.index, restart=restart)
         recover.back(new, nodes=len(again), restart=restart)
-        st["restarts"] = restart
-        st["nodes"] = [{"node": n.node, "pid": p.pid, "exit_code": None, "log": n.log} for n, p in again]
+        st.restarts = restart
+        st.nodes = [StateNode(n.node, p.pid, n.log) for n, p in again]
         if error is not None:
-            st["recovery_note"] = f"not brought back: {error}"
+            st.recovery_note = f"not brought back: {error}"
             self._stop(again, st)
             return None
-        st["message"] = ""
+        st.message = ""
         self.save()
         return again
 
-    def _failed(self, el: LocalElement, st: dict[str, Any], running: list[tuple[LocalNode, node_wrapper.Proc]],
+    def _failed(self, el: LocalElement, st: StateElement, running: list[tuple[LocalNode, node_wrapper.Proc]],
                 failed_node: LocalNode, failed: tuple[int, int]) -> None:
         """The run failed (not brought back): stop what is left and say why, first cause first."""
         from launcher.core.states import JobState
@@ -301,17 +296,18 @@ class Supervisor:
 
         ended = [NodeFailure(n.node, n.log, n.error_file, n.torchrun_log_dir) for n, p in running if p.poll()]
         self._stop(running, st)
-        st["state"] = JobState.FAILED.value
+        st.state = JobState.FAILED.value
         record = node_wrapper.read_record(exit_file(failed_node.log))
         killed = killed_node(node=failed_node.node, nodes=len(el.nodes), wrapper_pid=failed[0],
                              wrapper_code=failed[1], record=record)
-        first, st["message"] = (failed_node.node, killed) if killed else first_and_after(ended, self.plan.procs_per_node)
-        st["message"] = own_errors(st["nodes"], [n.log for n in el.nodes], first, st["message"])
-        if note := st.pop("recovery_note", None):
-            st["message"] += f" ({note})"
+        first, st.message = (failed_node.node, killed) if killed else first_and_after(ended, self.plan.procs_per_node)
+        st.message = own_errors(st.nodes, [n.log for n in el.nodes], first, st.message)
+        if note := st.recovery_note:
+            st.recovery_note = None
+            st.message += f" ({note})"
 
-    def _port_was_taken(self, el: LocalElement, st: dict[str, Any], marks: dict[int, int]) -> bool:
-        if st["state"] != "FAILED" or self.cancelled():  # a run that succeeded had its port
+    def _port_was_taken(self, el: LocalElement, st: StateElement, marks: dict[int, int]) -> bool:
+        if st.state != "FAILED" or self.cancelled():  # a run that succeeded had its port
             return False
         from launcher.targets.local.portmove import port_was_taken
 
@@ -323,11 +319,11 @@ class Supervisor:
         new = move_port(self.plan, self.run_dir, attempt, PORT_ATTEMPTS)
         if new is None:
             return False
-        self.state["port"] = new
+        self.state.port = new
         self.save()
         return True
 
-    def _stop(self, running: list[tuple[LocalNode, node_wrapper.Proc]], st: dict[str, Any]) -> None:
+    def _stop(self, running: list[tuple[LocalNode, node_wrapper.Proc]], st: StateElement) -> None:
         """Stop this run's agents and their workers; record how each node ended."""
         for _, p in running:
             if p.poll() is None:
@@ -348,7 +344,7 @@ class Supervisor:
             from launcher.targets.local.job import cgroups
 
             for n, _ in running:
-                cgroups.stop(os.path.join(self.starts.cgroup, node_tag(st['index'], n.node)))
+                cgroups.stop(os.path.join(self.starts.cgroup, node_tag(st.index, n.node)))
         # A container whose engine client was killed may outlive it: remove the run's containers by name.
         names = [n.container for n, _ in running if n.container]
         from launcher.targets.local import container
@@ -357,8 +353,8 @@ class Supervisor:
         left = container.remove(self.plan.container, names) if names else []
         if left:
             say(f"[ddpjob] could not remove containers {left}")
-        for rec, (_, p) in zip(st["nodes"], running):
-            rec["exit_code"] = p.returncode
+        for rec, (_, p) in zip(st.nodes, running):
+            rec.exit_code = p.returncode
 
 
 def main(argv: list[str], from_submit: bool = False) -> int:
