@@ -21,7 +21,7 @@ TARGET_NAMES = tuple(BUILTIN)  # the built-in targets: packages under launcher/t
 # modules, which follow the same rule (``ddpjob_<name>``: one of them as the pod's bundle names it).
 SHARED_IN_JOB = frozenset(f"launcher.targets.shared.{m}"
                           for m in ("heartbeat", "vitals", "straggle", "runfolder", "netif", "files", "restarts", "told",
-                                    "stacks", "stackshare"))
+                                    "stacks", "stackshare", "jobcore", "launch"))
 
 
 def job_wing(module: str) -> str | None:

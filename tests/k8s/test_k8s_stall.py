@@ -331,6 +331,7 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
     import launcher.targets.k8s.job.podrun as podrun
     import launcher.targets.k8s.job.podstacks as podstacks
     import launcher.targets.shared.heartbeat as heartbeat
+    import launcher.targets.shared.jobcore as jobcore
     import launcher.targets.shared.restarts as restarts
     import launcher.targets.shared.runfolder as runfolder
     import launcher.targets.shared.stacks as stacks
@@ -355,6 +356,7 @@ def test_every_pod_starts_the_runner_carrying_the_packages_own_modules(api):
                            "ddpjob_told": Path(told.__file__).read_text(),
                            "ddpjob_stacks": Path(stacks.__file__).read_text(),
                            "ddpjob_stackshare": Path(stackshare.__file__).read_text(),
+                           "ddpjob_jobcore": Path(jobcore.__file__).read_text(),
                            "ddpjob_podstacks": Path(podstacks.__file__).read_text(),
                            "ddpjob_podrun": Path(podrun.__file__).read_text()}
     text = p.render()

@@ -5,7 +5,8 @@ readers other than its target, typed (``planrecord``), log tailing (``logtail``)
 cause of a failed node (``rootcause``), local process helpers (``procs``), the checks before submit
 (``preflight``), a starting job's stage (``stage``), the container engine's command line
 (``container``). In the job, as every target's runner uses them: each node's interface check
-(``netif``), the heartbeats between a run's nodes (``heartbeat``), each rank's vitals (``vitals``), the
+(``netif``), the one runner core the three targets' runners start their vitals, stall watch and its stop
+through (``jobcore``), the heartbeats between a run's nodes (``heartbeat``), each rank's vitals (``vitals``), the
 straggler rule (``straggle``), a run's starts after a lost node (``restarts``) and what the first pod
 says of them (``told``), every rank's Python stack (``stacks``, and through a shared job folder
 ``stackshare``). Read back by the client: a run's lost nodes and goodput (``recovery``) and the

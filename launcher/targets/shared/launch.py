@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 
-from launcher.core.progress import metrics_path
-
 _PYTHONS = ("python", "python3")
 
 
@@ -85,7 +83,11 @@ def run_env(
     """The variables of one run's processes on one node, sorted: the node's ``base`` (NCCL,
     threads, the spec's env), the run's own env (sweep placeholders filled), then what ddpjob sets
     for every run (``DDPJOB_*``, the metrics file that ``launcher.core.progress`` reads, and torchrun's
-    error file where the target reads it back)."""
+    error file where the target reads it back). ``launcher.core.progress`` is imported here, not at module top:
+    Slurm's node runner builds its nodes' env with this inside the job, where a module imports only the
+    standard library at its top (tests/foundation/test_found_wing.py)."""
+    from launcher.core.progress import metrics_path
+
     env = {**base, **element_env, "DDPJOB_JOB_ID": job_id, "DDPJOB_SWEEP_INDEX": str(sweep_index),
            "DDPJOB_OUTPUT_DIR": output_dir, "DDPJOB_METRICS_FILE": metrics_path(output_dir)}
     if error_file is not None:

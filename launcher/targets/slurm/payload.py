@@ -26,9 +26,12 @@ from typing import Any
 
 from launcher.spec.secrets import shown_value
 from launcher.targets.base import Handle
-from launcher.targets.shared.launch import run_env, torchrun_argv
 from launcher.targets.shared.runfolder import RunFolder
-from launcher.targets.shared.vitals import VITALS_DIR_ENV
+from launcher.targets.slurm.job.nodeplan import SlurmCommon as SlurmCommon
+from launcher.targets.slurm.job.nodeplan import SlurmElement as SlurmElement
+from launcher.targets.slurm.job.nodeplan import node_argv as node_argv
+from launcher.targets.slurm.job.nodeplan import node_env as node_env
+from launcher.targets.slurm.job.nodeplan import node_paths as node_paths
 
 # Values only known inside the job. Render shows them as shell variables; the node runner fills
 # them in. A NUL byte marks them because no spec string can contain one (the spec refuses it).
@@ -52,41 +55,6 @@ PORT_SETUP = [
     'esac; p=$(( p < 29999 ? p + 1 : 20000 )); done)',
     "export DDPJOB_MASTER_PORT",
 ]
-
-
-@dataclass
-class SlurmCommon:
-    """What every run of a job shares; pickled (inside the node runner) into the job."""
-
-    job_id: str
-    job_dir: str
-    nodes: int
-    procs_per_node: int
-    python: str  # runs torchrun on the nodes (the container's interpreter with a runtime)
-    submit_python: str  # the command submitit's sbatch script runs (apptainer exec ... python)
-    workdir: str
-    max_restarts: int
-    master_port: int | None
-    requeue: bool
-    signal_delay_s: int
-    max_timeouts: int
-    env: dict[str, str]
-    stall_timeout_s: int = 300  # spec stall.timeout: a node silent this long is reported (see shared.heartbeat)
-    stall_action: str = "report"  # spec stall.action: report | fail
-    max_losses: int = 0  # spec recovery.max_losses: lost nodes a run survives (0 in a plan from before recovery)
-    min_nodes: int = 1  # spec recovery.min_nodes: the fewest nodes a run goes on with
-    lost_after_s: int = 30  # spec recovery.lost_after: a node silent this long is lost (slurm/job/recover.py)
-
-
-@dataclass
-class SlurmElement:
-    """One run (sweep element): its parameters, output folder, env and worker command."""
-
-    index: int
-    params: dict[str, str]
-    output_dir: str
-    env: dict[str, str]
-    program: list[str]
 
 
 def submitit_paths(job_dir: str, array: bool) -> tuple[str, str]:
@@ -144,40 +112,8 @@ def sbatch_script(params: dict[str, Any], *, job_dir: str, python: str, map_coun
 
 
 # --------------------------------------------------------------------------- per-node command
-
-def node_paths(job_dir: str, index: int, node: str | int) -> dict[str, str]:
-    """Files of one node of one run (``node`` may be the runtime marker), named by ``shared.runfolder``."""
-    task = RunFolder(job_dir).task(index)
-    return {
-        "log": task.log(node),
-        "record": task.record(node),
-        "error_file": task.error_file(node),
-        "torchrun_log_dir": task.torchrun_logs(node),
-        "watch": task.watch,  # the first node's view of every node's heartbeat and output
-    }
-
-
-def node_argv(common: SlurmCommon, element: SlurmElement, *, node: str, addr: str, port: str,
-              nodes: int | None = None, node_rank: str | None = None) -> list[str]:
-    """torchrun's argv for one node of one run. Used by render (with RUNTIME markers) and by the
-    node runner inside the job (with the real values), so both show the same command. ``nodes`` and
-    ``node_rank``: the run's after it lost nodes (``job/recover.py``), else the allocation's."""
-    return torchrun_argv(
-        element.program, launcher=[common.python, "-m", "torch.distributed.run"], max_restarts=common.max_restarts,
-        nodes=nodes or common.nodes, node_rank=node_rank if node_rank is not None else node,
-        procs_per_node=common.procs_per_node, addr=addr, port=port,
-        log_dir=node_paths(common.job_dir, element.index, node)["torchrun_log_dir"],
-    )
-
-
-def node_env(common: SlurmCommon, element: SlurmElement, *, node: str) -> dict[str, str]:
-    """Variables ddpjob adds for one node's processes (on top of the job's environment), sorted."""
-    env = run_env(common.env, element.env, job_id=common.job_id, sweep_index=element.index,
-                  output_dir=element.output_dir,
-                  error_file=node_paths(common.job_dir, element.index, node)["error_file"])
-    # where the trainer reports each rank's steps for the node runner's vitals (launcher.targets.shared.vitals)
-    return dict(sorted({**env, VITALS_DIR_ENV: RunFolder(common.job_dir).task(element.index).vitals}.items()))
-
+# SlurmCommon, SlurmElement and each node's paths, argv and env: the node runner's plain data (job/nodeplan.py),
+# named here too, where the target and the tests find them (and the pickles of jobs submitted before the move).
 
 def shell_word(word: str) -> str:
     """A shell-quoted word in which RUNTIME markers appear as ``"$VAR"`` expansions."""

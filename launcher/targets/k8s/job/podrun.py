@@ -1,7 +1,9 @@
 """The pod runner: what each pod of a Kubernetes job runs in front of torchrun, as ``slurm/node.py``
 does beside torchrun on each Slurm node. Standard library only, and no other module of ddpjob: the
 user's image does not contain ddpjob, so ``runner`` carries this file and ``shared/heartbeat.py`` in
-the pod's environment (``DDPJOB_POD_RUNNER``) and ``python3 -c`` loads them (``runner.BOOT``).
+the pod's environment (``DDPJOB_POD_RUNNER``) and ``python3 -c`` loads them (``runner.BOOT``). The vitals,
+the watch or beacon and the stop of a stalled torchrun come from the runner core every target's runner
+uses (``shared/jobcore.py``), the pod's side of it said in a ``jobcore.Seat``.
 
 In the pod it:
 
@@ -43,21 +45,23 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.targets.k8s.job import podstacks
+    from launcher.targets.shared import heartbeat, jobcore, restarts, runfolder, told, vitals
+else:
+    # The bundle's copies in a pod (``ddpjob_<name>``, loaded before this module: ``objects/runner.py``), else the
+    # package's; typed through the imports above, each loaded at its first use (``jobcore.Bundled``).
+    jobcore = sys.modules.get("ddpjob_jobcore") or importlib.import_module("launcher.targets.shared.jobcore")
+    heartbeat, restarts, runfolder, told, vitals = (jobcore.Bundled(name) for name in (
+        "heartbeat", "restarts", "runfolder", "told", "vitals"))
+    podstacks = jobcore.Bundled("podstacks", "launcher.targets.k8s.job")
 
 END_EXIT = 124  # "timed out", as timeout(1) says it; 1-127: not retried under restartPolicy ExitCode
 STALL_LINE = "[ddpjob] stall.action fail: "  # then the watch's verdict; status reads it from the pod's log
 RECOVERY_LINE = "[ddpjob] recovery: "  # then why a run that lost nodes cannot go on; status reads it too
-STOP_GRACE_S = 20.0  # SIGTERM, then SIGKILL if torchrun hangs in a collective
-
-
-def _shared(name: str) -> Any:
-    """The bundle's copy of ``launcher.targets.shared.<name>`` (in a pod), else the package's."""
-    return sys.modules.get(f"ddpjob_{name}") or importlib.import_module(f"launcher.targets.shared.{name}")
-
-
-# What every pod's runner serves (watch.json, its ranks' stacks): the bundle's copy, loaded before this one.
-podstacks: Any = sys.modules.get("ddpjob_podstacks") or importlib.import_module("launcher.targets.k8s.job.podstacks")
+STOP_GRACE_S = 20.0  # SIGTERM, then SIGKILL if torchrun hangs in a collective (``jobcore.stop``)
 
 
 class PodRunner:
@@ -77,20 +81,19 @@ class PodRunner:
         self.stalled: str | None = None
         self.stopping = False  # SIGTERM or SIGINT came: the pod ends, nothing starts again
         self.total = 0  # bytes of output passed on, every start's
-        self.beat: Any = None
+        self.beat: heartbeat.Watch | heartbeat.Beacon | None = None
         self.pump: threading.Thread | None = None
         self.recovery = self._recovery()
         self._out = threading.Lock()
         self.folder = tempfile.mkdtemp(prefix="ddpjob-pod-")
-        own = _shared("runfolder").PodFolder(self.folder)
+        own = runfolder.PodFolder(self.folder)
         self.counted = own.output_count  # sparse: its size is the bytes torchrun wrote
         self.state_path = own.watch
         self.steps_dir = own.vitals  # the trainer's per-rank step reports (DDPJOB_VITALS_DIR)
         # Each rank's vitals (shared/vitals.py), sent with the heartbeats; the output is fed to it as it passes.
         # With py-spy in the image, where each rank is, sampled for the straggler rule (``DDPJOB_SAMPLE_STACKS=0``: not).
-        self.sampler = _shared("vitals").Sampler(node=self.node, agent=lambda: self.proc.pid if self.proc else None,
-                                                 log=None, steps_dir=self.steps_dir,
-                                                 frames=_shared("stacks").frame_sampler(env))
+        self.sampler = jobcore.sampler(self.node, lambda: self.proc.pid if self.proc else None, log=None,
+                                       steps_dir=self.steps_dir, env=env)
         self.server: Any = None  # serves watch.json (the first pod) and stacks.json (every pod): ``podstacks.serve``
 
     def say(self, text: str) -> None:
@@ -111,7 +114,7 @@ class PodRunner:
         open(self.counted, "wb").close()
         env = {k: v for k, v in self.env.items() if k != "DDPJOB_POD_RUNNER"}
         os.makedirs(self.steps_dir, exist_ok=True)
-        env.setdefault(_shared("vitals").VITALS_DIR_ENV, self.steps_dir)
+        env.setdefault(vitals.VITALS_DIR_ENV, self.steps_dir)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._forward)
         self.server = podstacks.serve(self.watch_port, self.state_path, self._stacks, self.say)
@@ -121,7 +124,8 @@ class PodRunner:
             if not rec.join(rec.lost_after):
                 self.say("no answer from the first pod's runner yet: starting with the run's first start")
             if rec.leave:
-                self.beat.stop()
+                if self.beat is not None:
+                    self.beat.stop()
                 self.say(rec.leave)
                 return 0
             if rec.restart:  # a replaced node's pod: it joins the start that takes it in
@@ -189,18 +193,18 @@ class PodRunner:
                 break
             except subprocess.TimeoutExpired:
                 if self.recovery is not None and self.recovery.interrupted() and not self.stopping:
-                    _shared("restarts").kill_tree(self.proc)
+                    restarts.kill_tree(self.proc)
         if self.pump is not None:
             self.pump.join(timeout=5)
         return code
 
-    def _again(self, rec: Any, env: dict[str, str]) -> int:
+    def _again(self, rec: restarts.Recovery, env: dict[str, str]) -> int:
         """Start torchrun again for the run's members now (a node was lost or replaced) and wait for it."""
         if self.node == 0:
             loss = rec.losses[-1] if rec.losses else None
             if loss is not None:
                 self.say(f"node {loss['node']} ({loss['host']}) was lost: {loss['how']}")
-            if isinstance(self.beat, _shared("heartbeat").Watch):
+            if isinstance(self.beat, heartbeat.Watch):
                 self.beat.issue(rec.order())  # the old torchrun (and its store) is gone: the others may start
         self._enter(rec, env, "start")
         code = self._launch(env)
@@ -210,15 +214,15 @@ class PodRunner:
             rec.back()
         return self._wait()
 
-    def _enter(self, rec: Any, env: dict[str, str], lead: str) -> None:
+    def _enter(self, rec: restarts.Recovery, env: dict[str, str], lead: str) -> None:
         """torchrun's variables for the start ``rec`` is at (its number, the nodes and this one's rank),
         said in the log."""
-        env.update({_shared("restarts").RESTART_ENV: str(rec.restart), "PET_NNODES": str(len(rec.members)),
+        env.update({restarts.RESTART_ENV: str(rec.restart), "PET_NNODES": str(len(rec.members)),
                     "PET_NODE_RANK": str(rec.rank)})
         self.say(f"{lead} {rec.restart + 1} of the run on {len(rec.members)} node(s) "
                  f"({', '.join(str(m) for m in rec.members)}): this node's rank {rec.rank}")
 
-    def _recovery(self) -> Any:
+    def _recovery(self) -> restarts.Recovery | None:
         """The spec's ``recovery:`` as the runner carries it (``objects/runner.py``), or None."""
         try:
             losses = int(self.env.get("DDPJOB_MAX_LOSSES") or 0)
@@ -230,11 +234,10 @@ class PodRunner:
             return None
         hosts = [""] * self.nodes
         hosts[self.node] = os.uname().nodename
-        return _shared("restarts").Recovery(node=self.node, nodes=self.nodes, hosts=hosts, max_losses=losses,
-                                            min_nodes=min_nodes, lost_after=lost_after, path=None,
-                                            metrics=self.env.get("DDPJOB_METRICS_FILE"),
-                                            gone="its pod (deleted, evicted, or its node lost) or link",
-                                            joining=True)
+        return restarts.Recovery(node=self.node, nodes=self.nodes, hosts=hosts, max_losses=losses,
+                                 min_nodes=min_nodes, lost_after=lost_after, path=None,
+                                 metrics=self.env.get("DDPJOB_METRICS_FILE"),
+                                 gone="its pod (deleted, evicted, or its node lost) or link", joining=True)
 
     def _stacks(self) -> dict[str, Any]:
         """This pod's ranks read now by py-spy (GET /stacks.json; the watch's ``where`` on the first pod)."""
@@ -246,40 +249,20 @@ class PodRunner:
         port = self.server.server_address[1] if self.server is not None else None
         return {**self.sampler.sample(), podstacks.PORT_KEY: port}
 
-    def _heartbeats(self) -> Any:
-        """The watch (first node) or a beacon (the others), as ``slurm/node.py`` starts them."""
-        heartbeat = _shared("heartbeat")
-        host = os.uname().nodename
+    def _heartbeats(self) -> heartbeat.Watch | heartbeat.Beacon | None:
+        """The watch (first node) or a beacon (the others), through the runner core as every target's
+        runner starts them (``shared/jobcore.py``): a replaced node's pod may join (``joining``), and the
+        first pod's ``watch.json`` carries what the run's losses were (``told``)."""
         rec = self.recovery
-        if self.node != 0:
-            beacon = heartbeat.Beacon(addr=self.addr, port=self.port, node=self.node, host=host, outputs=[self.counted],
-                                      timeout=self.timeout, action=self.action, on_stall=self._on_stall,
-                                      vitals=self._vitals, lost_after=rec.lost_after if rec else None,
-                                      on_cut=rec.cut if rec else None, on_order=rec.ordered if rec else None,
-                                      extra=rec.beat if rec else None)
-            beacon.start()
-            return beacon
-        outputs = [self.counted]
-        if self.env.get("DDPJOB_METRICS_FILE"):
-            outputs.append(self.env["DDPJOB_METRICS_FILE"])
-        told = _shared("told").Told(rec) if rec else None
-        watch = heartbeat.Watch(port=self.port, nodes=self.nodes, host=host, outputs=outputs, state_path=self.state_path,
-                                timeout=self.timeout, action=self.action, on_stall=self._on_stall,
-                                vitals=self.sampler.sample, lost_after=rec.lost_after if rec else None,
-                                on_lost=rec.lost if rec else None, on_replaced=rec.replaced if rec else None,
-                                on_followed=rec.first_replaced if rec else None,
-                                extra=told.state if told else None,
-                                where=podstacks.where(self.node, self._stacks, self.watch_port,
-                                                      os.path.join(self.folder, _shared("runfolder").STACKS)))
-        if rec is not None:
-            rec.silent = lambda: max((time.time() - (r["heard"] or 0) for r in watch.nodes.values()
-                                      if r["node"] in rec.members), default=0.0)
-            watch.issue(rec.order())
-        why = watch.start()
-        if why:
-            self.say(why)
-            return None
-        return watch
+        seat = jobcore.Seat(node=self.node, nodes=self.nodes, host=os.uname().nodename, first=self.addr, port=self.port,
+                            timeout=self.timeout, action=self.action, output=self.counted,
+                            metrics=self.env.get("DDPJOB_METRICS_FILE") or None, watch_file=self.state_path,
+                            say=self.say)
+        where = podstacks.where(self.node, self._stacks, self.watch_port,
+                                os.path.join(self.folder, runfolder.STACKS)) if self.node == 0 else None
+        return jobcore.heartbeats(seat, on_stall=self._on_stall, sample=self.sampler.sample, where=where, recovery=rec,
+                                  joining=True, told=told.Told(rec).state if rec and self.node == 0 else None,
+                                  beacon_sample=self._vitals)
 
     def _on_stall(self, message: str) -> None:
         """stall.action is fail: say why, then stop torchrun (SIGTERM, SIGKILL ``STOP_GRACE_S`` later)."""
@@ -287,16 +270,7 @@ class PodRunner:
             return
         self.stalled = message
         self._end(STALL_LINE + message)
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        except ProcessLookupError:
-            pass
+        jobcore.stop(self.proc, STOP_GRACE_S)
 
     def _end(self, line: str) -> None:
         """This runner ends the run for good: say why (``line``: ``STALL_LINE`` or ``RECOVERY_LINE`` and the

@@ -8,7 +8,8 @@ here too); when the first pod's watch names a stall, it asks every pod once over
 vitals as ``PORT_KEY``) and the verdict says where the stuck rank stopped.
 
 Standard library only, and no other module of ddpjob at the top: the pod runner's bundle
-(``objects/runner.py``) carries it with ``shared/stacks.py`` and ``shared/stackshare.py``.
+(``objects/runner.py``) carries it with ``shared/stacks.py`` and ``shared/stackshare.py``, which it finds
+through the runner core's ``jobcore.Bundled``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.targets.shared import runfolder, stacks, stackshare, vitals
+else:
+    # The bundle's copies in a pod (``ddpjob_<name>``), else the package's: typed through the imports above, each
+    # loaded at its first use (``jobcore.Bundled``; the bundle loads the core before this module).
+    _core = sys.modules.get("ddpjob_jobcore") or importlib.import_module("launcher.targets.shared.jobcore")
+    runfolder, stacks, stackshare, vitals = (_core.Bundled(n) for n in ("runfolder", "stacks", "stackshare", "vitals"))
 
 PORT_KEY = "stacks_port"  # in a beacon's vitals: the port its runner serves /stacks.json on
 ASK_TIMEOUT_S = 25.0  # a pod reads its ranks at once (py-spy: stacks.DUMP_TIMEOUT_S at most, twice for a stopped one)
@@ -33,18 +42,12 @@ PTRACE_HINT = (" (Kubernetes: the pod's container needs the SYS_PTRACE capabilit
                "or nodes with kernel.yama.ptrace_scope 0)")
 
 
-def _shared(name: str) -> Any:
-    """The bundle's copy of ``launcher.targets.shared.<name>`` (in a pod), else the package's."""
-    return sys.modules.get(f"ddpjob_{name}") or importlib.import_module(f"launcher.targets.shared.{name}")
-
-
 def answer(node: int, host: str, live: list[dict[str, Any]]) -> dict[str, Any]:
     """This pod's ranks (``live``: the last vitals sample's, ``vitals.Sampler.live``), each read now by
     py-spy; where py-spy is not in the image, each says so and how to get it."""
-    stacks = _shared("stacks")
     ranks = [stacks.RankStack(node=node, rank=r.get("rank"), local_rank=r.get("local_rank"), pid=int(r["pid"]),
                               host=host) for r in live if isinstance(r.get("pid"), int)]
-    changed = [r for r in ranks if _shared("vitals").ranks_of(r.pid)[0] != r.rank]  # as the local target checks
+    changed = [r for r in ranks if vitals.ranks_of(r.pid)[0] != r.rank]  # as the local target checks
     for r in changed:
         r.error = "its process is gone or changed since the last sample (the rank restarted?): ask again"
     py_spy = stacks.find_py_spy()
@@ -66,7 +69,6 @@ def serve(port: int, watch_file: str, own: Callable[[], dict[str, Any]],
     ``stacks.json`` (``own()``: this pod's ranks read now). None where ``port`` is 0 or taken."""
     if not port:
         return None
-    runfolder = _shared("runfolder")
     watch_path, stacks_path = runfolder.WATCH_URL_PATH, runfolder.STACKS_URL_PATH
 
     class Handler(BaseHTTPRequestHandler):
@@ -111,8 +113,6 @@ def where(node: int, own: Callable[[], dict[str, Any]], port: int,
     its vitals name (else ``port``), all at once; kept in ``keep`` (``stacks.json``), the one line
     ``stacks.summary`` returned, with the pods that did not answer named."""
     def placed(verdict: dict[str, Any], nodes: list[dict[str, Any]]) -> str | None:
-        stacks, stackshare = _shared("stacks"), _shared("stackshare")
-
         def one(rec: dict[str, Any]) -> dict[str, Any] | None:
             return own() if rec.get("node") == node else ask(rec, port)
 
@@ -141,7 +141,7 @@ def ask(rec: dict[str, Any], port: int, timeout: float = ASK_TIMEOUT_S) -> dict[
     host = f"[{addr}]" if ":" in str(addr) else str(addr)
     try:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the pod's HTTP_PROXY is not the way
-        with opener.open(f"http://{host}:{served}{_shared('runfolder').STACKS_URL_PATH}", timeout=timeout) as resp:
+        with opener.open(f"http://{host}:{served}{runfolder.STACKS_URL_PATH}", timeout=timeout) as resp:
             data = json.loads(resp.read())
     except (OSError, ValueError):
         return None

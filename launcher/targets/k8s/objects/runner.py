@@ -1,6 +1,6 @@
 """The pod runner as a job carries it: ``podrun.py`` and ``shared/heartbeat.py`` with what they use
 (``shared/runfolder.py``, ``straggle.py``, ``vitals.py``, ``restarts.py``, ``told.py``, ``stacks.py``,
-``stackshare.py`` and ``podstacks.py``; standard library only) packed into one environment variable, and the
+``stackshare.py``, the runner core ``jobcore.py`` and ``podstacks.py``; standard library only) packed into one environment variable, and the
 ``python3 -c`` line that loads them in the pod.
 
 The user's image does not contain ddpjob, so the runner's code travels with the job: JSON of
@@ -30,11 +30,13 @@ from launcher.targets.k8s.options import K8sOptions
 from launcher.targets.shared.runfolder import PLAN, WATCH
 
 BUNDLE_ENV = "DDPJOB_POD_RUNNER"
-# In the order they are loaded: heartbeat imports the straggler rule, stackshare stacks, podrun the others.
+# In the order they are loaded: heartbeat imports the straggler rule, stackshare stacks, podrun the others
+# (through the runner core, jobcore, which every target's runner uses).
 MODULES = (("ddpjob_runfolder", "launcher.targets.shared.runfolder"), ("ddpjob_straggle", "launcher.targets.shared.straggle"), ("ddpjob_vitals", "launcher.targets.shared.vitals"),
            ("ddpjob_heartbeat", "launcher.targets.shared.heartbeat"), ("ddpjob_restarts", "launcher.targets.shared.restarts"),
            ("ddpjob_told", "launcher.targets.shared.told"), ("ddpjob_stacks", "launcher.targets.shared.stacks"),
            ("ddpjob_stackshare", "launcher.targets.shared.stackshare"),
+           ("ddpjob_jobcore", "launcher.targets.shared.jobcore"),
            ("ddpjob_podstacks", "launcher.targets.k8s.job.podstacks"),
            ("ddpjob_podrun", "launcher.targets.k8s.job.podrun"))
 BOOT = ("import base64,json,os,sys,types,zlib;"

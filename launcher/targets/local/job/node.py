@@ -244,7 +244,7 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
     import threading
 
     sys.path.insert(0, package_root())
-    from launcher.targets.shared import heartbeat, stacks, vitals
+    from launcher.targets.shared import jobcore, stacks, vitals
 
     try:
         c = dict(word.partition("=")[::2] for word in config.split())
@@ -259,10 +259,8 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
 
     task = TaskFolder(os.path.dirname(os.path.abspath(exit_file)))
     log = log_of_exit_file(exit_file)
-    outputs = [log, *([os.environ["DDPJOB_METRICS_FILE"]] if node == 0 and os.environ.get("DDPJOB_METRICS_FILE") else [])]
     ranks_of = _in_container(argv[0], c["container"]) if c.get("container") else (lambda: agent)
-    sampler = vitals.Sampler(node=node, agent=ranks_of, log=log, steps_dir=os.environ.get(vitals.VITALS_DIR_ENV),
-                             frames=stacks.frame_sampler())
+    sampler = jobcore.sampler(node, ranks_of, log=log, steps_dir=os.environ.get(vitals.VITALS_DIR_ENV))
 
     def on_stall(message: str) -> None:
         stalled.append(message)
@@ -272,26 +270,19 @@ def _watch(config: str, exit_file: str, argv: list[str], agent: int, stalled: li
             if vitals.STATES.get((vitals.proc_stat(pid) or ("",))[0], "").startswith("stopped"):
                 _kill(pid, signal.SIGKILL)
         _kill(agent, signal.SIGTERM)
-        timer = threading.Timer(20.0, _kill, (agent, signal.SIGKILL))  # torchrun stuck in its own stop
+        timer = threading.Timer(jobcore.STOP_GRACE_S, _kill, (agent, signal.SIGKILL))  # torchrun stuck in its own stop
         timer.daemon = True  # never keeps the wrapper from ending
         timer.start()
 
-    common = {"port": port, "host": "localhost", "timeout": timeout, "action": c.get("action", "report"),
-              "on_stall": on_stall, "vitals": sampler.sample, "outputs": outputs}
-    if node == 0:
-        # Every rank is on this machine (in a container too: its pid as this machine sees it, which py-spy
-        # reads from outside): when the watch names a stall it reads where each one is, once
-        # (``stacks.where``), kept beside watch.json.
-        placed = functools.partial(stacks.where, keep=task.stacks)
-        w = heartbeat.Watch(nodes=nodes, state_path=task.watch, where=placed, **common)  # type: ignore[arg-type]
-        why = w.start()
-        if why:
-            _say(f"[ddpjob] {why}")
-            return None
-        return w
-    b = heartbeat.Beacon(addr=addr, node=node, **common)  # type: ignore[arg-type]
-    b.start()
-    return b
+    # Every rank is on this machine (in a container too: its pid as this machine sees it, which py-spy reads
+    # from outside): when the first node's watch names a stall it reads where each one is, once
+    # (``stacks.where``), kept beside watch.json.
+    seat = jobcore.Seat(node=node, nodes=nodes, host="localhost", first=addr, port=port, timeout=timeout,
+                        action=c.get("action", "report"), output=log,
+                        metrics=os.environ.get("DDPJOB_METRICS_FILE") or None, watch_file=task.watch,
+                        say=lambda text: _say(f"[ddpjob] {text}"))
+    return jobcore.heartbeats(seat, on_stall=on_stall, sample=sampler.sample,
+                              where=functools.partial(stacks.where, keep=task.stacks))
 
 
 def _in_container(engine: str, name: str) -> Callable[[], int | None]:

@@ -15,8 +15,10 @@ requeue (``scontrol requeue``). The requeued run resumes from the trainer's chec
 Nothing outlives the run: the runner is the child subreaper of what it starts, and stops whatever is left
 under it when the run ends, on SIGTERM at once (``reaper.py``).
 
-It runs inside the job (maybe in a container), importing the standard library and launcher modules
-(submitit inside ``checkpoint``); its runner answers ``ddpjob stacks`` (``shared/stackshare.Answerer``).
+It runs inside the job (maybe in a container), importing the standard library, this wing (its plain data in
+``nodeplan.py``) and the shared in-job modules, nothing client-side (submitit inside ``checkpoint`` only); the
+vitals, the stall watch and the stop of a stalled torchrun come from the runner core
+(``shared/jobcore.py``); its runner answers ``ddpjob stacks`` (``shared/stackshare.Answerer``).
 """
 
 from __future__ import annotations
@@ -28,18 +30,16 @@ import socket
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from launcher.targets.shared import heartbeat, netif, stacks, stackshare, vitals
+from launcher.targets.shared import heartbeat, jobcore, netif, stackshare
 from launcher.targets.shared.files import write_json
 from launcher.targets.shared.restarts import RESTART_ENV, Recovery, kill_tree
 from launcher.targets.shared.runfolder import RunFolder
 from launcher.targets.slurm.job.nodelist import expand_nodelist, slurm_port
+from launcher.targets.slurm.job.nodeplan import SlurmCommon, SlurmElement, node_argv, node_env, node_paths
 from launcher.targets.slurm.job.reaper import Reaper
 from launcher.targets.slurm.job.recover import elect, end_allocation, finish, shrink
-
-if TYPE_CHECKING:
-    from launcher.targets.slurm.payload import SlurmCommon, SlurmElement
 
 # How long a node whose first node's name resolves to loopback waits for the first node's record.
 FIRST_NODE_WAIT_S = 30.0
@@ -87,10 +87,6 @@ class NodeRunner:
             self._reaper.end()
 
     def _run(self) -> dict[str, Any]:
-        # The payload's module (already loaded where submitit unpickled this runner), not at module
-        # top: a module of job/ imports only the standard library and job/ modules there.
-        from launcher.targets.slurm.payload import node_argv, node_env, node_paths
-
         node = os.environ.get("SLURM_NODEID", "0")
         first, port = self.rendezvous(dict(os.environ))
         paths = node_paths(self.common.job_dir, self.element.index, node)
@@ -195,8 +191,6 @@ class NodeRunner:
     def _address_of(self, node: int, recovery: Recovery) -> str | None:
         """Another node's address, as its runner recorded it (its side of the route to the first node),
         else its host name resolved here."""
-        from launcher.targets.slurm.payload import node_paths
-
         own = _read_json(node_paths(self.common.job_dir, self.element.index, node)["record"]).get("address")
         if isinstance(own, str) and own:
             return own
@@ -209,8 +203,6 @@ class NodeRunner:
                watch: heartbeat.Watch | heartbeat.Beacon | None, record: dict[str, Any], record_path: str,
                addr: str, port: str) -> int:
         """Start torchrun again for the run's members now (a node was lost) and wait for it."""
-        from launcher.targets.slurm.payload import node_argv
-
         note = shrink(recovery) if recovery.leads else ""
         argv = node_argv(self.common, self.element, node=str(recovery.node), addr=addr, port=port,
                          nodes=len(recovery.members), node_rank=str(recovery.rank))
@@ -267,8 +259,6 @@ class NodeRunner:
         slurmd on one host: Slurm's multiple-slurmd setup), so a loopback address of the first node is
         reachable from here. Reads the first node's record (written as it starts, on the job's shared
         directory), waiting up to ``FIRST_NODE_WAIT_S`` seconds for the one of this very start."""
-        from launcher.targets.slurm.payload import node_paths
-
         path = node_paths(self.common.job_dir, self.element.index, 0)["record"]
         deadline = time.monotonic() + FIRST_NODE_WAIT_S
         while True:
@@ -286,51 +276,22 @@ class NodeRunner:
         node (or, ``lead``, on the one that takes a lost first node's place: it answers ``wait`` until it
         orders the next start), a beacon on the others; both end torchrun on a stall with action fail."""
         c = self.common
-        timeout, action = float(c.stall_timeout_s), c.stall_action
         task = RunFolder(c.job_dir).task(self.element.index)
-        sampler = vitals.Sampler(node=node, agent=lambda: self._proc.pid if self._proc else None, log=paths["log"],
-                                 steps_dir=task.vitals, frames=stacks.frame_sampler({**os.environ, **self.element.env}))
+        sampler = jobcore.sampler(node, lambda: self._proc.pid if self._proc else None, log=paths["log"],
+                                  steps_dir=task.vitals, env={**os.environ, **self.element.env})
         self._answerer = stackshare.answering(self._answerer, task.stacks_request, task.node_stacks(node), node, host,
                                           sampler.live)  # ddpjob stacks, through the shared job folder
-        if node == 0 or lead:
-            outputs = [paths["log"], os.path.join(self.element.output_dir, "metrics.jsonl")]
-            watch = heartbeat.Watch(port=port, nodes=c.nodes, host=host, outputs=outputs, state_path=paths["watch"],
-                                    timeout=timeout, action=action, on_stall=self._on_stall, vitals=sampler.sample,
-                                    lost_after=recovery.lost_after if recovery else None,
-                                    on_lost=recovery.lost if recovery else None, own=node,
-                                    gone=(recovery.first,) if lead and recovery else (), hold=lead,
-                                    where=stackshare.asking(task, c.nodes))
-            if recovery is not None:
-                recovery.silent = lambda: max((time.time() - (r["heard"] or 0) for r in watch.nodes.values()
-                                               if r["node"] in recovery.members), default=0.0)
-                recovery.heard = lambda: {r["node"] for r in watch.nodes.values()
-                                          if r["heard"] and time.time() - r["heard"] < recovery.lost_after / 2}
-            why = watch.start()
-            if why:
-                log.write(f"[ddpjob] {why}\n".encode())
-                return None
-            return watch
-        beacon = heartbeat.Beacon(addr=addr, port=port, node=node, host=host, outputs=[paths["log"]],
-                                  timeout=timeout, action=action, on_stall=self._on_stall, vitals=sampler.sample,
-                                  lost_after=recovery.lost_after if recovery else None,
-                                  on_cut=recovery.cut if recovery else None,
-                                  on_order=recovery.ordered if recovery else None)
-        beacon.start()
-        return beacon
+        seat = jobcore.Seat(node=node, nodes=c.nodes, host=host, first=addr, port=port, timeout=float(c.stall_timeout_s),
+                            action=c.stall_action, output=paths["log"],
+                            metrics=os.path.join(self.element.output_dir, "metrics.jsonl"), watch_file=paths["watch"],
+                            say=lambda text: log.write(f"[ddpjob] {text}\n".encode()))
+        return jobcore.heartbeats(seat, on_stall=self._on_stall, sample=sampler.sample, recovery=recovery, lead=lead,
+                                  where=stackshare.asking(task, c.nodes))
 
     def _on_stall(self, message: str) -> None:
         """stall.action is fail: stop torchrun (SIGTERM, SIGKILL 20 s later if it hangs in a collective)."""
         self._stalled = message
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        except ProcessLookupError:
-            pass
+        jobcore.stop(self._proc)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """submitit's preemption hook (node 0): stop torchrun, then requeue a fresh runner."""
