@@ -141,20 +141,30 @@ class PluginError(Exception):
     """A registered target that cannot be loaded: says which, from which distribution, and why."""
 
 
+def load(ref: str, where: str) -> object:
+    """The object ``ref`` (``"module:attr"``) names; ``PluginError`` saying ``where`` it was named and why
+    when its module cannot be imported or has no such name."""
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name.strip())
+    except ImportError as e:
+        raise PluginError(f"{where} cannot be imported: {e}") from e
+    if not attr.strip() or not hasattr(module, attr.strip()):
+        raise PluginError(f"{where} names {ref!r}, which its module does not hold")
+    value: object = getattr(module, attr.strip())
+    return value
+
+
 @functools.cache
 def plugin(name: str) -> TargetPlugin:
     """The ``TargetPlugin`` of target ``name`` (imports its module); ``KeyError`` for a name not
     registered, ``PluginError`` for one that cannot be loaded."""
     reg = registered()[name]
-    module_name, _, attr = reg.ref.partition(":")
-    where = f"the {name!r} target (entry point {reg.ref!r} of the {reg.distribution} distribution, group {GROUP})"
-    try:
-        module = importlib.import_module(module_name.strip())
-    except ImportError as e:
-        raise PluginError(f"{where} cannot be imported: {e}") from e
-    value = getattr(module, attr.strip(), None) if attr else None
+    value = load(reg.ref, f"the {name!r} target (entry point {reg.ref!r} of the {reg.distribution} distribution, "
+                          f"group {GROUP})")
     if not isinstance(value, TargetPlugin):
-        raise PluginError(f"{where} names {type(value).__name__}, not a launcher.core.plugins.TargetPlugin")
+        raise PluginError(f"the {name!r} target's entry point {reg.ref!r} ({reg.distribution}) names "
+                          f"{type(value).__name__}, not a launcher.core.plugins.TargetPlugin")
     return value
 
 

@@ -6,10 +6,8 @@ registered target that cannot be loaded is ``TargetUnavailable``, saying which p
 
 from __future__ import annotations
 
-import importlib
-
 from launcher.core.errors import TargetUnavailable
-from launcher.core.plugins import PluginError, plugin, registered, target_names
+from launcher.core.plugins import PluginError, load, plugin, registered, target_names
 from launcher.targets.chosen import Chosen, chosen
 
 
@@ -25,15 +23,9 @@ def target_class(name: str) -> type:
         raise TargetUnavailable(f"unknown target {name!r}; choose one of {', '.join(target_names())}")
     try:
         ref = plugin(name).target
+        cls = load(ref, f"the {name} target's class {ref}")
     except PluginError as e:
         raise TargetUnavailable(str(e)) from e
-    module_name, _, attr = ref.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except ModuleNotFoundError as e:
-        if e.name == module_name:
-            raise TargetUnavailable(f"the {name} target is not part of this installation") from e
-        raise
     if not isinstance(cls, type) or getattr(cls, "name", None) != name:
         raise TargetUnavailable(f"the {name} target's class {ref} is not a Target whose name is {name!r}")
     return cls

@@ -116,7 +116,15 @@ def test_a_broken_plugin_is_named_and_the_others_still_work(monkeypatch):
 
     found = {**{n: plugins.Registered(n, r, "ddpjob") for n, r in plugins.BUILTIN.items()},
              "gone": plugins.Registered("gone", "no_such_module_here:TARGET", "ddpjob-gone"),
-             "odd": plugins.Registered("odd", "launcher.core.plugins:GROUP", "ddpjob-odd")}
+             "odd": plugins.Registered("odd", "launcher.core.plugins:GROUP", "ddpjob-odd"),
+             "ghost": plugins.Registered("ghost", "ghost_plugin:TARGET", "ddpjob-ghost")}
+    import types
+
+    from launcher.targets.local.options import LocalOptions
+
+    ghost = types.ModuleType("ghost_plugin")
+    ghost.TARGET = plugins.TargetPlugin("no_such_ghost_target:GhostTarget", LocalOptions, "x")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ghost_plugin", ghost)
     monkeypatch.setattr(plugins, "registered", lambda: found)
     monkeypatch.setattr(lookup, "registered", lambda: found)
     plugins.plugin.cache_clear()
@@ -129,5 +137,8 @@ def test_a_broken_plugin_is_named_and_the_others_still_work(monkeypatch):
 
     with pytest.raises(TargetUnavailable, match="ddpjob-gone"):
         lookup.target_class("gone")
+    with pytest.raises(TargetUnavailable, match=r"the ghost target's class no_such_ghost_target:GhostTarget cannot "
+                       r"be imported: No module named 'no_such_ghost_target'"):
+        lookup.target_class("ghost")
     assert lookup.target_class("local").__name__ == "LocalTarget"
     plugins.plugin.cache_clear()
