@@ -165,3 +165,64 @@ def test_list_status_and_results_agree_on_a_real_local_jobs_duration_asked_late(
     assert abs(listed["duration_s"] - result) < 0.1 and abs(shown - result) < 0.01, (listed, shown, result)
     assert listed["age_s"] - listed["duration_s"] >= 3.8, listed  # the wait after its end is no part of it
     assert row.split()[2] == "SUCCEEDED" and f"duration: {result:.1f}s" in text, (row, text)
+
+
+# torchrun's summary as it prints it (torch.distributed.elastic's failure template) when two workers of
+# one node failed within the same second and it broke the tie by local rank: rank 0 died in gloo because
+# rank 1 raised and left; the node's own error is rank 1's.
+TIED = """\
+[default1]:Traceback (most recent call last):
+[default1]:  File "/work/raiser.py", line 7, in <module>
+[default1]:    raise ValueError("bad batch on rank 1")
+[default1]:ValueError: bad batch on rank 1
+[default0]:Traceback (most recent call last):
+[default0]:  File "/work/raiser.py", line 8, in <module>
+[default0]:    dist.barrier()
+[default0]:RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:50862
+E1129 03:01:02.123000 71 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) local_rank: 0 (pid: 80) of binary: python
+Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+raiser.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-29_03:01:02
+  host      : n1
+  rank      : 1 (local_rank: 1)
+  exitcode  : 3 (pid: 81)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-29_03:01:02
+  host      : n1
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 80)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_a_rank_that_raised_is_the_cause_before_one_that_torchrun_named_first_for_a_peer_gone(tmp_path):
+    """torchrun names local rank 0 (its gloo error) first on a tie; the node's cause is rank 1's
+    ValueError, and it stands before a node whose ranks only lost their peers, whatever the end times
+    (a Slurm+podman run where node 0's runner ended 7 s after node 1's named the victim)."""
+    assert rootcause.torchrun_failures(TIED.splitlines()) == [(0, 1), (1, 3)]
+    log = tmp_path / "node-0.log"
+    log.write_text(TIED)
+    none = str(tmp_path / "none.json")
+    cause = node_failure(node=0, procs_per_node=2, log=str(log), error_file=none, torchrun_log_dir=str(tmp_path / "no"))
+    assert cause.startswith("rank 1 exited with code 3: ") and cause.endswith("ValueError: bad batch on rank 1"), cause
+    victim = tmp_path / "node-1.log"
+    victim.write_text(TIED.replace("rank 1", "rank 3").replace("ValueError: bad batch on rank 3", "RuntimeError: Connection closed by peer")
+                      .replace("rank      : 0 (", "rank      : 2 (").replace("rank      : 1 (", "rank      : 3 ("))
+    now = time.time()
+    failures = [NodeFailure(0, str(log), none, str(tmp_path / "no"), now + 7), NodeFailure(1, str(victim), none, str(tmp_path / "no"), now)]
+    node, said = first_and_after(failures, 2)
+    assert node == 0 and said.startswith(cause), said
+    # A summary that names only its root cause (no other failures) reads as before.
+    alone = TIED[:TIED.index("[1]:")] + "  <NO_OTHER_FAILURES>\n" + TIED[TIED.index("-" * 60 + "\nRoot"):]
+    assert rootcause.torchrun_failures(alone.splitlines()) == [(0, 1)]

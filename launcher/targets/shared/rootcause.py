@@ -53,18 +53,33 @@ def error_file_cause(path: str) -> str:
 
 def torchrun_summary(lines: list[str]) -> tuple[int | None, int | None]:
     """(local rank, exit code) of the first failure named in torchrun's summary, if any."""
-    for i, line in enumerate(lines):
-        if "Root Cause (first observed failure)" in line:
-            local_rank = exitcode = None
-            for follow in lines[i : i + 12]:
-                m = _RANK.search(follow)
-                if m:
-                    local_rank = int(m.group(2))
-                m = _EXIT.search(follow)
-                if m:
-                    exitcode = int(m.group(1))
-            return local_rank, exitcode
-    return None, None
+    failures = torchrun_failures(lines)
+    return failures[0] if failures else (None, None)
+
+
+def torchrun_failures(lines: list[str]) -> list[tuple[int | None, int | None]]:
+    """(local rank, exit code) of every failed worker in torchrun's last summary, its "Root Cause
+    (first observed failure)" first, then the others ("Failures:") in their order; [] if none."""
+    start = max((i for i, ln in enumerate(lines) if "Root Cause (first observed failure)" in ln), default=None)
+    if start is None:
+        return []
+    begin = max((i for i, ln in enumerate(lines[:start]) if ln.rstrip().endswith("Failures:")), default=start)
+
+    def blocks(part: list[str]) -> list[tuple[int | None, int | None]]:
+        out: list[tuple[int | None, int | None]] = []
+        for ln in part:
+            rank, code = _RANK.search(ln), _EXIT.search(ln)
+            if rank:
+                out.append((int(rank.group(2)), None))
+            elif code and out and out[-1][1] is None:
+                out[-1] = (out[-1][0], int(code.group(1)))
+        return out
+
+    root = blocks(lines[start : start + 12])[:1] or [(None, None)]
+    if root[0][1] is None:  # the summary's exit code before its rank (an older layout)
+        code = next((m for m in map(_EXIT.search, lines[start : start + 12]) if m), None)
+        root = [(root[0][0], int(code.group(1)) if code else None)]
+    return root + [b for b in blocks(lines[begin:start]) if b[0] != root[0][0]]
 
 
 def stderr_tail(torchrun_log_dir: str, local_rank: int | None, n: int = 3) -> list[str]:
@@ -87,11 +102,16 @@ def node_failure(*, node: int, procs_per_node: int, log: str, error_file: str, t
         lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return ""
-    local_rank, exitcode = torchrun_summary(lines)
-    tail = stderr_tail(torchrun_log_dir, local_rank)
-    if not tail:
-        worker = [t for lr, t in map(split_torchrun_prefix, lines) if lr is not None and (local_rank is None or lr == local_rank)]
-        tail = _words(worker)[-3:]
+    failed = torchrun_failures(lines) or [(None, None)]
+    local_rank, exitcode, tail = *failed[0], _last_words(lines, torchrun_log_dir, failed[0][0])
+    if _PEER_ERRORS.search(" ".join(tail)):
+        # torchrun's "first observed" failure is a tie within a second, broken by local rank: a rank
+        # that died of a peer's departure can stand before the one on this node that raised its own.
+        for other, code in failed[1:]:
+            words = _last_words(lines, torchrun_log_dir, other)
+            if words and not _PEER_ERRORS.search(" ".join(words)):
+                local_rank, exitcode, tail = other, code, words
+                break
     rank = node * procs_per_node + local_rank if local_rank is not None else None
     own = agent_error(lines) if rank is None else None
     if own is not None:  # torchrun itself failed: its error, not a worker's lines, is the cause
@@ -109,6 +129,16 @@ def node_failure(*, node: int, procs_per_node: int, log: str, error_file: str, t
     if full:
         return f"{head}: {full}" + (f" (its last lines: {words})" if words else "")
     return head + (f": {words}" if words else "")
+
+
+def _last_words(lines: list[str], torchrun_log_dir: str, local_rank: int | None) -> list[str]:
+    """A failed worker's last three lines: from its stderr under torchrun's ``--log-dir``, else its
+    lines in the node log (every worker's when the rank is not known)."""
+    tail = stderr_tail(torchrun_log_dir, local_rank)
+    if not tail:
+        worker = [t for lr, t in map(split_torchrun_prefix, lines) if lr is not None and (local_rank is None or lr == local_rank)]
+        tail = _words(worker)[-3:]
+    return tail
 
 
 # Less room than this for a file of the user's (a node's log, a traceback, a checkpoint): the disk is full.
