@@ -108,9 +108,9 @@ def node_failure(*, node: int, procs_per_node: int, log: str, error_file: str, t
         # torchrun's "first observed" failure is a tie within a second, broken by local rank: a rank
         # that died of a peer's departure can stand before the one on this node that raised its own.
         for other, code in failed[1:]:
-            words = _last_words(lines, torchrun_log_dir, other)
-            if words and not _PEER_ERRORS.search(" ".join(words)):
-                local_rank, exitcode, tail = other, code, words
+            said = _last_words(lines, torchrun_log_dir, other)
+            if said and not _PEER_ERRORS.search(" ".join(said)):
+                local_rank, exitcode, tail = other, code, said
                 break
     rank = node * procs_per_node + local_rank if local_rank is not None else None
     own = agent_error(lines) if rank is None else None
