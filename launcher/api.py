@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
 
 from launcher.core.errors import (
     DdpjobError,
@@ -101,13 +100,13 @@ class Job:
 
 
 def submit(
-    spec: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    spec: str | os.PathLike[str] | Mapping[str, object] | None = None,
     *,
     target: str | None = None,
     nodes: int | None = None,
     procs_per_node: int | str | None = None,
     name: str | None = None,
-    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    overrides: Mapping[str, object] | Sequence[str] | None = None,
     command: Sequence[str] | None = None,
 ) -> Job:
     """Submit a job and return at once.
@@ -157,7 +156,7 @@ def list_jobs(limit: int | None = None) -> list[Job]:
     return [Job(rec.id, jobs) for rec in jobs.list_jobs(limit=limit)]
 
 
-def _overrides(overrides: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
+def _overrides(overrides: Mapping[str, object] | Sequence[str] | None) -> list[str]:
     if overrides is None:
         return []
     if isinstance(overrides, Mapping):
@@ -165,7 +164,7 @@ def _overrides(overrides: Mapping[str, Any] | Sequence[str] | None) -> list[str]
     return [str(o) for o in overrides]
 
 
-def _set(key: str, value: Any) -> str:
+def _set(key: str, value: object) -> str:
     """``key=value`` as ``--set`` takes it; a value no spec can hold is a ``SpecError`` naming the key."""
     try:
         # JSON is YAML: a string stays the exact string, numbers and lists keep their type.

@@ -209,8 +209,8 @@ def test_the_rank_the_others_keep_waiting_for_is_the_straggler_whatever_it_does(
 
 
 def test_the_frame_sampler_keeps_each_ranks_last_places_without_pausing_it(tmp_path, monkeypatch):
-    """``FrameSampler``: py-spy --nonblocking on every pid at once, each sample kept per pid (the last
-    WINDOW), waiting when the main thread is in torch.distributed or autograd, else the program's own
+    """``FrameSampler``: nothing in its first seconds, then py-spy --nonblocking on every pid at once, each
+    sample kept per pid (the last WINDOW), waiting when the main thread is in torch.distributed or autograd, else the program's own
     innermost frame; a pid no longer asked is forgotten; DDPJOB_SAMPLE_STACKS=0 turns it off."""
     c10d = "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
     dumps = {41: [{"thread_name": "MainThread", "frames": [{"name": "all_reduce", "filename": c10d, "line": 3913,
@@ -227,7 +227,10 @@ def test_the_frame_sampler_keeps_each_ranks_last_places_without_pausing_it(tmp_p
     monkeypatch.setenv(stacks.PY_SPY_ENV, str(fake))
     sampler = stacks.frame_sampler()
     assert isinstance(sampler, stacks.FrameSampler)
-    sampler.every_s = 0.0
+    # None in its first FIRST_S: the ranks are importing, and a start is when py-spy costs the most.
+    assert sampler([41, 42]) == {} and not asked.exists()
+    assert sampler._next - time.monotonic() > stacks.FIRST_S - 1
+    sampler.every_s, sampler._next = 0.0, 0.0
     monkeypatch.setattr(stacks, "BUDGET", 1e9)  # the CPU budget never holds a sample back here
     for _ in range(3):
         seen = sampler([41, 42])

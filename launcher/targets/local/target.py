@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 from launcher.core.errors import Issue, TargetError, TargetUnavailable
 from launcher.core.states import JobState
@@ -48,6 +48,7 @@ from launcher.targets.shared.runfolder import RunFolder
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
+    from launcher.targets.shared.container import LocalInputs
     from launcher.targets.shared.stacks import JobStacks
 
 __all__ = ["MARKER", "LocalElement", "LocalHandle", "LocalNode", "LocalPayload", "LocalTarget", "read_plan",
@@ -82,7 +83,7 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
     picks_port = True
     passes_host_env = True  # the supervisor and its agents inherit the submitting environment
 
-    def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
+    def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Issue]:
         from launcher.targets.shared.preflight import missing_program
 
         spec = loaded.spec
@@ -96,7 +97,7 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
                                     hint="name one of this machine's interfaces, e.g. lo, or leave it unset"))
         return issues
 
-    def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
+    def inputs(self, loaded: LoadedSpec, *, online: bool) -> LocalInputs | None:
         local = loaded.spec.section(LocalOptions)
         if local.container == "none":
             return None

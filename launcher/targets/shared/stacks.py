@@ -23,9 +23,13 @@ import subprocess
 import sys
 import time
 from collections import Counter, deque
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.core.jsondata import JSONObject
 
 PY_SPY_ENV = "DDPJOB_PY_SPY"
 HOW_TO_GET = ("ddpjob stacks reads each rank with py-spy, which is not installed here: pip install 'ddpjob[stacks]' "
@@ -204,21 +208,30 @@ def _ranks(who: list[int | None]) -> str:
     return ("rank " if len(who) == 1 else "ranks ") + ",".join("?" if r is None else str(r) for r in who)
 
 
-def where(verdict: dict[str, Any], nodes: list[dict[str, Any]], keep: str | None = None) -> str | None:
+def where(verdict: Mapping[str, object], nodes: Sequence[Mapping[str, object]], keep: str | None = None) -> str | None:
     """``heartbeat.Watch``'s ``where``: every rank the nodes' last samples name (their pids on this machine),
     read once; all of it kept in ``keep`` (``stacks.json``) and the one line ``summary`` returned (how to
     get py-spy, when it is not here)."""
     py_spy = find_py_spy()
     if py_spy is None:
         return "where each rank is: not read (pip install 'ddpjob[stacks]' for py-spy)"
-    ranks = [RankStack(node=int(rec.get("node") or 0), rank=r.get("rank"), local_rank=r.get("local_rank"), pid=r["pid"],
-                       host=rec.get("host")) for rec in nodes for r in (rec.get("vitals") or {}).get("ranks") or []
-             if isinstance(r, dict) and isinstance(r.get("pid"), int) and r.get("state") not in ("X", "Z")]
+    ranks = []
+    for rec in nodes:
+        vitals, node, host = rec.get("vitals"), _int(rec.get("node")), rec.get("host")
+        listed = vitals.get("ranks") if isinstance(vitals, dict) else None
+        for r in listed if isinstance(listed, list) else []:
+            if isinstance(r, dict) and isinstance(pid := r.get("pid"), int) and r.get("state") not in ("X", "Z"):
+                ranks.append(RankStack(node=node or 0, rank=_int(r.get("rank")), local_rank=_int(r.get("local_rank")),
+                                       pid=pid, host=host if isinstance(host, str) else None))
     if not ranks:
         return None
     found = JobStacks(task=0, ranks=dump_all(py_spy, ranks))
     save(keep, verdict, found)
-    return summary(found.ranks, verdict.get("rank") if verdict.get("kind") == "stuck" else None) or None
+    return summary(found.ranks, _int(verdict.get("rank")) if verdict.get("kind") == "stuck" else None) or None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # ---------------------------------------------------------------- where each rank spends its time (stragglers)
@@ -227,6 +240,9 @@ SAMPLE_ENV = "DDPJOB_SAMPLE_STACKS"  # "0": the node runners sample no stacks
 SAMPLE_EVERY_S = 2.0  # at most this often; less often where py-spy's own CPU would pass BUDGET
 BUDGET = 0.01  # of the node's CPU: each py-spy starts afresh (~0.1 CPU s a rank to read its interpreter)
 WINDOW = 6  # the samples a rank's place is told from
+# No sample in a runner's first seconds: its ranks are importing (py-spy would read the import machinery, no
+# place of the program's), and a read costs ~0.1 CPU s a rank just when a start is at its costliest.
+FIRST_S = 5.0
 # A rank whose main thread is in one of these waits on its peers: a collective, or DDP's backward, whose
 # gradient all-reduce the autograd engine waits for.
 _WAITING = ("/torch/distributed/", "/torch/autograd/", "/torch/nn/parallel/")
@@ -242,14 +258,15 @@ class FrameSampler:
     (``vitals.Sampler``) carry its summary to the watch, whose straggler rule (``straggle.py``) names the
     rank the others keep waiting for, whatever it spends its time on. Read every ``SAMPLE_EVERY_S`` at
     most, and no more often than keeps the CPU the py-spy processes took (measured each time, as this
-    process's children's) under ``BUDGET`` of the cores this node may use."""
+    process's children's) under ``BUDGET`` of the cores this node may use; the first not before
+    ``first_s`` after it is made (``FIRST_S``: the runner makes it as it starts)."""
 
-    def __init__(self, py_spy: str, every_s: float = SAMPLE_EVERY_S) -> None:
+    def __init__(self, py_spy: str, every_s: float = SAMPLE_EVERY_S, first_s: float = FIRST_S) -> None:
         self.py_spy, self.every_s = py_spy, every_s
         self.windows: dict[int, deque[tuple[bool, str]]] = {}
-        self._next = 0.0
+        self._next = time.monotonic() + first_s
 
-    def __call__(self, pids: list[int]) -> dict[int, dict[str, Any]]:
+    def __call__(self, pids: list[int]) -> dict[int, JSONObject]:
         now = time.monotonic()
         if now >= self._next:
             for gone in set(self.windows) - set(pids):
@@ -263,7 +280,7 @@ class FrameSampler:
                     self.windows.setdefault(r.pid, deque(maxlen=WINDOW)).append((waiting(main), top.short()))
             spent = max(0.0, _children_cpu() - before)
             self._next = now + max(self.every_s, min(60.0, spent / (BUDGET * _cores())))
-        out = {}
+        out: dict[int, JSONObject] = {}
         for pid, window in self.windows.items():
             places = Counter(at for wait, at in window if not wait)
             out[pid] = {"n": len(window), "wait": sum(wait for wait, _ in window),
@@ -292,13 +309,13 @@ def frame_sampler(env: dict[str, str] | None = None) -> FrameSampler | None:
     return FrameSampler(py_spy) if py_spy else None
 
 
-def save(path: str | None, verdict: dict[str, Any], found: JobStacks) -> None:
+def save(path: str | None, verdict: Mapping[str, object], found: JobStacks) -> None:
     """The stacks read when ``verdict`` was named, kept whole in ``path`` (``stacks.json``)."""
     if not path:
         return
     try:
         with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump({"verdict": verdict, **found.to_json()}, f)
+            json.dump({"verdict": dict(verdict), **found.to_json()}, f)
         os.replace(path + ".tmp", path)
     except OSError:
         pass

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from launcher.core.states import JobState, summarize
 from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
@@ -55,7 +56,7 @@ def job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord])
     return with_losses(JobStatus(overall, message, tasks, details, source=source))
 
 
-def _recovered(handle: SlurmHandle, index: int, recovered: dict[str, Any], nodes: list[dict[str, Any]],
+def _recovered(handle: SlurmHandle, index: int, recovered: Mapping[str, object], nodes: list[Row],
                state: JobState, message: str, *, held: bool) -> tuple[JobState, str]:
     """A run that lost nodes (``slurm/job/recover.py``): its nodes outside the run are ``lost`` (or
     ``left``), and its outcome is the first node's, not Slurm's (which records the step cancelled to
@@ -63,12 +64,12 @@ def _recovered(handle: SlurmHandle, index: int, recovered: dict[str, Any], nodes
     members = recovered.get("members")
     members = members if isinstance(members, list) else []
     for n in nodes:
-        if n["node"] not in members and n.get("state") != "left":
+        if _node(n) not in members and n.get("state") != "left":
             n["state"] = "lost"
     outcome, reason = recovered.get("outcome"), recovered.get("reason")
     if outcome is None:
         if state in (JobState.RUNNING, JobState.CANCELLED):
-            return _stall(handle, index, [n for n in nodes if n["node"] in members], state, message, held=held)
+            return _stall(handle, index, [n for n in nodes if _node(n) in members], state, message, held=held)
         return state, message
     if outcome == "succeeded":
         if held:
@@ -80,7 +81,7 @@ def _recovered(handle: SlurmHandle, index: int, recovered: dict[str, Any], nodes
     return JobState.FAILED, why
 
 
-def _told(task: TaskStatus, recovered: dict[str, Any]) -> None:
+def _told(task: TaskStatus, recovered: Mapping[str, object]) -> None:
     from launcher.targets.shared import recovery
 
     metrics, started, ended = recovered.get("metrics"), recovered.get("started"), recovered.get("ended")
@@ -90,7 +91,7 @@ def _told(task: TaskStatus, recovered: dict[str, Any]) -> None:
                                               started=task.started, ended=task.ended, now=time.time())
 
 
-def _stall(handle: SlurmHandle, index: int, nodes: list[dict[str, Any]], state: JobState,
+def _stall(handle: SlurmHandle, index: int, nodes: list[Row], state: JobState,
            message: str, *, held: bool) -> tuple[JobState, str]:
     """A running run's stall, from the first node's watch (``shared.heartbeat``). A run that the watch
     ended (stall.action: fail; its runner then cancels the job) is FAILED with its reason once Slurm
@@ -100,7 +101,7 @@ def _stall(handle: SlurmHandle, index: int, nodes: list[dict[str, Any]], state: 
 
     ended = [n for n in nodes if n.get("error") and n.get("state") == "exited"]
     if ended:
-        first = min(ended, key=lambda n: (n.get("ended") or 0, n["node"]))
+        first = min(ended, key=_when)
         if held:
             return state, f"ending: {first['error']}; Slurm still holds the allocation (ddpjob cancel frees it)"
         return JobState.FAILED, str(first["error"])
@@ -111,23 +112,46 @@ def _stall(handle: SlurmHandle, index: int, nodes: list[dict[str, Any]], state: 
     return state, note or message
 
 
-def _typed(nodes: list[dict[str, Any]]) -> list[NodeStatus]:
+# A node runner's record (``slurm/job/node.py``) as status reads it: its keys in ``node_records``.
+Row = dict[str, object]
+
+
+def _node(n: Row) -> int:
+    """The node's number (``node_records`` made it one)."""
+    node = n.get("node")
+    return node if isinstance(node, int) else -1
+
+
+def _ended(n: Row) -> float | None:
+    ended = n.get("ended")
+    return float(ended) if isinstance(ended, (int, float)) and not isinstance(ended, bool) else None
+
+
+def _when(n: Row) -> tuple[float, int]:
+    """The order nodes ended in: when (unknown first), then by number."""
+    return _ended(n) or 0.0, _node(n)
+
+
+def _typed(nodes: list[Row]) -> list[NodeStatus]:
     return [NodeStatus.of(n) for n in nodes]
 
 
-def node_records(handle: SlurmHandle, index: int) -> list[dict[str, Any]]:
+def node_records(handle: SlurmHandle, index: int) -> list[Row]:
     out = []
     for node in range(handle.nodes):
         rec = read_json(node_paths(handle.job_dir, index, node)["record"])
         if not isinstance(rec, dict):
             continue
-        out.append({k: rec[k] for k in ("node", "host", "address", "interface", "rendezvous", "state", "exit_code",
-                                        "restart", "start", "rank", "ended", "error", "left") if k in rec})
+        row: Row = {k: rec[k] for k in ("node", "host", "address", "interface", "rendezvous", "state", "exit_code",
+                                        "restart", "start", "rank", "ended", "error", "left") if k in rec}
+        if not isinstance(row.get("node"), int):
+            row["node"] = node
+        out.append(row)
     return out
 
 
 def _message(handle: SlurmHandle, index: int, rec: slurm_query.SlurmRecord, state: JobState,
-             nodes: list[dict[str, Any]]) -> str:
+             nodes: list[Row]) -> str:
     from launcher.targets.shared.rootcause import NodeFailure, first_failure
 
     if state == JobState.PENDING:
@@ -136,17 +160,17 @@ def _message(handle: SlurmHandle, index: int, rec: slurm_query.SlurmRecord, stat
         return rec.state.lower()
     if state != JobState.FAILED:
         return ""
-    bad = {n["node"]: n for n in nodes if n.get("exit_code") not in (0, None)}
-    stopped = sorted((n for n in bad.values() if n.get("error")), key=lambda n: (n.get("ended") or 0, n["node"]))
+    bad = {_node(n): n for n in nodes if n.get("exit_code") not in (0, None)}
+    stopped = sorted((n for n in bad.values() if n.get("error")), key=_when)
     if stopped:  # the node runner stopped before torchrun (an interface or a name this node lacks)
-        others = sorted(set(bad) - {stopped[0]["node"]})
+        others = sorted(set(bad) - {_node(stopped[0])})
         return str(stopped[0]["error"]) + (f" (node(s) {', '.join(map(str, others))} stopped too)" if others else "")
     if bad:
         failures = []
         for node, n in bad.items():
             paths = node_paths(handle.job_dir, index, node)
             failures.append(NodeFailure(node, paths["log"], paths["error_file"], paths["torchrun_log_dir"],
-                                        n.get("ended")))
+                                        _ended(n)))
         first, cause, after = first_failure(failures, handle.procs_per_node)
         text = f"node {first.node} ({bad[first.node].get('host', '?')}): {cause}"
         return text + (f" (then node(s) {', '.join(map(str, after))} failed after it)" if after else "")

@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
-from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
+from launcher.core.errors import Issue, SubmitRejected, TargetError, TargetUnavailable
 from launcher.core.quantity import parse_memory, slurm_mem
 from launcher.targets.base import LogFilter, Plan, PlanContext, Target
 from launcher.targets.jobstatus import JobStatus
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
     from launcher.targets.shared.stacks import JobStacks
+    from launcher.targets.slurm.container import ContainerInputs, Launch
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"}  # HPC fabrics usually have InfiniBand
 
@@ -55,7 +56,7 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
 
     # ------------------------------------------------------------------ plan
 
-    def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Any]:
+    def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Issue]:
         """The script from the working directory, assuming (as Slurm jobs usually do) that it is on
         a filesystem the nodes share; modules only when the nodes run this machine's Python."""
         from launcher.targets.shared.preflight import missing_program
@@ -76,7 +77,7 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
     def load_handle(self, data: dict[str, object]) -> SlurmHandle:
         return from_json(SlurmHandle, data)
 
-    def inputs(self, loaded: LoadedSpec, *, online: bool) -> Any:
+    def inputs(self, loaded: LoadedSpec, *, online: bool) -> ContainerInputs | None:
         """oci and podman: the submitting user's ids; oci: the image's id and environment too."""
         from launcher.targets.slurm.container import read_inputs
 
@@ -88,8 +89,7 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
         from launcher.targets.shared import dist
         from launcher.targets.slurm.container import launch as container_launch
 
-        spec = loaded.spec
-        s = spec.section(SlurmOptions)
+        spec, s = loaded.spec, loaded.spec.section(SlurmOptions)
         gpus = s.gpus_per_node if s.gpus_per_node is not None else spec.resources.gpus
         cpus = s.cpus_per_task or spec.resources.cpus
         procs_per_node = dist.resolve_procs_per_node(spec, gpus)
@@ -291,7 +291,7 @@ class SlurmTarget(Target[SlurmPayload, SlurmHandle]):
             delay = min(delay * 1.5, 3.0)
 
 
-def _container_text(launch: Any) -> list[str]:
+def _container_text(launch: Launch) -> list[str]:
     """What render adds for the oci and podman runtimes: the bundle and its config.json, or the task epilog."""
     from launcher.targets.slurm.container import UNKNOWN_ID
 
@@ -343,8 +343,8 @@ def _prepare_container(p: SlurmPayload) -> None:
             bundles.prune(os.path.dirname(p.oci.path))
 
 
-def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, runs: int | None,
-                     srun_args: list[str]) -> dict[str, Any]:
+def _executor_params(spec: JobSpec, job_id: str, *, gpus: int, cpus: int | None, runs: int | None,
+                     srun_args: list[str]) -> dict[str, object]:
     """submitit's ``SlurmExecutor`` parameters (and so the sbatch flags) for the job."""
     from launcher.targets.slurm.options import time_to_minutes
 
@@ -354,7 +354,7 @@ def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, run
         mem: str | None = slurm_mem(parse_memory(s.memory, "sbatch"))
     else:
         mem = slurm_mem(parse_memory(memory, "quantity")) if memory else None
-    additional: dict[str, Any] = {"requeue" if s.requeue else "no-requeue": True}
+    additional: dict[str, object] = {"requeue" if s.requeue else "no-requeue": True}
     if spec.nodes > 1 and spec.recovery.max_losses:
         # The run goes on without a lost node (job/recover.py): when Slurm declares that node down it must
         # end neither the job (sbatch --no-kill) nor the step's tasks on the other nodes (srun --no-kill:
@@ -363,7 +363,7 @@ def _executor_params(spec: Any, job_id: str, *, gpus: int, cpus: int | None, run
         additional["no-kill"] = True
         srun_args = ["--no-kill", *srun_args]
     additional.update(s.sbatch)
-    params: dict[str, Any] = {
+    params: dict[str, object] = {
         "job_name": job_id,
         "nodes": spec.nodes,
         "ntasks_per_node": 1,
