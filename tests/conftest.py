@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,14 @@ REPO = Path(__file__).resolve().parents[1]
 # Shared test helpers (tests/goldens.py) import by name from any test directory.
 sys.path.insert(0, str(Path(__file__).parent))
 
-from testkit import REAL_FIXTURES, REAL_MARKERS, ddpjob, ddpjob_in_process, stop_leftovers  # noqa: E402
+from testkit import (  # noqa: E402
+    REAL_FIXTURES,
+    REAL_MARKERS,
+    TESTS_HOME,
+    ddpjob,
+    ddpjob_in_process,
+    stop_leftovers,
+)
 
 # Hypothesis keeps no example database (a failure is reproduced from the seed and the example it
 # prints), and the cache of constants it writes whatever the database goes to a folder of this user
@@ -26,7 +32,6 @@ from testkit import REAL_FIXTURES, REAL_MARKERS, ddpjob, ddpjob_in_process, stop
 # a test's @given reads the code's constants when it is collected.
 settings.register_profile("ddpjob", database=None)
 settings.load_profile("ddpjob")
-TESTS_HOME = Path(tempfile.gettempdir()) / f"ddpjob-tests-{os.getuid()}"
 HYPOTHESIS_HOME = TESTS_HOME / "hypothesis"
 TESTS_HOME.mkdir(mode=0o700, exist_ok=True)
 set_hypothesis_home_dir(HYPOTHESIS_HOME)

@@ -4,6 +4,7 @@ name (``from testkit import needs_crd``)."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import json
@@ -11,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +21,9 @@ from typing import TypeVar
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: where `ddpjob` runs unless told
+# What the tests keep between runs (hypothesis's folder, compiled code, the verdicts of reference
+# checkers): a folder of this user outside the checkout (tests/conftest.py makes it).
+TESTS_HOME = Path(tempfile.gettempdir()) / f"ddpjob-tests-{os.getuid()}"
 
 # Reference material outside the repository (the upstream PyTorchJob CRD, ...) reaches the tests
 # only through DDPJOB_SHARED (.ci/run sets it when ../shared exists). Tests that need it skip with a
@@ -238,6 +243,31 @@ def ddpjob(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None
     if check and proc.returncode != 0:
         raise AssertionError(f"ddpjob {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def parsed(path: Path) -> ast.Module:
+    """The module at ``path`` parsed, once per test process for every test that reads the code of
+    launcher/ (five files of tests walk the whole package: ~1-2 s a parse of it). A file changed since
+    (by its size or time) is parsed again. The tree is shared: read it, never change it."""
+    st = path.stat()
+    return _parsed(str(path), st.st_mtime_ns, st.st_size)
+
+
+def walked(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of ``parsed(path)`` in ``ast.walk``'s order, kept as ``parsed`` keeps the tree: a walk
+    of the whole package costs about as much as its parse, and several checks walk it."""
+    st = path.stat()
+    return _walked(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.cache
+def _parsed(path: str, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(Path(path).read_text(), path)
+
+
+@functools.cache
+def _walked(path: str, mtime_ns: int, size: int) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(_parsed(path, mtime_ns, size)))
 
 
 @functools.cache

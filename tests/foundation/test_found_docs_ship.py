@@ -19,11 +19,12 @@ import stat
 import subprocess
 import sys
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from testkit import walked
 
 REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "launcher"
@@ -79,10 +80,11 @@ def dead_links(files: Mapping[str, str | None]) -> list[str]:
     return bad
 
 
-def docstrings(tree: ast.Module) -> set[int]:
-    """The ids of the module's, its classes' and its functions' docstrings: they explain, they do not tell."""
+def docstrings(nodes: Iterable[ast.AST]) -> set[int]:
+    """The ids of the module's, its classes' and its functions' docstrings (of ``nodes``, every node of
+    a module): they explain, they do not tell."""
     out = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
@@ -92,10 +94,10 @@ def docstrings(tree: ast.Module) -> set[int]:
 
 def texts(path: Path) -> list[str]:
     """The strings of a module (an f-string as one text, ``{}`` for each value), docstrings left out."""
-    tree = ast.parse(path.read_text())
-    skip = docstrings(tree)
+    nodes = walked(path)  # ast.walk of the module's tree, kept for the other tests that read launcher/
+    skip = docstrings(nodes)
     out = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.JoinedStr):
             out.append("".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values))
             skip.update(id(v) for v in node.values)

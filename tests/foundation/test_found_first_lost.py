@@ -12,8 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from test_found_lost_node import LOST_AFTER, _beacon, _port
-from testkit import wait_for
+from test_found_lost_node import LOST_AFTER, _beacon, _port, wait_for  # wait_for: polls every 20 ms
 
 from launcher.targets.shared import heartbeat
 from launcher.targets.shared.restarts import Recovery
@@ -127,9 +126,9 @@ def _alone(tmp_path: Path, node: int) -> tuple[Recovery, heartbeat.Beacon]:
 
 def test_a_node_that_would_take_the_first_nodes_place_but_hears_no_one_leaves(tmp_path, monkeypatch):
     """Node 1 cut off from every node (its own link gone): it stops hearing node 0, listens, hears no
-    one (1 of 3) and leaves; it does not start a run of its own. (It listens for 1 s here, not the 8 s
-    of four heartbeat intervals: the heartbeats here come every 0.1 s.)"""
-    monkeypatch.setattr(recover, "ELECT_S", 1.0)
+    one (1 of 3) and leaves; it does not start a run of its own. (It listens for 0.5 s here, not the 8 s
+    of four heartbeat intervals: the heartbeats here come every 0.1 s, five of them in that time.)"""
+    monkeypatch.setattr(recover, "ELECT_S", 0.5)
     second, beacon = _alone(tmp_path, 1)
     lead: list[heartbeat.Watch] = []
     try:

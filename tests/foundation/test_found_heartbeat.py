@@ -7,6 +7,7 @@ as long as the longest (the pure tier's time, issue 35)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import threading
@@ -16,10 +17,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from testkit import wait_for
+import testkit
 
 from launcher.targets.shared import heartbeat
 
+# What these tests wait for is a thread of this process (an attribute, or watch.json, which the watch
+# replaces whole): cheap to look at, so looked at every 20 ms, not testkit's 0.2 s.
+wait_for = functools.partial(testkit.wait_for, poll=0.02)
 _GIVEN: set[int] = set()  # the scenarios run at once: never the same port twice
 _GIVING = threading.Lock()
 

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from testkit import parsed, walked
 
 from launcher.core.plugins import BUILTIN
 
@@ -29,22 +30,16 @@ MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
 
 
 @functools.cache
-def parsed(path: Path) -> ast.Module:
-    """Each module is parsed once for all the graphs these tests draw (not for each one)."""
-    return ast.parse(path.read_text())
-
-
-@functools.cache
 def all_imports(path: Path) -> list[ast.AST]:
     """Every import statement of the module, wherever it is (one walk of its tree for all the graphs)."""
-    return [n for n in ast.walk(parsed(path)) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return [n for n in walked(path) if isinstance(n, (ast.Import, ast.ImportFrom))]
 
 
 @functools.cache
 def type_checking_imports(path: Path) -> frozenset[int]:
     """The import statements (their ids) inside the module's ``if TYPE_CHECKING:`` blocks."""
     return frozenset(
-        id(n) for node in ast.walk(parsed(path)) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        id(n) for node in walked(path) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
         for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 

@@ -13,6 +13,8 @@ import ast
 import json
 from pathlib import Path
 
+from testkit import parsed, walked
+
 from launcher.targets.local.job.staterecord import STATE_VERSION, parse_state, read_state, write_state
 from launcher.targets.local.payload import LocalHandle
 from launcher.targets.local.status import job_status
@@ -110,8 +112,9 @@ def _handle(node: ast.expr) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == "handle"
 
 
-def _functions(tree: ast.AST) -> list[ast.AST]:
-    return [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+def _functions(path: Path) -> list[ast.AST]:
+    """The module and each function in it, nested ones too."""
+    return [parsed(path), *(n for n in walked(path) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
 
 
 def _body_only(fn: ast.AST) -> list[ast.stmt]:
@@ -137,20 +140,20 @@ def _returns_raw(fn: ast.FunctionDef | ast.AsyncFunctionDef, sources: set[str]) 
 def reads_by_key(root: Path = PKG) -> list[str]:
     """``path:line (function)`` of every read by key of plan.json's or state.json's data (or a handle's)
     outside the record modules; the functions that hand the raw data on count as its readers too."""
-    trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted(root.rglob("*.py"))}
-    rel = {path: path.relative_to(root.parent) for path in trees}
+    functions = {path: _functions(path) for path in sorted(root.rglob("*.py"))}
+    rel = {path: path.relative_to(root.parent) for path in functions}
     sources: set[str] = set()
     while True:  # the package's functions that return the raw data (a wrapper of RunFolder.read_state)
-        more = {fn.name for path, tree in trees.items() if rel[path] not in OWNERS for fn in _functions(tree)
+        more = {fn.name for path, fns in functions.items() if rel[path] not in OWNERS for fn in fns
                 if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and _returns_raw(fn, sources)}
         if more <= sources:
             break
         sources |= more
     wrong = []
-    for path, tree in trees.items():
+    for path, fns in functions.items():
         if rel[path] in OWNERS:
             continue
-        for fn in _functions(tree):
+        for fn in fns:
             name = getattr(fn, "name", "<module>")
             if (str(rel[path]), name) in ALLOWED:
                 continue

@@ -5,12 +5,13 @@ through the loopback API server: ``tests/k8s/test_k8s_recovery.py``."""
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import time
 from pathlib import Path
 
-from testkit import wait_for
+import testkit
 
 from launcher.targets.shared import heartbeat
 from launcher.targets.shared.recovery import goodput, losses
@@ -18,6 +19,9 @@ from launcher.targets.shared.restarts import Recovery
 from launcher.targets.shared.told import Told
 
 LOST_AFTER = 5.0
+# What these tests wait for is a thread of this process (an attribute, or watch.json, which the watch
+# replaces whole): cheap to look at, so looked at every 20 ms, not testkit's 0.2 s.
+wait_for = functools.partial(testkit.wait_for, poll=0.02)
 
 
 def _port() -> int:
@@ -114,7 +118,9 @@ def test_a_new_first_pod_makes_every_other_pod_start_again_with_it(tmp_path):
     try:
         assert second.join(10) and not second.interrupted()
         watch.stop()
-        time.sleep(0.6)  # the old watch's socket closes
+        old = watch._sock
+        assert old is not None
+        wait_for(lambda: old.fileno() == -1, "the old watch's socket to close", timeout=10, poll=0.02)
         new_first = _recovery(0)
         watch = _watch(port, new_first, tmp_path)
         wait_for(second.interrupted, "node 1 to hear the new first pod", timeout=10)

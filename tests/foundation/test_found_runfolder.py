@@ -9,7 +9,10 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from testkit import walked
 
 from launcher.targets.shared import runfolder
 from launcher.targets.shared.runfolder import PodFolder, RunFolder, TaskFolder
@@ -31,31 +34,32 @@ FORBIDDEN = [re.compile(p) for p in (
 FOLDERS = {"vitals", "pods", "output"}  # bare names: forbidden only where a path is joined from them
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    return {id(node.body[0].value) for node in ast.walk(tree)
+# Each takes every node of a module (``testkit.walked``: ``ast.walk`` of its tree, kept for the other checks).
+def _docstrings(nodes: Iterable[ast.AST]) -> set[int]:
+    return {id(node.body[0].value) for node in nodes
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
             and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
 
 
-def _spelled(tree: ast.AST) -> list[tuple[int, str]]:
+def _spelled(nodes: Sequence[ast.AST]) -> list[tuple[int, str]]:
     """(line, text) of every string the code holds: literals, bytes and f-strings; docstrings left out."""
-    docs, inner, out = _docstrings(tree), set(), []
-    for node in ast.walk(tree):
+    docs, inner, out = _docstrings(nodes), set(), []
+    for node in nodes:
         if isinstance(node, ast.JoinedStr):
             parts = [v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "{}" for v in node.values]
             inner |= {id(v) for v in node.values}
             out.append((node.lineno, "".join(parts)))
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Constant) and id(node) not in docs | inner and isinstance(node.value, (str, bytes)):
             value = node.value if isinstance(node.value, str) else node.value.decode("utf-8", "replace")
             out.append((node.lineno, value))
     return out
 
 
-def _joined_folders(tree: ast.AST) -> list[tuple[int, str]]:
+def _joined_folders(nodes: Iterable[ast.AST]) -> list[tuple[int, str]]:
     """A bare folder name of the run folder used as a path part: ``os.path.join(x, "vitals")``, ``p / "pods"``."""
     found = []
-    for node in ast.walk(tree):
+    for node in nodes:
         args: list[ast.expr] = []
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("join", "joinpath"):
             args = node.args[1:]
@@ -70,11 +74,11 @@ def spelled_elsewhere(root: Path = PKG) -> list[str]:
     for path in sorted(root.rglob("*.py")):
         if path == OWNER:
             continue
-        tree, where = ast.parse(path.read_text(), str(path)), path.relative_to(root.parent)
-        for line, text in _spelled(tree):
+        nodes, where = walked(path), path.relative_to(root.parent)
+        for line, text in _spelled(nodes):
             if any(p.search(text) for p in FORBIDDEN):
                 wrong.append(f"{where}:{line}: {text[:80]!r}")
-        wrong += [f"{where}:{line}: {name!r} joined into a path" for line, name in _joined_folders(tree)]
+        wrong += [f"{where}:{line}: {name!r} joined into a path" for line, name in _joined_folders(nodes)]
     return wrong
 
 
