@@ -7,15 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.targets.k8s.objects import pytorchjob, trainjob
 from launcher.targets.k8s.objects.apis import PYTORCHJOB, TRAINJOB, KubeflowApi
 from launcher.targets.k8s.objects.render import Builder, Rendered, SpecPath, render
-from launcher.targets.k8s.validation.check import check_objects
+from launcher.targets.k8s.validation.check import SpecFieldOf, check_objects
 
 if TYPE_CHECKING:
     from launcher.core.errors import Issue
+    from launcher.core.jsondata import JSONObject
     from launcher.core.states import JobState
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
@@ -42,29 +43,29 @@ class Flavour:
     spec_issues: Callable[[JobSpec, str], list[Issue]]
     build: Builder
     controller_env: Callable[[str], bool] | None
-    problems: Callable[[dict[str, Any], dict[str, Any] | None], list[SchemaIssue]]
-    spec_field: Callable[..., SpecPath]
+    problems: Callable[[JSONObject, JSONObject | None], list[SchemaIssue]]
+    spec_field: SpecFieldOf
     field_targets: list[SpecPath]
     same: Callable[[SpecPath], SpecPath]
-    state: Callable[[dict[str, Any] | None], tuple[JobState, str]]
-    summary: Callable[[dict[str, Any] | None], str]
+    state: Callable[[object], tuple[JobState, str]]
+    summary: Callable[[object], str]
 
     def render(self, spec: JobSpec, job_id: str, nccl_defaults: dict[str, str]) -> Rendered:
         return render(spec, job_id, nccl_defaults, self.build, self.controller_env)
 
-    def check(self, loaded: LoadedSpec, objects: list[dict[str, Any]], crd: CrdInput) -> None:
+    def check(self, loaded: LoadedSpec, objects: list[JSONObject], crd: CrdInput) -> None:
         """Raise ``SpecError`` (every problem, at its spec field) if an object fails a check."""
         check_objects(loaded, objects, self.api.kind, lambda obj: self.problems(obj, crd.schema), self.spec_field,
                       self.same)
 
 
-def _validate_pytorchjob(obj: dict[str, Any], schema: dict[str, Any] | None) -> list[SchemaIssue]:
+def _validate_pytorchjob(obj: JSONObject, schema: JSONObject | None) -> list[SchemaIssue]:
     from launcher.targets.k8s.validation.schema import validate_pytorchjob
 
     return validate_pytorchjob(obj, schema)
 
 
-def _validate_trainjob(obj: dict[str, Any], schema: dict[str, Any] | None) -> list[SchemaIssue]:
+def _validate_trainjob(obj: JSONObject, schema: JSONObject | None) -> list[SchemaIssue]:
     from launcher.targets.k8s.validation.trainjob_rules import validate_trainjob
 
     return validate_trainjob(obj, schema)

@@ -14,9 +14,8 @@ status. The rules come from the training operator v1.9.x (see k8s/README.md):
 
 from __future__ import annotations
 
-from typing import Any
-
 from launcher.core.errors import Issue
+from launcher.core.jsondata import JSON, JSONObject, arr, obj
 from launcher.core.states import JobState
 from launcher.spec.model import JobSpec
 from launcher.targets.k8s.objects import runner
@@ -93,20 +92,20 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
     return issues
 
 
-def build(spec: JobSpec, run: Run) -> dict[str, Any]:
+def build(spec: JobSpec, run: Run) -> JSONObject:
     """One run's PyTorchJob."""
     k = spec.section(K8sOptions)
-    replica_specs: dict[str, Any] = {"Master": _replica(spec, 1, run)}
+    replica_specs: JSONObject = {"Master": _replica(spec, 1, run)}
     if spec.nodes > 1:
         replica_specs["Worker"] = _replica(spec, spec.nodes - 1, run)
-    run_policy: dict[str, Any] = {
+    run_policy: JSONObject = {
         # Running: free GPUs of pods still running when the job ends, keep finished pods and their logs.
         "cleanPodPolicy": "Running",
         "backoffLimit": k.backoff_limit,
     }
     if k.ttl_seconds_after_finished is not None:
         run_policy["ttlSecondsAfterFinished"] = k.ttl_seconds_after_finished
-    job_spec: dict[str, Any] = {"runPolicy": run_policy, "nprocPerNode": str(run.procs_per_node)}
+    job_spec: JSONObject = {"runPolicy": run_policy, "nprocPerNode": str(run.procs_per_node)}
     if k.elastic is not None:
         job_spec["elasticPolicy"] = {
             "minReplicas": k.elastic.min_nodes,
@@ -118,13 +117,14 @@ def build(spec: JobSpec, run: Run) -> dict[str, Any]:
     return {"apiVersion": PYTORCHJOB.api_version, "kind": PYTORCHJOB.kind, "metadata": run.metadata, "spec": job_spec}
 
 
-def _replica(spec: JobSpec, replicas: int, run: Run) -> dict[str, Any]:
+def _replica(spec: JobSpec, replicas: int, run: Run) -> JSONObject:
     pod = pod_spec(spec)
-    pod["containers"] = [_container(spec, run)]
-    pod["volumes"] = volumes(spec)
+    container = _container(spec, run)
+    pod["containers"] = [container]
+    pod["volumes"] = pod_volumes = volumes(spec)
     if runner.marks(spec):  # restartPolicy OnFailure: where the verdict that ended the run outlives the container
-        pod["volumes"].append({"name": runner.MARK_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}})
-        pod["containers"][0]["volumeMounts"].append({"name": runner.MARK_VOLUME, "mountPath": runner.MARK_DIR})
+        pod_volumes.append({"name": runner.MARK_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}})
+        arr(container["volumeMounts"]).append({"name": runner.MARK_VOLUME, "mountPath": runner.MARK_DIR})
     # No restartPolicy in the pod template: the operator overwrites it from the replica's (and warns).
     return {
         "replicas": replicas,
@@ -133,9 +133,9 @@ def _replica(spec: JobSpec, replicas: int, run: Run) -> dict[str, Any]:
     }
 
 
-def _container(spec: JobSpec, run: Run) -> dict[str, Any]:
+def _container(spec: JobSpec, run: Run) -> JSONObject:
     k = spec.section(K8sOptions)
-    c: dict[str, Any] = {"name": PYTORCHJOB.container, "image": spec.image or ""}
+    c: JSONObject = {"name": PYTORCHJOB.container, "image": spec.image or ""}
     if k.image_pull_policy:
         c["imagePullPolicy"] = k.image_pull_policy
     c["command"] = [kubelet_escape(a) for a in run.command]
@@ -143,15 +143,15 @@ def _container(spec: JobSpec, run: Run) -> dict[str, Any]:
         c["workingDir"] = k.workdir
     c["env"] = container_env(spec, run.env)
     if k.env_from:
-        env_from = []
+        env_from: list[JSON] = []
         for ef in k.env_from:
-            item: dict[str, Any] = {}
+            item: JSONObject = {}
             if ef.prefix:
                 item["prefix"] = ef.prefix
-            ref_key = "secretRef" if ef.secret is not None else "configMapRef"
-            item[ref_key] = {"name": ef.secret or ef.config_map}
+            ref: JSONObject = {"name": ef.secret or ef.config_map}
+            item["secretRef" if ef.secret is not None else "configMapRef"] = ref
             if ef.optional:
-                item[ref_key]["optional"] = True
+                ref["optional"] = True
             env_from.append(item)
         c["envFrom"] = env_from
     c["ports"] = [{"name": PORT_NAME, "containerPort": spec.master_port or DEFAULT_PORT, "protocol": "TCP"}]
@@ -211,13 +211,13 @@ def one_template(path: SpecPath) -> SpecPath:
 
 # --------------------------------------------------------------------------- status
 
-def condition_state(status: dict[str, Any] | None) -> tuple[JobState, str]:
+def condition_state(status: object) -> tuple[JobState, str]:
     """The state of one PyTorchJob from ``status.conditions``.
 
     Failed, Succeeded, then Suspended win when True; otherwise the latest True condition among
     Restarting/Running/Created (they are appended in order). No conditions: not reconciled yet.
     """
-    conds = [c for c in (status or {}).get("conditions") or [] if isinstance(c, dict)]
+    conds = [c for c in arr(obj(status).get("conditions")) if isinstance(c, dict)]
     if not conds:
         return JobState.PENDING, NOT_RECONCILED
     true = [c for c in conds if c.get("status") == "True"]
@@ -229,14 +229,16 @@ def condition_state(status: dict[str, Any] | None) -> tuple[JobState, str]:
     return PYTORCHJOB_CONDITIONS.get(str(latest.get("type")), JobState.UNKNOWN), _cond_message(latest)
 
 
-def _cond_message(c: dict[str, Any]) -> str:
+def _cond_message(c: JSONObject) -> str:
     return str(c.get("message") or c.get("reason") or c.get("type") or "")
 
 
-def replica_summary(status: dict[str, Any] | None) -> str:
+def replica_summary(status: object) -> str:
     """``Master: 1 active; Worker: 1 active, 2 succeeded`` from ``status.replicaStatuses``."""
     parts = []
-    for rtype, counts in sorted(((status or {}).get("replicaStatuses") or {}).items()):
+    statuses = obj(obj(status).get("replicaStatuses"))
+    for rtype in sorted(statuses):
+        counts = obj(statuses[rtype])
         nums = [f"{counts.get(k)} {k}" for k in ("active", "succeeded", "failed") if counts.get(k)]
         parts.append(f"{rtype}: {', '.join(nums) or '0 active'}")
     return "; ".join(parts)

@@ -21,13 +21,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from launcher.core.errors import Issue
+from launcher.core.jsondata import JSONList, JSONObject
 from launcher.spec.model import JobSpec
 from launcher.spec.sweep import expand
 from launcher.targets.k8s.objects import runner
-from launcher.targets.k8s.options import K8sOptions
+from launcher.targets.k8s.options import K8sOptions, Toleration, Volume
 from launcher.targets.k8s.payload import K8sElement
 from launcher.targets.shared import dist
 from launcher.targets.shared.launch import run_env, torchrun_argv, worker_command
@@ -49,21 +49,21 @@ class Run:
     """One run as the loop hands it to a flavour's builder."""
 
     name: str
-    metadata: dict[str, Any]  # the object's own: name, namespace, labels, annotations
+    metadata: JSONObject  # the object's own: name, namespace, labels, annotations
     labels: dict[str, str]  # ddpjob's labels, for the pods as well
     command: list[str]  # before kubelet escaping
     env: dict[str, str]  # before kubelet escaping, sorted
     procs_per_node: int
 
 
-Builder = Callable[[JobSpec, Run], dict[str, Any]]
+Builder = Callable[[JobSpec, Run], JSONObject]
 
 
 @dataclass
 class Rendered:
     """The objects of one job (one per sweep element)."""
 
-    objects: list[dict[str, Any]]
+    objects: list[JSONObject]
     elements: list[K8sElement]
     procs_per_node: int
 
@@ -114,6 +114,11 @@ def cpu_request(spec: JobSpec) -> str | None:
     return None if value is None else str(value)
 
 
+def _strings(values: dict[str, str]) -> JSONObject:
+    """``values`` sorted by key, as a JSON object."""
+    return dict(sorted(values.items()))
+
+
 def render(spec: JobSpec, job_id: str, nccl_defaults: dict[str, str], build: Builder,
            controller_env: Callable[[str], bool] | None = None) -> Rendered:
     """The object ``build`` makes of every run of ``spec`` (deterministic: sorted env, fixed key order).
@@ -128,7 +133,7 @@ def render(spec: JobSpec, job_id: str, nccl_defaults: dict[str, str], build: Bui
         base_env = {n: v for n, v in base_env.items() if not controller_env(n)}
     output_root = spec.output_dir or f"{OUTPUT_ROOT}/{job_id}"
     sweep = bool(spec.sweep)
-    objects: list[dict[str, Any]] = []
+    objects: list[JSONObject] = []
     elements: list[K8sElement] = []
     for el in expand(spec, job_id=job_id, output_root=output_root):
         name = job_name(job_id, el.index, sweep)
@@ -149,45 +154,45 @@ def render(spec: JobSpec, job_id: str, nccl_defaults: dict[str, str], build: Bui
     return Rendered(objects, elements, procs)
 
 
-def _metadata(spec: JobSpec, name: str, labels: dict[str, str]) -> dict[str, Any]:
+def _metadata(spec: JobSpec, name: str, labels: dict[str, str]) -> JSONObject:
     k = spec.section(K8sOptions)
     job_labels = {**k.labels, **labels}
     if k.queue:
         job_labels[LABEL_QUEUE] = k.queue  # Kueue reads the queue from the object's own label
-    metadata: dict[str, Any] = {"name": name}
+    metadata: JSONObject = {"name": name}
     if k.namespace:
         metadata["namespace"] = k.namespace
-    metadata["labels"] = dict(sorted(job_labels.items()))
+    metadata["labels"] = _strings(job_labels)
     if k.annotations:
-        metadata["annotations"] = dict(sorted(k.annotations.items()))
+        metadata["annotations"] = _strings(k.annotations)
     return metadata
 
 
 # --------------------------------------------------------------------------- parts of the pods
 
-def pod_metadata(spec: JobSpec, labels: dict[str, str]) -> dict[str, Any]:
+def pod_metadata(spec: JobSpec, labels: dict[str, str]) -> JSONObject:
     """The pods' labels and annotations (neither API copies the object's own to its pods)."""
     k = spec.section(K8sOptions)
     annotations = {**k.annotations}
     if not k.istio_inject:
         # An Istio sidecar keeps the pod Running after training exits and intercepts the rendezvous.
         annotations[ISTIO_ANNOTATION] = "false"
-    meta: dict[str, Any] = {"labels": dict(sorted({**k.labels, **labels}.items()))}
+    meta: JSONObject = {"labels": _strings({**k.labels, **labels})}
     if annotations:
-        meta["annotations"] = dict(sorted(annotations.items()))
+        meta["annotations"] = _strings(annotations)
     return meta
 
 
-def pod_spec(spec: JobSpec) -> dict[str, Any]:
+def pod_spec(spec: JobSpec) -> JSONObject:
     """The pod spec's scheduling fields; each flavour adds the containers and volumes."""
     k = spec.section(K8sOptions)
-    pod: dict[str, Any] = {}
+    pod: JSONObject = {}
     if k.service_account:
         pod["serviceAccountName"] = k.service_account
     if k.priority_class:
         pod["priorityClassName"] = k.priority_class
     if k.node_selector:
-        pod["nodeSelector"] = dict(sorted(k.node_selector.items()))
+        pod["nodeSelector"] = _strings(k.node_selector)
     if k.tolerations:
         pod["tolerations"] = [_toleration(t) for t in k.tolerations]
     if k.image_pull_secrets:
@@ -195,7 +200,7 @@ def pod_spec(spec: JobSpec) -> dict[str, Any]:
     return pod
 
 
-def volumes(spec: JobSpec) -> list[dict[str, Any]]:
+def volumes(spec: JobSpec) -> JSONList:
     return [
         # Containers get 64 MB of /dev/shm; DataLoader workers and NCCL need more (Bus error otherwise).
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm}},
@@ -203,29 +208,26 @@ def volumes(spec: JobSpec) -> list[dict[str, Any]]:
     ]
 
 
-def volume_mounts(spec: JobSpec) -> list[dict[str, Any]]:
+def volume_mounts(spec: JobSpec) -> JSONList:
     return [{"name": "dshm", "mountPath": "/dev/shm"}, *(_mount(v) for v in spec.section(K8sOptions).volumes)]
 
 
-def container_env(spec: JobSpec, env: dict[str, str]) -> list[dict[str, Any]]:
+def container_env(spec: JobSpec, env: dict[str, str]) -> JSONList:
     """The container's ``env``: ``env`` (escaped) and the spec's ``k8s.env_refs``, sorted by name."""
-    entries: list[dict[str, Any]] = [{"name": n, "value": kubelet_escape(v)} for n, v in env.items()]
+    entries: list[tuple[str, JSONObject]] = [(n, {"name": n, "value": kubelet_escape(v)}) for n, v in env.items()]
     for n, ref in spec.section(K8sOptions).env_refs.items():
-        source: dict[str, dict[str, Any]]
-        if ref.secret is not None:
-            source = {"secretKeyRef": {"name": ref.secret, "key": ref.key}}
-        else:
-            source = {"configMapKeyRef": {"name": ref.config_map, "key": ref.key}}
+        key_ref: JSONObject = {"name": ref.secret if ref.secret is not None else ref.config_map, "key": ref.key}
         if ref.optional:
-            next(iter(source.values()))["optional"] = True
-        entries.append({"name": n, "valueFrom": source})
-    return sorted(entries, key=lambda e: e["name"])
+            key_ref["optional"] = True
+        source: JSONObject = {"secretKeyRef" if ref.secret is not None else "configMapKeyRef": key_ref}
+        entries.append((n, {"name": n, "valueFrom": source}))
+    return [entry for _, entry in sorted(entries, key=lambda e: e[0])]
 
 
-def resources(spec: JobSpec) -> dict[str, Any]:
+def resources(spec: JobSpec) -> JSONObject:
     """One node's requests and limits."""
-    requests: dict[str, str] = {}
-    limits: dict[str, str] = {}
+    requests: JSONObject = {}
+    limits: JSONObject = {}
     cpu = cpu_request(spec)
     if cpu is not None:
         # A request only: CPU limits throttle data loading and collective progress threads.
@@ -235,7 +237,7 @@ def resources(spec: JobSpec) -> dict[str, Any]:
     if spec.resources.gpus:
         # Extended resources must have limits (requests, if given, equal to them).
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(spec.resources.gpus)
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     if limits:
         out["limits"] = limits
     if requests:
@@ -243,8 +245,8 @@ def resources(spec: JobSpec) -> dict[str, Any]:
     return out
 
 
-def _toleration(t: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _toleration(t: Toleration) -> JSONObject:
+    out: JSONObject = {}
     if t.key is not None:
         out["key"] = t.key
     out["operator"] = t.operator
@@ -257,7 +259,8 @@ def _toleration(t: Any) -> dict[str, Any]:
     return out
 
 
-def _volume(v: Any) -> dict[str, Any]:
+def _volume(v: Volume) -> JSONObject:
+    src: JSONObject
     if v.pvc is not None:
         src = {"persistentVolumeClaim": {"claimName": v.pvc, **({"readOnly": True} if v.read_only else {})}}
     elif v.config_map is not None:
@@ -269,8 +272,8 @@ def _volume(v: Any) -> dict[str, Any]:
     return {"name": v.name, **src}
 
 
-def _mount(v: Any) -> dict[str, Any]:
-    m: dict[str, Any] = {"name": v.name, "mountPath": v.mount_path}
+def _mount(v: Volume) -> JSONObject:
+    m: JSONObject = {"name": v.name, "mountPath": v.mount_path}
     if v.read_only:
         m["readOnly"] = True
     if v.sub_path:

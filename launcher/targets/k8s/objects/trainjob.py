@@ -18,9 +18,8 @@ spec, its status. The rules come from Trainer v2.3.0 (k8s/README.md, "TrainJob")
 
 from __future__ import annotations
 
-from typing import Any
-
 from launcher.core.errors import Issue
+from launcher.core.jsondata import JSON, JSONObject, arr, obj
 from launcher.core.states import JobState
 from launcher.spec.model import JobSpec
 from launcher.targets.k8s.objects import runner
@@ -114,10 +113,10 @@ def spec_issues(spec: JobSpec, job_id: str) -> list[Issue]:
     return issues
 
 
-def build(spec: JobSpec, run: Run) -> dict[str, Any]:
+def build(spec: JobSpec, run: Run) -> JSONObject:
     """One run's TrainJob."""
     k = spec.section(K8sOptions)
-    trainer: dict[str, Any] = {"image": spec.image or "", "command": [kubelet_escape(a) for a in run.command],
+    trainer: JSONObject = {"image": spec.image or "", "command": [kubelet_escape(a) for a in run.command],
                                "env": container_env(spec, run.env), "numNodes": spec.nodes,
                                "numProcPerNode": run.procs_per_node}
     per_node = resources(spec)
@@ -135,12 +134,12 @@ def build(spec: JobSpec, run: Run) -> dict[str, Any]:
     }
 
 
-def _pod(spec: JobSpec, run: Run) -> dict[str, Any]:
+def _pod(spec: JobSpec, run: Run) -> JSONObject:
     pod = pod_spec(spec)
-    pod["volumes"] = volumes(spec)
+    pod["volumes"] = pod_volumes = volumes(spec)
     mounts = volume_mounts(spec)
     if runner.marks(spec):  # where the verdict that ended the run outlives the restarted container
-        pod["volumes"].append({"name": runner.MARK_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}})
+        pod_volumes.append({"name": runner.MARK_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}})
         mounts.append({"name": runner.MARK_VOLUME, "mountPath": runner.MARK_DIR})
     pod["containers"] = [{"name": REPLICATED_JOB, "volumeMounts": mounts}]
     return {"metadata": pod_metadata(spec, run.labels), "spec": pod}
@@ -182,14 +181,14 @@ def spec_field(path: SpecPath, spec: JobSpec | None = None, *, k8s_cpu: bool | N
 
 # --------------------------------------------------------------------------- status
 
-def condition_state(status: dict[str, Any] | None) -> tuple[JobState, str]:
+def condition_state(status: object) -> tuple[JobState, str]:
     """The state of one TrainJob from ``status.conditions`` and ``status.jobsStatus``.
 
     Failed, Complete, then Suspended win when True (v2.3.0 has no Created/Running condition);
     otherwise the child Job's counts: ready -> RUNNING, active -> PENDING (pods starting), none
     -> PENDING (not reconciled yet). Another True condition type -> UNKNOWN.
     """
-    conds = [c for c in (status or {}).get("conditions") or [] if isinstance(c, dict)]
+    conds = [c for c in arr(obj(status).get("conditions")) if isinstance(c, dict)]
     true = [c for c in conds if c.get("status") == "True"]
     for ctype in ("Failed", "Complete", "Suspended"):
         for c in true:
@@ -198,20 +197,28 @@ def condition_state(status: dict[str, Any] | None) -> tuple[JobState, str]:
     other = [c for c in true if c.get("type") not in TRAINJOB_CONDITIONS]
     if other:
         return JobState.UNKNOWN, str(other[-1].get("message") or other[-1].get("type"))
-    jobs = [j for j in (status or {}).get("jobsStatus") or [] if isinstance(j, dict)]
+    jobs = [j for j in arr(obj(status).get("jobsStatus")) if isinstance(j, dict)]
     if not jobs:
         return JobState.PENDING, NOT_RECONCILED
-    if any(int(j.get("ready") or 0) for j in jobs):
+    if any(_count(j.get("ready")) for j in jobs):
         return JobState.RUNNING, "running"
-    if any(int(j.get("active") or 0) for j in jobs):
+    if any(_count(j.get("active")) for j in jobs):
         return JobState.PENDING, "pods are being scheduled or started"
     return JobState.PENDING, "created; waiting for the JobSet's pods"
 
 
-def jobs_summary(status: dict[str, Any] | None) -> str:
-    """``node: 1 ready`` from ``status.jobsStatus`` (counts of child Jobs, not pods)."""
+def _count(value: JSON) -> int:
+    """A child Job count as ``int()`` reads it (a number or a numeric string); a list or an object: 0."""
+    return int(value) if isinstance(value, (int, float, str)) and value else 0
+
+
+def jobs_summary(status: object) -> str:
+    """``node: 1 ready`` from ``status.jobsStatus`` (counts of child Jobs, not pods); an entry that is not
+    an object is left out."""
     parts = []
-    for j in (status or {}).get("jobsStatus") or []:
+    for j in arr(obj(status).get("jobsStatus")):
+        if not isinstance(j, dict):
+            continue
         nums = [f"{j.get(k)} {k}" for k in ("ready", "active", "succeeded", "failed", "suspended") if j.get(k)]
         parts.append(f"{j.get('name', '?')}: {', '.join(nums) or '0 active'} (jobs)")
     return "; ".join(parts)

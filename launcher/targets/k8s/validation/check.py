@@ -11,22 +11,32 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from launcher.core.errors import Issue, dotted_path
 
 if TYPE_CHECKING:
+    from launcher.core.jsondata import JSONObject
     from launcher.spec.load import LoadedSpec
+    from launcher.spec.model import JobSpec
     from launcher.targets.k8s.cluster.client import InvalidObject
     from launcher.targets.k8s.validation.schema import SchemaIssue
 
 SpecPath = tuple[str | int, ...]
 
+
+class SpecFieldOf(Protocol):
+    """A flavour's ``spec_field``: an object path -> the spec field behind it (``k8s_cpu``: the CPU
+    request comes from ``k8s.cpu``; taken from ``spec`` when given)."""
+
+    def __call__(self, path: SpecPath, spec: JobSpec | None = None, *, k8s_cpu: bool | None = None) -> SpecPath: ...
+
+
 _PATH_PART = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
 
 
-def check_objects(loaded: LoadedSpec, objects: list[dict[str, Any]], kind: str,
-                  problems: Callable[[dict[str, Any]], list[SchemaIssue]], field_of: Callable[..., SpecPath],
+def check_objects(loaded: LoadedSpec, objects: list[JSONObject], kind: str,
+                  problems: Callable[[JSONObject], list[SchemaIssue]], field_of: SpecFieldOf,
                   same: Callable[[SpecPath], SpecPath] = lambda path: path) -> None:
     """Raise ``SpecError`` (every problem, at its spec field) if one of ``objects`` has ``problems``.
 
@@ -34,7 +44,7 @@ def check_objects(loaded: LoadedSpec, objects: list[dict[str, Any]], kind: str,
         field_of: the flavour's ``spec_field``.
         same: the key under which problems at different paths are one problem of the spec.
     """
-    found: dict[tuple[Any, ...], Issue] = {}
+    found: dict[tuple[SpecPath, str, str], Issue] = {}
     for obj in objects:
         for si in problems(obj):
             path = field_of(si.path, loaded.spec)
@@ -68,12 +78,12 @@ def parse_field(field: str) -> tuple[str | int, ...]:
 
 
 def located(e: InvalidObject, where: dict[str, str], k8s_cpu: bool, *, dry_run: bool, kind: str,
-            field_of: Callable[..., SpecPath]) -> InvalidObject:
+            field_of: SpecFieldOf) -> InvalidObject:
     """``e`` (a 422 from the API server) with each cause at the spec field it comes from."""
     from launcher.targets.k8s.cluster.client import InvalidObject
 
     lines: list[str] = []
-    seen: set[tuple[Any, ...]] = set()
+    seen: set[tuple[SpecPath, str]] = set()
     for field, message in e.causes:
         path = parse_field(field) if field else ()
         key = (path[:2] + path[3:], message)

@@ -25,11 +25,15 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import SchedulerComponentMissing, TargetUnavailable
+from launcher.core.jsondata import JSON, JSONObject, obj, text
 from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.k8s.validation.schema import strict_schema, version_schema
+
+if TYPE_CHECKING:
+    from launcher.targets.k8s.cluster.client import Kube
 
 CACHE_FORMAT = 1
 
@@ -38,7 +42,7 @@ def how_to_enable(api: KubeflowApi) -> str:
     return ("to enable it, connect once to your cluster (`ddpjob submit SPEC -t k8s --dry-run=server` caches its CRD) "
             f"or set {api.crd_env} to a copy of {api.crd_file}")
 # Strict schemas by content hash: one process (a test run, a sweep of validations) derives each once.
-_STRICT: dict[str, dict[str, Any]] = {}
+_STRICT: dict[str, JSONObject] = {}
 _NAMES: dict[str, str] = {}  # content hash -> the CRD's name (a file given for the wrong API is refused)
 
 
@@ -54,7 +58,7 @@ class CrdInput:
         skipped: without a schema, why the strict check is skipped and how to enable it.
     """
 
-    schema: dict[str, Any] | None = None
+    schema: JSONObject | None = None
     sha256: str = ""
     origin: str = ""
     skipped: str = ""
@@ -118,7 +122,7 @@ def from_file(path: Path, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
         return CrdInput(_STRICT[sha], sha, origin, api=api)
     entry = _read_entry(cache_dir() / "files" / f"{sha[:32]}.json", sha, api)
     if entry is not None:
-        return _input(entry["schema"], sha, origin, api)
+        return _input(obj(entry["schema"]), sha, origin, api)
     import yaml
 
     try:
@@ -140,14 +144,14 @@ def latest_cached(api: KubeflowApi = PYTORCHJOB) -> CrdInput | None:
     for path in paths:
         entry = _read_entry(path, None, api)
         if entry is not None:
-            return _input(entry["schema"], entry["sha256"],
+            return _input(obj(entry["schema"]), text(entry["sha256"]),
                           f"the CRD cached from {entry['source']} at {entry['read_at']}", api)
     return None
 
 
 # --------------------------------------------------------------------------- online
 
-def online(kube: Any, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
+def online(kube: Kube, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
     """The cluster's own CRD (``kube``: a ``client.Kube``), cached for offline use.
 
     Raises:
@@ -186,45 +190,51 @@ def online(kube: Any, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
 
 # --------------------------------------------------------------------------- plumbing
 
-def _checked(crd: Any, api: KubeflowApi = PYTORCHJOB) -> dict[str, Any]:
+def _checked(crd: object, api: KubeflowApi = PYTORCHJOB) -> JSONObject:
     """The schema of ``api``'s version in its CRD without descriptions; ValueError for anything else."""
     name = (crd.get("metadata") or {}).get("name") if isinstance(crd, dict) else None
     if name != api.crd_name:
         raise ValueError(f"its metadata.name is {name!r}, not {api.crd_name!r}")
-    slim: dict[str, Any] = _slim(version_schema(crd, api.version))
-    return slim
+    return {k: _slim(v) for k, v in version_schema(crd, api.version).items() if not _description(k, v)}
 
 
-def _slim(node: Any) -> Any:
+def _slim(node: JSON) -> JSON:
     if isinstance(node, dict):
-        return {k: _slim(v) for k, v in node.items() if not (k == "description" and isinstance(v, str))}
+        return {k: _slim(v) for k, v in node.items() if not _description(k, v)}
     if isinstance(node, list):
         return [_slim(v) for v in node]
     return node
 
 
-def _hash(raw: dict[str, Any]) -> str:
+def _description(key: str, value: JSON) -> bool:
+    return key == "description" and isinstance(value, str)
+
+
+def _hash(raw: JSONObject) -> str:
     return hashlib.sha256(json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _input(raw: dict[str, Any], sha: str, origin: str, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
+def _input(raw: JSONObject, sha: str, origin: str, api: KubeflowApi = PYTORCHJOB) -> CrdInput:
     if sha not in _STRICT:
         _STRICT[sha] = strict_schema(raw, in_place=True)  # raw was just parsed: nobody else holds it
         _NAMES[sha] = api.crd_name
     return CrdInput(_STRICT[sha], sha, origin, api=api)
 
 
-def _read_entry(path: Path, sha: str | None, api: KubeflowApi = PYTORCHJOB) -> dict[str, Any] | None:
+def _read_entry(path: Path, sha: str | None, api: KubeflowApi = PYTORCHJOB) -> JSONObject | None:
+    """The cache entry in ``path`` if it is one of ``api``'s CRD (with the content hash ``sha`` when given)."""
     from launcher.targets.shared.files import read_json
 
-    entry = read_json(path)
-    ok = (isinstance(entry, dict) and entry.get("format") == CACHE_FORMAT and isinstance(entry.get("schema"), dict)
+    entry: object = read_json(path)
+    if not isinstance(entry, dict):
+        return None
+    ok = (entry.get("format") == CACHE_FORMAT and isinstance(entry.get("schema"), dict)
           and isinstance(entry.get("sha256"), str) and (sha is None or entry["sha256"] == sha)
           and entry.get("name", PYTORCHJOB.crd_name) == api.crd_name)
     return entry if ok else None
 
 
-def _write_entry(path: Path, raw: dict[str, Any], sha: str, source: str, api: KubeflowApi = PYTORCHJOB) -> None:
+def _write_entry(path: Path, raw: JSONObject, sha: str, source: str, api: KubeflowApi = PYTORCHJOB) -> None:
     """Best effort: without a writable home the check still runs, it is only not remembered."""
     from launcher.targets.shared.files import atomic_write
 

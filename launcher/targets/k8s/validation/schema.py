@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from launcher.core.errors import dotted_path
+from launcher.core.jsondata import JSON, JSONObject, arr, at
+from launcher.core.jsondata import obj as _object
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -51,18 +53,17 @@ class SchemaIssue:
         return f"{dotted_path(self.path)}: {self.message}"
 
 
-def version_schema(crd: dict[str, Any], version: str) -> dict[str, Any]:
+def version_schema(crd: object, version: str) -> JSONObject:
     """The ``openAPIV3Schema`` of ``version`` in a CustomResourceDefinition; ValueError if it has none."""
-    versions = (crd.get("spec") or {}).get("versions") if isinstance(crd, dict) else None
-    for v in versions or []:
+    for v in arr(at(crd, "spec", "versions")):
         if isinstance(v, dict) and v.get("name") == version:
-            found = ((v.get("schema") or {}).get("openAPIV3Schema"))
+            found = at(v, "schema", "openAPIV3Schema")
             if isinstance(found, dict):
                 return found
     raise ValueError(f"the CustomResourceDefinition has no {version} version with a schema")
 
 
-def strict_schema(openapi: dict[str, Any], *, in_place: bool = False) -> dict[str, Any]:
+def strict_schema(openapi: JSONObject, *, in_place: bool = False) -> JSONObject:
     """A copy of a CRD's schema where every object with properties refuses unknown fields (what
     ``fieldValidation=Strict`` does), except where the schema keeps unknown fields itself.
 
@@ -71,7 +72,7 @@ def strict_schema(openapi: dict[str, Any], *, in_place: bool = False) -> dict[st
     """
     node = openapi if in_place else copy.deepcopy(openapi)
 
-    def walk(n: Any) -> None:
+    def walk(n: JSON) -> None:
         if isinstance(n, dict):
             if (n.get("type") == "object" and "properties" in n and "additionalProperties" not in n
                     and not n.get("x-kubernetes-preserve-unknown-fields")):
@@ -86,7 +87,7 @@ def strict_schema(openapi: dict[str, Any], *, in_place: bool = False) -> dict[st
     return node
 
 
-def validate_pytorchjob(obj: dict[str, Any], schema: dict[str, Any] | None) -> list[SchemaIssue]:
+def validate_pytorchjob(obj: Mapping[str, JSON], schema: Mapping[str, JSON] | None) -> list[SchemaIssue]:
     """Every problem the API server (strict) or the operator's webhook would report, in path order.
 
     Args:
@@ -97,12 +98,12 @@ def validate_pytorchjob(obj: dict[str, Any], schema: dict[str, Any] | None) -> l
     return sorted(set(issues), key=lambda i: [str(p) for p in i.path])
 
 
-def structural_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
+def structural_issues(obj: Mapping[str, JSON]) -> list[SchemaIssue]:
     """What needs no CRD: metadata syntax and the training operator's rules."""
     return _metadata_issues(obj.get("metadata")) + _webhook_issues(obj)
 
 
-def strict_issues(obj: dict[str, Any], schema: dict[str, Any]) -> list[SchemaIssue]:
+def strict_issues(obj: Mapping[str, JSON], schema: Mapping[str, JSON]) -> list[SchemaIssue]:
     """The CRD's schema, strictly: unknown fields, types, int ranges, list-map keys."""
     from launcher.targets.k8s.validation.structural import errors
 
@@ -115,13 +116,19 @@ def strict_issues(obj: dict[str, Any], schema: dict[str, Any]) -> list[SchemaIss
     return issues + _list_map_issues(schema, obj, ())
 
 
-def _at(obj: Any, path: Path_) -> Any:
+def _at(value: object, path: Path_) -> object:
+    """The value at ``path``, one of the paths ``structural.errors`` gives (always in ``value``)."""
     for part in path:
-        obj = obj[part]
-    return obj
+        if isinstance(value, Mapping):
+            value = value[part]
+            continue
+        if not (isinstance(value, list) and isinstance(part, int)):
+            raise TypeError(f"no {part!r} in {value!r}")
+        value = value[part]
+    return value
 
 
-def _list_map_issues(sch: Any, obj: Any, path: Path_) -> list[SchemaIssue]:
+def _list_map_issues(sch: object, obj: object, path: Path_) -> list[SchemaIssue]:
     out: list[SchemaIssue] = []
     if not isinstance(sch, dict):
         return out
@@ -130,7 +137,7 @@ def _list_map_issues(sch: Any, obj: Any, path: Path_) -> list[SchemaIssue]:
         if sch.get("x-kubernetes-list-type") == "map":
             keys = sch.get("x-kubernetes-list-map-keys", [])
             defaults = {k: item_schema.get("properties", {}).get(k, {}).get("default") for k in keys}
-            seen: dict[tuple[Any, ...], int] = {}
+            seen: dict[tuple[object, ...], int] = {}
             for i, item in enumerate(obj):
                 if not isinstance(item, dict):
                     continue
@@ -156,12 +163,7 @@ def _list_map_issues(sch: Any, obj: Any, path: Path_) -> list[SchemaIssue]:
     return out
 
 
-def _object(value: Any) -> dict[str, Any]:
-    """``value`` if it is a JSON object, else an empty one (a malformed field reads as absent)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _metadata_issues(meta: Any) -> list[SchemaIssue]:
+def _metadata_issues(meta: object) -> list[SchemaIssue]:
     p: Path_ = ("metadata",)
     if not isinstance(meta, dict):
         return [SchemaIssue(p, "metadata must be an object with at least a name")]
@@ -182,7 +184,7 @@ def _metadata_issues(meta: Any) -> list[SchemaIssue]:
     return out
 
 
-def _webhook_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
+def _webhook_issues(obj: Mapping[str, JSON]) -> list[SchemaIssue]:
     out: list[SchemaIssue] = []
     if obj.get("apiVersion") != "kubeflow.org/v1":
         out.append(SchemaIssue(("apiVersion",), "must be kubeflow.org/v1"))
@@ -190,10 +192,12 @@ def _webhook_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
         out.append(SchemaIssue(("kind",), "must be PyTorchJob"))
     spec = _object(obj.get("spec"))
     replicas = _object(spec.get("pytorchReplicaSpecs"))
-    name = (obj.get("metadata") or {}).get("name", "") if isinstance(obj.get("metadata"), dict) else ""
+    meta = obj.get("metadata")
+    name = meta.get("name", "") if isinstance(meta, dict) else ""
     if not isinstance(name, str) or not DNS1035.match(name):
         out.append(SchemaIssue(("metadata", "name"), f"{name!r} is not a DNS-1035 label (lowercase letters, digits, '-', starting with a letter)"))
-    workers = replicas.get("Worker", {}).get("replicas", 1) if isinstance(replicas.get("Worker"), dict) else 0
+    worker = replicas.get("Worker")
+    workers = worker.get("replicas", 1) if isinstance(worker, dict) else 0
     longest = f"{name}-worker-{max(0, int(workers) - 1)}" if isinstance(workers, int) and workers > 0 else f"{name}-master-0"
     if isinstance(name, str) and len(longest) > 63:
         out.append(SchemaIssue(("metadata", "name"), f"too long: the per-pod service {longest!r} would have {len(longest)} characters (at most 63)"))
@@ -214,14 +218,14 @@ def _webhook_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
         policy = rs.get("restartPolicy")
         if policy is not None and policy not in ENUMS[("restartPolicy",)]:
             out.append(SchemaIssue(rp + ("restartPolicy",), f"{policy!r} is not one of {sorted(ENUMS[('restartPolicy',)])}"))
-        containers = ((rs.get("template") or {}).get("spec") or {}).get("containers") or []
+        containers = arr(at(rs, "template", "spec", "containers"))
         pytorch = [c for c in containers if isinstance(c, dict) and c.get("name") == "pytorch"]
         if not pytorch:
             out.append(SchemaIssue(rp + ("template", "spec", "containers"), "needs a container named 'pytorch' (the operator injects its environment there)"))
         for i, c in enumerate(containers):
             if isinstance(c, dict) and c.get("name") == "pytorch" and not c.get("image"):
                 out.append(SchemaIssue(rp + ("template", "spec", "containers", i, "image"), "the pytorch container needs an image"))
-            for j, port in enumerate(c.get("ports", []) if isinstance(c, dict) else []):
+            for j, port in enumerate(arr(c.get("ports", [])) if isinstance(c, dict) else []):
                 if isinstance(port, dict) and len(str(port.get("name", ""))) > 15:
                     out.append(SchemaIssue(rp + ("template", "spec", "containers", i, "ports", j, "name"), "port names have at most 15 characters"))
     if "Master" not in replicas and replicas:

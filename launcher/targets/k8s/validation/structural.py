@@ -21,13 +21,15 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+
+from launcher.core.jsondata import JSON, obj
 
 Path_ = tuple[str | int, ...]
 SchemaError = tuple[Path_, str, str]  # (path in the instance, the failing keyword, what is wrong)
+Schema = Mapping[str, JSON]  # one (sub)schema: an object of the CRD's openAPIV3Schema
 
-INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+INT_RANGES: dict[object, tuple[int, int]] = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 # RFC 3339 date-time, as the API server's "date-time" format accepts it.
 DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
@@ -37,7 +39,7 @@ def _pattern(regex: str) -> re.Pattern[str]:
     return re.compile(regex)
 
 
-def is_type(value: Any, name: str) -> bool:
+def is_type(value: object, name: str) -> bool:
     """JSON types as the API server decodes JSON (a bool is not a number; 2.0 is an integer)."""
     if name == "object":
         return isinstance(value, dict)
@@ -58,11 +60,11 @@ def is_type(value: Any, name: str) -> bool:
     return True  # an unknown type name constrains nothing (the server refuses such a CRD)
 
 
-def valid(instance: Any, schema: Any) -> bool:
+def valid(instance: object, schema: object) -> bool:
     return next(errors(instance, schema), None) is None
 
 
-def errors(instance: Any, schema: Any, path: Path_ = ()) -> Iterator[SchemaError]:
+def errors(instance: object, schema: object, path: Path_ = ()) -> Iterator[SchemaError]:
     """Every way ``instance`` breaks ``schema``, depth first."""
     if not isinstance(schema, dict):
         return
@@ -79,8 +81,8 @@ def errors(instance: Any, schema: Any, path: Path_ = ()) -> Iterator[SchemaError
     yield from _keywords(instance, schema, path)
 
 
-def _keywords(instance: Any, schema: dict[str, Any], path: Path_) -> Iterator[SchemaError]:
-    if "enum" in schema and not any(_same(instance, v) for v in schema["enum"]):
+def _keywords(instance: object, schema: Schema, path: Path_) -> Iterator[SchemaError]:
+    if "enum" in schema and not any(_same(instance, v) for v in _each(schema["enum"])):
         yield path, "enum", f"{instance!r} is not one of {schema['enum']!r}"
     if isinstance(instance, str):
         yield from _string(instance, schema, path)
@@ -93,39 +95,37 @@ def _keywords(instance: Any, schema: dict[str, Any], path: Path_) -> Iterator[Sc
     yield from _combinators(instance, schema, path)
 
 
-def _string(value: str, schema: dict[str, Any], path: Path_) -> Iterator[SchemaError]:
-    if "minLength" in schema and len(value) < schema["minLength"]:
-        yield path, "minLength", f"{value!r} is too short (at least {schema['minLength']} characters)"
-    if "maxLength" in schema and len(value) > schema["maxLength"]:
-        yield path, "maxLength", f"{value!r} is too long (at most {schema['maxLength']} characters)"
-    if "pattern" in schema and not _pattern(schema["pattern"]).search(value):
+def _string(value: str, schema: Schema, path: Path_) -> Iterator[SchemaError]:
+    if (low := _limit(schema, "minLength")) is not None and len(value) < low:
+        yield path, "minLength", f"{value!r} is too short (at least {low} characters)"
+    if (high := _limit(schema, "maxLength")) is not None and len(value) > high:
+        yield path, "maxLength", f"{value!r} is too long (at most {high} characters)"
+    if "pattern" in schema and not _pattern(_regex(schema["pattern"])).search(value):
         yield path, "pattern", f"{value!r} does not match {schema['pattern']!r}"
     if schema.get("format") == "date-time" and not DATE_TIME.match(value):
         yield path, "format", f"{value!r} is not an RFC 3339 date-time"
 
 
-def _number(value: float, schema: dict[str, Any], path: Path_) -> Iterator[SchemaError]:
+def _number(value: float, schema: Schema, path: Path_) -> Iterator[SchemaError]:
     bounds = INT_RANGES.get(schema.get("format", ""))
     if bounds and isinstance(value, int) and not bounds[0] <= value <= bounds[1]:
         yield path, "format", f"{value!r} is out of range for {schema['format']}"
-    if "minimum" in schema:
-        low = schema["minimum"]
-        if value < low or (schema.get("exclusiveMinimum") is True and value == low):
-            yield path, "minimum", f"{value!r} is less than the minimum of {low!r}"
-    if "maximum" in schema:
-        high = schema["maximum"]
-        if value > high or (schema.get("exclusiveMaximum") is True and value == high):
-            yield path, "maximum", f"{value!r} is greater than the maximum of {high!r}"
-    step = schema.get("multipleOf")
+    low = _limit(schema, "minimum")
+    if low is not None and (value < low or (schema.get("exclusiveMinimum") is True and value == low)):
+        yield path, "minimum", f"{value!r} is less than the minimum of {low!r}"
+    high = _limit(schema, "maximum")
+    if high is not None and (value > high or (schema.get("exclusiveMaximum") is True and value == high)):
+        yield path, "maximum", f"{value!r} is greater than the maximum of {high!r}"
+    step = _limit(schema, "multipleOf") if schema.get("multipleOf") else None
     if step and not math.isclose(value / step, round(value / step)):
         yield path, "multipleOf", f"{value!r} is not a multiple of {step!r}"
 
 
-def _array(items: list[Any], schema: dict[str, Any], path: Path_) -> Iterator[SchemaError]:
-    if "minItems" in schema and len(items) < schema["minItems"]:
-        yield path, "minItems", f"too few items ({len(items)}; at least {schema['minItems']})"
-    if "maxItems" in schema and len(items) > schema["maxItems"]:
-        yield path, "maxItems", f"too many items ({len(items)}; at most {schema['maxItems']})"
+def _array(items: Sequence[object], schema: Schema, path: Path_) -> Iterator[SchemaError]:
+    if (low := _limit(schema, "minItems")) is not None and len(items) < low:
+        yield path, "minItems", f"too few items ({len(items)}; at least {low})"
+    if (high := _limit(schema, "maxItems")) is not None and len(items) > high:
+        yield path, "maxItems", f"too many items ({len(items)}; at most {high})"
     if schema.get("uniqueItems") and len({_key(v) for v in items}) != len(items):
         yield path, "uniqueItems", "has duplicate items"
     item_schema = schema.get("items")
@@ -134,17 +134,17 @@ def _array(items: list[Any], schema: dict[str, Any], path: Path_) -> Iterator[Sc
             yield from errors(item, item_schema, path + (i,))
 
 
-def _object(obj: dict[str, Any], schema: dict[str, Any], path: Path_) -> Iterator[SchemaError]:
-    for name in schema.get("required", ()):
-        if name not in obj:
+def _object(instance: Mapping[str, object], schema: Schema, path: Path_) -> Iterator[SchemaError]:
+    for name in _each(schema.get("required", [])):
+        if name not in instance:
             yield path, "required", f"{name!r} is a required property"
-    if "minProperties" in schema and len(obj) < schema["minProperties"]:
-        yield path, "minProperties", f"has {len(obj)} fields; at least {schema['minProperties']} needed"
-    if "maxProperties" in schema and len(obj) > schema["maxProperties"]:
-        yield path, "maxProperties", f"has {len(obj)} fields; at most {schema['maxProperties']} allowed"
-    props = schema.get("properties") or {}
+    if (low := _limit(schema, "minProperties")) is not None and len(instance) < low:
+        yield path, "minProperties", f"has {len(instance)} fields; at least {low} needed"
+    if (high := _limit(schema, "maxProperties")) is not None and len(instance) > high:
+        yield path, "maxProperties", f"has {len(instance)} fields; at most {high} allowed"
+    props = obj(schema.get("properties"))  # not an object (no structural schema): no properties
     extra = schema.get("additionalProperties", True)
-    for key, value in obj.items():
+    for key, value in instance.items():
         if key in props:
             yield from errors(value, props[key], path + (key,))
         elif extra is False:
@@ -155,23 +155,51 @@ def _object(obj: dict[str, Any], schema: dict[str, Any], path: Path_) -> Iterato
             yield from errors(value, extra, path + (key,))
 
 
-def _combinators(instance: Any, schema: dict[str, Any], path: Path_) -> Iterator[SchemaError]:
-    if "anyOf" in schema and not any(valid(instance, s) for s in schema["anyOf"]):
+def _combinators(instance: object, schema: Schema, path: Path_) -> Iterator[SchemaError]:
+    if "anyOf" in schema and not any(valid(instance, s) for s in _each(schema["anyOf"])):
         yield path, "anyOf", f"{instance!r} is not valid under any of the given schemas"
-    if "oneOf" in schema and sum(valid(instance, s) for s in schema["oneOf"]) != 1:
+    if "oneOf" in schema and sum(valid(instance, s) for s in _each(schema["oneOf"])) != 1:
         yield path, "oneOf", f"{instance!r} is not valid under exactly one of the given schemas"
-    for sub in schema.get("allOf", ()):
+    for sub in _each(schema.get("allOf", [])):
         yield from errors(instance, sub, path)
     if "not" in schema and valid(instance, schema["not"]):
         yield path, "not", f"{instance!r} must not be valid under {schema['not']!r}"
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     """Equality as JSON sees it: True is not 1."""
     return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
 
 
-def _key(value: Any) -> str:
+# A malformed schema (one the API server would refuse in a CRD) is read as plain Python reads it: a
+# keyword's list, object keys or string characters, and a TypeError where no value would do.
+
+def _each(value: JSON) -> Sequence[JSON]:
+    """What ``for v in value`` goes through: a list's items, an object's keys, a string's characters."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, (dict, str)):
+        return list(value)
+    raise TypeError(f"{type(value).__name__!r} object is not iterable")
+
+
+def _limit(schema: Schema, keyword: str) -> float | None:
+    """A numeric keyword (``minLength``, ``minimum``, ...) as written; None when the schema has none."""
+    if keyword not in schema:
+        return None
+    value = schema[keyword]
+    if isinstance(value, (int, float)):
+        return value
+    raise TypeError(f"{keyword} is {value!r}, not a number")
+
+
+def _regex(value: JSON) -> str:
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"pattern is {value!r}, not a string")
+
+
+def _key(value: object) -> str:
     import json
 
     return json.dumps(value, sort_keys=True)

@@ -15,9 +15,12 @@ Pure, like ``schema`` (the CRD's schema is an argument). Two layers, as for PyTo
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import Issue, dotted_path
+from launcher.core.jsondata import JSON, JSONObject, arr, at
+from launcher.core.jsondata import obj as _object
 from launcher.targets.k8s.objects.trainjob import (
     POD_NAME_MAX,
     REPLICATED_JOB,
@@ -25,7 +28,7 @@ from launcher.targets.k8s.objects.trainjob import (
     longest_pod_name,
     spec_field,
 )
-from launcher.targets.k8s.validation.schema import DNS1035, SchemaIssue, _metadata_issues, _object, strict_issues
+from launcher.targets.k8s.validation.schema import DNS1035, SchemaIssue, _metadata_issues, strict_issues
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
@@ -36,13 +39,13 @@ MANAGER = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0
 Path_ = tuple[str | int, ...]
 
 
-def validate_trainjob(obj: dict[str, Any], schema: dict[str, Any] | None) -> list[SchemaIssue]:
+def validate_trainjob(obj: Mapping[str, JSON], schema: Mapping[str, JSON] | None) -> list[SchemaIssue]:
     """Every problem the API server (strict), Trainer's webhook or JobSet would report, in path order."""
     issues = structural_issues(obj) + (strict_issues(obj, schema) if schema is not None else [])
     return sorted(set(issues), key=lambda i: [str(p) for p in i.path])
 
 
-def structural_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
+def structural_issues(obj: Mapping[str, JSON]) -> list[SchemaIssue]:
     out = _metadata_issues(obj.get("metadata"))
     if obj.get("apiVersion") != "trainer.kubeflow.org/v1alpha1":
         out.append(SchemaIssue(("apiVersion",), "must be trainer.kubeflow.org/v1alpha1"))
@@ -79,30 +82,29 @@ def structural_issues(obj: dict[str, Any]) -> list[SchemaIssue]:
         out.append(SchemaIssue(tp + ("command",), "needs a command: the torch-distributed runtime has none"))
     elif command == ["tune", "run"]:
         out.append(SchemaIssue(tp + ("command",), "exactly [tune, run] switches Trainer to torchtune's command rewriting"))
-    for i, e in enumerate(trainer.get("env") or []):
+    for i, e in enumerate(arr(trainer.get("env"))):
         if isinstance(e, dict) and str(e.get("name", "")).startswith("PET_"):
             out.append(SchemaIssue(tp + ("env", i, "name"), f"{e['name']} is reserved: the torch plugin injects the PET_* variables"))
     out += _patch_issues(spec.get("runtimePatches"))
     return out
 
 
-def _patch_issues(patches: Any) -> list[SchemaIssue]:
+def _patch_issues(patches: JSON) -> list[SchemaIssue]:
     out: list[SchemaIssue] = []
-    for i, patch in enumerate(patches or []):
+    for i, patch in enumerate(arr(patches)):
         if not isinstance(patch, dict):
             continue
         p: Path_ = ("spec", "runtimePatches", i)
         if not MANAGER.match(str(patch.get("manager", ""))):
             out.append(SchemaIssue(p + ("manager",), "must be a domain-prefixed path such as example.com/launcher"))
-        jobs = (((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
+        jobs = arr(at(patch, "trainingRuntimeSpec", "template", "spec", "replicatedJobs"))
         for j, rj in enumerate(jobs):
             jp: Path_ = p + ("trainingRuntimeSpec", "template", "spec", "replicatedJobs", j)
             if not isinstance(rj, dict):
                 continue
             if rj.get("name") != REPLICATED_JOB:
                 out.append(SchemaIssue(jp + ("name",), f"the torch-distributed runtime has only the replicatedJob {REPLICATED_JOB!r}"))
-            pod = ((rj.get("template") or {}).get("spec") or {}).get("template") or {}
-            for k, c in enumerate((pod.get("spec") or {}).get("containers") or []):
+            for k, c in enumerate(arr(at(rj, "template", "spec", "template", "spec", "containers"))):
                 cp: Path_ = jp + ("template", "spec", "template", "spec", "containers", k)
                 if isinstance(c, dict) and c.get("name") != REPLICATED_JOB:
                     out.append(SchemaIssue(cp + ("name",), f"the runtime's trainer container is {REPLICATED_JOB!r}"))
@@ -111,10 +113,10 @@ def _patch_issues(patches: Any) -> list[SchemaIssue]:
     return out
 
 
-def check_trainjobs(loaded: LoadedSpec, objects: list[dict[str, Any]], crd: CrdInput) -> None:
+def check_trainjobs(loaded: LoadedSpec, objects: list[JSONObject], crd: CrdInput) -> None:
     """Raise ``SpecError`` (every problem, at its spec field) if a TrainJob fails a check."""
     spec = loaded.spec
-    found: dict[tuple[Any, ...], Issue] = {}
+    found: dict[tuple[Path_, str, str], Issue] = {}
     for obj in objects:
         for si in validate_trainjob(obj, crd.schema):
             path = spec_field(si.path, spec)
