@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:  # at run time a wing's module imports the standard library only
+    from launcher.core.jsondata import JSON
 
 # The local supervisor writes its state with these on a job's way to its first step: no dataclasses
 # or pathlib at import time (to_json/from_json import what they need).
@@ -38,21 +41,22 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
         raise
 
 
-def write_json(path: str | os.PathLike[str], data: Any) -> None:
+def write_json(path: str | os.PathLike[str], data: object) -> None:
     """``data`` as indented, key-sorted JSON, written atomically."""
     atomic_write(path, json.dumps(data, indent=1, sort_keys=True))
 
 
-def read_json(path: str | os.PathLike[str]) -> Any | None:
+def read_json(path: str | os.PathLike[str]) -> JSON:
     """The JSON in ``path``, or None when it does not exist or is not (yet) valid JSON."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            data: JSON = json.load(f)
+            return data
     except (OSError, ValueError):
         return None
 
 
-def mask_env_values(data: Any, names: frozenset[str]) -> Any:
+def mask_env_values(data: object, names: frozenset[str]) -> object:
     """JSON ``data`` with the values of ``names`` in every ``env`` mapping replaced by ``***``: a record
     of a plan kept without the secret values the scheduler already holds another way."""
     if isinstance(data, dict):
@@ -63,14 +67,16 @@ def mask_env_values(data: Any, names: frozenset[str]) -> Any:
     return data
 
 
-def to_json(obj: Any) -> Any:
-    """A dataclass (nested ones included) as plain JSON data."""
+def to_json(obj: object) -> dict[str, object]:
+    """A dataclass instance (nested ones included) as plain JSON data."""
     import dataclasses
 
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) and not isinstance(obj, type) else obj
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        raise TypeError(f"to_json takes a dataclass instance, not {type(obj).__name__}")
+    return dataclasses.asdict(obj)
 
 
-def from_json(cls: type[T], data: Any) -> T:
+def from_json(cls: type[T], data: object) -> T:
     """Build dataclass ``cls`` from JSON data written by ``to_json``."""
     import dataclasses
     import typing
@@ -83,7 +89,7 @@ def from_json(cls: type[T], data: Any) -> T:
     return cls(**kwargs)
 
 
-def _convert(tp: Any, value: Any) -> Any:
+def _convert(tp: object, value: object) -> object:
     import dataclasses
     import types
     import typing
@@ -97,8 +103,8 @@ def _convert(tp: Any, value: Any) -> Any:
         return _convert(inner[0], value) if len(inner) == 1 else value
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_json(tp, value)
-    if origin is list and args:
+    if origin is list and args and isinstance(value, list):
         return [_convert(args[0], v) for v in value]
-    if origin is dict and len(args) == 2:
+    if origin is dict and len(args) == 2 and isinstance(value, dict):
         return {k: _convert(args[1], v) for k, v in value.items()}
     return value

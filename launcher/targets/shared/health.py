@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.targets.shared.heartbeat import report
 from launcher.targets.shared.vitals import STATES
+
+if TYPE_CHECKING:
+    from launcher.core.jsondata import JSON, JSONObject
 
 
 @dataclass
@@ -51,7 +54,7 @@ class NodeVitals:
     heard_age_s: float | None  # seconds since the first node last heard it
     sampled: float | None  # when its vitals were sampled (time.time())
     ranks: list[RankVitals]
-    gpus: list[dict[str, Any]] = field(default_factory=list)
+    gpus: list[JSONObject] = field(default_factory=list)  # the node's GPUs as its sampler saw them
     no_gpu: str | None = None  # why there are no GPU columns ("no GPU (nvidia-smi not found)")
     error: str | None = None
     ended: str | None = None  # how its torchrun ended, once it has: "exit 0", "exit 1", "SIGTERM"
@@ -71,86 +74,108 @@ class JobHealth:
     action: str | None
     nodes: list[NodeVitals]
     note: str | None
-    stragglers: list[dict[str, Any]] = field(default_factory=list)
-    verdict: dict[str, Any] | None = None
+    stragglers: list[JSONObject] = field(default_factory=list)  # ``watch.json``'s, as the watch wrote them
+    verdict: JSONObject | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _dict(value: Any) -> dict[str, Any]:
+def _dict(value: object) -> JSONObject:
     return value if isinstance(value, dict) else {}
 
 
-def _int(value: Any) -> int | None:
+def _list(value: object) -> list[JSON]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def parse(state: dict[str, Any], task: int = 0, now: float | None = None,
-          ends: dict[int, Any] | None = None) -> JobHealth:
+def parse(state: JSONObject, task: int = 0, now: float | None = None,
+          ends: dict[int, JSON] | None = None) -> JobHealth:
     """``watch.json``'s content as a ``JobHealth`` (anything missing or malformed left None). ``ends``:
     per node, the record of how its torchrun ended, where one is kept (the local node wrapper's): the
     ranks of a node that has ended are shown "exited", whatever its last sample said mid-run."""
     now = time.time() if now is None else now
     verdict = _dict(state.get("verdict")) or None
-    slow = [s for s in state.get("stragglers") or [] if isinstance(s, dict)]
+    slow = [s for s in _list(state.get("stragglers")) if isinstance(s, dict)]
     slow_ranks = {s.get("rank") for s in slow}
     stuck = verdict.get("rank") if verdict and verdict.get("kind") == "stuck" else None
     nodes = []
-    for rec in state.get("nodes") or []:
+    for rec in _list(state.get("nodes")):
         if not isinstance(rec, dict):
             continue
         v = _dict(rec.get("vitals"))
         ranks = []
-        for r in v.get("ranks") or []:
-            if not isinstance(r, dict) or _int(r.get("pid")) is None:
+        for r in _list(v.get("ranks")):
+            pid = _int(r.get("pid")) if isinstance(r, dict) else None
+            if not isinstance(r, dict) or pid is None:
                 continue
             steps, gpu = _dict(r.get("steps")), _dict(r.get("gpu"))
-            devices = {d.get("index"): d for d in v.get("gpus") or [] if isinstance(d, dict)}
+            devices = {_key(d.get("index")): d for d in _list(v.get("gpus")) if isinstance(d, dict)}
+            used = gpu.get("gpu")
+            device = used if isinstance(used, (int, str)) and not isinstance(used, bool) else None
             data, compute = _num(steps.get("data_ms")), _num(steps.get("compute_ms"))
             out = _num(r.get("output"))
             rank = _int(r.get("rank"))
             ranks.append(RankVitals(
-                rank=rank, local_rank=_int(r.get("local_rank")), pid=int(r["pid"]),
+                rank=rank, local_rank=_int(r.get("local_rank")), pid=pid,
                 state=STATES.get(str(r.get("state")), str(r.get("state"))), cpu_pct=_num(r.get("cpu")),
                 rss_bytes=_int(r.get("rss")), output_age_s=round(now - out, 1) if out else None,
                 stopped_since=_num(r.get("stopped_since")), step=_int(steps.get("step")),
                 step_ms=_num(steps.get("step_ms")), own_ms=data + compute if data is not None and compute is not None
                 else None, data_ms=data, compute_ms=compute, comm_ms=_num(steps.get("comm_ms")),
-                gpu=gpu.get("gpu"), gpu_util=_num((devices.get(gpu.get("gpu")) or {}).get("util")),
-                gpu_mem_mib=_num(gpu.get("mem_mib")),
-                gpu_seen_by=gpu.get("seen_by") if isinstance(gpu.get("seen_by"), str) else None,
+                gpu=device, gpu_util=_num((devices.get(_key(used)) or {}).get("util")),
+                gpu_mem_mib=_num(gpu.get("mem_mib")), gpu_seen_by=_str(gpu.get("seen_by")),
                 flag="stuck" if rank is not None and rank == stuck else "straggler" if rank in slow_ranks else ""))
         ended = _ended((ends or {}).get(_int(rec.get("node")) or 0))
         if ended is not None:
-            for r in ranks:
-                r.state, r.cpu_pct, r.exit_code = "exited", None, 0 if ended == "exit 0" else None
+            for seen in ranks:
+                seen.state, seen.cpu_pct, seen.exit_code = "exited", None, 0 if ended == "exit 0" else None
         heard, updated = _num(rec.get("heard")), _num(state.get("updated"))
         quiet = updated - heard if heard and updated else None  # the watch's own clock, both
         nodes.append(NodeVitals(
-            node=int(rec.get("node") or 0), host=rec.get("host") if isinstance(rec.get("host"), str) else None,
+            node=_node(rec.get("node")), host=_str(rec.get("host")),
             heard_age_s=round(now - heard, 1) if heard else None, sampled=_num(v.get("t")), ranks=ranks,
-            gpus=[d for d in v.get("gpus") or [] if isinstance(d, dict)],
-            no_gpu=v.get("no_gpu") if isinstance(v.get("no_gpu"), str) else None,
-            error=v.get("error") if isinstance(v.get("error"), str) else None, ended=ended,
+            gpus=[d for d in _list(v.get("gpus")) if isinstance(d, dict)],
+            no_gpu=_str(v.get("no_gpu")), error=_str(v.get("error")), ended=ended,
             silent_s=round(quiet, 1) if quiet is not None and quiet > SILENT_AFTER_S and ended is None else None))
     return JobHealth(task=task, updated=_num(state.get("updated")), timeout=_num(state.get("timeout")),
-                     action=state.get("action") if isinstance(state.get("action"), str) else None, nodes=nodes,
+                     action=_str(state.get("action")), nodes=nodes,
                      note=report(state, now), stragglers=slow, verdict=verdict)
 
 
-def exit_records(nodes: list[tuple[str, str]]) -> dict[int, Any]:
+def _key(value: JSON) -> object:
+    """A GPU's index as a key (a list or an object, which no sampler writes, as None)."""
+    return None if isinstance(value, (dict, list)) else value
+
+
+def _node(value: JSON) -> int:
+    """``int(value or 0)`` as the node's number: anything that is not one reads as node 0."""
+    try:
+        return int(value or 0) if isinstance(value, (int, float, str)) else 0
+    except ValueError:
+        return 0
+
+
+def exit_records(nodes: list[tuple[str, str]]) -> dict[int, JSON]:
     """Per node, the record of how its torchrun ended (``launcher.targets.local.job.node``: beside its log,
     ``node-<n>.exit.json``), from each node's (log, torchrun log folder); None where there is none."""
     import json
 
     from launcher.targets.shared.runfolder import exit_file
 
-    out: dict[int, Any] = {}
+    out: dict[int, JSON] = {}
     for n, (log, _) in enumerate(nodes):
         try:
             with open(exit_file(log), encoding="utf-8") as f:
@@ -160,12 +185,14 @@ def exit_records(nodes: list[tuple[str, str]]) -> dict[int, Any]:
     return out
 
 
-def _ended(record: Any) -> str | None:
-    """How a node's torchrun ended, from its exit record; None while it runs (or with no record)."""
-    record = _dict(record)
-    if isinstance(record.get("signal"), str):
-        return str(record["signal"])
-    code = _int(record.get("exit_code"))
+def _ended(record: JSON) -> str | None:
+    """How a node's torchrun ended, from its exit record (``{"exit_code": ..., "signal": ...}``); None
+    while it runs (or with no record)."""
+    known = _dict(record)
+    signal = known.get("signal")
+    if isinstance(signal, str):
+        return signal
+    code = _int(known.get("exit_code"))
     return None if code is None else f"exit {code}"
 
 
@@ -232,7 +259,7 @@ def notes(health: JobHealth) -> list[str]:
     return out + sorted({n.no_gpu for n in health.nodes if n.no_gpu})
 
 
-def _gib(mib: Any) -> str:
+def _gib(mib: JSON) -> str:
     value = _num(mib)
     return "-" if value is None else f"{value / 1024:.1f}"
 

@@ -39,12 +39,16 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # at run time a wing's module imports the standard library only
+    from collections.abc import Iterable, Mapping
+    Record = dict[str, object]  # a JSON object the watch builds or is handed (node, verdict, beat, vitals)
 
 try:
-    from launcher.targets.shared.straggle import Straggle
+    from launcher.targets.shared.straggle import Straggle, number, to_float
 except ImportError:  # in a Kubernetes pod: the pod runner's bundle (``k8s/objects/runner.py``), no ddpjob installed
-    from ddpjob_straggle import Straggle  # type: ignore[import-not-found, no-redef]
+    from ddpjob_straggle import Straggle, number, to_float  # type: ignore[import-not-found, no-redef]
 
 INTERVAL_S = 2.0
 
@@ -68,35 +72,35 @@ class Watch:
 
     def __init__(self, *, port: int, nodes: int, host: str, outputs: list[str], timeout: float, action: str,
                  state_path: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S,
-                 vitals: Callable[[], dict[str, Any]] | None = None, lost_after: float | None = None,
-                 on_lost: Callable[[dict[str, Any]], None] | None = None,
-                 on_replaced: Callable[[dict[str, Any]], None] | None = None,
-                 on_followed: Callable[[dict[str, Any]], None] | None = None,
-                 extra: Callable[[], dict[str, Any]] | None = None, own: int = 0,
+                 vitals: Callable[[], Record] | None = None, lost_after: float | None = None,
+                 on_lost: Callable[[Record], None] | None = None,
+                 on_replaced: Callable[[Record], None] | None = None,
+                 on_followed: Callable[[Record], None] | None = None,
+                 extra: Callable[[], Record] | None = None, own: int = 0,
                  gone: tuple[int, ...] = (), hold: bool = False,
-                 where: Callable[[dict[str, Any], list[dict[str, Any]]], str | None] | None = None) -> None:
+                 where: Callable[[Record, list[Record]], str | None] | None = None) -> None:
         self.port, self.timeout, self.action, self.state_path = port, timeout, action, state_path
         self.own = own  # the node this watch runs on: 0, or the one that took the first node's place
         self.hold = hold  # answer every node "wait" until the first ``issue`` (a new first node's election)
         self.lost_after, self.on_lost, self.on_replaced, self.extra = lost_after, on_lost, on_replaced, extra
         self.on_followed = on_followed  # once: a node says it followed another first node's watch before this one
-        self.order: dict[str, Any] | None = None  # answered to every heartbeat once set (see the module)
+        self.order: Record | None = None  # answered to every heartbeat once set (see the module)
         self.ident = os.urandom(6).hex()
         self.waiting: set[int] = set()  # replaced nodes told to wait for the next start
         self.interval, self.vitals = interval, vitals
-        self.stragglers: list[dict[str, Any]] = []
+        self.stragglers: list[Record] = []
         self._straggle = Straggle()
         self.outputs, self.on_stall = outputs, on_stall
         now = time.time()
         self.started = now
-        self.nodes: dict[int, dict[str, Any]] = {
+        self.nodes: dict[int, Record] = {
             n: {"node": n, "host": host if n == own else None, "heard": now if n == own else None,
                 "output": now, "bytes": -1, **({"dropped": now} if n in gone else {})} for n in range(nodes)}
-        self.verdict: dict[str, Any] | None = None
+        self.verdict: Record | None = None
         # Where every rank is when a verdict is new (``where``: its owner's, e.g. ``stacks.where``), asked once
         # per verdict in a thread of its own and kept as the verdict's ``where``.
         self.where = where
-        self._where: dict[tuple[Any, ...], str] = {}
+        self._where: dict[tuple[object, ...], str] = {}
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
 
@@ -115,7 +119,7 @@ class Watch:
     def stop(self) -> None:
         self._stop.set()
 
-    def issue(self, order: dict[str, Any]) -> None:
+    def issue(self, order: Mapping[str, object]) -> None:
         """The run's next start (its owner's): answered to every heartbeat from now on."""
         self.order = dict(order)
         self.hold = False
@@ -145,6 +149,7 @@ class Watch:
         ident = str(msg.get("id") or "")[:64]
         if ident and ident != rec.get("id"):
             seen = rec.setdefault("ids", [])
+            assert isinstance(seen, list)  # the watch's own: a list of the ids heard
             if rec.get("id") and ident not in seen and not rec.get("dropped") and self.on_replaced is not None:
                 self.waiting.add(node)
                 rec.update(id=ident, replaced=now)
@@ -164,7 +169,7 @@ class Watch:
         if int(msg.get("bytes", 0)) != rec["bytes"]:
             rec.update(bytes=int(msg.get("bytes", 0)), output=now)
         assert self._sock is not None
-        reply: dict[str, Any] = {"w": self.ident, **(self.order or {})}
+        reply: Record = {"w": self.ident, **(self.order or {})}
         if node in self.waiting or self.hold:
             reply["wait"] = True
         self._sock.sendto(json.dumps(reply).encode(), peer)
@@ -184,10 +189,10 @@ class Watch:
             self.verdict = self._judge(now)
             self._placed(self.verdict)
             if self.verdict is not None and self.action == "fail":
-                self.on_stall(self.verdict["message"])
+                self.on_stall(str(self.verdict["message"]))
         self._write(now)
 
-    def _placed(self, verdict: dict[str, Any] | None) -> None:
+    def _placed(self, verdict: Record | None) -> None:
         """The verdict's ``where``, once its owner's ``where`` has answered (asked once per verdict)."""
         if verdict is None or self.where is None:
             return
@@ -208,7 +213,7 @@ class Watch:
 
         threading.Thread(target=ask, name="ddpjob-where", daemon=True).start()
 
-    def _live(self) -> list[dict[str, Any]]:
+    def _live(self) -> list[Record]:
         return [rec for rec in self.nodes.values() if not rec.get("dropped")]
 
     def _drop(self, now: float) -> None:
@@ -217,16 +222,18 @@ class Watch:
         if self.on_lost is None or not self.lost_after:
             return
         for rec in self._live():
-            if rec["node"] != self.own and rec["heard"] is not None and now - rec["heard"] > self.lost_after:
+            heard = number(rec["heard"])
+            if rec["node"] != self.own and heard is not None and now - heard > self.lost_after:
                 rec["dropped"] = now
                 self.on_lost(dict(rec))
 
-    def _judge(self, now: float) -> dict[str, Any] | None:
+    def _judge(self, now: float) -> Record | None:
         for rec in self._live():
-            last = rec["heard"] if rec["heard"] is not None else self.started
+            heard = number(rec["heard"])
+            last = heard if heard is not None else self.started
             if now - last > self.timeout:
                 name = f"node {rec['node']}" + (f" ({rec['host']})" if rec["host"] else "")
-                said = (f"no heartbeat since {clock(last)}" if rec["heard"] else
+                said = (f"no heartbeat since {clock(last)}" if heard else
                         f"no heartbeat ever arrived (does the network between the nodes drop UDP to port {self.port}?)")
                 return {"node": rec["node"], "host": rec["host"], "kind": "lost", "since": last, "message":
                         f"{name} went silent: {said} ({int(now - last)} s; stall timeout {self.timeout:g} s)"}
@@ -234,18 +241,18 @@ class Watch:
         if stuck:
             first = stuck[0]
             return {"node": first["node"], "host": first["host"], "rank": first["rank"], "kind": "stuck",
-                    "since": first["since"], "message": first["message"] + (
+                    "since": first["since"], "message": str(first["message"]) + (
                         f" (and {len(stuck) - 1} more rank(s))" if len(stuck) > 1 else "")}
         # Quiet counts for the run as a whole: often only the first node prints (rank 0), so one node's
         # silence says nothing, while a hung collective silences every node.
-        last = max(r["output"] for r in self._live())
+        last = max(number(r["output"]) or 0.0 for r in self._live())
         if now - last > self.timeout:
             stopped = stuck_ranks(self._live(), now, 0.0)  # the run is quiet because a rank stopped
             if stopped:
                 first = stopped[0]
                 return {"node": first["node"], "host": first["host"], "rank": first["rank"], "kind": "stuck",
                         "since": first["since"], "message": (
-                            f"{first['who']} is stopped (SIGSTOP?) since {clock(first['since'])}, and no node has "
+                            f"{first['who']} is stopped (SIGSTOP?) since {clock(to_float(first['since']))}, and no node has "
                             f"written output or made progress since {clock(last)} ({int(now - last)} s; stall "
                             f"timeout {self.timeout:g} s)")}
             return {"node": None, "host": None, "kind": "quiet", "since": last, "message":
@@ -254,7 +261,7 @@ class Watch:
         return None
 
     def _write(self, now: float) -> None:
-        state = {"updated": now, "timeout": self.timeout, "action": self.action, "interval": self.interval,
+        state: Record = {"updated": now, "timeout": self.timeout, "action": self.action, "interval": self.interval,
                  "nodes": list(self.nodes.values()), "verdict": self.verdict, "stragglers": self.stragglers}
         if self.extra is not None:
             try:
@@ -278,10 +285,10 @@ class Beacon:
 
     def __init__(self, *, addr: str, port: int, node: int, host: str, outputs: list[str], timeout: float,
                  action: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S,
-                 vitals: Callable[[], dict[str, Any]] | None = None, lost_after: float | None = None,
+                 vitals: Callable[[], Record] | None = None, lost_after: float | None = None,
                  on_cut: Callable[[str], None] | None = None,
-                 on_order: Callable[[dict[str, Any]], None] | None = None,
-                 extra: Callable[[], dict[str, Any]] | None = None) -> None:
+                 on_order: Callable[[Record], None] | None = None,
+                 extra: Callable[[], Record] | None = None) -> None:
         self.addr, self.port, self.node, self.host, self.extra = addr, port, node, host, extra
         self.ident = os.urandom(6).hex()  # this runner's: a new one says the node was replaced
         self.lost_after, self.on_cut, self.on_order = lost_after, on_cut, on_order
@@ -308,7 +315,7 @@ class Beacon:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.settimeout(self.interval)
             while not self._stop.is_set():
-                beat: dict[str, Any] = {"node": self.node, "host": self.host, "bytes": _size(self.outputs),
+                beat: Record = {"node": self.node, "host": self.host, "bytes": _size(self.outputs),
                                         "id": self.ident, **(self.extra() if self.extra is not None else {})}
                 if self.vitals is not None:
                     beat["vitals"] = _sampled(self.vitals)
@@ -336,7 +343,6 @@ class Beacon:
                     if self.action == "fail":
                         self.on_stall(self.lost)
 
-
     def _ordered(self, reply: bytes) -> None:
         if self.on_order is None:
             return
@@ -348,7 +354,7 @@ class Beacon:
             self.on_order(order)
 
 
-def _sampled(vitals: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _sampled(vitals: Callable[[], Record]) -> Record:
     """A node's vitals; a sampler that fails says so rather than stopping the heartbeats."""
     try:
         return vitals()
@@ -356,35 +362,39 @@ def _sampled(vitals: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"error": f"vitals not sampled: {type(exc).__name__}: {exc}"}
 
 
-def stuck_ranks(nodes: Any, now: float, timeout: float) -> list[dict[str, Any]]:
+def stuck_ranks(nodes: Iterable[Mapping[str, object]], now: float, timeout: float) -> list[Record]:
     """The ranks stopped (SIGSTOP, Ctrl-Z, a debugger: state T) for longer than ``timeout``, from the
-    nodes' vitals, the longest stopped first: each with node, host, rank, since and a message."""
-    out = []
+    nodes' vitals, the longest stopped first: each with node, host, rank, since (a number), who and a
+    message (text)."""
+    out: list[tuple[float, Record]] = []
     for rec in nodes:
-        vitals = rec.get("vitals") if isinstance(rec.get("vitals"), dict) else {}
-        for r in vitals.get("ranks") or []:
-            since = r.get("stopped_since")
+        vitals = rec.get("vitals")
+        ranks = vitals.get("ranks") if isinstance(vitals, dict) else None
+        for r in ranks if isinstance(ranks, list) else []:
+            since = r.get("stopped_since") if isinstance(r, dict) else None
             if isinstance(since, (int, float)) and now - since > timeout:
                 where = f"node {rec['node']}" + (f" ({rec['host']})" if rec.get("host") else "")
                 who = f"rank {r.get('rank')} (local rank {r.get('local_rank')}, pid {r.get('pid')}) on {where}"
-                out.append({"node": rec["node"], "host": rec.get("host"), "rank": r.get("rank"), "since": since,
-                            "who": who, "message": f"{who} is stopped (SIGSTOP?) since {clock(since)} "
-                                                   f"({int(now - since)} s; stall timeout {timeout:g} s)"})
-    return sorted(out, key=lambda s: s["since"])
+                out.append((since, {"node": rec["node"], "host": rec.get("host"), "rank": r.get("rank"), "since": since,
+                                    "who": who, "message": f"{who} is stopped (SIGSTOP?) since {clock(since)} "
+                                                           f"({int(now - since)} s; stall timeout {timeout:g} s)"}))
+    return [s for _, s in sorted(out, key=lambda s: s[0])]
 
 
-def report(state: dict[str, Any], now: float) -> str | None:
+def report(state: Mapping[str, object], now: float) -> str | None:
     """What ``status`` says about a running run, from the first node's ``watch.json``; None when all is well."""
     verdict = state.get("verdict")
     if isinstance(verdict, dict) and verdict.get("message"):
         ending = "; the job is being ended (stall.action: fail)" if state.get("action") == "fail" else ""
         placed = f"; {verdict['where']}" if verdict.get("where") else ""
         return f"stalled: {verdict['message']}{placed}{ending}"
-    slow = [s["message"] for s in state.get("stragglers") or [] if isinstance(s, dict) and s.get("message")]
+    stragglers = state.get("stragglers")
+    slow = [s["message"] for s in (stragglers if isinstance(stragglers, list) else [])
+            if isinstance(s, dict) and s.get("message")]
     if slow:
         return "straggler: " + "; ".join(slow)
-    updated = float(state.get("updated") or 0)
-    if updated and now - updated > float(state.get("timeout") or 300):
+    updated = to_float(state.get("updated") or 0)
+    if updated and now - updated > to_float(state.get("timeout") or 300):
         return (f"stalled: the first node's watch has said nothing since {clock(updated)} (node 0 lost, "
                 "or its node runner stopped)")
     return None

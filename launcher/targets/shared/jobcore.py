@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 STOP_GRACE_S = 20.0  # a stalled torchrun: SIGTERM, then SIGKILL this much later if it hangs in a collective
 
@@ -42,7 +42,7 @@ class Bundled:
         self._name, self._package = name, package
         self._module: object | None = None
 
-    def __getattr__(self, attr: str) -> Any:  # Any: what the module holds; typed where used (see above)
+    def __getattr__(self, attr: str) -> object:  # what the module holds; typed through TYPE_CHECKING (see above)
         if self._module is None:
             self._module = sys.modules.get(f"ddpjob_{self._name}") or importlib.import_module(
                 f"{self._package}.{self._name}")
@@ -84,11 +84,11 @@ def sampler(node: int, agent: Callable[[], int | None], *, log: str | None, step
     return vitals.Sampler(node=node, agent=agent, log=log, steps_dir=steps_dir, frames=stacks.frame_sampler(env))
 
 
-def heartbeats(seat: Seat, *, on_stall: Callable[[str], None], sample: Callable[[], dict[str, Any]],
-               where: Callable[[dict[str, Any], list[dict[str, Any]]], str | None] | None = None,
+def heartbeats(seat: Seat, *, on_stall: Callable[[str], None], sample: Callable[[], dict[str, object]],
+               where: Callable[[dict[str, object], list[dict[str, object]]], str | None] | None = None,
                recovery: Recovery | None = None, lead: bool = False, joining: bool = False,
-               told: Callable[[], dict[str, Any]] | None = None,
-               beacon_sample: Callable[[], dict[str, Any]] | None = None) -> heartbeat.Watch | heartbeat.Beacon | None:
+               told: Callable[[], dict[str, object]] | None = None,
+               beacon_sample: Callable[[], dict[str, object]] | None = None) -> heartbeat.Watch | heartbeat.Beacon | None:
     """Start this node's side of the stall watch: the ``Watch`` on the first node (or, ``lead``, on the node
     that takes a lost first node's place: it answers ``wait`` until it orders the next start), a ``Beacon``
     on the others; both call ``on_stall`` with the verdict (``stall.action: fail`` stops torchrun there).
@@ -121,12 +121,12 @@ def heartbeats(seat: Seat, *, on_stall: Callable[[str], None], sample: Callable[
         members = rec
 
         def silent() -> float:  # seconds since the stalest member was heard
-            return max((time.time() - (r["heard"] or 0) for r in watch.nodes.values() if r["node"] in members.members),
+            return max((time.time() - _heard(r) for r in watch.nodes.values() if r["node"] in members.members),
                        default=0.0)
 
         def heard() -> set[int]:  # the members heard lately
-            return {r["node"] for r in watch.nodes.values()
-                    if r["heard"] and time.time() - r["heard"] < members.lost_after / 2}
+            return {n for r in watch.nodes.values()
+                    if isinstance(n := r["node"], int) and (h := _heard(r)) and time.time() - h < members.lost_after / 2}
 
         rec.silent, rec.heard = silent, heard
         if joining:
@@ -155,3 +155,9 @@ def stop(proc: subprocess.Popen[bytes] | None, grace: float = STOP_GRACE_S) -> N
 def exit_status(code: int) -> int:
     """A process's exit code as a shell says it: a signal's death (-N) as 128 + N."""
     return 128 - code if code < 0 else code
+
+
+def _heard(rec: dict[str, object]) -> float:
+    """When the watch last heard the node of its record ``rec`` (0: never)."""
+    heard = rec["heard"]
+    return float(heard) if isinstance(heard, (int, float)) else 0.0

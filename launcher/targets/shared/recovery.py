@@ -17,9 +17,26 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, TypeGuard, cast
 
 from launcher.targets.jobstatus import JobStatus, Loss
+
+if TYPE_CHECKING:
+    from launcher.core.jsondata import JSON
+
+
+class _Stepped(TypedDict):
+    step: int
+    time: float
+
+
+class Event(_Stepped, total=False):
+    """A line of the metrics file that ``events`` keeps: an integer ``step`` and a number ``time``; the
+    rest as the program wrote it (``event``: "step" when missing, "resume" or "checkpoint";
+    ``checkpoint_step``: a resume's)."""
+
+    event: JSON
+    checkpoint_step: JSON
 
 # The metrics file is read (once) only for a run that lost a node, and at most its last this many bytes.
 MAX_READ = 32 * 2**20
@@ -36,7 +53,7 @@ def told(rows: object, metrics_file: str | None, *, started: float | None, ended
     return found, goodput(started, ended, found, events, now)
 
 
-def losses(rows: object, events: list[dict[str, Any]]) -> list[Loss]:
+def losses(rows: object, events: list[Event]) -> list[Loss]:
     """The records of a run's losses as ``Loss``es, what the metrics file's ``events`` (``read_events``)
     say of each added. Rows that are not such records are left out."""
     if not isinstance(rows, list):
@@ -59,7 +76,7 @@ def _loss(row: object) -> Loss | None:
                 nodes if _int(nodes) else None, row.get("replaced") is True)
 
 
-def _int(value: object) -> bool:
+def _int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -67,7 +84,7 @@ def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def read_events(path: str) -> list[dict[str, Any]]:
+def read_events(path: str) -> list[Event]:
     """The metrics file's lines that have an integer ``step`` and a ``time``, in order (its last
     ``MAX_READ`` bytes)."""
     try:
@@ -78,7 +95,7 @@ def read_events(path: str) -> list[dict[str, Any]]:
             data = f.read()
     except OSError:
         return []
-    rows = []
+    rows: list[JSON] = []
     for line in data.decode("utf-8", "replace").splitlines():
         try:
             rows.append(json.loads(line))
@@ -87,15 +104,17 @@ def read_events(path: str) -> list[dict[str, Any]]:
     return events(rows)
 
 
-def events(rows: Any) -> list[dict[str, Any]]:
+def events(rows: object) -> list[Event]:
     """The rows that are metrics events (a mapping with an integer ``step`` and a ``time``), in order;
     ``[]`` for anything that is not a list of rows (a record read from a pod's ``watch.json``)."""
     if not isinstance(rows, list):
         return []
-    return [r for r in rows if isinstance(r, dict) and _int(r.get("step")) and _number(r.get("time")) is not None]
+    # An ``Event`` once its ``step`` and ``time`` are checked: the rest is read with ``.get`` and narrowed.
+    return [cast(Event, r) for r in rows
+            if isinstance(r, dict) and _int(r.get("step")) and _number(r.get("time")) is not None]
 
 
-def _with_metrics(loss: Loss, events: list[dict[str, Any]], next_loss: float | None) -> Loss:
+def _with_metrics(loss: Loss, events: list[Event], next_loss: float | None) -> Loss:
     """``loss`` with where the program resumed after it: its first resume event after the run was back
     (before the next loss); with none, a first step of 1 means it started again from the beginning."""
     if loss.back_at is None:
@@ -122,7 +141,7 @@ def _with_metrics(loss: Loss, events: list[dict[str, Any]], next_loss: float | N
                    "checkpoint_at": checkpoint_at, "first_step_at": _number(first["time"]) if first else None})
 
 
-def goodput(started: float | None, ended: float | None, run_losses: list[Loss], events: list[dict[str, Any]],
+def goodput(started: float | None, ended: float | None, run_losses: list[Loss], events: list[Event],
             now: float) -> float | None:
     """The run's goodput (see the module's docstring) from its metrics file's ``events``, or None where
     it cannot be told: no start, no first step in the file, or a loss whose cost is not known."""

@@ -31,8 +31,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TypedDict
 
 try:
     from launcher.targets.shared.heartbeat import INTERVAL_S, clock
@@ -42,6 +42,21 @@ except ImportError:  # in a Kubernetes pod: the pod runner's bundle (``k8s/objec
     from ddpjob_vitals import children  # type: ignore[import-not-found, no-redef]
 
 RESTART_ENV = "DDPJOB_RESTART_COUNT"  # 1, 2, ... on each start after a loss; absent on the first
+
+
+class Start(TypedDict):
+    """A start of the run: its number after the first (``DDPJOB_RESTART_COUNT``) and its members."""
+
+    restart: int
+    members: list[int]
+
+
+class Electing(TypedDict):
+    """The first node is lost: why (the beacon's words), the member to take its place, and since when."""
+
+    why: str
+    candidate: int
+    at: float
 
 
 class Recovery:
@@ -58,15 +73,15 @@ class Recovery:
         # hears are more than half the run's (a first node that hears fewer leaves: see ``lost``).
         self.successor = successor
         self.first = 0  # the node whose watch leads the run
-        self.electing: dict[str, Any] | None = None  # the first node is lost: {"why", "candidate"}
+        self.electing: Electing | None = None  # the first node is lost
         self.heard: Callable[[], set[int]] = lambda: set(self.members)  # the lead: members heard lately
         self.max_losses, self.min_nodes, self.lost_after = max_losses, min_nodes, lost_after
         self.nodes = nodes
         self.restart = 0  # this node's starts after the first (DDPJOB_RESTART_COUNT)
         self.members = list(range(nodes))
-        self.losses: list[dict[str, Any]] = []
+        self.losses: list[dict[str, object]] = []  # as ``recovery.json`` holds them (``shared/recovery.py``)
         self.started = time.time()
-        self.pending: dict[str, Any] | None = None  # the next start: {"restart": n, "members": [...]}
+        self.pending: Start | None = None  # the next start
         self.leave: str | None = None  # why this node leaves the run
         self.failed: str | None = None  # why the run cannot go on (the first node)
         self.silent: Callable[[], float] = lambda: 0.0  # the first node: seconds since the stalest member was heard
@@ -95,7 +110,7 @@ class Recovery:
 
     # ------------------------------------------------------------ the first node (its watch's thread)
 
-    def lost(self, rec: dict[str, Any]) -> None:
+    def lost(self, rec: Mapping[str, object]) -> None:
         """``heartbeat.Watch.on_lost``: decide what the run does without node ``rec``."""
         node = rec.get("node")
         with self._lock:
@@ -103,7 +118,8 @@ class Recovery:
             members = self.pending["members"] if self.pending else self.members
             if not isinstance(node, int) or node not in members or self.failed or self.leave:
                 return
-            now, heard = time.time(), float(rec.get("heard") or time.time())
+            heard_at = rec.get("heard")  # the watch's: a time, or None before it heard the node
+            now, heard = time.time(), float(heard_at) if isinstance(heard_at, (int, float)) and heard_at else time.time()
             self._named(node, rec)
             how = (f"no heartbeat from its node runner since {clock(heard)} ({int(now - heard)} s; recovery.lost_after "
                    f"{self.lost_after:g} s): {self.gone} is gone")
@@ -119,7 +135,7 @@ class Recovery:
                 return
             self._decide(node, how, left, replaced=False)
 
-    def replaced(self, rec: dict[str, Any]) -> None:
+    def replaced(self, rec: Mapping[str, object]) -> None:
         """``heartbeat.Watch.on_replaced``: node ``rec`` speaks from a new runner; the run starts again
         with it, on as many nodes."""
         node = rec.get("node")
@@ -132,7 +148,7 @@ class Recovery:
                    "or container deleted, evicted, or its machine lost); the run starts again with it")
             self._decide(node, how, list(members), replaced=True)
 
-    def first_replaced(self, rec: dict[str, Any]) -> None:
+    def first_replaced(self, rec: Mapping[str, object]) -> None:
         """``heartbeat.Watch.on_followed``: node ``rec`` followed another first node's watch before this
         one's: this runner is the first node's new one (its pod recreated) and the run started again with
         it. Told as a loss of node 0 (when it was lost is not known here: before this runner started)."""
@@ -144,11 +160,11 @@ class Recovery:
                                 "nodes": len(self.members), "replaced": True, "back_at": self.started})
             self.write()
 
-    def beat(self) -> dict[str, Any]:
+    def beat(self) -> dict[str, object]:
         """What a beacon adds to its heartbeats (``heartbeat.Beacon.extra``)."""
         return {"followed": self.followed} if self.followed else {}
 
-    def _named(self, node: int, rec: dict[str, Any]) -> None:
+    def _named(self, node: int, rec: Mapping[str, object]) -> None:
         host = rec.get("host")
         if isinstance(host, str) and host and 0 <= node < len(self.hosts) and not self.hosts[node]:
             self.hosts[node] = host
@@ -169,7 +185,7 @@ class Recovery:
         self.write()
         self._changed.set()
 
-    def order(self) -> dict[str, Any]:
+    def order(self) -> Start:
         """What the first node's watch answers every heartbeat with: the start that runs now."""
         return {"restart": self.restart, "members": list(self.members)}
 
@@ -180,11 +196,12 @@ class Recovery:
                 self.losses[-1].update(back_at=time.time(), **({"note": note} if note else {}))
             self.write()
 
-    def record(self, **extra: Any) -> dict[str, Any]:
+    def record(self, **extra: object) -> dict[str, object]:
+        """``recovery.json`` as this node writes it (the first pod's ``watch.json`` carries it too)."""
         return {"restart": self.restart, "members": self.members, "hosts": self.hosts, "losses": self.losses,
                 "metrics": self.metrics, "started": self.started, "first": self.first, **extra}
 
-    def write(self, **extra: Any) -> None:
+    def write(self, **extra: object) -> None:
         if not self.path:
             return
         tmp = f"{self.path}.tmp{os.getpid()}"
@@ -197,11 +214,13 @@ class Recovery:
 
     # ------------------------------------------------------------ the other nodes (their beacon's thread)
 
-    def ordered(self, order: dict[str, Any]) -> None:
+    def ordered(self, order: Mapping[str, object]) -> None:
         """``heartbeat.Beacon.on_order``: the first node's answer (see the module)."""
-        watch, restart, members = order.get("w"), order.get("restart"), order.get("members")
-        if members is not None and (not isinstance(members, list) or not all(isinstance(m, int) for m in members)):
+        w, restart, listed = order.get("w"), order.get("restart"), order.get("members")
+        if listed is not None and (not isinstance(listed, list) or not all(isinstance(m, int) for m in listed)):
             return
+        watch = w if isinstance(w, str) else None  # the watch's id
+        members = None if listed is None else [m for m in listed if isinstance(m, int)]
         with self._lock:
             if self.leave:
                 return
@@ -325,7 +344,7 @@ class Recovery:
         """Whether the torchrun that runs now must stop: a new start, this node leaving, or the end."""
         return self._changed.is_set()
 
-    def next_start(self, code: int) -> dict[str, Any] | None:
+    def next_start(self, code: int) -> Start | None:
         """After torchrun ended with ``code``: the next start, or None when the run ends here (see
         ``leave`` and ``failed``). A torchrun that failed may have failed because a node was lost
         before the watch could tell (its workers' peers went away): wait for the verdict then."""

@@ -38,7 +38,10 @@ runtime marker (``"$n"``, Slurm's render): the names are built by formatting, ne
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # at run time a wing's module imports the standard library only
+    from launcher.core.jsondata import JSONObject
 
 PLAN = "plan.json"
 PLAN_TEXT = "plan.txt"
@@ -130,14 +133,14 @@ class TaskFolder:
         """The ranks' step reports (``DDPJOB_VITALS_DIR``)."""
         return _join(self.path, VITALS)
 
-    def read_recovery(self) -> dict[str, Any] | None:
+    def read_recovery(self) -> JSONObject | None:
         """Slurm: ``recovery.json`` as a mapping, or None where the run lost no node."""
         from launcher.targets.shared.files import read_json
 
         data = read_json(self.recovery)
         return data if isinstance(data, dict) else None
 
-    def read_watch(self) -> dict[str, Any] | None:
+    def read_watch(self) -> JSONObject | None:
         """``watch.json`` as a mapping, or None before its first write (or when it is not one)."""
         from launcher.targets.shared.files import read_json
 
@@ -281,7 +284,7 @@ class RunFolder:
 
         return read_json(self.plan)
 
-    def write_plan(self, data: Any, text: str) -> None:
+    def write_plan(self, data: object, text: str) -> None:
         """``plan.json`` (``data``) and ``plan.txt`` (``text``), each written atomically."""
         from launcher.targets.shared.files import atomic_write, write_json
 
@@ -294,7 +297,7 @@ class RunFolder:
         from launcher.targets.shared.files import read_json
 
         data = read_json(self.state)
-        return data if isinstance(data, dict) else None
+        return dict(data) if isinstance(data, dict) else None
 
     def write_state(self, data: dict[str, object]) -> None:
         from launcher.targets.shared.files import write_json

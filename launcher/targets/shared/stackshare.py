@@ -13,7 +13,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # at run time a wing's module imports the standard library only
+    from collections.abc import Mapping, Sequence
+
+    from launcher.targets.shared.runfolder import TaskFolder
 
 try:
     from launcher.targets.shared.stacks import (
@@ -46,7 +51,8 @@ class Answerer:
     every ``ANSWER_EVERY_S`` it reads ``request`` (``{"id": ...}``, written by ``ddpjob stacks``); a new id
     is answered in ``answer`` with this node's ranks (``ranks()``: from its last vitals sample) read now."""
 
-    def __init__(self, request: str, answer: str, node: int, host: str, ranks: Callable[[], list[dict[str, Any]]]) -> None:
+    def __init__(self, request: str, answer: str, node: int, host: str,
+                 ranks: Callable[[], list[dict[str, object]]]) -> None:
         self.request, self.answer, self.node, self.host, self.ranks = request, answer, node, host, ranks
         self._last: str | None = None
         self._stop = threading.Event()
@@ -72,8 +78,8 @@ class Answerer:
 
     def answer_now(self, ident: str) -> None:
         py_spy = find_py_spy()
-        ranks = [RankStack(node=self.node, rank=r.get("rank"), local_rank=r.get("local_rank"), pid=int(r["pid"]),
-                           host=self.host) for r in self.ranks() if isinstance(r.get("pid"), int)]
+        ranks = [RankStack(node=self.node, rank=_int(r.get("rank")), local_rank=_int(r.get("local_rank")), pid=pid,
+                           host=self.host) for r in self.ranks() if isinstance(pid := r.get("pid"), int)]
         if py_spy is None:
             for r in ranks:
                 r.error = f"py-spy is not installed on {self.host} (pip install 'ddpjob[stacks]' where the job runs)"
@@ -87,7 +93,7 @@ class Answerer:
 
 
 def answering(old: Answerer | None, request: str, answer: str, node: int, host: str,
-              ranks: Callable[[], list[dict[str, Any]]]) -> Answerer:
+              ranks: Callable[[], list[dict[str, object]]]) -> Answerer:
     """A node runner's ``Answerer`` for its torchrun now, started (the one before it, if any, stopped)."""
     if old is not None:
         old.stop()
@@ -96,13 +102,36 @@ def answering(old: Answerer | None, request: str, answer: str, node: int, host: 
     return new
 
 
-def rank_stack(data: dict[str, Any]) -> RankStack:
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _whole(value: object) -> int:
+    """``int(value or 0)`` for what it takes (a number, or text of one); TypeError for anything else."""
+    if isinstance(value, (int, float, str)):
+        return int(value or 0)
+    if value is None:
+        return 0
+    raise TypeError(f"not a number: {type(value).__name__}")
+
+
+def _each(value: object) -> list[Mapping[str, object]]:
+    """The objects of a JSON list (anything else in it, or a value that is no list: none)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def rank_stack(data: Mapping[str, object]) -> RankStack:
     """A ``RankStack`` back from its JSON (``asdict``)."""
-    threads = [Thread(str(t.get("name")), t.get("os_id"), bool(t.get("active")),
-                      [Frame(str(f.get("function")), str(f.get("file")), int(f.get("line") or 0), str(f.get("path")))
-                       for f in t.get("frames") or []]) for t in data.get("threads") or []]
-    return RankStack(node=int(data.get("node") or 0), rank=data.get("rank"), local_rank=data.get("local_rank"),
-                     pid=int(data.get("pid") or 0), host=data.get("host"), threads=threads, error=data.get("error"))
+    threads = [Thread(str(t.get("name")), _int(t.get("os_id")), bool(t.get("active")),
+                      [Frame(str(f.get("function")), str(f.get("file")), _whole(f.get("line")), str(f.get("path")))
+                       for f in _each(t.get("frames"))]) for t in _each(data.get("threads"))]
+    return RankStack(node=_whole(data.get("node")), rank=_int(data.get("rank")), local_rank=_int(data.get("local_rank")),
+                     pid=_whole(data.get("pid")), host=_text(data.get("host")), threads=threads,
+                     error=_text(data.get("error")))
 
 
 
@@ -115,7 +144,7 @@ def ask(request: str, answers: list[str], hosts_seen: int, timeout: float = ASK_
         json.dump({"id": ident, "at": time.time()}, f)
     os.replace(request + ".tmp", request)
     deadline = time.monotonic() + timeout
-    got: dict[int, dict[str, Any]] = {}
+    got: dict[int, dict[str, object]] = {}
     while True:
         for node, path in enumerate(answers):
             if node in got:
@@ -130,21 +159,21 @@ def ask(request: str, answers: list[str], hosts_seen: int, timeout: float = ASK_
         if len(got) >= max(1, hosts_seen) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    ranks = [rank_stack(r) for data in got.values() for r in data.get("ranks") or [] if isinstance(r, dict)]
+    ranks = [rank_stack(r) for data in got.values() for r in _each(data.get("ranks"))]
     silent = [n for n in range(max(hosts_seen, 1)) if n not in got]
     note = (f"node(s) {', '.join(map(str, silent))} did not answer within {timeout:g} s (their runner is gone, "
             "busy, or the job's folder is not shared with them)") if silent else None
     return ranks, note
 
 
-def asking(task: Any, nodes: int) -> Callable[[dict[str, Any], list[dict[str, Any]]], str | None]:
+def asking(task: TaskFolder, nodes: int) -> Callable[[Mapping[str, object], Sequence[Mapping[str, object]]], str | None]:
     """``heartbeat.Watch``'s ``where`` where the job's folder is shared (Slurm): ``task`` (a ``runfolder.TaskFolder``)
     holds the request every node's runner answers (``Answerer``) with its own ranks; the stacks are kept in
     its ``stacks``, the one line ``summary`` returned."""
-    def where_shared(verdict: dict[str, Any], seen: list[dict[str, Any]]) -> str | None:
+    def where_shared(verdict: Mapping[str, object], seen: Sequence[Mapping[str, object]]) -> str | None:
         ranks, note = ask(task.stacks_request, [task.node_stacks(n) for n in range(nodes)], nodes)
         found = JobStacks(task=0, ranks=ranks, note=note)
         save(task.stacks, verdict, found)
-        line = summary(ranks, verdict.get("rank") if verdict.get("kind") == "stuck" else None)
+        line = summary(ranks, _int(verdict.get("rank")) if verdict.get("kind") == "stuck" else None)
         return "; ".join(x for x in (line, note) if x) or None
     return where_shared

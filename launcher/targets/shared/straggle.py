@@ -37,7 +37,17 @@ what was measured, not more:
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # at run time a wing's module imports the standard library only
+    from collections.abc import Mapping, Sequence
+
+    # A JSON object as the watch holds it (a node's record, a rank's sample or step report), read here.
+    Seen = Mapping[str, object]
+    # A rank's place in a judgement: (rank, its node's record, its sample) or, with its step report,
+    # (rank, its node's record, (own work, data, compute) in ms, the report).
+    Ranked = tuple[int, Seen, Seen]
+    Stepped = tuple[int, Seen, tuple[float, float, float], Seen]
 
 FACTOR = 1.5
 MIN_EXTRA_MS = 5.0
@@ -50,20 +60,36 @@ FRAMES_ALONE, FRAMES_WAIT = 0.25, 0.6  # the share of its samples a rank waited 
 _GONE = ("T", "t", "Z", "X")  # stopped (the stall rule's), zombie or ended: no pace to judge
 
 
-def _own(steps: dict[str, Any]) -> tuple[float, float, float] | None:
+def _own(steps: Seen) -> tuple[float, float, float] | None:
     """(own work, data, compute) per step in ms, from a rank's step report."""
     try:
-        data, compute = float(steps["data_ms"]), float(steps["compute_ms"])
+        data, compute = to_float(steps["data_ms"]), to_float(steps["compute_ms"])
     except (KeyError, TypeError, ValueError):
         return None
     return data + compute, data, compute
 
 
-def _where(rec: dict[str, Any]) -> str:
+def to_float(value: object) -> float:
+    """``float(value)`` for what it takes (a number, or text of one); TypeError for anything else."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"not a number: {type(value).__name__}")
+
+
+def _obj(value: object) -> Seen:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _where(rec: Seen) -> str:
     return f"node {rec['node']}" + (f" ({rec['host']})" if rec.get("host") else "")
 
 
-def _num(value: Any) -> float | None:
+def number(value: object) -> float | None:
+    """``value`` as a float if it is a number (not a bool), else None."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -74,27 +100,32 @@ class Straggle:
         self._apart: dict[tuple[str, int], tuple[int, float]] = {}  # (rule, rank) -> (samples in a row apart, since)
         self._seen: set[tuple[str, int]] = set()  # what was apart in this judgement
 
-    def judge(self, nodes: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-        ranks: list[tuple[int, dict[str, Any], tuple[float, float, float], dict[str, Any]]] = []
-        plain: list[tuple[int, dict[str, Any], dict[str, Any]]] = []  # ranks without step reports
+    def judge(self, nodes: Sequence[Seen], now: float) -> list[dict[str, object]]:
+        """The stragglers among the ranks of ``nodes`` (the watch's records of its nodes, each with its
+        ``vitals``), each a record as ``watch.json``'s ``stragglers`` hold it."""
+        ranks: list[Stepped] = []
+        plain: list[Ranked] = []  # ranks without step reports
         for rec in nodes:
             vitals = rec.get("vitals")
-            fresh = isinstance(vitals, dict) and now - (_num(vitals.get("t")) or now) < FRESH_S
-            for r in vitals.get("ranks") or [] if isinstance(vitals, dict) else []:
+            fresh = isinstance(vitals, dict) and now - (number(vitals.get("t")) or now) < FRESH_S
+            for r in _list(vitals.get("ranks")) if isinstance(vitals, dict) else []:
+                if not isinstance(r, dict):
+                    continue
                 steps = r.get("steps")
                 parts = _own(steps) if isinstance(steps, dict) else None
-                if not isinstance(r.get("rank"), int):
+                rank = r.get("rank")
+                if not isinstance(rank, int):
                     continue
-                if parts is not None and isinstance(steps, dict) and now - float(steps.get("t") or 0) < FRESH_S:
-                    ranks.append((r["rank"], rec, parts, steps))
+                if parts is not None and isinstance(steps, dict) and now - to_float(steps.get("t") or 0) < FRESH_S:
+                    ranks.append((rank, rec, parts, steps))
                 elif parts is None and fresh and r.get("state") not in _GONE:
-                    plain.append((r["rank"], rec, r))
+                    plain.append((rank, rec, r))
         self._seen = set()
-        out = sorted(self._by_steps(ranks, now), key=lambda s: -s["own_ms"])
+        out = sorted(self._by_steps(ranks, now), key=lambda s: -(number(s.get("own_ms")) or 0.0))
         named = {s["rank"] for s in out}
         out += [s for s in self._by_frames(plain, now) if s["rank"] not in named]
         named |= {s["rank"] for s in out}
-        out += sorted((s for s in self._by_use(plain, now) if s["rank"] not in named), key=lambda s: -s["apart"])
+        out += sorted((s for s in self._by_use(plain, now) if s["rank"] not in named), key=lambda s: -(number(s.get("apart")) or 0.0))
         self._apart = {k: v for k, v in self._apart.items() if k in self._seen}
         return out
 
@@ -105,9 +136,8 @@ class Straggle:
         self._apart[(rule, rank)] = (count + 1, since)
         return count + 1 >= SAMPLES, since
 
-    def _by_steps(self, ranks: list[tuple[int, dict[str, Any], tuple[float, float, float], dict[str, Any]]],
-                  now: float) -> list[dict[str, Any]]:
-        out = []
+    def _by_steps(self, ranks: list[Stepped], now: float) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
         for rank, rec, (own, data, _compute), _steps in ranks:
             others = [o for k, _, o, _ in ranks if k != rank]
             if not others:
@@ -119,7 +149,7 @@ class Straggle:
             if not named:
                 continue
             short = "data (waiting for its batches)" if data - mid_data > (own - mid) / 2 else "compute (its own work is slower)"
-            comm = statistics.median(float(s.get("comm_ms") or 0) for k, _, _, s in ranks if k != rank)
+            comm = statistics.median(to_float(s.get("comm_ms") or 0) for k, _, _, s in ranks if k != rank)
             out.append({"rank": rank, "node": rec["node"], "host": rec.get("host"), "since": since,
                         "own_ms": round(own, 1), "others_ms": round(mid, 1), "short_of": short.split(" ")[0],
                         "message": f"rank {rank} on {_where(rec)} is the slowest: {own:.0f} ms of its own work a step "
@@ -127,10 +157,10 @@ class Straggle:
                                    f"the others wait on it ({comm:.0f} ms a step)"})
         return out
 
-    def _by_use(self, ranks: list[tuple[int, dict[str, Any], dict[str, Any]]], now: float) -> list[dict[str, Any]]:
+    def _by_use(self, ranks: list[Ranked], now: float) -> list[dict[str, object]]:
         """The rules for a program without step reports (see the module): more CPU, or a less busy GPU."""
-        out = []
-        cpus = {rank: c for rank, _, r in ranks if (c := _num(r.get("cpu"))) is not None}
+        out: list[dict[str, object]] = []
+        cpus = {rank: c for rank, _, r in ranks if (c := number(r.get("cpu"))) is not None}
         gpus = _own_gpus(ranks)
         for rank, rec, _r in ranks:
             others = [c for k, c in cpus.items() if k != rank]
@@ -150,17 +180,17 @@ class Straggle:
                                            "wait on it")
         return out
 
-    def _by_frames(self, ranks: list[tuple[int, dict[str, Any], dict[str, Any]]], now: float) -> list[dict[str, Any]]:
+    def _by_frames(self, ranks: list[Ranked], now: float) -> list[dict[str, object]]:
         """The frames rule (see the module): the rank the others keep waiting for."""
-        share = {}
+        share: dict[int, tuple[float, Seen, Seen, float]] = {}
         for rank, rec, r in ranks:
             f = r.get("frames")
-            n = _num(f.get("n")) if isinstance(f, dict) else None
+            n = number(f.get("n")) if isinstance(f, dict) else None
             if isinstance(f, dict) and n is not None and n >= FRAMES_MIN:
-                share[rank] = ((_num(f.get("wait")) or 0.0) / n, f, rec)
-        out = []
-        for rank, (alone, f, rec) in share.items():
-            others = [w for k, (w, _, _) in share.items() if k != rank]
+                share[rank] = ((number(f.get("wait")) or 0.0) / n, f, rec, n)
+        out: list[dict[str, object]] = []
+        for rank, (alone, f, rec, n) in share.items():
+            others = [w for k, (w, _, _, _) in share.items() if k != rank]
             if not others or alone > FRAMES_ALONE or min(others) < FRAMES_WAIT:
                 continue
             named, since = self._count("frames", rank, now)
@@ -170,12 +200,12 @@ class Straggle:
             out.append({"rank": rank, "node": rec["node"], "host": rec.get("host"), "since": since, "measured": "frames",
                         "at": at, "short_of": "its own work",
                         "message": f"rank {rank} on {_where(rec)} is the one the others wait for: its stack was in {at} "
-                                   f"(waiting on its peers in {alone:.0%} of its last {int(f['n'])} samples, the others "
+                                   f"(waiting on its peers in {alone:.0%} of its last {int(n)} samples, the others "
                                    f"in {min(others):.0%} or more) (judged by where each rank's Python stack was: py-spy)"})
         return out
 
-    def _use_apart(self, rule: str, rank: int, rec: dict[str, Any], use: float, mid: float, now: float,
-                   short_of: str, what: str) -> list[dict[str, Any]]:
+    def _use_apart(self, rule: str, rank: int, rec: Seen, use: float, mid: float, now: float,
+                   short_of: str, what: str) -> list[dict[str, object]]:
         """Rank ``rank`` apart under ``rule`` ("cpu" or "gpu") once more: its straggler record once it has
         been ``SAMPLES`` in a row, else nothing yet."""
         named, since = self._count(rule, rank, now)
@@ -187,18 +217,18 @@ class Straggle:
                             "no step times)"}]
 
 
-def _own_gpus(ranks: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> dict[int, float]:
+def _own_gpus(ranks: list[Ranked]) -> dict[int, float]:
     """Each rank's GPU use %, for the ranks that have a GPU of their own (a GPU's use is the device's,
     so ranks sharing one cannot be told apart)."""
-    users: dict[tuple[int, Any], list[int]] = {}
+    users: dict[tuple[object, object], list[int]] = {}  # (node, GPU) -> its ranks
     util: dict[int, float] = {}
     for rank, rec, r in ranks:
-        gpu: dict[str, Any] = r["gpu"] if isinstance(r.get("gpu"), dict) else {}
+        gpu = _obj(r.get("gpu"))
         if gpu.get("gpu") is None:
             continue
         users.setdefault((rec["node"], gpu["gpu"]), []).append(rank)
-        devices = rec.get("vitals", {}).get("gpus") or []
-        use = next((_num(d.get("util")) for d in devices if isinstance(d, dict) and d.get("index") == gpu["gpu"]), None)
+        devices = _list(_obj(rec.get("vitals")).get("gpus"))
+        use = next((number(d.get("util")) for d in devices if isinstance(d, dict) and d.get("index") == gpu["gpu"]), None)
         if use is not None:
             util[rank] = use
     return {rank: u for rank, u in util.items() if all(len(v) == 1 for k, v in users.items() if rank in v)}

@@ -6,7 +6,11 @@ runner's bundle carries this module (``ddpjob_told``).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # at run time a wing's module imports the standard library only
+    from launcher.core.jsondata import JSON, JSONObject
+    from launcher.targets.shared.restarts import Recovery
 
 
 class Told:
@@ -19,22 +23,22 @@ class Told:
     CHUNK = 4 * 2**20
     CHECKPOINTS = 100
 
-    def __init__(self, rec: Any) -> None:  # a ``restarts.Recovery``
+    def __init__(self, rec: Recovery) -> None:
         self.rec = rec
         self.offset, self.rest = 0, b""
-        self.first: dict[str, Any] | None = None
-        self.marks: list[dict[str, Any]] = []  # resumes, the step before each and the first step after
-        self.checkpoints: list[dict[str, Any]] = []
-        self.last_step: dict[str, Any] | None = None
+        # The metrics file's events, each an object with an integer ``step`` and a number ``time``.
+        self.first: JSONObject | None = None
+        self.marks: list[JSONObject] = []  # resumes, the step before each and the first step after
+        self.checkpoints: list[JSONObject] = []
+        self.last_step: JSONObject | None = None
         self.resumed = False
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, object]:
         """The part of ``watch.json`` the watch adds (``heartbeat.Watch.extra``)."""
-        out: dict[str, Any] = {"recovery": self.rec.record()}
+        out: dict[str, object] = {"recovery": self.rec.record()}
         if self.rec.losses and self.rec.metrics:
             self._read(self.rec.metrics)
-            out["events"] = sorted(([self.first] if self.first else []) + self.marks + self.checkpoints,
-                                   key=lambda e: e["time"])
+            out["events"] = sorted(([self.first] if self.first else []) + self.marks + self.checkpoints, key=_time)
         return out
 
     def _read(self, path: str) -> None:
@@ -49,13 +53,13 @@ class Told:
         self.rest = lines.pop()
         for line in lines:
             try:
-                event = json.loads(line)
+                event: JSON = json.loads(line)
             except ValueError:
                 continue
             if isinstance(event, dict) and isinstance(event.get("step"), int) and isinstance(event.get("time"), (int, float)):
                 self._saw(event)
 
-    def _saw(self, event: dict[str, Any]) -> None:
+    def _saw(self, event: JSONObject) -> None:
         kind = event.get("event", "step")
         if kind == "step":
             self.first = self.first or event
@@ -70,3 +74,9 @@ class Told:
             self.resumed = True
         elif kind == "checkpoint":
             self.checkpoints = [*self.checkpoints[-(self.CHECKPOINTS - 1):], event]
+
+
+def _time(event: JSONObject) -> float:
+    """An event's ``time`` (``_read`` keeps only events whose ``time`` is a number)."""
+    t = event.get("time")
+    return float(t) if isinstance(t, (int, float)) else 0.0

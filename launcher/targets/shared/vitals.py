@@ -21,7 +21,10 @@ import os
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # at run time a wing's module imports the standard library only
+    from launcher.core.jsondata import JSONObject
 
 # What each sample reads of a node's log at most: a node that prints faster is read from its tail.
 LOG_CHUNK = 1 << 20
@@ -143,7 +146,7 @@ class Sampler:
     ``frames``: where each rank's stack has been lately, per pid (``stacks.FrameSampler``), or None."""
 
     def __init__(self, *, node: int, agent: object, log: str | None, steps_dir: str | None, gpu: bool = True,
-                 frames: Callable[[list[int]], dict[int, dict[str, Any]]] | None = None) -> None:
+                 frames: Callable[[list[int]], dict[int, JSONObject]] | None = None) -> None:
         self.node, self.agent, self.log, self.steps_dir, self.gpu = node, agent, log, steps_dir, gpu
         self.frames = frames
         self._ids: dict[int, tuple[int | None, int | None]] = {}

@@ -30,7 +30,10 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 from launcher.targets.shared import heartbeat, jobcore, netif, stackshare
 from launcher.targets.shared.files import write_json
@@ -61,11 +64,13 @@ class NodeRunner:
         self._answerer: stackshare.Answerer | None = None
         self._reaper = Reaper(lambda: [self._proc.pid] if self._proc else [])  # torchrun stops its own tree
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {"common": self.common, "element": self.element}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["common"], state["element"])  # type: ignore[misc]
+    def __setstate__(self, state: dict[str, object]) -> None:
+        common, element = state["common"], state["element"]
+        assert isinstance(common, SlurmCommon) and isinstance(element, SlurmElement)  # ``__getstate__``'s
+        self.__init__(common, element)  # type: ignore[misc]
 
     def rendezvous(self, env: dict[str, str]) -> tuple[str, int]:
         """(first host of the allocation, port): the spec's master_port, else the free port the sbatch
@@ -77,7 +82,7 @@ class NodeRunner:
         ))
         return hosts[0], port
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> dict[str, object]:
         """Run this node; however the run ends, stop what it left running (``reaper``: the runner is their
         subreaper) and say so in the node's log."""
         self._reaper.start()
@@ -86,7 +91,7 @@ class NodeRunner:
         finally:
             self._reaper.end()
 
-    def _run(self) -> dict[str, Any]:
+    def _run(self) -> dict[str, object]:
         node = os.environ.get("SLURM_NODEID", "0")
         first, port = self.rendezvous(dict(os.environ))
         paths = node_paths(self.common.job_dir, self.element.index, node)
@@ -99,10 +104,11 @@ class NodeRunner:
         except FileNotFoundError:
             pass
         host = socket.gethostname()
-        record: dict[str, Any] = {
+        restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+        # The node's record (``node_paths``' ``record``), which ``slurm/status.py`` reads.
+        record: dict[str, object] = {
             "node": int(node), "host": host, "rendezvous": f"{first}:{port}", "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-            "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")), "state": "running", "started": time.time(),
-            "machine": machine_id(), "start": 0}
+            "restart": restart, "state": "running", "started": time.time(), "machine": machine_id(), "start": 0}
         write_json(paths["record"], record)  # early: the other nodes compare their machine with the first's
         addr, problem = self._network(node, host, first, port, env, record)
         record["rendezvous"] = f"{addr}:{port}"
@@ -119,7 +125,7 @@ class NodeRunner:
         with open(paths["log"], "ab", buffering=0) as log:
             via = f" ({record['address']}, {record['interface']})" if record.get("interface") else ""
             log.write(f"[ddpjob] node {node} on {host}{via}: rendezvous {first} = {addr}:{port}, "
-                      f"start {record['restart'] + 1}\n".encode())
+                      f"start {restart + 1}\n".encode())
             self._proc = self._start(argv, env, log)
             watch = self._watch(int(node), host, addr, port, paths, log, recovery)
             code = self._wait(recovery)
@@ -159,7 +165,7 @@ class NodeRunner:
             raise NodeFailed(f"torchrun on node {node} ({record['host']}) exited with code {code}; see {paths['log']}")
         return {"node": int(node), "host": record["host"], "exit_code": code}
 
-    def _start(self, argv: list[str], env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:
+    def _start(self, argv: list[str], env: dict[str, str], log: BinaryIO) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             cwd=self.common.workdir, preexec_fn=_ignore_usr2,  # noqa: PLW1509 - before exec, no lock taken
@@ -199,8 +205,8 @@ class NodeRunner:
         except OSError:
             return None
 
-    def _again(self, recovery: Recovery, env: dict[str, str], log: Any,
-               watch: heartbeat.Watch | heartbeat.Beacon | None, record: dict[str, Any], record_path: str,
+    def _again(self, recovery: Recovery, env: dict[str, str], log: BinaryIO,
+               watch: heartbeat.Watch | heartbeat.Beacon | None, record: dict[str, object], record_path: str,
                addr: str, port: str) -> int:
         """Start torchrun again for the run's members now (a node was lost) and wait for it."""
         note = shrink(recovery) if recovery.leads else ""
@@ -224,7 +230,7 @@ class NodeRunner:
         return self._wait(recovery)
 
     def _network(self, node: str, host: str, first: str, port: int, env: dict[str, str],
-                 record: dict[str, Any]) -> tuple[str, str | None]:
+                 record: dict[str, object]) -> tuple[str, str | None]:
         """The rendezvous address and this node's side of it, checked before torchrun starts.
 
         Returns (MASTER_ADDR: the first node's address as this node resolves it, or its name when it
@@ -237,7 +243,7 @@ class NodeRunner:
         where = f"node {node} ({host})"
         updates, problem = netif.check(env, where)
         env.update(updates)
-        record["env_ifname"] = {k: env[k] for k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if env.get(k)}
+        ifnames = record["env_ifname"] = {k: env[k] for k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if env.get(k)}
         if problem:
             return first, problem
         try:
@@ -251,10 +257,10 @@ class NodeRunner:
                             "/etc/hosts or DNS")
         if self.common.nodes > 1 and iface and not netif.is_loopback(own) and not env.get("GLOO_SOCKET_IFNAME"):
             env["GLOO_SOCKET_IFNAME"] = iface
-            record["env_ifname"]["GLOO_SOCKET_IFNAME"] = iface
+            ifnames["GLOO_SOCKET_IFNAME"] = iface
         return master, None
 
-    def _first_node_here(self, record: dict[str, Any]) -> bool:
+    def _first_node_here(self, record: dict[str, object]) -> bool:
         """Whether the first node of this run shares this machine and network namespace (several
         slurmd on one host: Slurm's multiple-slurmd setup), so a loopback address of the first node is
         reachable from here. Reads the first node's record (written as it starts, on the job's shared
@@ -271,7 +277,7 @@ class NodeRunner:
             time.sleep(0.2)
 
     def _watch(self, node: int, host: str, addr: str, port: int, paths: dict[str, str],
-               log: Any, recovery: Recovery | None = None, lead: bool = False) -> heartbeat.Watch | heartbeat.Beacon | None:
+               log: BinaryIO, recovery: Recovery | None = None, lead: bool = False) -> heartbeat.Watch | heartbeat.Beacon | None:
         """Start the heartbeats of this run (``launcher.targets.shared.heartbeat``): the watch on the first
         node (or, ``lead``, on the one that takes a lost first node's place: it answers ``wait`` until it
         orders the next start), a beacon on the others; both end torchrun on a stall with action fail."""
@@ -284,7 +290,7 @@ class NodeRunner:
         seat = jobcore.Seat(node=node, nodes=c.nodes, host=host, first=addr, port=port, timeout=float(c.stall_timeout_s),
                             action=c.stall_action, output=paths["log"],
                             metrics=os.path.join(self.element.output_dir, "metrics.jsonl"), watch_file=paths["watch"],
-                            say=lambda text: log.write(f"[ddpjob] {text}\n".encode()))
+                            say=functools.partial(_say, log))
         return jobcore.heartbeats(seat, on_stall=self._on_stall, sample=sampler.sample, recovery=recovery, lead=lead,
                                   where=stackshare.asking(task, c.nodes))
 
@@ -293,7 +299,7 @@ class NodeRunner:
         self._stalled = message
         jobcore.stop(self._proc)
 
-    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+    def checkpoint(self, *args: object, **kwargs: object) -> object:
         """submitit's preemption hook (node 0): stop torchrun, then requeue a fresh runner."""
         self._stop_child()
         if self._proc is not None:
@@ -319,7 +325,7 @@ class NodeRunner:
         """Run our stop on every node, then submitit's handler (which checkpoints on node 0)."""
         previous = signal.getsignal(signal.SIGUSR2)
 
-        def on_usr2(signum: int, frame: Any) -> None:
+        def on_usr2(signum: int, frame: FrameType | None) -> None:
             self._stop_child()
             if callable(previous):
                 previous(signum, frame)
@@ -338,7 +344,8 @@ def machine_id() -> str:
         return ""
 
 
-def _read_json(path: str) -> dict[str, Any]:
+def _read_json(path: str) -> dict[str, object]:
+    """The JSON object in ``path`` (another node's record), or an empty one."""
     import json
 
     try:
@@ -347,6 +354,10 @@ def _read_json(path: str) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _say(log: BinaryIO, text: str) -> None:
+    log.write(f"[ddpjob] {text}\n".encode())
 
 
 def _ignore_usr2() -> None:

@@ -27,7 +27,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 GRACE_S = 2.0  # SIGTERM to SIGKILL; well under KillWait (Slurm's default 30 s, the test cluster's 5 s)
@@ -158,7 +161,7 @@ class Reaper:
         self.why_not = make_subreaper()
         previous = signal.getsignal(signal.SIGTERM)
 
-        def on_term(signum: int, frame: Any) -> None:
+        def on_term(signum: int, frame: FrameType | None) -> None:
             if callable(previous):  # submitit's (it lets the run go on): sweep beside it
                 self._sweep_now()
                 previous(signum, frame)

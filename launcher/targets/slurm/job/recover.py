@@ -45,7 +45,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import BinaryIO
 
 from launcher.targets.shared.files import read_json, write_json
 from launcher.targets.shared.heartbeat import INTERVAL_S, Beacon, Watch
@@ -57,7 +57,7 @@ ELECT_S = 4 * INTERVAL_S  # how long the node taking a lost first node's place l
 
 
 def elect(recovery: Recovery, heartbeat: Watch | Beacon | None, lead: Callable[[], Watch | Beacon | None],
-          address_of: Callable[[int], str | None], own: str, log: Any) -> tuple[Watch | Beacon | None, str]:
+          address_of: Callable[[int], str | None], own: str, log: BinaryIO) -> tuple[Watch | Beacon | None, str]:
     """The first node is lost (``recovery.electing``): take its place (the lowest other member), or
     follow the node that does. Returns this node's heartbeats and the run's rendezvous address from now."""
     assert recovery.electing is not None
@@ -120,12 +120,12 @@ def shrink(recovery: Recovery) -> str:
     return f"Slurm job {jid} now holds {keep} only" + (f"; {batch}" if batch else "")
 
 
-def finish(recovery: Recovery, record: dict[str, Any], paths: dict[str, str], code: int,
-           task: TaskFolder) -> tuple[dict[str, Any], str | None]:
+def finish(recovery: Recovery, record: dict[str, object], paths: dict[str, str], code: int,
+           task: TaskFolder) -> tuple[dict[str, object], str | None]:
     """The end of a node's part in a run with recovery: it left the run, the run could not go on, or
     the run ended after losing nodes (the first node then records how and ends the step). Returns the
     runner's result and why it failed (None when it did not)."""
-    result: dict[str, Any] = {"node": recovery.node, "host": record["host"], "exit_code": code}
+    result: dict[str, object] = {"node": recovery.node, "host": record["host"], "exit_code": code}
     if recovery.leave:  # exit 0: srun --kill-on-bad-exit must not end the others if this node comes back
         record.update(state="left", left=recovery.leave)
         record.pop("exit_code", None)  # its torchrun's, killed as it left: not how the node ended
@@ -188,7 +188,7 @@ def wait_members(task: TaskFolder, recovery: Recovery) -> None:
         time.sleep(0.5)
 
 
-def end_step(log: Any) -> None:
+def end_step(log: BinaryIO) -> None:
     """Cancel this job step (a run that lost nodes has ended): srun would wait for the lost node's task."""
     jid, step = os.environ.get("SLURM_JOB_ID", ""), os.environ.get("SLURM_STEP_ID", "")
     scancel = shutil.which("scancel")
