@@ -63,7 +63,7 @@ def rerun(job_id: str, target: str | None, nodes: int | None, procs_per_node: st
     sets = (*sets, *_resume(rec, resume, quiet))
     loaded = with_env_files(rerun_spec(rec, _overrides(sets, nodes, procs_per_node, name), given_values()))
     where = (loaded.origin or {}).get("cwd")
-    if where and where != os.getcwd():
+    if isinstance(where, str) and where and where != os.getcwd():
         # Relative paths in the spec (the script, workdir, Slurm's folder) mean what they meant then.
         try:
             os.chdir(where)

@@ -19,9 +19,10 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from launcher.core.jsondata import JSONObject
     from launcher.core.stepsplit import StepSplit
 
 METRICS_FILE = "metrics.jsonl"
@@ -72,8 +73,8 @@ def metrics_path(output_dir: str) -> str:
     return f"{output_dir.rstrip('/')}/{METRICS_FILE}"
 
 
-def _records(data: bytes) -> list[dict[str, Any]]:
-    out = []
+def _records(data: bytes) -> list[JSONObject]:
+    out: list[JSONObject] = []
     for line in data.decode("utf-8", "replace").splitlines():
         try:
             rec = json.loads(line)
@@ -113,30 +114,40 @@ def progress_from_lines(lines: list[str], now: float) -> Progress | None:
     return _progress(records, records, now)
 
 
-def _progress(head: list[dict[str, Any]], last_records: list[dict[str, Any]], mtime: float) -> Progress | None:
+def _progress(head: list[JSONObject], last_records: list[JSONObject], mtime: float) -> Progress | None:
     if not last_records:
         return None
     first, last = (head or last_records)[0], last_records[-1]
-    progress: dict[str, Any] = {"step": last["step"]}
+    step, first_step = _step(last), _step(first)
+    said: dict[str, float] = {}  # numbers as the lines wrote them (an int stays an int)
     for key in ("total_steps", "loss", "samples_per_s"):
-        value = next((r[key] for r in reversed(last_records) if isinstance(r.get(key), (int, float))), None)
+        value = next((v for r in reversed(last_records) if isinstance(v := r.get(key), (int, float))), None)
         if value is not None:
-            progress[key] = value
+            said[key] = value
     # The step split (launcher.core.stepsplit) of the last window that has one, all keys from one line.
     from launcher.core.stepsplit import MEMORY_KEY, SPLIT_KEYS, is_number
 
     split_line = next((r for r in reversed(last_records) if all(k in r for k in SPLIT_KEYS)), None)
     if split_line is not None:
-        progress.update({k: split_line[k] for k in (*SPLIT_KEYS, MEMORY_KEY) if is_number(split_line.get(k))})
+        said.update({k: v for k in (*SPLIT_KEYS, MEMORY_KEY)
+                     if isinstance(v := split_line.get(k), (int, float)) and is_number(v)})
     last_time = last.get("time")
     updated: float = last_time if isinstance(last_time, (int, float)) else mtime
-    progress["updated"] = updated
-    total = progress.get("total_steps")
+    total: object = said.get("total_steps")  # an int when the line wrote one
     t0 = first.get("time")
-    if isinstance(total, int) and isinstance(t0, (int, float)) and updated > t0 and last["step"] > first["step"]:
-        per_step = (updated - t0) / (last["step"] - first["step"])
-        progress["eta_s"] = round(max(0, total - last["step"]) * per_step, 1)
-    return Progress(**progress)
+    eta_s = None
+    if isinstance(total, int) and isinstance(t0, (int, float)) and updated > t0 and step > first_step:
+        per_step = (updated - t0) / (step - first_step)
+        eta_s = round(max(0, total - step) * per_step, 1)
+    return Progress(step=step, updated=updated, total_steps=said.get("total_steps"), loss=said.get("loss"),
+                    samples_per_s=said.get("samples_per_s"), data_ms=said.get("data_ms"),
+                    compute_ms=said.get("compute_ms"), comm_ms=said.get("comm_ms"),
+                    peak_memory_mb=said.get("peak_memory_mb"), eta_s=eta_s)
+
+
+def _step(record: JSONObject) -> int:
+    step = record["step"]  # an int: _records keeps no other line
+    return step if isinstance(step, int) else 0
 
 
 def describe(progress: Progress | None) -> str:

@@ -3,7 +3,21 @@
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: the local supervisor imports this module on its quick start
+    from collections.abc import Sequence
+    from typing import Protocol
+
+    class _Run(Protocol):
+        """What ``summarize`` reads of a run (a ``TaskStatus``, the supervisor's namespace)."""
+
+        @property
+        def index(self) -> int: ...
+        @property
+        def state(self) -> JobState: ...
+        @property
+        def message(self) -> str: ...
 
 
 class JobState(str, enum.Enum):
@@ -48,7 +62,7 @@ def combine(states: list[JobState]) -> JobState:
     return JobState.CANCELLED
 
 
-def summarize(tasks: list[Any]) -> tuple[JobState, str]:
+def summarize(tasks: Sequence[_Run]) -> tuple[JobState, str]:
     """The state and message of a job from its runs (``TaskStatus``, or anything with ``index``,
     ``state`` and ``message``): one run speaks for itself; a sweep gets counts per state and the
     first failure, e.g. ``2 succeeded, 1 failed; task 1: <cause>``."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 SPLIT_KEYS = ("data_ms", "compute_ms", "comm_ms")
 MEMORY_KEY = "peak_memory_mb"
@@ -43,7 +42,7 @@ class StepSplit:
     comm_ms: float
 
     @classmethod
-    def of(cls, record: Mapping[str, Any]) -> StepSplit | None:
+    def of(cls, record: Mapping[str, object]) -> StepSplit | None:
         """The split on a metrics line (or a progress record), or None when it has none."""
         values = [record.get(k) for k in SPLIT_KEYS]
         numbers = [float(v) for v in values if is_number(v)]  # type: ignore[arg-type]  # is_number checked it

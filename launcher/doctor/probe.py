@@ -17,16 +17,19 @@ import os
 import platform
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.targets.shared import netif
+
+if TYPE_CHECKING:
+    import torch
 
 MARKER = "[ddpjob-doctor]"
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "MASTER_", "OMP_NUM_THREADS",
                  "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
 
-def rank_info(backend: str, device: Any = None, note: str | None = None) -> dict[str, Any]:
+def rank_info(backend: str, device: torch.device | None = None, note: str | None = None) -> dict[str, object]:
     import torch
 
     gpus = []
@@ -49,17 +52,18 @@ def rank_info(backend: str, device: Any = None, note: str | None = None) -> dict
     }
 
 
-def _network() -> dict[str, Any]:
+def _network() -> dict[str, object]:
     """This rank's IPv4 addresses per interface, its own address (and interface) toward MASTER_ADDR,
     and the speed of the link it uses (``link``: the interface NCCL is told to use, else that one)."""
-    out: dict[str, Any] = {"addresses": {n: a for n, a in sorted(netif.interfaces().items()) if a}}
+    out: dict[str, object] = {"addresses": {n: a for n, a in sorted(netif.interfaces().items()) if a}}
+    used: str | None = None  # the interface toward MASTER_ADDR
     try:
-        master, own, iface = netif.route_to(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT") or 9))
-        out.update(master_ip=master, address=own, interface=iface)
+        master, own, used = netif.route_to(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT") or 9))
+        out.update(master_ip=master, address=own, interface=used)
     except (KeyError, OSError, ValueError):
         pass
     named = os.environ.get("NCCL_SOCKET_IFNAME", "")
-    link = named.lstrip("=").split(",")[0] if named and not named.startswith("^") else out.get("interface")
+    link = named.lstrip("=").split(",")[0] if named and not named.startswith("^") else used
     if link:
         out["link"] = {"interface": link, "mbits": link_mbits(link)}
     return out
@@ -76,7 +80,7 @@ def link_mbits(name: str) -> int | None:
     return mbits if mbits > 0 else None
 
 
-def bench(max_mib: int, iters: int, device: Any) -> list[dict[str, Any]]:
+def bench(max_mib: int, iters: int, device: torch.device) -> list[dict[str, float]]:
     import torch
     import torch.distributed as dist
 
@@ -101,7 +105,7 @@ def bench(max_mib: int, iters: int, device: Any) -> list[dict[str, Any]]:
     return results
 
 
-def _sync(device: Any) -> None:
+def _sync(device: torch.device) -> None:
     import torch
 
     if device.type == "cuda":
@@ -124,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if place.device_index is not None:
         torch.cuda.set_device(device)
     dist.init_process_group(place.backend, device_id=device if place.backend == "nccl" else None)
-    infos: list[Any] = [None] * dist.get_world_size()
+    infos: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(infos, rank_info(place.backend, device, place.note))
     results = bench(args.max_mib, args.iters, device)
     if dist.get_rank() == 0:

@@ -91,7 +91,7 @@ def rerun_spec(rec: JobRecord, overrides: list[str],
     if masked_url and not {("notify", "url"), ("notify",)} & given:
         # Read again where it can have come from: the spec file, the project file, the user config.
         places = [_file_spec(spec_file), *(layer.data for layer in layers())]
-        urls = [p["notify"].get("url") for p in places if isinstance(p.get("notify"), dict)]
+        urls = [n.get("url") for p in places if isinstance(n := p.get("notify"), dict)]
         notify["url"] = next((u for u in urls if isinstance(u, str) and shown_url(u) == masked_url), None)
         if notify["url"] is None:
             missing.append(Issue(("notify", "url"), f"the URL ({masked_url}) is not stored by ddpjob (a webhook's "

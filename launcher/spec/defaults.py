@@ -15,9 +15,9 @@ reads no user config (and no project file), for scripts and tests that want the 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from launcher.core.errors import Issue, SpecError
 from launcher.spec import yamlread
@@ -37,7 +37,7 @@ class Layer:
 
     kind: str
     file: str
-    data: dict[str, Any]
+    data: dict[str, object]
     locations: dict[FieldPath, tuple[int, int]]
 
     def source(self, path: FieldPath) -> str:
@@ -87,9 +87,9 @@ def _read(kind: str, path: str) -> Layer:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        issues = [Issue((), f"a {kind} is a mapping of spec fields and target, not a {type(data).__name__}",
-                        hint="e.g. target: slurm, then slurm: {partition: gpu}")]
-    target = data.get("target") if isinstance(data, dict) else None
+        raise SpecError(path, [Issue((), f"a {kind} is a mapping of spec fields and target, not a {type(data).__name__}",
+                                     hint="e.g. target: slurm, then slurm: {partition: gpu}")], locations)
+    target = data.get("target")
     if target is not None:
         from launcher.core.plugins import target_names
 
@@ -103,12 +103,12 @@ def _read(kind: str, path: str) -> Layer:
 def default_target(found: list[Layer]) -> tuple[str, str] | None:
     """(target, where it was set) from the highest file that names one, or None."""
     for layer in reversed(found):
-        if isinstance(layer.data.get("target"), str):
-            return layer.data["target"], layer.source(("target",))
+        if isinstance(target := layer.data.get("target"), str):
+            return target, layer.source(("target",))
     return None
 
 
-def fill(data: dict[str, Any], found: list[Layer]) -> dict[FieldPath, str]:
+def fill(data: dict[str, object], found: list[Layer]) -> dict[FieldPath, str]:
     """Put into ``data`` each file's value of a field that ``data`` leaves out, the higher file
     first; returns where each value put in came from (field path -> source)."""
     sources: dict[FieldPath, str] = {}
@@ -119,7 +119,7 @@ def fill(data: dict[str, Any], found: list[Layer]) -> dict[FieldPath, str]:
     return sources
 
 
-def drop_idle_notify(data: dict[str, Any], filled: dict[FieldPath, str]) -> None:
+def drop_idle_notify(data: dict[str, object], filled: dict[FieldPath, str]) -> None:
     """Leave out a ``notify`` section that only a defaults file gave and that says nothing to do:
     ``notify: {when: [failed]}`` in a user config says which endings notify a spec that asks to be
     told (``--notify``, ``notify.url`` in the spec), and asks nothing of the specs that do not."""
@@ -129,8 +129,8 @@ def drop_idle_notify(data: dict[str, Any], filled: dict[FieldPath, str]) -> None
         del data["notify"]
 
 
-def leaves(data: dict[str, Any], prefix: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
-    out: list[tuple[tuple[str, ...], Any]] = []
+def leaves(data: Mapping[str, object], prefix: tuple[str, ...]) -> list[tuple[tuple[str, ...], object]]:
+    out: list[tuple[tuple[str, ...], object]] = []
     for key, value in data.items():
         path = (*prefix, str(key))
         if isinstance(value, dict) and value:
@@ -140,7 +140,7 @@ def leaves(data: dict[str, Any], prefix: tuple[str, ...]) -> list[tuple[tuple[st
     return out
 
 
-def _put_if_absent(data: dict[str, Any], path: tuple[str, ...], value: Any) -> bool:
+def _put_if_absent(data: dict[str, object], path: tuple[str, ...], value: object) -> bool:
     cur = data
     for part in path[:-1]:
         nxt = cur.setdefault(part, {})

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import types
 import typing
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -43,7 +43,7 @@ class LoadedSpec:
     default_target: tuple[str, str] | None = None  # (target, where): from the project file or user config
     # A spec not read from a file of its own (a rerun): where it came from, as the registry records
     # it (``launcher.service.origin``); None: from ``file`` and the overrides.
-    origin: dict[str, Any] | None = None
+    origin: dict[str, object] | None = None
     # The ``--env-file`` files given (absolute paths): a build leaves them out of the image.
     env_files: tuple[str, ...] = ()
 
@@ -71,7 +71,7 @@ def override_source(text: str) -> str:
     return f"--set {shorten(printable(mask_override(text)), keep=80)}"
 
 
-def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
+def parse_override(text: str) -> tuple[tuple[str, ...], object]:
     """``a.b=value`` -> (("a", "b"), value parsed as a YAML scalar/flow value, under the file's bounds);
     ``--nodes=3`` (``FLAG_FIELDS``) -> (("nodes",), 3)."""
     key, sep, raw = text.partition("=")
@@ -90,13 +90,12 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     return parts, value
 
 
-def _apply(data: dict[str, Any], parts: tuple[str, ...], value: Any, source: str) -> Issue | None:
-    cur: Any = data
+def _apply(data: dict[str, object], parts: tuple[str, ...], value: object, source: str) -> Issue | None:
+    cur = data
     for i, part in enumerate(parts[:-1]):
-        nxt = cur.get(part) if isinstance(cur, dict) else None
+        nxt = cur.get(part)
         if nxt is None:
-            nxt = {}
-            cur[part] = nxt
+            nxt = cur[part] = {}
         if not isinstance(nxt, dict):
             return Issue(parts[: i + 1], f"cannot set {'.'.join(parts)}: {part} is not a mapping", source=source)
         cur = nxt
@@ -133,10 +132,10 @@ def load_spec(
     path: str | os.PathLike[str] | None,
     *,
     overrides: list[str] = (),  # type: ignore[assignment]
-    base: dict[str, Any] | None = None,
+    base: Mapping[str, object] | None = None,
     text: str | None = None,
     defaults: list[Layer] = (),  # type: ignore[assignment]
-    values: list[tuple[tuple[str, ...], Any, str]] = (),  # type: ignore[assignment]
+    values: list[tuple[tuple[str, ...], object, str]] = (),  # type: ignore[assignment]
 ) -> LoadedSpec:
     """Load, override and validate a spec. Raises ``SpecError`` with every problem found.
 
@@ -157,11 +156,12 @@ def load_spec(
     if path is not None:
         if text is None:
             text = specyaml.read_spec_text(str(path))
-        data, locations, issues = specyaml.parse(text, file)
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise SpecError(file, [Issue((), f"the spec must be a mapping of fields, not a {type(data).__name__}")], locations)
+        parsed, locations, issues = specyaml.parse(text, file)
+        if parsed is None:
+            parsed = {}
+        if not isinstance(parsed, dict):
+            raise SpecError(file, [Issue((), f"the spec must be a mapping of fields, not a {type(parsed).__name__}")], locations)
+        data: dict[str, object] = parsed
     else:
         data = dict(base or {})
 
@@ -242,7 +242,7 @@ MAX_INT_DIGITS = 4300
 _MAX_INT_BITS = int(MAX_INT_DIGITS * 3.3219)
 
 
-def unreadable_values(data: Any, path: tuple[str | int, ...] = ()) -> list[Issue]:
+def unreadable_values(data: object, path: tuple[str | int, ...] = ()) -> list[Issue]:
     """Every string holding a NUL byte (no path, argument or variable can hold one), every
     integer too long to write out and bytes (from the Python API), keys included."""
     if isinstance(data, str):
@@ -251,7 +251,7 @@ def unreadable_values(data: Any, path: tuple[str | int, ...] = ()) -> list[Issue
         return [_huge(path)] if data.bit_length() > _MAX_INT_BITS else []
     if isinstance(data, (bytes, bytearray)):  # only from the Python API: YAML gives no bytes (!!binary is refused)
         return [Issue(path, "bytes, not text", "decode them first, e.g. value.decode()")]
-    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    items: Iterable[tuple[object, object]] = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
     out: list[Issue] = []
     for key, value in items:
         if isinstance(key, str) and "\x00" in key:
@@ -277,7 +277,7 @@ def _line_of(issue: Issue, locations: dict[tuple[str | int, ...], tuple[int, int
     return (0, 0)
 
 
-def _issues_from_pydantic(e: ValidationError, data: Any) -> list[Issue]:
+def _issues_from_pydantic(e: ValidationError, data: object) -> list[Issue]:
     merged: dict[tuple[str | int, ...], list[ErrorDetails]] = {}
     for err in e.errors(include_url=False):
         path = _clean_loc(err["loc"], data, err["type"])
@@ -341,7 +341,7 @@ def _missing_hint(path: tuple[str | int, ...]) -> str | None:
     return None
 
 
-def _clean_loc(loc: tuple[Any, ...], data: Any, err_type: str) -> tuple[str | int, ...]:
+def _clean_loc(loc: tuple[int | str, ...], data: object, err_type: str) -> tuple[str | int, ...]:
     """Drop pydantic's union/validator tags from ``loc`` by walking the real data."""
     out: list[str | int] = []
     cur = data
@@ -349,7 +349,7 @@ def _clean_loc(loc: tuple[Any, ...], data: Any, err_type: str) -> tuple[str | in
         last = i == len(loc) - 1
         if (isinstance(cur, dict) and part in cur) or (isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur)):
             out.append(part)
-            cur = cur[part]
+            cur = cur[part] if isinstance(cur, dict) else cur[int(part)]
         elif last and err_type in ("missing", "extra_forbidden"):
             out.append(part)
         # else: a tag such as 'int', "literal['auto']" or 'function-after[...]': not a data key.
@@ -359,7 +359,7 @@ def _clean_loc(loc: tuple[Any, ...], data: Any, err_type: str) -> tuple[str | in
 def allowed_keys(path: tuple[str | int, ...], model: type[BaseModel] | None = None) -> list[str]:
     """Field names of the model found at ``path`` (the spec's, ``spec_model()``, by default; for typo
     suggestions); [] if not a model."""
-    tp: Any = spec_model() if model is None else model
+    tp: object = spec_model() if model is None else model
     for part in path:
         tp = _unwrap(tp)
         if isinstance(tp, type) and issubclass(tp, BaseModel):
@@ -382,7 +382,7 @@ def allowed_keys(path: tuple[str | int, ...], model: type[BaseModel] | None = No
     return []
 
 
-def _unwrap(tp: Any) -> Any:
+def _unwrap(tp: object) -> object:
     """Optional[X] / X | None / Annotated[X, ...] -> X (the first model in a union, if any)."""
     while True:
         origin = typing.get_origin(tp)

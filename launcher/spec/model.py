@@ -70,7 +70,7 @@ def _single_line(value: str) -> str:
     return no_control(value, "the value")
 
 
-def _unique_values(values: list[Any]) -> list[Any]:
+def _unique_values(values: list[Scalar]) -> list[Scalar]:
     seen: set[str] = set()
     for value in values:
         text = format_value(value)
@@ -87,7 +87,7 @@ def _sweep_key(key: str) -> str:
     return key
 
 
-def _scalar_to_str(value: Any) -> Any:
+def _scalar_to_str(value: object) -> object:
     # `--epochs, 3` and `SEED: 7` are natural YAML; they mean the strings a process receives.
     return format_value(value) if isinstance(value, (int, float, bool)) else value
 
@@ -270,7 +270,7 @@ class JobSpecBase(BaseModel):
 
     @field_validator("env_from_host")
     @classmethod
-    def _env_from_host(cls, v: list[str], info: ValidationInfo) -> list[str]:
+    def _env_from_host(cls, v: list[str], info: ValidationInfo[object]) -> list[str]:
         for i, name in enumerate(v):
             if name in v[:i]:
                 raise ValueError(f"{name} is listed twice")
@@ -280,7 +280,7 @@ class JobSpecBase(BaseModel):
 
     @field_validator("sweep")
     @classmethod
-    def _sweep_size(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    def _sweep_size(cls, v: dict[str, list[Scalar]]) -> dict[str, list[Scalar]]:
         runs = math.prod(len(values) for values in v.values())
         if runs > MAX_RUNS:
             sizes = " x ".join(str(len(values)) for values in v.values())
@@ -321,7 +321,7 @@ def spec_model() -> type[JobSpec]:
     """``JobSpec`` with a field for each registered target's section (``<name>: <its options>``, described
     by its summary), in the order the targets are registered: the class every spec is validated by.
     A target whose plugin cannot be loaded has no section here (``lookup.get_target`` says why)."""
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # Any: mypy matches a typed **dict against create_model's __config__, __doc__ ... too
     for name in target_names():
         try:
             found = plugin(name)
@@ -332,14 +332,14 @@ def spec_model() -> type[JobSpec]:
     return model
 
 
-def format_value(value: Any) -> str:
+def format_value(value: object) -> str:
     """How a sweep value is written into a command: YAML's spelling for booleans, str() otherwise."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-def json_schema() -> dict[str, Any]:
+def json_schema() -> dict[str, object]:
     """JSON Schema of the spec, for editors (``ddpjob schema``)."""
     schema = spec_model().model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

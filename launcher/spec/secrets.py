@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from typing import Any
+from collections.abc import Mapping
 
 from launcher.core.tokens import MASK, Marks, kind_of, mask_shapes
 
@@ -50,12 +50,12 @@ def why_secret(name: str, value: object = None) -> str:
     return f"holds {'an' if kind[0] in 'AEIOU' else 'a'} {kind}" if kind else "looks secret"
 
 
-def secret_names(env: dict[str, Any]) -> frozenset[str]:
+def secret_names(env: Mapping[str, object]) -> frozenset[str]:
     """The names in ``env`` whose values are masked when shown."""
     return frozenset(k for k, v in env.items() if is_secret(k, v))
 
 
-def marks_of(env: dict[str, Any], host: dict[str, str] | None = None) -> Marks | None:
+def marks_of(env: Mapping[str, object], host: dict[str, str] | None = None) -> Marks | None:
     """The marks (``launcher.core.tokens.Marks``) of the secret values in ``env`` and of the
     ``env_from_host`` values in ``host`` that are secret by name or shape: how ddpjob finds them
     again in what a job prints without keeping them."""
@@ -68,12 +68,12 @@ def shown_value(name: str, value: str, masked: frozenset[str]) -> str:
     return MASK if name in masked else value
 
 
-def mask_env(env: dict[str, Any]) -> dict[str, Any]:
+def mask_env(env: Mapping[str, object]) -> dict[str, object]:
     """``env`` with the values of secret names (or shapes) replaced by ``***``."""
     return {k: (MASK if is_secret(k, v) else v) for k, v in env.items()}
 
 
-def mask_spec(data: dict[str, Any]) -> dict[str, Any]:
+def mask_spec(data: dict[str, object]) -> dict[str, object]:
     """A spec as JSON data (the registry's copy) with secret env values and the path of a notify
     URL masked."""
     notify = data.get("notify") if isinstance(data, dict) else None

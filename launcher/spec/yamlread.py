@@ -17,13 +17,27 @@ import functools
 import os
 import re
 import stat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import Issue, SpecError
 from launcher.spec.secrets import is_secret
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     import yaml
+
+    class _Where(Protocol):
+        """A place in the text: a YAML mark (the library's or its C loader's) or ``_Mark``."""
+
+        @property
+        def line(self) -> int: ...
+        @property
+        def column(self) -> int: ...
+
+    class _At(_Where, Protocol):
+        @property
+        def index(self) -> int: ...
 
 MAX_BYTES_DEFAULT = 1 << 20
 MAX_DEPTH = 64
@@ -154,7 +168,7 @@ SECRET_TEXT = "(its text is not shown: the value of a secret-named variable)"
 SECRET_HINT = "quote the value to keep it as text: DB_PASSWORD: '*abc' (--set \"env.DB_PASSWORD='*abc'\")"
 
 
-def _error(file: str | None, source: str | None, message: str, mark: Any, hint: str | None = None,
+def _error(file: str | None, source: str | None, message: str, mark: _Where | None, hint: str | None = None,
            path: Path = ()) -> SpecError:
     locs: Locations = {path: (mark.line + 1, mark.column + 1)} if mark is not None and source is None else {}
     return SpecError(file, [Issue(path, message, hint, source)], locs)
@@ -186,12 +200,26 @@ def _unprintable(text: str, file: str | None, source: str | None, prefix: Path) 
                   "remove it: a spec is plain UTF-8 text", prefix)
 
 
+class _Open:
+    """An open collection in the event walk: a mapping or a list, whether a key comes next, the values
+    it expands to, its anchor, and where the walk stands in it (the current key, or index)."""
+
+    __slots__ = ("anchor", "index", "key", "mapping", "next_is_key", "values")
+
+    def __init__(self, mapping: bool, anchor: str | None) -> None:
+        self.mapping, self.next_is_key, self.values, self.anchor = mapping, True, 1, anchor
+        self.key: str | None = None
+        self.index = 0
+
+    def at(self) -> str | int | None:
+        return self.key if self.mapping else self.index
+
+
 def check_events(text: str, file: str | None, source: str | None = None, prefix: Path = ()) -> None:
     """Walk the event stream once (no nodes are built) and refuse what would be costly or unsafe.
 
     ``prefix``: where the text goes in the spec (a ``--set``'s keys), to know a secret's value."""
-    # Per open collection: [is_mapping, next_is_key, values, anchor, current key or index].
-    stack: list[list[Any]] = []
+    stack: list[_Open] = []
     anchors: dict[str, tuple[int, bool]] = {}  # anchor -> (values it expands to, is a collection)
     total = 0
     unprintable = _unprintable(text, file, source, prefix)
@@ -199,9 +227,9 @@ def check_events(text: str, file: str | None, source: str | None = None, prefix:
         raise unprintable
 
     def where() -> Path:
-        return prefix + tuple(top[4] for top in stack if not (top[0] and top[1]) and top[4] is not None)
+        return prefix + tuple(at for top in stack if not (top.mapping and top.next_is_key) and (at := top.at()) is not None)
 
-    def fail(message: str, event: Any, hint: str | None = None, secret_message: str | None = None) -> SpecError:
+    def fail(message: str, event: yaml.Event, hint: str | None = None, secret_message: str | None = None) -> SpecError:
         path = where()
         if secret_message is not None and is_secret_path(path):
             message, hint = f"{secret_message} {SECRET_TEXT}", SECRET_HINT
@@ -218,22 +246,22 @@ def check_events(text: str, file: str | None, source: str | None = None, prefix:
                                event, "write plain values (strings, numbers, lists, mappings)",
                                "a YAML tag (a value starting with !) is not allowed in a spec")
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent, yaml.AliasEvent)) and stack \
-                    and stack[-1][0] and stack[-1][1] \
+                    and stack[-1].mapping and stack[-1].next_is_key \
                     and (not isinstance(event, yaml.AliasEvent) or anchors.get(event.anchor or "", (0, False))[1]):
                 raise fail("a mapping key must be a plain value, not a list or mapping", event,
                            "write `key: value` with a name as the key")
             anchor = getattr(event, "anchor", None) if not isinstance(event, yaml.AliasEvent) else None
-            if anchor is not None and (anchor in anchors or any(top[3] == anchor for top in stack)):
+            if anchor is not None and (anchor in anchors or any(top.anchor == anchor for top in stack)):
                 raise fail(f"anchor &{anchor} is defined twice", event, "give each anchor its own name",
                            "a YAML anchor (&name) is defined twice")
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 if len(stack) >= MAX_DEPTH:
                     raise fail(f"nested more than {MAX_DEPTH} levels deep", event, "a job spec nests a few levels")
-                stack.append([isinstance(event, yaml.MappingStartEvent), True, 1, event.anchor,
-                              None if isinstance(event, yaml.MappingStartEvent) else 0])
+                stack.append(_Open(isinstance(event, yaml.MappingStartEvent), event.anchor))
                 continue
             if isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
-                _, _, size, anchor, _ = stack.pop()
+                closed = stack.pop()
+                size, anchor = closed.values, closed.anchor
                 if anchor is not None:
                     anchors[anchor] = (size, True)
                 count = size
@@ -243,8 +271,8 @@ def check_events(text: str, file: str | None, source: str | None = None, prefix:
                                event, "no program argument or variable needs that much; pass a file's path instead")
                 if event.anchor is not None:
                     anchors[event.anchor] = (1, False)
-                if stack and stack[-1][0] and stack[-1][1]:
-                    stack[-1][4] = event.value  # the key of the value that follows
+                if stack and stack[-1].mapping and stack[-1].next_is_key:
+                    stack[-1].key = event.value  # the key of the value that follows
                 count = 1
             elif isinstance(event, yaml.AliasEvent):
                 if event.anchor not in anchors:
@@ -260,11 +288,11 @@ def check_events(text: str, file: str | None, source: str | None = None, prefix:
                            event, "a job spec holds a few hundred; remove the repeated aliases")
             if stack:
                 top = stack[-1]
-                top[2] += count
-                if top[0]:
-                    top[1] = not top[1]
+                top.values += count
+                if top.mapping:
+                    top.next_is_key = not top.next_is_key
                 else:
-                    top[4] += 1
+                    top.index += 1
     except yaml.YAMLError as e:
         # The library reads ahead of the events: its problem may lie in the value after the key
         # the walk stands at, so the words of an error there are those of that value.
@@ -291,7 +319,7 @@ def _syntax_error(e: yaml.YAMLError, file: str | None, source: str | None, path:
 
 
 def parse(text: str, file: str | None, source: str | None = None,
-          prefix: Path = ()) -> tuple[Any, Locations, list[Issue]]:
+          prefix: Path = ()) -> tuple[object, Locations, list[Issue]]:
     """Plain data from bounded YAML, a map from field path to (line, column), and duplicate keys.
     ``prefix``: where the text goes in the spec (a ``--set``'s keys)."""
     import yaml
@@ -318,7 +346,7 @@ def _walk(n: yaml.Node, path: tuple[str | int, ...], locations: Locations, issue
     import yaml
 
     if isinstance(n, yaml.MappingNode):
-        seen: dict[Any, int] = {}
+        seen: dict[object, int] = {}  # YAML keys: any hashable value
         for key_node, value_node in n.value:
             key = key_node.value
             sub = path + (key,)
@@ -333,7 +361,7 @@ def _walk(n: yaml.Node, path: tuple[str | int, ...], locations: Locations, issue
             _walk(item, path + (i,), locations, issues)
 
 
-def _secret_at(text: str, prefix: Path, mark: Any) -> bool:
+def _secret_at(text: str, prefix: Path, mark: _At | None) -> bool:
     """Whether a construction error at ``mark`` lies in a secret's value (the events passed, so the
     text is a well-formed document: its node at the mark is found by composing it again)."""
     if is_secret_path(prefix):
@@ -358,7 +386,7 @@ def _secret_at(text: str, prefix: Path, mark: Any) -> bool:
     return False
 
 
-def parse_value(raw: str, source: str, prefix: Path = ()) -> Any:
+def parse_value(raw: str, source: str, prefix: Path = ()) -> object:
     """A ``--set`` value as YAML (``4``, ``[a, b]``, ``{x: 1}``) under the same bounds as a file;
     text that is not valid YAML is taken as the string written. ``prefix``: the keys it sets."""
     if raw.isascii() and raw.isdigit() and len(raw) < 19 and (raw == "0" or raw[0] != "0"):

@@ -6,7 +6,7 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import torch
 import torch.distributed as dist
@@ -18,11 +18,37 @@ CHECKPOINT = "checkpoint.pt"
 RESUME_FROM_ENV = "DDPJOB_RESUME_FROM"
 
 
+# Each rank's RNG state: torch's, Python's (``random.getstate()``) and, with CUDA, each device's. Written
+# this way: a key named ``torch`` in a class body would hide the module from the annotations after it.
+RngState = TypedDict("RngState", {"torch": torch.Tensor, "python": tuple[object, ...], "cuda": list[torch.Tensor]},  # noqa: UP013
+                     total=False)
+
+
+class Checkpoint(TypedDict, total=False):
+    """What ``save`` writes (one of an older trainer may lack the later keys: ``.get`` those)."""
+
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, object]
+    scheduler: dict[str, object]
+    scaler: dict[str, object] | None
+    epoch: int
+    step_in_epoch: int
+    step: int
+    rng: RngState
+    args: dict[str, object]  # the command line (``TrainConfig.as_record``)
+    world_size: int
+    steps_per_epoch: int
+
+
+# What tells two copies of a run's checkpoint apart: step, epoch, step in it, world size.
+Identity = tuple[int, int, int, int | None]
+
+
 def path_in(output_dir: str) -> Path:
     return Path(output_dir) / CHECKPOINT
 
 
-def save(output_dir: str, state: dict[str, Any]) -> Path:
+def save(output_dir: str, state: Checkpoint) -> Path:
     """Write to a temporary file in the same directory, fsync, then rename: a reader never sees half a file."""
     final = path_in(output_dir)
     tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
@@ -39,12 +65,12 @@ def save(output_dir: str, state: dict[str, Any]) -> Path:
     return final
 
 
-def load(output_dir: str, device: torch.device) -> dict[str, Any] | None:
+def load(output_dir: str, device: torch.device) -> Checkpoint | None:
     """The run's own checkpoint in ``output_dir``, or None before the first one."""
     p = path_in(output_dir)
     if not p.exists():
         return None
-    ckpt: dict[str, Any] = torch.load(p, map_location=device, weights_only=False)  # save() wrote a dict
+    ckpt: Checkpoint = torch.load(p, map_location=device, weights_only=False)  # save() wrote it
     return ckpt
 
 
@@ -53,7 +79,7 @@ class Found:
     """The checkpoint a run resumes from (None: it starts from the beginning), where it was and what
     the ranks' agreement on it says (``agree``)."""
 
-    ckpt: dict[str, Any] | None
+    ckpt: Checkpoint | None
     source: Path
     missing_from: Path | None = None  # a $DDPJOB_RESUME_FROM folder without a checkpoint
     sent_from_rank0: bool = False  # rank 0's, sent to the ranks that did not hold it
@@ -71,7 +97,7 @@ def find(output_dir: str, device: torch.device) -> Found:
     return found
 
 
-def identity(ckpt: dict[str, Any] | None) -> tuple[Any, ...] | None:
+def identity(ckpt: Checkpoint | None) -> Identity | None:
     """What tells two copies of a run's checkpoint apart: where in the run, and on what world size."""
     if ckpt is None:
         return None
@@ -86,20 +112,20 @@ def agree(info: DistInfo, found: Found) -> Found:
     When rank 0 has none, no rank resumes. One process: ``found`` as it is."""
     if not info.collective:
         return found
-    held: list[tuple[Any, ...] | None] = [None] * info.world_size
+    held: list[Identity | None] = [None] * info.world_size
     dist.all_gather_object(held, identity(found.ckpt))
     if held[0] is None:
         return Found(None, found.source, found.missing_from, dropped_on=[r for r, h in enumerate(held) if h is not None])
     if all(h == held[0] for h in held):
         return found
-    sent: list[Any] = [None, None]
+    sent: list[object] = [None, None]
     if info.is_main:
         assert found.ckpt is not None  # held[0]
         cpu = found.ckpt if info.device.type == "cpu" else torch.load(found.source, map_location="cpu", weights_only=False)
         sent = [cpu, str(found.source)]
     dist.broadcast_object_list(sent, src=0)
-    ckpt = found.ckpt if info.is_main else sent[0]
-    return Found(ckpt, Path(sent[1]), sent_from_rank0=True)
+    ckpt = found.ckpt if info.is_main else cast("Checkpoint", sent[0])  # rank 0's, as it sent it
+    return Found(ckpt, Path(str(sent[1])), sent_from_rank0=True)
 
 
 class CheckpointError(Exception):
@@ -115,24 +141,24 @@ def resolve(path: str) -> Path:
     return p
 
 
-def load_file(path: Path, device: torch.device) -> dict[str, Any]:
+def load_file(path: Path, device: torch.device) -> Checkpoint:
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=False)
+        ckpt: object = torch.load(path, map_location=device, weights_only=False)
     except (OSError, RuntimeError, EOFError, ValueError) as e:
         raise CheckpointError(f"{path} is not a checkpoint written by this trainer: {e}") from e
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise CheckpointError(f"{path} is not a checkpoint written by this trainer (no 'model' state)")
-    return ckpt
+    return cast("Checkpoint", ckpt)  # a dict with a model's state: this trainer's
 
 
-def rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+def rng_state() -> RngState:
+    state: RngState = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: RngState) -> None:
     torch.set_rng_state(state["torch"].cpu())
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():

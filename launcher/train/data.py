@@ -15,9 +15,9 @@ import pickle
 import tarfile
 import tempfile
 import urllib.request
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -45,7 +45,7 @@ class Split:
         return len(self.targets)
 
 
-def _unpickle(path: Path) -> dict[str, Any]:
+def _unpickle(path: Path) -> dict[str, object]:
     with open(path, "rb") as f:
         data = pickle.load(f, encoding="bytes")
     # The official files use bytes keys; copies written by other tools often use str keys.
@@ -57,13 +57,24 @@ def _read_batch(path: Path) -> Split:
         d = _unpickle(path)
         raw = d["data"]
         # Whatever the pickle holds: anything but a sequence of ints fails below with TypeError/ValueError.
-        labels: Any = d.get("labels", d.get("fine_labels"))
-        images = torch.as_tensor(bytearray(raw.tobytes()) if hasattr(raw, "tobytes") else bytearray(raw), dtype=torch.uint8)
+        labels = d.get("labels", d.get("fine_labels"))
+        images = torch.as_tensor(_image_bytes(raw), dtype=torch.uint8)
+        if not isinstance(labels, Collection):
+            raise TypeError(f"object of type '{type(labels).__name__}' has no len()")  # as len() says
         n = len(labels)
         images = images.reshape(n, 3, 32, 32)
         return Split(images, torch.as_tensor(list(labels), dtype=torch.long))
     except (OSError, KeyError, ValueError, RuntimeError, pickle.UnpicklingError, TypeError) as e:
         raise DataError(f"{path} is not a CIFAR-10 batch (expected a pickle with 'data' (N x 3072 uint8) and 'labels'): {e}") from e
+
+
+def _image_bytes(raw: object) -> bytearray:
+    """A batch's pixels as bytes: a numpy array's (``tobytes``), or what ``bytearray`` makes of the value."""
+    if hasattr(raw, "tobytes"):
+        return bytearray(raw.tobytes())
+    if not isinstance(raw, (int, Iterable)):
+        raise TypeError(f"cannot convert '{type(raw).__name__}' object to bytearray")  # as bytearray() says
+    return bytearray(raw)
 
 
 def _cifar_root(data_dir: str, download: bool) -> Path:
@@ -88,7 +99,10 @@ def load_cifar10(data_dir: str, download: bool) -> tuple[Split, Split, list[str]
     names = [str(i) for i in range(10)]
     if (root / "batches.meta").exists():
         meta = _unpickle(root / "batches.meta")
-        names = [n.decode() if isinstance(n, bytes) else str(n) for n in meta.get("label_names", names)]
+        found = meta.get("label_names", names)
+        if not isinstance(found, Iterable):
+            raise TypeError(f"'{type(found).__name__}' object is not iterable")  # as iterating it says
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in found]
     return train, test, names
 
 

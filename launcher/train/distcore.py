@@ -128,7 +128,7 @@ def mean_over_ranks(info: DistInfo, value: torch.Tensor, *more: float) -> list[f
     return [v / info.world_size for v in all_reduce_sum_(info, t).tolist()]
 
 
-def eval_shard(rank: int, world: int) -> slice:
+def eval_shard(rank: int, world: int) -> slice[int, None, int]:
     """The evaluation samples this rank scores: every ``world``-th from ``rank``, so every sample
     exactly once across ranks.
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -76,7 +75,7 @@ def evaluate(model: nn.Module, split: data.Split, cfg: TrainConfig, info: DistIn
     }
 
 
-def evaluate_checkpoint(cfg: TrainConfig, eval_only: EvalOnlyConfig, info: DistInfo) -> dict[str, Any]:
+def evaluate_checkpoint(cfg: TrainConfig, eval_only: EvalOnlyConfig, info: DistInfo) -> dict[str, object]:
     """``--eval-only``: score the checkpoint ``--resume`` names on the eval split of the data options.
 
     The model comes from the checkpoint; ``--model``, when given, must agree with it.
@@ -84,7 +83,7 @@ def evaluate_checkpoint(cfg: TrainConfig, eval_only: EvalOnlyConfig, info: DistI
     path = checkpoint.resolve(eval_only.resume)
     ckpt = checkpoint.load_file(path, info.device)
     trained = ckpt.get("args") or {}
-    model_name = trained.get("model") or eval_only.model or "mlp"
+    model_name = str(trained.get("model") or eval_only.model or "mlp")  # the checkpoint's: a name
     if eval_only.model and eval_only.model != model_name:
         raise checkpoint.CheckpointError(f"{path} holds a {model_name} model, not --model {eval_only.model}")
     if info.is_main:

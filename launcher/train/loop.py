@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.utils.data import DistributedSampler, TensorDataset
@@ -119,13 +118,13 @@ class Trainer:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         for group in self.optimizer.param_groups:  # this device's implementation, not the one that saved it
             group["fused"] = fused_sgd(self.info.device).get("fused")
-        if self.scaler is not None and ckpt.get("scaler"):
-            self.scaler.load_state_dict(ckpt["scaler"])
+        if self.scaler is not None and (scaler := ckpt.get("scaler")):
+            self.scaler.load_state_dict(scaler)
         checkpoint.set_rng_state(ckpt["rng"])
         saved_world = int(ckpt.get("world_size") or self.info.world_size)
         args = ckpt.get("args") or {}
         per_step = self.cfg.optim.batch_size * self.cfg.optim.grad_accum
-        saved_per_step = int(args.get("batch_size", self.cfg.optim.batch_size)) * int(args.get("grad_accum", self.cfg.optim.grad_accum))
+        saved_per_step = _int(args.get("batch_size", self.cfg.optim.batch_size)) * _int(args.get("grad_accum", self.cfg.optim.grad_accum))
         self.start_epoch, self.skip_steps = resume_point(
             ckpt["epoch"], ckpt["step_in_epoch"], saved_samples_per_step=saved_per_step * saved_world,
             saved_steps_per_epoch=int(ckpt.get("steps_per_epoch") or self.steps_per_epoch),
@@ -162,13 +161,13 @@ class Trainer:
         barrier(self.info)  # nobody runs ahead (or exits) before the checkpoint is on disk
         self.checkpoint_clock.taken(time.perf_counter() - started)
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> dict[str, object]:
         """Train to the end (or to a preemption); returns the summary rank 0 writes to summary.json."""
         self.restore()
         run_start, first_step = time.perf_counter(), self.step
         self.window_start, self.window_steps = time.perf_counter(), 0
         preempted = False
-        last_eval: tuple[int, dict[str, Any]] | None = None
+        last_eval: tuple[int, dict[str, float | int | None]] | None = None
         self.model.train()
         if self.info.is_main:
             print(f"batches: {self.batches.where}", flush=True)
@@ -243,7 +242,7 @@ class Trainer:
         self.metrics.log({"event": "compile", "step": self.step, "seconds": round(self.compile_s, 3)},
                          f"compiled the model in {self.compile_s:.1f}s (the first step; not in samples/s)")
 
-    def train_step(self, batches: Any) -> torch.Tensor:
+    def train_step(self, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """One optimizer step over ``--grad-accum`` micro-batches; the mean loss, still on the device."""
         cfg, k = self.cfg, self.cfg.optim.grad_accum
         self.clock.begin(self.step)
@@ -281,7 +280,7 @@ class Trainer:
         elapsed = time.perf_counter() - self.window_start - self.excluded_s
         rate = self.samples_per_step * self.window_steps / elapsed if elapsed > 0 and self.window_steps > 0 else None
         lr = self.scheduler.get_last_lr()[0]
-        record: dict[str, Any] = {
+        record: dict[str, object] = {
             "event": "step", "step": s, "total_steps": self.total_steps, "epoch": epoch, "loss": mean_loss, "lr": lr,
             "step_time": step_time, "world_size": self.info.world_size}
         if rate is not None:  # none for a window that held only the compiling step
@@ -301,9 +300,9 @@ class Trainer:
     def samples_per_step(self) -> int:
         return self.cfg.optim.batch_size * self.cfg.optim.grad_accum * self.info.world_size
 
-    def summary(self, ev: dict[str, Any], preempted: bool, trained: int, run_time: float) -> dict[str, Any]:
+    def summary(self, ev: dict[str, float | int | None], preempted: bool, trained: int, run_time: float) -> dict[str, object]:
         cfg = self.cfg
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "train_loss": self.last_loss, **ev, "steps": self.step, "epochs": cfg.optim.epochs,
             "world_size": self.info.world_size, "preempted": preempted, "dataset": cfg.data.dataset, "model": cfg.model,
             "samples_per_s": self.samples_per_step * trained / run_time if trained and run_time > 0 else None,
@@ -318,6 +317,13 @@ class Trainer:
             out["weight"] = float(lin.weight.detach().flatten()[0])
             out["bias"] = float(lin.bias.detach().flatten()[0])
         return out
+
+
+def _int(value: object) -> int:
+    """A number a checkpoint's command line recorded, as ``int()`` reads it."""
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"not a number: {value!r}")
+    return int(value)
 
 
 def resume_point(epoch: int, step_in_epoch: int, *, saved_samples_per_step: int, saved_steps_per_epoch: int,
@@ -382,6 +388,6 @@ def split_text(means: list[float]) -> str:
     return " ".join(f"{name} {100 * v / total:.0f}%" for name, v in zip(("data", "compute", "comm"), means))
 
 
-def train(cfg: TrainConfig, info: DistInfo) -> dict[str, Any]:
+def train(cfg: TrainConfig, info: DistInfo) -> dict[str, object]:
     """Run (or resume) training; returns the summary rank 0 writes to summary.json."""
     return Trainer(cfg, info).run()

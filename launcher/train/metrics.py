@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.train.distcore import DistInfo
 
@@ -38,10 +39,11 @@ class Metrics:
 
             self.events = SummaryWriter(log_dir=output_dir)
 
-    def log(self, record: dict[str, Any], line: str | None = None) -> None:
+    def log(self, record: Mapping[str, object], line: str | None = None) -> None:
         if not self.info.is_main:
             return
-        record = {"time": round(time.time(), 3), **record}
+        now = round(time.time(), 3)
+        record = {"time": now, **record}
         text = json.dumps(record, sort_keys=True) + "\n"
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(text)
@@ -53,26 +55,27 @@ class Metrics:
             except OSError:
                 pass  # progress is a help: never a reason to stop training
         if self.events is not None:
-            self._scalars(record)
+            self._scalars(record, now)
         if line:
             print(line, flush=True)
         if self.progress_lines and isinstance(record.get("step"), int):
             # ddpjob reads a pod's progress from such lines (launcher.core.progress.PROGRESS_MARK)
             print("DDPJOB_PROGRESS " + json.dumps(record, sort_keys=True), flush=True)
 
-    def _scalars(self, record: dict[str, Any]) -> None:
+    def _scalars(self, record: Mapping[str, object], when: float) -> None:
         """Every metric of ``record`` as a scalar at its step, handed to the file at once: TensorBoard's
         writer thread queues events, and the trainer leaves with ``os._exit`` (see ``__main__``), which
         would drop what is still queued."""
         assert self.events is not None
-        step, when = record.get("step"), record["time"]
+        step = record.get("step")
+        step = step if isinstance(step, int) else None  # every line with a metric has one
         for key, value in record.items():
             if key not in NOT_SCALARS and isinstance(value, (int, float)) and not isinstance(value, bool):
                 self.events.add_scalar(key, value, global_step=step, walltime=when)
         self.events.flush()
 
 
-def write_summary(output_dir: str, summary: dict[str, Any]) -> None:
+def write_summary(output_dir: str, summary: Mapping[str, object]) -> None:
     """summary.json, replaced atomically."""
     path = Path(output_dir) / "summary.json"
     tmp = path.with_name(".summary.json.tmp")
@@ -80,7 +83,7 @@ def write_summary(output_dir: str, summary: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def eval_line(ev: dict[str, Any]) -> str:
+def eval_line(ev: Mapping[str, object]) -> str:
     """``loss 0.1234 accuracy 0.5000 on 51 samples`` (no accuracy for regression)."""
     acc = f" accuracy {ev['eval_accuracy']:.4f}" if ev["eval_accuracy"] is not None else ""
     return f"loss {ev['eval_loss']:.4f}{acc} on {ev['eval_samples']} samples"

@@ -67,7 +67,7 @@ def wrap(model: nn.Module, cfg: TrainConfig, info: DistInfo, clock: StepClock | 
 
 @dataclass(frozen=True)
 class _HookState:
-    inner: Callable[[Any, GradBucket], torch.futures.Future[torch.Tensor]]
+    inner: Callable[[Any, GradBucket], torch.futures.Future[torch.Tensor]]  # Any: torch types the hooks' group ProcessGroup; they take None (the default group)
     clock: StepClock | None
     delay_s: float  # the benchmark's slower all-reduce (--bench-comm-delay)
 
@@ -109,7 +109,7 @@ def zero_grad_to_none(model: nn.Module) -> bool:
     return ddp_of(model) is None
 
 
-def grad_sync(model: nn.Module, sync: bool) -> contextlib.AbstractContextManager[Any]:
+def grad_sync(model: nn.Module, sync: bool) -> contextlib.AbstractContextManager[object]:
     """DDP's ``no_sync()`` when this backward must not all-reduce (accumulation micro-steps)."""
     ddp = ddp_of(model)
     if sync or ddp is None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 import torch
 from torch import nn
@@ -23,7 +22,7 @@ def loss_fn(dataset: str) -> nn.Module:
     return nn.MSELoss(reduction="mean") if dataset == "linreg" else nn.CrossEntropyLoss()
 
 
-def autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager[Any]:
+def autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager[object]:
     if amp == "off":
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if amp == "bf16" else torch.float16
@@ -51,7 +50,7 @@ def augment_generator(cfg: TrainConfig, info: DistInfo, step: int, micro: int) -
     return torch.Generator().manual_seed(cfg.seed * 1_000_003 + step * 4099 + info.rank * 97 + micro)
 
 
-def micro_batches(batches: Iterator[Any], k: int, cfg: TrainConfig, info: DistInfo, step: int,
+def micro_batches(batches: Iterator[tuple[torch.Tensor, torch.Tensor]], k: int, cfg: TrainConfig, info: DistInfo, step: int,
                   clock: StepClock | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The step's ``k`` micro-batches, each loaded and prepared only when the previous one is done."""
     cl = models.channels_last(cfg.model, info.device)

@@ -26,7 +26,7 @@ Standard library only: the supervisor imports it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import Issue, TargetError
 from launcher.targets.shared.container import (  # moved there: the Slurm target's podman runtime uses them too
@@ -44,6 +44,9 @@ from launcher.targets.shared.container import (  # moved there: the Slurm target
     user_args,
 )
 
+if TYPE_CHECKING:
+    from launcher.spec.model import JobSpec
+
 __all__ = ["IMAGE_RE", "SYSTEM_DIRS", "LocalInputs", "existing", "gpu_args", "mount_problem", "mounts", "read_inputs",
            "remove", "run_argv", "shown", "user_args"]
 
@@ -54,7 +57,7 @@ def container_name(job_id: str, index: int, node: int) -> str:
     return f"ddpjob-{job_id}-{index}-{node}"
 
 
-def plan_issues(spec: Any, workdir: str, run_dir: str, output_dirs: list[str]) -> list[Issue]:
+def plan_issues(spec: JobSpec, workdir: str, run_dir: str, output_dirs: list[str]) -> list[Issue]:
     """Spec problems of a containerised plan: no usable image, a folder that cannot be mounted."""
     from launcher.targets.local.options import LocalOptions  # here: pydantic is not where the supervisor runs
 

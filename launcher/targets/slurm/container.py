@@ -29,12 +29,12 @@ import json
 import os
 import shlex
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import Issue
 from launcher.targets.shared.container import LocalInputs, gpu_args, mount_problem, mounts, run_argv, user_args
 from launcher.targets.shared.runfolder import RunFolder, TaskFolder
-from launcher.targets.slurm.payload import RUNTIME, shell_word
+from launcher.targets.slurm.payload import RUNTIME, OciBundle, shell_word
 
 if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
@@ -83,17 +83,6 @@ class ContainerInputs:
     env: list[str] = field(default_factory=list)
     bundle_mounts: list[str] = field(default_factory=list)  # a named bundle's mount destinations
     problem: str | None = None  # why the image or bundle could not be read (render shows placeholders)
-
-
-@dataclass
-class OciBundle:
-    """The bundle an oci job runs: made at submit from ``image`` unless the user named one (image None)."""
-
-    path: str
-    image: str | None = None
-    image_id: str = ""
-    base: str = ""  # <folder>/oci/<image id>: the image's files, shared by this image's bundles
-    config: str = ""  # config.json's text
 
 
 @dataclass(frozen=True)
@@ -252,11 +241,11 @@ def _oci(loaded: LoadedSpec, folder: str, image: str | None, volumes: list[str],
                   files={check: OCI_CHECK})
 
 
-def oci_config(*, uid: int, gid: int, env: list[str], volumes: list[str], extra: list[str], workdir: str) -> dict[str, Any]:
+def oci_config(*, uid: int, gid: int, env: list[str], volumes: list[str], extra: list[str], workdir: str) -> dict[str, object]:
     """config.json of a bundle: the image's root read-only, a mount namespace only, the Slurm folder,
     working and output directories (and ``extra``) at the same paths, the user's ids and umask 077.
     A user other than root gets a user namespace mapping its own ids (runc runs rootless for it)."""
-    def bind(src: str, dst: str, *opts: str) -> dict[str, Any]:
+    def bind(src: str, dst: str, *opts: str) -> dict[str, object]:
         return {"destination": dst, "type": "bind", "source": src, "options": ["rbind", *opts]}
 
     mnts = [bind("/proc", "/proc", "nosuid", "noexec", "nodev"),
@@ -272,9 +261,10 @@ def oci_config(*, uid: int, gid: int, env: list[str], volumes: list[str], extra:
         host, _, rest = m.partition(":")
         dst, _, mode = rest.partition(":")
         mnts.append(bind(host, dst or host, mode or "rw"))
-    linux: dict[str, Any] = {"namespaces": [{"type": "mount"}]}
+    namespaces = [{"type": "mount"}]
+    linux: dict[str, object] = {"namespaces": namespaces}
     if uid != 0:
-        linux["namespaces"].append({"type": "user"})
+        namespaces.append({"type": "user"})
         linux["uidMappings"] = [{"containerID": uid, "hostID": uid, "size": 1}]
         linux["gidMappings"] = [{"containerID": gid, "hostID": gid, "size": 1}]
     return {

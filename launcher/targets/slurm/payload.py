@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
 
 from launcher.spec.secrets import shown_value
 from launcher.targets.base import Handle
@@ -69,14 +68,14 @@ def submitit_command(python: str, job_dir: str) -> str:
     return " ".join([python, "-u -m submitit.core._submit", shlex.quote(job_dir)])
 
 
-def _flag(key: str, value: Any) -> str:
+def _flag(key: str, value: object) -> str:
     key = key.replace("_", "-")
     if value is True:
         return f"#SBATCH --{key}"
     return f"#SBATCH --{key}={shlex.quote(str(value))}"
 
 
-def sbatch_script(params: dict[str, Any], *, job_dir: str, python: str, map_count: int | None) -> str:
+def sbatch_script(params: dict[str, object], *, job_dir: str, python: str, map_count: int | None) -> str:
     """The sbatch script submitit writes for ``SlurmExecutor(folder=job_dir, python=python)`` with
     ``update_parameters(**params)`` (and ``map_count`` for an array), byte for byte.
 
@@ -90,25 +89,44 @@ def sbatch_script(params: dict[str, Any], *, job_dir: str, python: str, map_coun
     unknown = set(params) - known
     if unknown:
         raise ValueError(f"sbatch_script does not render {sorted(unknown)}")
-    flags = {k: v for k, v in params.items()
+    flags: dict[str, object] = {k: v for k, v in params.items()
              if v is not None and k not in ("setup", "signal_delay_s", "array_parallelism", "srun_args",
                                              "additional_parameters")}
     flags["signal"] = f"{PREEMPT_SIGNAL}@{params.get('signal_delay_s', 90)}"
     stdout, stderr = submitit_paths(job_dir, map_count is not None)
     if map_count is not None:
-        flags["array"] = f"0-{map_count - 1}%{min(map_count, params.get('array_parallelism', 256))}"
+        flags["array"] = f"0-{map_count - 1}%{min(map_count, _number(params.get('array_parallelism', 256)))}"
     flags["output"] = stdout.replace("%t", "0")
     flags["error"] = stderr.replace("%t", "0")
     flags["open-mode"] = "append"
-    flags.update(params.get("additional_parameters") or {})
+    flags.update(_mapping(params.get("additional_parameters") or {}))
     lines = ["#!/bin/bash", "", "# Parameters"]
     lines += [_flag(k, flags[k]) for k in sorted(flags)]
     if params.get("setup") is not None:
-        lines += ["", "# setup"] + list(params["setup"])
+        lines += ["", "# setup"] + _words(params["setup"])
     srun = " ".join(shlex.quote(a) for a in
-                    ["srun", "--unbuffered", "--output", stdout, "--error", stderr, *(params.get("srun_args") or [])])
+                    ["srun", "--unbuffered", "--output", stdout, "--error", stderr, *_words(params.get("srun_args") or [])])
     lines += ["", "# command", "export SUBMITIT_EXECUTOR=slurm", " ".join((srun, submitit_command(python, job_dir))), ""]
     return "\n".join(lines)
+
+
+# The parameters are the target's own (``_executor_params``): a wrong type is a bug, raised as submitit would.
+def _number(value: object) -> float:
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"not a number: {value!r}")
+    return value
+
+
+def _mapping(value: object) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise TypeError(f"not a mapping: {value!r}")
+    return value
+
+
+def _words(value: object) -> list[str]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"not a list of strings: {value!r}")
+    return [v for v in value if isinstance(v, str)]
 
 
 # --------------------------------------------------------------------------- per-node command
@@ -184,18 +202,30 @@ def resolve_folder(folder: str, home: str, cwd: str) -> str:
 
 
 @dataclass
+class OciBundle:
+    """The bundle an oci job runs: made at submit from ``image`` unless the user named one (image None);
+    ``container.py`` makes it."""
+
+    path: str
+    image: str | None = None
+    image_id: str = ""
+    base: str = ""  # <folder>/oci/<image id>: the image's files, shared by this image's bundles
+    config: str = ""  # config.json's text
+
+
+@dataclass
 class SlurmPayload:
     """What ``submit`` hands to submitit: the executor's parameters, the script it must write, runs."""
 
     common: SlurmCommon
     elements: list[SlurmElement]
-    executor_params: dict[str, Any]
+    executor_params: dict[str, object]
     map_count: int | None  # the array size for a sweep, else None
     script: str
     run_dir: str
     submission_file: str
     files: dict[str, str] = field(default_factory=dict)  # written before sbatch (podman's task epilog)
-    oci: Any = None  # container.OciBundle: the OCI bundle submit makes first (runtime oci)
+    oci: OciBundle | None = None  # the OCI bundle submit makes first (runtime oci)
     container_text: list[str] = field(default_factory=list)  # what render says about the container runtime
 
 

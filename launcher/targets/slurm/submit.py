@@ -13,8 +13,8 @@ import contextlib
 import io
 import uuid
 from pathlib import Path
-from typing import Any
 
+from submitit.core import core as submitit_core
 from submitit.core import utils
 from submitit.slurm import slurm as submitit_slurm
 
@@ -41,7 +41,8 @@ class DdpjobExecutor(submitit_slurm.SlurmExecutor):
             params["map_count"] = map_count
         return submitit_slurm._make_sbatch_string(command=self._submitit_command_str, folder=self.folder, **params)
 
-    def _internal_process_submissions(self, delayed_submissions: list[utils.DelayedSubmission]) -> list[Any]:
+    def _internal_process_submissions(self, delayed_submissions: list[utils.DelayedSubmission]
+                                      ) -> list[submitit_core.Job[object]]:
         if len(delayed_submissions) == 1:
             return super()._internal_process_submissions(delayed_submissions)
         folder = utils.JobPaths.get_first_id_independent_folder(self.folder)
@@ -60,7 +61,7 @@ class DdpjobExecutor(submitit_slurm.SlurmExecutor):
         finally:
             del self.parameters["map_count"]
         tasks_ids = list(range(first_job.num_tasks))
-        jobs: list[submitit_slurm.SlurmJob[Any]] = [submitit_slurm.SlurmJob(folder=self.folder, job_id=f"{first_job.job_id}_{a}", tasks=tasks_ids)
+        jobs: list[submitit_core.Job[object]] = [submitit_slurm.SlurmJob(folder=self.folder, job_id=f"{first_job.job_id}_{a}", tasks=tasks_ids)
                 for a in range(n)]
         for job, pickle_path in zip(jobs, pickle_paths):
             job.paths.move_temporary_file(pickle_path, "submitted_pickle")

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.targets.local.job import node as node_wrapper
 from launcher.targets.local.job.recover import RESTART_ENV
 from launcher.targets.shared.runfolder import exit_file
+
+if TYPE_CHECKING:
+    from launcher.targets.local.payload import LocalNode
 
 
 class Starts:
@@ -21,16 +24,16 @@ class Starts:
         self.cgroup, self.cgroup_unavailable = cgroup, cgroup_unavailable
         self.secrets = secrets or {}
 
-    def nodes(self, nodes: list[Any], output_dir: str, index: int,
-              restart: int = 0) -> tuple[list[tuple[Any, node_wrapper.Proc]], str | None]:
+    def nodes(self, nodes: list[LocalNode], output_dir: str, index: int,
+              restart: int = 0) -> tuple[list[tuple[LocalNode, node_wrapper.Proc]], str | None]:
         """Start run ``index``'s nodes, each through the node wrapper (in a cgroup of its own where the
         job has one); the ones started, and why the next one could not be (None when all were).
-        ``nodes`` are the plan's nodes, typed or raw; ``restart``: the how-manieth start after a lost
+        ``nodes`` are the plan's nodes; ``restart``: the how-manieth start after a lost
         node this is (``DDPJOB_RESTART_COUNT``; 0: the first start, the variable not set)."""
         from launcher.targets.local.job import cgroups
 
         again = {RESTART_ENV: str(restart)} if restart else {}
-        running: list[tuple[Any, node_wrapper.Proc]] = []
+        running: list[tuple[LocalNode, node_wrapper.Proc]] = []
         try:
             os.makedirs(output_dir, exist_ok=True)
         except OSError as e:  # a full disk, a file in the way: the run fails, the supervisor goes on

@@ -16,7 +16,6 @@ import errno
 import json
 import sys
 import time
-from typing import Any
 
 from launcher.targets.local.job.staterecord import StateRecord, write_state
 from launcher.targets.shared.runfolder import STATE, RunFolder
@@ -61,7 +60,7 @@ class StateFile:
                 say(f"[ddpjob] {reason}; the supervisor keeps the state in memory and writes it when it can")
             ended = state.ended is not None
             if reason != self.failed or ended != self.ended:  # the job's end too: status says it has ended
-                note = {"reason": reason, "since": time.time()}
+                note: dict[str, str | float] = {"reason": reason, "since": time.time()}
                 if ended:
                     note["ended"] = state.state + (f": {state.message}" if state.message else "")
                 self._write_note(note)
@@ -79,12 +78,13 @@ class StateFile:
         if self.failed is not None and time.monotonic() - self.tried >= RETRY_EVERY:
             self.save(state)
 
-    def _write_note(self, note: dict[str, Any] | None) -> None:
+    def _write_note(self, note: dict[str, str | float] | None) -> None:
         if not self.has_note:
             return
         data = json.dumps(note).encode()
-        if len(data) > NOTE_SIZE and note is not None and "ended" in note:  # a long message: cut, still JSON
-            note = {**note, "ended": note["ended"][:NOTE_SIZE // 2] + "..."}
+        # a long message: cut, still JSON
+        if len(data) > NOTE_SIZE and note is not None and isinstance(ended := note.get("ended"), str):
+            note = {**note, "ended": ended[:NOTE_SIZE // 2] + "..."}
             data = json.dumps(note).encode()
         data = data[:NOTE_SIZE].ljust(NOTE_SIZE)
         try:

@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.targets.local.job import node as node_wrapper
 from launcher.targets.local.job.secretenv import SECRET_ENV
@@ -64,7 +64,7 @@ def _size(path: str) -> int:
         return 0
 
 
-def _on_term(signum: int, frame: Any) -> None:
+def _on_term(signum: int, frame: object) -> None:
     global _stop_requested
     _stop_requested = True
 
