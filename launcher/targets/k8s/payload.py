@@ -9,10 +9,11 @@ size and digest, see ``runner``), under a comment header.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
+from launcher.core.jsondata import JSON, JSONObject
 from launcher.spec.secrets import shown_value
 from launcher.targets.base import Handle
 from launcher.targets.k8s.objects.apis import api_of
@@ -46,7 +47,7 @@ class K8sPayload:
     namespace: str | None
     context: str | None
     elements: list[K8sElement]
-    manifests: list[dict[str, Any]]
+    manifests: list[JSONObject]
     checks: str = ""
     where: dict[str, str] = field(default_factory=dict)
     k8s_cpu: bool = False
@@ -93,7 +94,7 @@ else:
 class _NoAliasDumper(_SafeDumper):
     """Never emit anchors/aliases: shared dicts are written out in full, as kubectl shows them."""
 
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, data: object) -> bool:
         return True
 
 
@@ -104,13 +105,13 @@ def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 _NoAliasDumper.add_representer(str, _str_presenter)
 
 
-def to_yaml(obj: dict[str, Any]) -> str:
+def to_yaml(obj: JSON) -> str:
     """One manifest as YAML (key order as built, which is fixed; no aliases; wide lines)."""
     return yaml.dump(obj, Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=False, width=4096,
                      allow_unicode=True)
 
 
-def masked_env(obj: Any, masked: frozenset[str]) -> Any:
+def masked_env(obj: JSON, masked: frozenset[str]) -> JSON:
     """``obj`` with the value of every container env entry named in ``masked`` shown as ``***``
     (both APIs keep a container's variables in a list under ``env``), and the pod runner's code
     (``runner.BUNDLE_ENV``) as its size and digest."""
@@ -122,11 +123,12 @@ def masked_env(obj: Any, masked: frozenset[str]) -> Any:
     return obj
 
 
-def _masked_entry(entry: Any, masked: frozenset[str]) -> Any:
-    if isinstance(entry, dict) and entry.get("name") == BUNDLE_ENV and isinstance(entry.get("value"), str):
-        return {**entry, "value": shown(entry["value"])}
-    if isinstance(entry, dict) and isinstance(entry.get("value"), str):
-        return {**entry, "value": shown_value(str(entry.get("name")), entry["value"], masked)}
+def _masked_entry(entry: JSON, masked: frozenset[str]) -> JSON:
+    value = entry.get("value") if isinstance(entry, dict) else None
+    if isinstance(entry, dict) and entry.get("name") == BUNDLE_ENV and isinstance(value, str):
+        return {**entry, "value": shown(value)}
+    if isinstance(entry, dict) and isinstance(value, str):
+        return {**entry, "value": shown_value(str(entry.get("name")), value, masked)}
     return entry
 
 

@@ -26,13 +26,15 @@ import json
 import os
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, NoReturn, TypeVar, cast
 
 from launcher.core import errors
 from launcher.core.errors import SubmitRejected, TargetError, TargetUnavailable
+from launcher.core.jsondata import JSONObject, arr, at, obj, text
 from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
 
 if TYPE_CHECKING:
+    from kubernetes.client.exceptions import ApiException
     from urllib3 import BaseHTTPResponse
 
 OPERATOR_INSTALL = (
@@ -151,8 +153,8 @@ class Kube:
         self.core = client.CoreV1Api(self.api_client)
 
     # ------------------------------------------------------------------ PyTorchJobs
-    def create_job(self, body: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
-        name = body["metadata"]["name"]
+    def create_job(self, body: JSONObject, *, dry_run: bool = False) -> JSONObject:
+        name = str(obj(body["metadata"])["name"])
         resp = self._call(
             lambda: self.custom.create_namespaced_custom_object(
                 self.api.group, self.api.version, self.namespace, self.api.plural, body, dry_run="All" if dry_run else None,
@@ -162,11 +164,11 @@ class Kube:
         )
         return _json(resp)
 
-    def list_jobs(self, selector: str) -> list[dict[str, Any]]:
+    def list_jobs(self, selector: str) -> list[JSONObject]:
         resp = self._call(lambda: self.custom.list_namespaced_custom_object(
             self.api.group, self.api.version, self.namespace, self.api.plural, label_selector=selector, _preload_content=False,
             _request_timeout=TIMEOUT), action="list", name=selector)
-        return list(_json(resp).get("items") or [])
+        return _items(resp)
 
     def delete_job(self, name: str) -> bool:
         """Delete with foreground propagation (pods go first); False if it was already gone."""
@@ -177,7 +179,7 @@ class Kube:
             self.api.group, self.api.version, self.namespace, self.api.plural, name, body=body, _preload_content=False,
             _request_timeout=TIMEOUT), "delete", name) is not None
 
-    def read_crd(self, name: str) -> dict[str, Any] | None:
+    def read_crd(self, name: str) -> JSONObject | None:
         """The cluster's CustomResourceDefinition ``name``; None when it is not installed (404).
 
         Raises:
@@ -199,13 +201,13 @@ class Kube:
             _raise_network(e, self)
 
     # ------------------------------------------------------------------ pods, logs, events
-    def list_pods(self, selector: str) -> list[dict[str, Any]]:
+    def list_pods(self, selector: str) -> list[JSONObject]:
         resp = self._call(lambda: self.core.list_namespaced_pod(
             self.namespace, label_selector=selector, _preload_content=False, _request_timeout=TIMEOUT),
             action="list pods", name=selector)
-        return list(_json(resp).get("items") or [])
+        return _items(resp)
 
-    def get_pod(self, name: str) -> dict[str, Any] | None:
+    def get_pod(self, name: str) -> JSONObject | None:
         return self._maybe(lambda: self.core.read_namespaced_pod(
             name, self.namespace, _preload_content=False, _request_timeout=TIMEOUT), "get pod", name)
 
@@ -227,14 +229,14 @@ class Kube:
         except Exception as e:  # noqa: BLE001 - network errors
             _raise_network(e, self)
 
-    def stream_log(self, name: str) -> Any | None:
+    def stream_log(self, name: str) -> BaseHTTPResponse | None:
         """An open ``follow=true`` log response (urllib3), or None if the container is not running yet."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            return self.core.read_namespaced_pod_log(
+            return cast("BaseHTTPResponse", self.core.read_namespaced_pod_log(  # the stubs say str, as in pod_log
                 name, self.namespace, container=self.api.container, follow=True, _preload_content=False,
-                _request_timeout=(TIMEOUT, STREAM_READ_TIMEOUT))
+                _request_timeout=(TIMEOUT, STREAM_READ_TIMEOUT)))
         except ApiException as e:
             if e.status in (400, 404):
                 return None
@@ -258,11 +260,11 @@ class Kube:
         except Exception as e:  # noqa: BLE001 - network errors
             _raise_network(e, self)
 
-    def pod_events(self, pod: str) -> list[dict[str, Any]]:
+    def pod_events(self, pod: str) -> list[JSONObject]:
         resp = self._call(lambda: self.core.list_namespaced_event(
             self.namespace, field_selector=f"involvedObject.name={pod}", _preload_content=False,
             _request_timeout=TIMEOUT), action="list events of", name=pod)
-        return list(_json(resp).get("items") or [])
+        return _items(resp)
 
     # ------------------------------------------------------------------ plumbing
     def _call(self, fn: Callable[[], T], *, action: str, name: str) -> T:
@@ -275,7 +277,7 @@ class Kube:
         except Exception as e:  # noqa: BLE001 - urllib3/socket errors: translated, cause kept
             _raise_network(e, self)
 
-    def _maybe(self, fn: Callable[[], Any], action: str, name: str) -> dict[str, Any] | None:
+    def _maybe(self, fn: Callable[[], object], action: str, name: str) -> JSONObject | None:
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -288,12 +290,13 @@ class Kube:
             _raise_network(e, self)
 
 
-def _json(resp: Any) -> dict[str, Any]:
-    data = resp.data if hasattr(resp, "data") else resp
-    if isinstance(data, (bytes, bytearray)):
-        parsed: dict[str, Any] = json.loads(data.decode("utf-8") or "{}")
-        return parsed
-    return data or {}
+def _json(resp: object) -> JSONObject:
+    data: object = getattr(resp, "data", resp)
+    return obj(json.loads(data.decode("utf-8") or "{}") if isinstance(data, (bytes, bytearray)) else data)
+
+
+def _items(resp: object) -> list[JSONObject]:  # a list call's objects
+    return [item for item in arr(_json(resp).get("items")) if isinstance(item, dict)]
 
 
 def _incluster_namespace() -> str:
@@ -304,36 +307,35 @@ def _incluster_namespace() -> str:
         return "default"
 
 
-def _status(e: Any) -> dict[str, Any]:
+def _status(e: ApiException) -> JSONObject:
     try:
-        body = json.loads(e.body) if e.body else {}
-        return body if isinstance(body, dict) else {}
+        return obj(json.loads(e.body) if e.body else {})
     except (TypeError, ValueError):
         return {}
 
 
-def _is_object_404(e: Any) -> bool:
+def _is_object_404(e: ApiException) -> bool:
     """A 404 about the object itself (a Status naming it), not a missing API (plain '404 page not found')."""
     st = _status(e)
-    return st.get("kind") == "Status" and bool(st.get("details", {}).get("name")) and st.get("details", {}).get("kind") != "namespaces"
+    return st.get("kind") == "Status" and bool(at(st, "details", "name")) and at(st, "details", "kind") != "namespaces"
 
 
-def server_message(e: Any) -> str:
+def server_message(e: ApiException) -> str:
     """The API server's own words: the Status message plus its causes, else the raw body."""
     st = _status(e)
-    msg = st.get("message") or (e.body or "").strip() or e.reason or f"HTTP {e.status}"
-    causes = (st.get("details") or {}).get("causes") or []
+    msg = text(st.get("message")) or (e.body or "").strip() or e.reason or f"HTTP {e.status}"
+    causes = arr(at(st, "details", "causes"))
     extra = [f"{c.get('field', '')}: {c.get('message', '')}".strip(": ") for c in causes if isinstance(c, dict)]
     extra = [x for x in extra if x and x not in msg]
     return msg + ("".join(f"\n  - {x}" for x in extra) if extra else "")
 
 
-def server_causes(e: Any) -> tuple[tuple[str, str], ...]:
+def server_causes(e: ApiException) -> tuple[tuple[str, str], ...]:
     """``(field, message)`` of each cause the API server gave, plus the fields of a strict
     decoding error (``unknown field "spec.x"``, a 400 without causes)."""
     st = _status(e)
     out = [(str(c.get("field") or ""), str(c.get("message") or c.get("reason") or ""))
-           for c in (st.get("details") or {}).get("causes") or [] if isinstance(c, dict)]
+           for c in arr(at(st, "details", "causes")) if isinstance(c, dict)]
     for m in re.finditer(r'(unknown|duplicate) field "([^"]+)"', str(st.get("message") or "")):
         out.append((m.group(2), f"{m.group(1)} field"))
     return tuple(out)
@@ -353,7 +355,7 @@ def operator_missing(host: str, api: KubeflowApi = PYTORCHJOB) -> OperatorMissin
     )
 
 
-def _raise(e: Any, action: str, name: str, kube: Kube) -> NoReturn:
+def _raise(e: ApiException, action: str, name: str, kube: Kube) -> NoReturn:
     status = e.status
     msg = server_message(e)
     creating = action == "create"
@@ -373,7 +375,7 @@ def _raise(e: Any, action: str, name: str, kube: Kube) -> NoReturn:
             f"  fix: ask an admin to apply k8s/rbac.yaml in that namespace (it grants {kube.api.plural}, pods, pods/log, pods/proxy, events; "
             "ddpjob docs k8s/rbac.yaml prints it)"
         ) from e
-    if status == 404 and creating and ((_status(e).get("details") or {}).get("kind") == "namespaces" or 'namespaces "' in msg):
+    if status == 404 and creating and (at(_status(e), "details", "kind") == "namespaces" or 'namespaces "' in msg):
         raise SubmitRejected(f"namespace {kube.namespace!r} does not exist on {kube.host}: {msg}; "
                              "set k8s.namespace (or create it: kubectl create namespace NAME)") from e
     if status == 404 and (creating or not _is_object_404(e)):

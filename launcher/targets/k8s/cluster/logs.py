@@ -29,21 +29,26 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from launcher.core.errors import DdpjobError
+from launcher.core.jsondata import JSONObject, at, obj
 from launcher.targets.base import LogFilter
+from launcher.targets.k8s.cluster.client import Kube
 from launcher.targets.k8s.cluster.pods import (
+    LogStream,
     PodLock,
     PodRef,
     attempt_file,
     close,
     container,
+    name_of,
     path_uid,
     pod_ref,
+    reached,
     read_chunks,
+    restart_count,
     sort_key,
     started,
 )
@@ -65,7 +70,7 @@ def _done_mark(attempt: Path) -> Path:
 class PodLogs:
     """Log reader for one ddpjob job (all its PyTorchJobs)."""
 
-    def __init__(self, kube: Any, run_dir: str, elements: list[dict[str, Any]], procs_per_node: int,
+    def __init__(self, kube: Kube | None, run_dir: str, elements: Sequence[Mapping[str, object]], procs_per_node: int,
                  flt: LogFilter, elastic: bool = False, api: KubeflowApi = PYTORCHJOB) -> None:
         self.kube = kube
         self.api = api  # how the pods are selected, and which container is the trainer
@@ -102,13 +107,13 @@ class PodLogs:
             return f"[{ref.label}] {line}"
         return format_line(self._source(ref), line, self.flt.rank)
 
-    def _live_pods(self) -> list[dict[str, Any]]:
+    def _live_pods(self) -> list[JSONObject]:
         if self.kube is None:
             return []
         pods = []
         for el in self.elements:
-            pods += self.kube.list_pods(self.api.pod_selector(el["name"]))
-        return sorted(pods, key=lambda p: sort_key(p["metadata"]["name"]))
+            pods += self.kube.list_pods(self.api.pod_selector(str(el["name"])))
+        return sorted(pods, key=lambda p: sort_key(name_of(p)))
 
     def _persisted(self) -> dict[str, list[Path]]:
         out: dict[str, list[Path]] = {}
@@ -130,7 +135,7 @@ class PodLogs:
             yield f"[ddpjob] showing saved logs only: {str(e).splitlines()[0]}"
             live = []
         for pod in live:
-            name = pod["metadata"]["name"]
+            name = name_of(pod)
             if self._ref(name) is None:
                 continue
             cs = container(pod, self.api.container)
@@ -139,13 +144,13 @@ class PodLogs:
             lock = PodLock(self.pods_dir / name)
             try:
                 if lock.held:  # else a follower is writing this pod's files as we speak
-                    self._save_runs(name, pod, int(cs.get("restartCount") or 0))
+                    self._save_runs(name, pod, restart_count(cs))
             finally:
                 lock.release()
         for pod_name, files in self._persisted().items():
             yield from self._saved_lines(pod_name, files)
 
-    def _save_runs(self, name: str, pod: dict[str, Any], restarts: int) -> None:
+    def _save_runs(self, name: str, pod: JSONObject, restarts: int) -> None:
         """Save the pod's current run and the whole run before it, each to its own attempt file.
 
         A run saved while it ran is incomplete once it has ended, so the run before the current one
@@ -154,13 +159,13 @@ class PodLogs:
         would put the new run's lines in the old run's file: the restart count is read again after
         the logs, and nothing is written when it moved (the next read takes the new run).
         """
-        data = self.kube.pod_log(name)
+        data = reached(self.kube).pod_log(name)
         prev = attempt_file(self.pods_dir, pod, restarts - 1) if restarts else None
         old = None
         if prev is not None and not _done_mark(prev).exists():
-            old = self.kube.pod_log(name, previous=True)
-        now = self.kube.get_pod(name)  # None: deleted meanwhile, which starts no new run
-        if now is not None and int((container(now, self.api.container) or {}).get("restartCount") or 0) != restarts:
+            old = reached(self.kube).pod_log(name, previous=True)
+        now = reached(self.kube).get_pod(name)  # None: deleted meanwhile, which starts no new run
+        if now is not None and restart_count(container(now, self.api.container)) != restarts:
             return
         if prev is not None and old is not None:
             atomic_write(prev, old)
@@ -184,8 +189,8 @@ class PodLogs:
         q: queue.Queue[tuple[PodRef, str]] = queue.Queue()
         stop = threading.Event()
         threads: dict[str, threading.Thread] = {}
-        responses: list[Any] = []
-        live_names = {p["metadata"]["name"] for p in self._live_pods()}
+        responses: list[LogStream] = []
+        live_names = {name_of(p) for p in self._live_pods()}
         # Pods that are gone: what was persisted is all there is.
         for pod_name, files in self._persisted().items():
             if pod_name not in live_names:
@@ -210,7 +215,7 @@ class PodLogs:
                             raise
                         live = []
                     for pod in live:
-                        name = pod["metadata"]["name"]
+                        name = name_of(pod)
                         ref = self._ref(name)
                         if ref is not None and name not in threads:
                             t = threading.Thread(target=self._stream_pod, args=(ref, q, stop, responses),
@@ -241,8 +246,7 @@ class PodLogs:
             if out is not None:
                 yield out
 
-    def _stream_pod(self, ref: PodRef, q: queue.Queue[tuple[PodRef, str]], stop: threading.Event,
-                    responses: list[Any]) -> None:
+    def _stream_pod(self, ref: PodRef, q: queue.Queue[tuple[PodRef, str]], stop: threading.Event, responses: list[LogStream]) -> None:
         pod_dir = self.pods_dir / ref.name
         lock = PodLock(pod_dir)
         try:
@@ -253,11 +257,11 @@ class PodLogs:
             lock.release()
 
     def _stream_pod_locked(self, ref: PodRef, q: queue.Queue[tuple[PodRef, str]], stop: threading.Event,
-                           responses: list[Any], persist: bool) -> None:
+                           responses: list[LogStream], persist: bool) -> None:
         sent: dict[Path, int] = {}
         tail = self.flt.tail
         first_attempt = True
-        pod = self.kube.get_pod(ref.name)
+        pod = reached(self.kube).get_pod(ref.name)
         done = self._replay_older_runs(ref, pod, q)
         while not stop.is_set():
             if pod is None:
@@ -265,53 +269,52 @@ class PodLogs:
             cs = container(pod, self.api.container)
             if not started(cs):
                 stop.wait(POLL)
-                pod = self.kube.get_pod(ref.name)
+                pod = reached(self.kube).get_pod(ref.name)
                 continue
             assert cs is not None
-            restarts = int(cs.get("restartCount") or 0)
+            restarts = restart_count(cs)
             if restarts:
                 self._previous_run(ref, pod, restarts, q, done, persist)
             path = attempt_file(self.pods_dir, pod, restarts)
             if path not in done:
                 skip_below = 0
                 if first_attempt and tail is not None:
-                    existing_now = self.kube.pod_log(ref.name) or b""
+                    existing_now = reached(self.kube).pod_log(ref.name) or b""
                     skip_below = max(0, len(existing_now.splitlines()) - tail)
                 first_attempt = False
                 self._stream_attempt(ref, path, q, stop, responses, persist, sent, skip_below)
-            pod = self.kube.get_pod(ref.name)
+            pod = reached(self.kube).get_pod(ref.name)
             if pod is None:
                 return
             cs = container(pod, self.api.container)
-            state = (cs or {}).get("state") or {}
-            same_run = cs is not None and int(cs.get("restartCount") or 0) == restarts and \
+            state = obj((cs or {}).get("state"))
+            same_run = cs is not None and restart_count(cs) == restarts and \
                 attempt_file(self.pods_dir, pod, restarts) == path
             if same_run and "terminated" in state:
                 if path not in done:
                     done.add(path)
                     # One last read after the exit: the stream may have ended before its last bytes.
                     self._stream_attempt(ref, path, q, stop, responses, persist, sent, 0, whole=True)
-                if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                if at(pod, "status", "phase") in ("Succeeded", "Failed"):
                     return
                 stop.wait(POLL)  # about to be restarted in place
             elif not same_run:
                 if path not in done and (cs or {}).get("restartCount") == restarts + 1 and \
-                        pod["metadata"].get("uid") == path_uid(path, pod):
+                        at(pod, "metadata", "uid") == path_uid(path, pod):
                     # Restarted in place: the rest of the run we were reading is now the previous log.
                     self._stream_attempt(ref, path, q, stop, responses, persist, sent, 0, whole=True, previous=True)
                 done.add(path)  # the next loop takes the new run
             else:
                 stop.wait(POLL)  # the stream broke while the container runs: reconnect
 
-    def _replay_older_runs(self, ref: PodRef, pod: dict[str, Any] | None,
-                           q: queue.Queue[tuple[PodRef, str]]) -> set[Path]:
+    def _replay_older_runs(self, ref: PodRef, pod: JSONObject | None, q: queue.Queue[tuple[PodRef, str]]) -> set[Path]:
         """Queue the runs persisted earlier (by another reader, or a previous call) before the current
         one, once, honouring ``tail``; returns their files, which need no more reading."""
         existing = sorted((self.pods_dir / ref.name).glob("*.log"))
         current = None
         cs = container(pod, self.api.container) if pod is not None else None
         if pod is not None and started(cs):
-            current = attempt_file(self.pods_dir, pod, int(cs.get("restartCount") or 0))
+            current = attempt_file(self.pods_dir, pod, restart_count(cs))
         older = [f for f in existing if f != current]
         old_lines = [ln for f in older for ln in f.read_bytes().decode("utf-8", "replace").splitlines()]
         tail = self.flt.tail
@@ -321,7 +324,7 @@ class PodLogs:
             q.put((ref, line))
         return set(older)
 
-    def _previous_run(self, ref: PodRef, pod: dict[str, Any], restarts: int, q: queue.Queue[tuple[PodRef, str]],
+    def _previous_run(self, ref: PodRef, pod: JSONObject, restarts: int, q: queue.Queue[tuple[PodRef, str]],
                       done: set[Path], persist: bool) -> None:
         """After an in-place restart: the run before the current one, from its file or the API."""
         prev = attempt_file(self.pods_dir, pod, restarts - 1)
@@ -331,24 +334,24 @@ class PodLogs:
         if prev.exists():
             data = prev.read_bytes()
         else:
-            data = self.kube.pod_log(ref.name, previous=True) or b""
+            data = reached(self.kube).pod_log(ref.name, previous=True) or b""
             if persist and data:
                 atomic_write(prev, data)
         for line in data.decode("utf-8", "replace").splitlines():
             q.put((ref, line))
 
     def _stream_attempt(self, ref: PodRef, path: Path, q: queue.Queue[tuple[PodRef, str]], stop: threading.Event,
-                        responses: list[Any], persist: bool, sent: dict[Path, int], skip_below: int,
+                        responses: list[LogStream], persist: bool, sent: dict[Path, int], skip_below: int,
                         whole: bool = False, previous: bool = False) -> bool:
         """Read the run's log from its start, passing on only lines not sent before; True at its end."""
         if whole:
-            data = self.kube.pod_log(ref.name, previous=previous)
+            data = reached(self.kube).pod_log(ref.name, previous=previous)
             if data is None:
                 return True
-            chunks: Any = [data]
+            chunks: Iterable[bytes] = [data]
             resp = None
         else:
-            resp = self.kube.stream_log(ref.name)
+            resp = reached(self.kube).stream_log(ref.name)
             if resp is None:
                 stop.wait(POLL)
                 return False
@@ -386,8 +389,6 @@ class PodLogs:
                     if n > skip_below:
                         q.put((ref, buf.decode("utf-8", "replace")))
         except Exception:  # noqa: BLE001 - a broken stream is reconnected by the caller
-            if stop.is_set():
-                return False
             return False
         finally:
             if out is not None:

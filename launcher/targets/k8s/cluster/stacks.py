@@ -5,23 +5,26 @@ answer are named in the note."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import TargetError, TargetUnavailable, UsageError
-from launcher.targets.k8s.cluster.pods import pod_ref, sort_key
+from launcher.core.jsondata import JSONObject, arr, at
+from launcher.targets.k8s.cluster.pods import name_of, pod_ref, sort_key
 from launcher.targets.k8s.job.podstacks import NOT_IN_IMAGE
-from launcher.targets.k8s.objects.apis import api_of
+from launcher.targets.k8s.objects.apis import KubeflowApi, api_of
 from launcher.targets.shared.runfolder import STACKS_URL_PATH
 
 if TYPE_CHECKING:
     from launcher.targets.base import LogFilter
+    from launcher.targets.k8s.cluster.client import Kube
     from launcher.targets.k8s.cluster.pods import PodRef
     from launcher.targets.k8s.payload import K8sHandle
     from launcher.targets.shared.stacks import JobStacks
 
 
-def ask_stacks(kube: Any, handle: K8sHandle, flt: LogFilter) -> JobStacks:
+def ask_stacks(kube: Kube, handle: K8sHandle, flt: LogFilter) -> JobStacks:
     """Every live rank's stack of the run ``flt.task`` names, else of the latest run with a running pod;
     ``flt``'s node and rank choose which. Raises UsageError without a pod runner (``k8s.runner: none``,
     elastic), TargetError when no pod runs, TargetUnavailable when no pod's image has py-spy."""
@@ -43,10 +46,10 @@ def ask_stacks(kube: Any, handle: K8sHandle, flt: LogFilter) -> JobStacks:
         if not pods:
             continue
 
-        def one(pod: PodRef) -> dict[str, Any] | None:
+        def one(pod: PodRef) -> JSONObject | None:
             data = kube.pod_proxy(pod.name, handle.watch_port, STACKS_URL_PATH)
             try:
-                said = json.loads(data) if data else None
+                said: object = json.loads(data) if data else None
             except ValueError:
                 return None
             return said if isinstance(said, dict) and isinstance(said.get("ranks"), list) else None
@@ -56,7 +59,7 @@ def ask_stacks(kube: Any, handle: K8sHandle, flt: LogFilter) -> JobStacks:
         said = [a for a in answers if a is not None]
         if said and not any(a.get("py_spy", True) for a in said):
             raise TargetUnavailable(f"ddpjob stacks: {NOT_IN_IMAGE}")
-        ranks = [rank_stack(r) for a in said for r in a["ranks"] if isinstance(r, dict)]
+        ranks = [rank_stack(r) for a in said for r in arr(a["ranks"]) if isinstance(r, dict)]
         ranks = [r for r in ranks if flt.node in (None, r.node) and flt.rank in (None, r.rank)]
         silent = [f"{p.name} (node {p.node})" for p, a in zip(pods, answers, strict=True) if a is None]
         note = (f"pod(s) {', '.join(silent)} did not answer on port {handle.watch_port} through the pod proxy (their "
@@ -70,8 +73,9 @@ def ask_stacks(kube: Any, handle: K8sHandle, flt: LogFilter) -> JobStacks:
                       "ID says which)")
 
 
-def _running(kube: Any, job_name: str, api: Any, elements: list[dict[str, Any]], multi: bool) -> list[PodRef]:
+def _running(kube: Kube, job_name: str, api: KubeflowApi, elements: Sequence[Mapping[str, object]],
+             multi: bool) -> list[PodRef]:
     """The run's pods in phase Running, node 0 first."""
-    pods = [p for p in kube.list_pods(api.pod_selector(job_name)) if (p.get("status") or {}).get("phase") == "Running"]
-    refs = [pod_ref(p["metadata"]["name"], elements, multi) for p in pods]
+    pods = [p for p in kube.list_pods(api.pod_selector(job_name)) if at(p, "status", "phase") == "Running"]
+    refs = [pod_ref(name_of(p), elements, multi) for p in pods]
     return sorted((r for r in refs if r is not None), key=lambda r: sort_key(r.name))

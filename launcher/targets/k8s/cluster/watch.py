@@ -9,28 +9,33 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from launcher.core.errors import TargetError
-from launcher.targets.k8s.cluster.pods import container, pod_ref, sort_key
+from launcher.core.jsondata import JSONObject, at
+from launcher.targets.k8s.cluster.pods import container, name_of, pod_ref, sort_key
 from launcher.targets.k8s.job.podrun import END_EXIT, RECOVERY_LINE, STALL_LINE
 from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.shared.runfolder import WATCH_URL_PATH, RunFolder
 
+if TYPE_CHECKING:
+    from launcher.targets.k8s.cluster.client import Kube
 
-def first_pod(kube: Any, job_name: str, api: KubeflowApi, nodes: list[dict[str, Any]] | None = None) -> str | None:
+
+def first_pod(kube: Kube, job_name: str, api: KubeflowApi, nodes: Sequence[Mapping[str, object]] | None = None) -> str | None:
     """The name of the run's node-0 pod: from ``status``'s rows when given, else its fixed name (a
     PyTorchJob's Master), else a list call (a TrainJob's pods end in random characters)."""
     if nodes is not None:
         return next((str(n["pod"]) for n in nodes if n.get("node") == 0 and n.get("pod")), None)
     if api is PYTORCHJOB:
         return f"{job_name}-master-0"
-    names = sorted((p["metadata"]["name"] for p in kube.list_pods(api.pod_selector(job_name))), key=sort_key)
+    names = sorted((name_of(p) for p in kube.list_pods(api.pod_selector(job_name))), key=sort_key)
     refs = [pod_ref(n, [{"index": 0, "name": job_name}], False) for n in names]
     return next((r.name for r in refs if r is not None and r.node == 0), None)
 
 
-def read_watch(kube: Any, pod: str, port: int) -> dict[str, Any] | None:
+def read_watch(kube: Kube, pod: str, port: int) -> JSONObject | None:
     """The first pod's ``watch.json`` (raw), or None while there is none (runner not up, or k8s.runner: none).
 
     Raises:
@@ -40,7 +45,7 @@ def read_watch(kube: Any, pod: str, port: int) -> dict[str, Any] | None:
     if not data:
         return None
     try:
-        state = json.loads(data)
+        state: object = json.loads(data)
     except ValueError:
         return None
     return state if isinstance(state, dict) and "nodes" in state else None
@@ -51,14 +56,14 @@ def kept(run_dir: str, index: int) -> str:
     return RunFolder(run_dir).kept_watch(index)
 
 
-def latest(kube: Any, job_names: list[str], api: KubeflowApi, port: int, run_dir: str) -> tuple[int, dict[str, Any]] | None:
+def latest(kube: Kube | None, job_names: list[str], api: KubeflowApi, port: int, run_dir: str) -> tuple[int, JSONObject] | None:
     """The newest run's ``watch.json`` read through the pod proxy (and kept in the run folder), else the
     one kept when it was last read; None when there is neither. A 403 raises TargetError."""
     from launcher.targets.shared.files import read_json, write_json
 
     for index in reversed(range(len(job_names))):
         pod = first_pod(kube, job_names[index], api) if kube is not None else None
-        state = read_watch(kube, pod, port) if pod else None
+        state = read_watch(kube, pod, port) if kube is not None and pod else None
         if state is not None:
             try:
                 write_json(kept(run_dir, index), state)
@@ -71,7 +76,7 @@ def latest(kube: Any, job_names: list[str], api: KubeflowApi, port: int, run_dir
     return None
 
 
-def note(kube: Any, pod: str | None, port: int) -> tuple[str | None, dict[str, Any] | None]:
+def note(kube: Kube, pod: str | None, port: int) -> tuple[str | None, JSONObject | None]:
     """What ``status`` adds about a running run: the watch's verdict (``heartbeat.report``), or one line
     saying why the watch cannot be read (None when all is well or there is nothing to read yet); and the
     watch's state as read (None when it was not)."""
@@ -88,17 +93,17 @@ def note(kube: Any, pod: str | None, port: int) -> tuple[str | None, dict[str, A
     return (report(state, time.time()) if state is not None else None), state
 
 
-def ending(kube: Any, job_name: str, api: KubeflowApi) -> str | None:
+def ending(kube: Kube, job_name: str, api: KubeflowApi) -> str | None:
     """Why a pod's runner ended the run, from the log of the pod whose runner exited ``END_EXIT`` (its
     container now, or the one before it, where the runtime restarts it in place): ``stalled: <verdict>``
     (``stall.action: fail``), or the loss recovery could not survive (``node 1 (...) was lost: ...; not
     brought back: ...``); None when none did."""
-    for pod in sorted(kube.list_pods(api.pod_selector(job_name)), key=lambda p: sort_key(p["metadata"]["name"])):
+    for pod in sorted(kube.list_pods(api.pod_selector(job_name)), key=lambda p: sort_key(name_of(p))):
         status = container(pod, api.container) or {}
-        now = ((status.get("state") or {}).get("terminated") or {}).get("exitCode") == END_EXIT
-        if not now and ((status.get("lastState") or {}).get("terminated") or {}).get("exitCode") != END_EXIT:
+        now = at(status, "state", "terminated", "exitCode") == END_EXIT
+        if not now and at(status, "lastState", "terminated", "exitCode") != END_EXIT:
             continue
-        data = kube.pod_log(pod["metadata"]["name"], tail=50, previous=not now) or b""
+        data = kube.pod_log(name_of(pod), tail=50, previous=not now) or b""
         for line in reversed(data.decode("utf-8", "replace").splitlines()):
             if STALL_LINE in line:
                 return "stalled: " + line.split(STALL_LINE, 1)[1].strip()

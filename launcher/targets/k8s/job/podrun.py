@@ -45,9 +45,13 @@ import sys
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    import io
+    from http.server import ThreadingHTTPServer
+
+    from launcher.core.jsondata import JSONObject
     from launcher.targets.k8s.job import podstacks
     from launcher.targets.shared import heartbeat, jobcore, restarts, runfolder, told, vitals
 else:
@@ -94,7 +98,7 @@ class PodRunner:
         # With py-spy in the image, where each rank is, sampled for the straggler rule (``DDPJOB_SAMPLE_STACKS=0``: not).
         self.sampler = jobcore.sampler(self.node, lambda: self.proc.pid if self.proc else None, log=None,
                                        steps_dir=self.steps_dir, env=env)
-        self.server: Any = None  # serves watch.json (the first pod) and stacks.json (every pod): ``podstacks.serve``
+        self.server: ThreadingHTTPServer | None = None  # serves watch.json (the first pod) and stacks.json (every pod): ``podstacks.serve``
 
     def say(self, text: str) -> None:
         with self._out:
@@ -159,7 +163,7 @@ class PodRunner:
 
     def _pump(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        stream: Any = self.proc.stdout  # a BufferedReader: read1 returns what is there, not 64 kB
+        stream = cast("io.BufferedReader", self.proc.stdout)  # stdout=PIPE, buffered: read1 returns what is there, not 64 kB
         for chunk in iter(lambda: stream.read1(65536), b""):
             with self._out:
                 sys.stdout.buffer.write(chunk)
@@ -239,12 +243,11 @@ class PodRunner:
                                  metrics=self.env.get("DDPJOB_METRICS_FILE"),
                                  gone="its pod (deleted, evicted, or its node lost) or link", joining=True)
 
-    def _stacks(self) -> dict[str, Any]:
+    def _stacks(self) -> JSONObject:
         """This pod's ranks read now by py-spy (GET /stacks.json; the watch's ``where`` on the first pod)."""
-        said: dict[str, Any] = podstacks.answer(self.node, os.uname().nodename, self.sampler.live())
-        return said
+        return podstacks.answer(self.node, os.uname().nodename, self.sampler.live())
 
-    def _vitals(self) -> dict[str, Any]:
+    def _vitals(self) -> dict[str, object]:
         """A beacon's vitals: the sample, and the port this runner serves its stacks on (``podstacks.where``)."""
         port = self.server.server_address[1] if self.server is not None else None
         return {**self.sampler.sample(), podstacks.PORT_KEY: port}
@@ -295,7 +298,7 @@ class PodRunner:
         except OSError:
             return None
 
-    def _forward(self, signum: int, frame: Any) -> None:
+    def _forward(self, signum: int, frame: object) -> None:
         self.stopping = True
         if self.beat is not None and self.node != 0:
             self.beat.stop()  # this pod ends: a replacement's heartbeats are the node's from now on

@@ -19,13 +19,14 @@ import json
 import sys
 import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    from launcher.core.jsondata import JSONObject
     from launcher.targets.shared import runfolder, stacks, stackshare, vitals
 else:
     # The bundle's copies in a pod (``ddpjob_<name>``), else the package's: typed through the imports above, each
@@ -42,11 +43,12 @@ PTRACE_HINT = (" (Kubernetes: the pod's container needs the SYS_PTRACE capabilit
                "or nodes with kernel.yama.ptrace_scope 0)")
 
 
-def answer(node: int, host: str, live: list[dict[str, Any]]) -> dict[str, Any]:
+def answer(node: int, host: str, live: Sequence[Mapping[str, object]]) -> JSONObject:
     """This pod's ranks (``live``: the last vitals sample's, ``vitals.Sampler.live``), each read now by
     py-spy; where py-spy is not in the image, each says so and how to get it."""
-    ranks = [stacks.RankStack(node=node, rank=r.get("rank"), local_rank=r.get("local_rank"), pid=int(r["pid"]),
-                              host=host) for r in live if isinstance(r.get("pid"), int)]
+    # The sample's ranks as it holds them (ints, or None), passed on unchanged.
+    ranks = [stacks.RankStack(node=node, rank=cast("int | None", r.get("rank")), local_rank=cast("int | None", r.get("local_rank")),
+                              pid=int(pid), host=host) for r in live if isinstance(pid := r.get("pid"), int)]
     changed = [r for r in ranks if vitals.ranks_of(r.pid)[0] != r.rank]  # as the local target checks
     for r in changed:
         r.error = "its process is gone or changed since the last sample (the rank restarted?): ask again"
@@ -62,7 +64,7 @@ def answer(node: int, host: str, live: list[dict[str, Any]]) -> dict[str, Any]:
     return {"node": node, "host": host, "py_spy": py_spy is not None, "ranks": [asdict(r) for r in ranks]}
 
 
-def serve(port: int, watch_file: str, own: Callable[[], dict[str, Any]],
+def serve(port: int, watch_file: str, own: Callable[[], JSONObject],
           say: Callable[[str], None]) -> ThreadingHTTPServer | None:
     """Serve on ``port`` (every interface: the API server's pod proxy and the other pods reach it) GET
     ``watch.json`` (``watch_file``: the first pod's watch writes it; the others have none: 404) and
@@ -72,7 +74,7 @@ def serve(port: int, watch_file: str, own: Callable[[], dict[str, Any]],
     watch_path, stacks_path = runfolder.WATCH_URL_PATH, runfolder.STACKS_URL_PATH
 
     class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
         def do_GET(self) -> None:
@@ -106,31 +108,36 @@ def serve(port: int, watch_file: str, own: Callable[[], dict[str, Any]],
     return server
 
 
-def where(node: int, own: Callable[[], dict[str, Any]], port: int,
-          keep: str | None = None) -> Callable[[dict[str, Any], list[dict[str, Any]]], str | None]:
+def where(node: int, own: Callable[[], JSONObject], port: int,
+          keep: str | None = None) -> Callable[[Mapping[str, object], Sequence[Mapping[str, object]]], str | None]:
     """``heartbeat.Watch``'s ``where`` on the first pod (node ``node``): its own ranks read here (``own``),
     every other pod's asked over the pod network at the address its heartbeats come from and the port
     its vitals name (else ``port``), all at once; kept in ``keep`` (``stacks.json``), the one line
     ``stacks.summary`` returned, with the pods that did not answer named."""
-    def placed(verdict: dict[str, Any], nodes: list[dict[str, Any]]) -> str | None:
-        def one(rec: dict[str, Any]) -> dict[str, Any] | None:
+    def placed(verdict: Mapping[str, object], nodes: Sequence[Mapping[str, object]]) -> str | None:
+        def one(rec: Mapping[str, object]) -> JSONObject | None:
             return own() if rec.get("node") == node else ask(rec, port)
 
         with ThreadPoolExecutor(max_workers=max(1, min(32, len(nodes)))) as pool:
             answers = list(pool.map(one, nodes))
         ranks = [stackshare.rank_stack(r) for a in answers if isinstance(a, dict)
-                 for r in a.get("ranks") or [] if isinstance(r, dict)]
+                 for r in _ranks(a.get("ranks")) if isinstance(r, dict)]
         silent = [str(rec.get("node")) for rec, a in zip(nodes, answers, strict=True) if not isinstance(a, dict)]
         note = (f"node(s) {', '.join(silent)} did not answer (their pod's runner is gone, or the pod network "
                 "drops TCP to its port)") if silent else None
         found = stacks.JobStacks(task=0, ranks=ranks, note=note)
         stacks.save(keep, verdict, found)
-        line = stacks.summary(ranks, verdict.get("rank") if verdict.get("kind") == "stuck" else None)
+        line = stacks.summary(ranks, cast("int | None", verdict.get("rank")) if verdict.get("kind") == "stuck" else None)
         return "; ".join(x for x in (line, note) if x) or None
     return placed
 
 
-def ask(rec: dict[str, Any], port: int, timeout: float = ASK_TIMEOUT_S) -> dict[str, Any] | None:
+def _ranks(said: object) -> list[object]:
+    """An answer's ``ranks``, a list (else none)."""
+    return said if isinstance(said, list) else []
+
+
+def ask(rec: Mapping[str, object], port: int, timeout: float = ASK_TIMEOUT_S) -> JSONObject | None:
     """Another pod's ``stacks.json``, from the watch's record of that node (its ``address``, the port in
     its vitals); None when it cannot be asked or does not answer."""
     addr = rec.get("address")
@@ -142,7 +149,7 @@ def ask(rec: dict[str, Any], port: int, timeout: float = ASK_TIMEOUT_S) -> dict[
     try:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the pod's HTTP_PROXY is not the way
         with opener.open(f"http://{host}:{served}{runfolder.STACKS_URL_PATH}", timeout=timeout) as resp:
-            data = json.loads(resp.read())
+            data: object = json.loads(resp.read())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("node") == rec.get("node") else None  # that pod's, no other's
