@@ -25,9 +25,10 @@ import copy
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 from launcher.core.errors import DdpjobError, TargetError
+from launcher.core.jsondata import JSONObject, obj, text
 from launcher.targets.base import LogFilter, Plan, PlanContext, Target
 from launcher.targets.jobstatus import JobStatus
 from launcher.targets.k8s.objects import runner
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from launcher.core.progress import Progress
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
+    from launcher.targets.k8s.cluster.client import Kube
+    from launcher.targets.shared.health import JobHealth
     from launcher.targets.shared.stacks import JobStacks
 
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}
@@ -111,13 +114,13 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
         bodies = _bodies(p, kube.namespace)
         # The API server checks every object first (its schema strictly, admission webhooks, quotas):
         # a refused element of a sweep leaves nothing created.
-        for obj in bodies:
-            _create(kube, p, obj, dry_run=True)
+        for body in bodies:
+            _create(kube, p, body, dry_run=True)
         created: list[str] = []
         try:
-            for obj in bodies:
-                _create(kube, p, obj, dry_run=False)
-                created.append(obj["metadata"]["name"])
+            for body in bodies:
+                _create(kube, p, body, dry_run=False)
+                created.append(_name(body))
         except BaseException:
             # A sweep is all or nothing: take back the elements already created.
             for name in created:
@@ -129,7 +132,7 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
         return K8sHandle(
             job_id=plan.job_id, run_dir=plan.run_dir, context=kube.context, namespace=kube.namespace,
             nodes=p.nodes, procs_per_node=p.procs_per_node,
-            elastic=any("elasticPolicy" in m["spec"] for m in p.manifests),
+            elastic=any("elasticPolicy" in obj(m.get("spec")) for m in p.manifests),
             jobs=[K8sRun(e.index, e.name, e.params) for e in p.elements], api=p.api, watch_port=p.watch_port,
         )
 
@@ -137,9 +140,9 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
         p: K8sPayload = plan.payload
         kube = _kube(p.context, p.namespace, api_of(p.api))
         names = []
-        for obj in _bodies(p, kube.namespace):
-            _create(kube, p, obj, dry_run=True)
-            names.append(obj["metadata"]["name"])
+        for body in _bodies(p, kube.namespace):
+            _create(kube, p, body, dry_run=True)
+            names.append(_name(body))
         return (f"# server dry run (dryRun=All, fieldValidation=Strict) on {kube.host}, namespace {kube.namespace}: "
                 f"{len(names)} {kube.api.kind}(s) accepted: {', '.join(names)}")
 
@@ -149,7 +152,7 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
         return job_status(kube, handle, pods=True)
 
     def status_many(self, handles: dict[str, K8sHandle]) -> dict[str, JobStatus]:
-        kubes: dict[tuple[str | None, str, str], Any] = {}
+        kubes: dict[tuple[str | None, str, str], Kube] = {}
         out = {}
         for job_id, handle in handles.items():
             key = (handle.context, handle.namespace, handle.api)
@@ -158,7 +161,7 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
             out[job_id] = job_status(kubes[key], handle, pods=False)  # one list call per job
         return out
 
-    def read_watch(self, handle: K8sHandle, index: int = 0) -> dict[str, Any] | None:
+    def read_watch(self, handle: K8sHandle, index: int = 0) -> JSONObject | None:
         """Run ``index``'s ``watch.json`` as its first pod's runner serves it (raw; see ``heartbeat.Watch``),
         or None (no pod runner, the pod not up, or it is gone). Raises TargetError on a 403."""
         from launcher.targets.k8s.cluster.watch import first_pod, read_watch
@@ -170,7 +173,7 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
         pod = first_pod(kube, handle.jobs[index].name, api)
         return read_watch(kube, pod, handle.watch_port) if pod else None
 
-    def health(self, handle: K8sHandle) -> Any:
+    def health(self, handle: K8sHandle) -> JobHealth | None:
         """Every rank's health (``shared.health.JobHealth``) from the newest run's first pod, read through
         the pod proxy; after the pods are gone, the sample last read (kept in the run folder)."""
         from launcher.targets.k8s.cluster.watch import latest
@@ -212,10 +215,11 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
             raise TargetError("--rank is not available for elastic jobs: ranks are assigned at each rendezvous, "
                               "not by replica; use --node")
         reader = PodLogs(kube, handle.run_dir, elements, handle.procs_per_node or 1, flt, elastic, api_of(handle.api))
-        if not follow:
+        if not follow or kube is None:  # following, the cluster was reached (above)
             yield from reader.snapshot()
             return
-        yield from reader.follow(lambda: job_status(kube, handle, pods=False).state.terminal)
+        live = kube
+        yield from reader.follow(lambda: job_status(live, handle, pods=False).state.terminal)
 
     def metrics_files(self, handle: K8sHandle) -> list[str]:
         return []  # the runs write their metrics inside the pods
@@ -233,13 +237,13 @@ class KubernetesTarget(Target[K8sPayload, K8sHandle]):
             kube.delete_job(el.name)  # foreground propagation; a 404 means already gone
 
 
-def _kube(context: str | None, namespace: str | None, api: KubeflowApi = PYTORCHJOB) -> Any:
+def _kube(context: str | None, namespace: str | None, api: KubeflowApi = PYTORCHJOB) -> Kube:
     from launcher.targets.k8s.cluster.client import Kube
 
     return Kube(context, namespace, api)
 
 
-def _create(kube: Any, payload: K8sPayload, body: dict[str, Any], *, dry_run: bool) -> None:
+def _create(kube: Kube, payload: K8sPayload, body: JSONObject, *, dry_run: bool) -> None:
     """Create (or with ``dry_run``, have the server check) one object; a 422 names the spec's lines."""
     from launcher.targets.k8s.cluster.client import InvalidObject
 
@@ -250,12 +254,17 @@ def _create(kube: Any, payload: K8sPayload, body: dict[str, Any], *, dry_run: bo
                       field_of=flavour_of(payload.api).spec_field) from e
 
 
-def _bodies(payload: K8sPayload, namespace: str) -> list[dict[str, Any]]:
+def _bodies(payload: K8sPayload, namespace: str) -> list[JSONObject]:
     out = []
-    for obj in payload.manifests:
-        body = copy.deepcopy(obj)
-        meta = {"name": body["metadata"]["name"], "namespace": namespace}
-        meta.update({k: v for k, v in body["metadata"].items() if k not in ("name", "namespace")})
+    for manifest in payload.manifests:
+        body: JSONObject = copy.deepcopy(manifest)
+        meta: JSONObject = {"name": _name(body), "namespace": namespace}
+        meta.update({k: v for k, v in obj(body.get("metadata")).items() if k not in ("name", "namespace")})
         body["metadata"] = meta
         out.append(body)
     return out
+
+
+def _name(body: JSONObject) -> str:
+    """An object's ``metadata.name`` (ddpjob's manifests always have one)."""
+    return text(obj(body.get("metadata")).get("name"))
