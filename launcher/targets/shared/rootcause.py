@@ -51,35 +51,23 @@ def error_file_cause(path: str) -> str:
     return str(message)
 
 
-def torchrun_summary(lines: list[str]) -> tuple[int | None, int | None]:
-    """(local rank, exit code) of the first failure named in torchrun's summary, if any."""
-    failures = torchrun_failures(lines)
-    return failures[0] if failures else (None, None)
-
-
 def torchrun_failures(lines: list[str]) -> list[tuple[int | None, int | None]]:
     """(local rank, exit code) of every failed worker in torchrun's last summary, its "Root Cause
     (first observed failure)" first, then the others ("Failures:") in their order; [] if none."""
     start = max((i for i, ln in enumerate(lines) if "Root Cause (first observed failure)" in ln), default=None)
     if start is None:
         return []
+    head = lines[start : start + 12]
+    root = (next((int(m.group(2)) for m in map(_RANK.search, head) if m), None),
+            next((int(m.group(1)) for m in map(_EXIT.search, head) if m), None))
     begin = max((i for i, ln in enumerate(lines[:start]) if ln.rstrip().endswith("Failures:")), default=start)
-
-    def blocks(part: list[str]) -> list[tuple[int | None, int | None]]:
-        out: list[tuple[int | None, int | None]] = []
-        for ln in part:
-            rank, code = _RANK.search(ln), _EXIT.search(ln)
-            if rank:
-                out.append((int(rank.group(2)), None))
-            elif code and out and out[-1][1] is None:
-                out[-1] = (out[-1][0], int(code.group(1)))
-        return out
-
-    root = blocks(lines[start : start + 12])[:1] or [(None, None)]
-    if root[0][1] is None:  # the summary's exit code before its rank (an older layout)
-        code = next((m for m in map(_EXIT.search, lines[start : start + 12]) if m), None)
-        root = [(root[0][0], int(code.group(1)) if code else None)]
-    return root + [b for b in blocks(lines[begin:start]) if b[0] != root[0][0]]
+    others: list[tuple[int | None, int | None]] = []
+    for ln in lines[begin:start]:  # each failure's rank line, then its exit code's
+        if rank := _RANK.search(ln):
+            others.append((int(rank.group(2)), None))
+        elif (code := _EXIT.search(ln)) and others and others[-1][1] is None:
+            others[-1] = (others[-1][0], int(code.group(1)))
+    return [root, *(o for o in others if o[0] != root[0])]
 
 
 def stderr_tail(torchrun_log_dir: str, local_rank: int | None, n: int = 3) -> list[str]:
