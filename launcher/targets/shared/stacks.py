@@ -217,20 +217,21 @@ def where(verdict: Mapping[str, object], nodes: Sequence[Mapping[str, object]], 
         return "where each rank is: not read (pip install 'ddpjob[stacks]' for py-spy)"
     ranks = []
     for rec in nodes:
-        vitals, node, host = rec.get("vitals"), _int(rec.get("node")), rec.get("host")
+        vitals, node, host = rec.get("vitals"), integer(rec.get("node")), rec.get("host")
         listed = vitals.get("ranks") if isinstance(vitals, dict) else None
         for r in listed if isinstance(listed, list) else []:
             if isinstance(r, dict) and isinstance(pid := r.get("pid"), int) and r.get("state") not in ("X", "Z"):
-                ranks.append(RankStack(node=node or 0, rank=_int(r.get("rank")), local_rank=_int(r.get("local_rank")),
+                ranks.append(RankStack(node=node or 0, rank=integer(r.get("rank")), local_rank=integer(r.get("local_rank")),
                                        pid=pid, host=host if isinstance(host, str) else None))
     if not ranks:
         return None
     found = JobStacks(task=0, ranks=dump_all(py_spy, ranks))
     save(keep, verdict, found)
-    return summary(found.ranks, _int(verdict.get("rank")) if verdict.get("kind") == "stuck" else None) or None
+    return summary(found.ranks, integer(verdict.get("rank")) if verdict.get("kind") == "stuck" else None) or None
 
 
-def _int(value: object) -> int | None:
+def integer(value: object) -> int | None:
+    """``value`` if it is an int (not a bool), else None: a rank, a pid or a node read from JSON."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

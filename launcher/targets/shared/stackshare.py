@@ -28,6 +28,7 @@ try:
         Thread,
         dump_all,
         find_py_spy,
+        integer,
         save,
         summary,
     )
@@ -39,6 +40,7 @@ except ImportError:  # in a Kubernetes pod: the pod runner's bundle (``k8s/objec
         Thread,
         dump_all,
         find_py_spy,
+        integer,
         save,
         summary,
     )
@@ -78,7 +80,7 @@ class Answerer:
 
     def answer_now(self, ident: str) -> None:
         py_spy = find_py_spy()
-        ranks = [RankStack(node=self.node, rank=_int(r.get("rank")), local_rank=_int(r.get("local_rank")), pid=pid,
+        ranks = [RankStack(node=self.node, rank=integer(r.get("rank")), local_rank=integer(r.get("local_rank")), pid=pid,
                            host=self.host) for r in self.ranks() if isinstance(pid := r.get("pid"), int)]
         if py_spy is None:
             for r in ranks:
@@ -102,10 +104,6 @@ def answering(old: Answerer | None, request: str, answer: str, node: int, host: 
     return new
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) else None
-
-
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -126,10 +124,10 @@ def _each(value: object) -> list[Mapping[str, object]]:
 
 def rank_stack(data: Mapping[str, object]) -> RankStack:
     """A ``RankStack`` back from its JSON (``asdict``)."""
-    threads = [Thread(str(t.get("name")), _int(t.get("os_id")), bool(t.get("active")),
+    threads = [Thread(str(t.get("name")), integer(t.get("os_id")), bool(t.get("active")),
                       [Frame(str(f.get("function")), str(f.get("file")), _whole(f.get("line")), str(f.get("path")))
                        for f in _each(t.get("frames"))]) for t in _each(data.get("threads"))]
-    return RankStack(node=_whole(data.get("node")), rank=_int(data.get("rank")), local_rank=_int(data.get("local_rank")),
+    return RankStack(node=_whole(data.get("node")), rank=integer(data.get("rank")), local_rank=integer(data.get("local_rank")),
                      pid=_whole(data.get("pid")), host=_text(data.get("host")), threads=threads,
                      error=_text(data.get("error")))
 
@@ -174,6 +172,6 @@ def asking(task: TaskFolder, nodes: int) -> Callable[[Mapping[str, object], Sequ
         ranks, note = ask(task.stacks_request, [task.node_stacks(n) for n in range(nodes)], nodes)
         found = JobStacks(task=0, ranks=ranks, note=note)
         save(task.stacks, verdict, found)
-        line = summary(ranks, _int(verdict.get("rank")) if verdict.get("kind") == "stuck" else None)
+        line = summary(ranks, integer(verdict.get("rank")) if verdict.get("kind") == "stuck" else None)
         return "; ".join(x for x in (line, note) if x) or None
     return where_shared

@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from launcher.core.jsondata import integer, number
 from launcher.core.states import JobState, summarize
 from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.shared.files import read_json
@@ -118,18 +119,12 @@ Row = dict[str, object]
 
 def _node(n: Row) -> int:
     """The node's number (``node_records`` made it one)."""
-    node = n.get("node")
-    return node if isinstance(node, int) else -1
-
-
-def _ended(n: Row) -> float | None:
-    ended = n.get("ended")
-    return float(ended) if isinstance(ended, (int, float)) and not isinstance(ended, bool) else None
+    return integer(n.get("node")) or 0
 
 
 def _when(n: Row) -> tuple[float, int]:
     """The order nodes ended in: when (unknown first), then by number."""
-    return _ended(n) or 0.0, _node(n)
+    return number(n.get("ended")) or 0.0, _node(n)
 
 
 def _typed(nodes: list[Row]) -> list[NodeStatus]:
@@ -170,7 +165,7 @@ def _message(handle: SlurmHandle, index: int, rec: slurm_query.SlurmRecord, stat
         for node, n in bad.items():
             paths = node_paths(handle.job_dir, index, node)
             failures.append(NodeFailure(node, paths["log"], paths["error_file"], paths["torchrun_log_dir"],
-                                        _ended(n)))
+                                        number(n.get("ended"))))
         first, cause, after = first_failure(failures, handle.procs_per_node)
         text = f"node {first.node} ({bad[first.node].get('host', '?')}): {cause}"
         return text + (f" (then node(s) {', '.join(map(str, after))} failed after it)" if after else "")
