@@ -166,3 +166,32 @@ def test_watch_json_tells_the_losses_and_where_the_program_resumed(tmp_path):
     now = t0 + 90
     assert goodput(t0, None, got, state["events"], now) == goodput(t0, None, want, all_events, now) is not None
     assert len(state["events"]) < 10  # not the file: its first step, the resume and its neighbours, checkpoints
+
+
+def test_the_first_pods_last_line_tells_the_losses_of_a_run_whose_pods_are_gone(tmp_path, monkeypatch):
+    """As the first pod's runner ends it prints its run's losses (``Told.final``, ``podrun.TOLD_LINE``):
+    the metrics file read to its end however far behind the watch was, of its checkpoints only the one
+    the resume names; status computes the same Loss and goodput from it as from the file itself."""
+    metrics = tmp_path / "metrics.jsonl"
+    t0 = time.time() - 1000
+    lines = [{"event": "step", "step": s, "time": t0 + 2 + s} for s in range(1, 301)]
+    lines += [{"event": "checkpoint", "step": s, "time": t0 + 2 + s + 0.1} for s in range(10, 300, 10)]
+    lines.sort(key=lambda e: e["time"])
+    rec = _recovery(0, metrics=str(metrics))
+    rec.started = t0
+    rec.losses.append({"node": 1, "host": "pod-1", "at": t0 + 305, "how": "its node runner started again", "nodes": 2,
+                       "replaced": True, "back_at": t0 + 310})
+    after = [{"event": "resume", "step": 290, "checkpoint_step": 290, "time": t0 + 315},
+             *({"event": "step", "step": s, "time": t0 + 25 + s} for s in range(291, 400))]
+    metrics.write_text("".join(json.dumps(e) + "\n" for e in lines + after))
+    told = Told(rec)
+    monkeypatch.setattr(Told, "CHUNK", 4096)  # the watch read a part only; the last line reads the rest
+    assert told.state()["events"][-1]["time"] < t0 + 300
+    final = json.loads(json.dumps(told.final()))
+    all_events = lines + after
+    want, got = losses(rec.losses, all_events), losses(final["recovery"]["losses"], final["events"])
+    assert got == want and got[0].resumed_step == 290 and got[0].first_step_at == t0 + 25 + 291, (got, want)
+    end = t0 + 430
+    assert goodput(t0, end, got, final["events"], end) == goodput(t0, end, want, all_events, end) is not None
+    assert [e["step"] for e in final["events"] if e["event"] == "checkpoint"] == [290]
+    assert len(json.dumps(final)) < 4000, len(json.dumps(final))

@@ -180,6 +180,46 @@ def test_the_watch_asks_where_once_per_verdict_and_status_says_it():
     wait_for(lambda: len(asked) == 2, "a new verdict to be asked", timeout=5, poll=0.05)
 
 
+
+def test_a_standing_verdict_is_placed_again_and_the_newer_answer_is_said():
+    """A stall named while the ranks still imported torch (read then, they wait in the import machinery)
+    is placed again every ``WHERE_AGAIN_S`` while it stands: status then says where they wait now. One
+    question at a time; the last answer stands until the next one comes."""
+    import threading
+
+    from launcher.targets.shared.heartbeat import Watch
+
+    answers = iter(["rank 0 waits in join (<frozen posixpath>:82)", "rank 0 waits in all_reduce (c10d.py:9)"])
+    release = threading.Event()
+    asked: list[float] = []
+
+    def where(verdict: dict, nodes: list[dict]) -> str:
+        asked.append(time.monotonic())
+        if len(asked) == 2:
+            release.wait(5)  # the second question is slow: the first answer is said meanwhile
+        return next(answers)
+
+    w = Watch(port=0, nodes=2, host="h", outputs=[], timeout=5, action="report", state_path="/nonexistent/w.json",
+              on_stall=lambda m: None, where=where)
+    w.WHERE_AGAIN_S = 0.3
+    verdict = {"kind": "quiet", "node": None, "since": 1.0, "message": "no node has written output"}
+
+    def placed() -> str:
+        tick = dict(verdict)
+        w._placed(tick)
+        return str(tick.get("where", ""))
+
+    wait_for(lambda: "join" in placed(), "the first answer", timeout=5, poll=0.05)
+    wait_for(lambda: placed() is not None and len(asked) == 2, "the verdict to be placed again", timeout=5, poll=0.05)
+    assert asked[1] - asked[0] >= 0.3
+    for _ in range(5):  # asked, not answered yet: the first answer stands and no third question goes out
+        assert "join" in placed()
+        time.sleep(0.1)
+    assert len(asked) == 2
+    release.set()
+    wait_for(lambda: "all_reduce" in placed(), "the newer answer", timeout=5, poll=0.05)
+
+
 def _framed(rank: int, n: int, wait: int, at: str | None) -> dict:
     return {"node": rank, "host": f"h{rank}", "vitals": {"t": 100.0, "ranks": [
         {"rank": rank, "local_rank": 0, "pid": 40 + rank, "state": "S", "cpu": 1.0,

@@ -47,7 +47,8 @@ def test_a_deleted_worker_pod_comes_back_and_the_run_resumes_from_the_first_pods
     (a PyTorchJob's under its name; a TrainJob's Job a new pod of the same completion index under a new
     name), its new runner waits while the first pod's runner starts torchrun again on both pods, the
     trainer resumes on both ranks from rank 0's newest checkpoint (rank 1's pod has none: sent from rank
-    0), the run ends SUCCEEDED with all its steps, and status and wait tell the loss and the goodput."""
+    0), the run ends SUCCEEDED with all its steps, and status and wait tell the loss and the goodput (asked
+    first once the run has ended: from the first pod's log)."""
     cluster = k8s_api.server
     cluster.own_filesystems = True
     job_id = job_id_of(ddpjob("submit", str(_spec(tmp_path, "lossy")), "--target", "k8s", "--set", f"k8s.api={api}",
@@ -72,6 +73,11 @@ def test_a_deleted_worker_pod_comes_back_and_the_run_resumes_from_the_first_pods
         assert again.name != worker.name and again.name[:-5] == worker.name[:-5] == f"{job_id}-node-0-1-"
         assert again.annotations[COMPLETION_INDEX] == worker.annotations[COMPLETION_INDEX] == "1"
 
+    # Nothing asks ddpjob until the run has ended: the first pod's watch.json went with its pod, and what
+    # the run lost comes from the last line its runner printed (podrun.TOLD_LINE), read once from its log.
+    wait_for(lambda: (out / "summary.json").exists() and all(p.proc is None or p.proc.poll() is not None
+                                                              for p in cluster.pods_of(job_id)),
+             "the run to end", timeout=300)
     done = ddpjob("wait", job_id, "--timeout", "300")
     assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
     assert "recovered: 1 lost node(s) brought back, goodput" in done.stdout, done.stdout

@@ -75,11 +75,18 @@ def job_status(kube: Kube, handle: K8sHandle, *, pods: bool) -> JobStatus:
                 said = _restarting_after_end(kube, el.name, api, None)  # restarting
             msg = (f"{msg}; {said}" if msg and said.startswith("watch unreadable") else said) if said else msg
         started, ended = times(found.get("status"), state)
-        seen[el.name] = {"state": state.value, "message": msg, "started": started, "ended": ended}
+        asked = obj(seen.get(el.name)).get("told") is True  # the ended run's first pod's log (``last_told``)
+        seen[el.name] = {"state": state.value, "message": msg, "started": started, "ended": ended,
+                         **({"told": True} if state.terminal and handle.watch_port else {})}
         task = TaskStatus(el.index, state, msg, [NodeStatus.of(n) for n in nodes], el.params, el.name, started=started,
                           ended=ended)
         if handle.watch_port:
-            _told(task, handle.run_dir, watched, ended)
+            final = None
+            if state.terminal and not asked:  # asked once, when the run is first seen ended
+                from launcher.targets.k8s.cluster.watch import last_told
+
+                final = last_told(kube, el.name, api)
+            _told(task, handle.run_dir, watched, ended, final)
         tasks.append(task)
     _write_seen(handle.run_dir, seen)
     overall, message = summarize(tasks)
@@ -114,13 +121,17 @@ def _when(stamp: object) -> float | None:
         return None
 
 
-def _told(task: TaskStatus, run_dir: str, watched: JSONObject | None, ended: float | None) -> None:
+def _told(task: TaskStatus, run_dir: str, watched: JSONObject | None, ended: float | None,
+          final: JSONObject | None = None) -> None:
     """The run's lost pods and its goodput, from the first pod's ``watch.json`` (``podrun``: the recovery's
-    record and the metrics lines that tell it): read now (kept in the run folder), else as last kept."""
+    record and the metrics lines that tell it): read now (kept in the run folder), else as last kept; for a
+    run seen ended, what its first pod's runner said of them last (``final``, kept over the last read)."""
     from launcher.targets.k8s.cluster.watch import kept
     from launcher.targets.shared import recovery
 
     path = kept(run_dir, task.index)
+    if final is not None and watched is None:
+        watched = {"nodes": [], **obj(read_json(path)), **final}
     if watched is not None:
         try:
             write_json(path, watched)

@@ -1,38 +1,36 @@
 """Heartbeats between the nodes of a run, to notice a node that goes silent. Standard library only:
 it runs inside jobs (possibly in a container), beside each node's torchrun.
 
-Ranks blocked in a collective print nothing, on every node alike, so output alone cannot say which
-node was lost. The network can: every other node sends a small UDP datagram to the first node (the
-rendezvous host, at the rendezvous port number) every ``INTERVAL_S`` seconds, saying how much
-output it has written; the first node answers each one. Then:
+Ranks blocked in a collective print nothing, on every node alike, so output alone cannot say which node
+was lost. The network can: every other node sends a small UDP datagram to the first node (the rendezvous
+host, at the rendezvous port number) every ``INTERVAL_S`` seconds, saying how much output it has
+written; the first node answers each one. Then:
 
-- the first node's ``Watch`` knows, per node, when it last heard from it and when its output last
-  grew (its own included, with the run's metrics file as progress). A node not heard from for the
-  stall timeout is *lost*; a run in which no node has written output or made progress for that long
-  is *quiet* (only the first node's ranks print in many programs, so one quiet node means nothing). The watch writes what it knows to ``watch.json`` (beside the node logs) every interval,
-  for ``ddpjob status``, and with ``action == "fail"`` calls ``on_stall`` once, which ends the run;
-- each other node's ``Beacon`` knows when the first node last answered; with no answer for the
-  stall timeout, it calls ``on_stall`` (with ``action == "fail"``), so a node cut off from the
-  others ends its own processes rather than wait in a collective for ever.
+- the first node's ``Watch`` knows, per node, when it last heard from it and when its output (its own
+  with the run's metrics file as progress) last grew. A node not heard from for the stall timeout is
+  *lost*; a run in which no node has written output or made progress for that long is *quiet* (often
+  only the first node's ranks print). It writes what it knows to ``watch.json`` every interval, for
+  ``ddpjob status``, and with ``action == "fail"`` calls ``on_stall`` once, which ends the run;
+- each other node's ``Beacon`` knows when the first node last answered; with no answer for the stall
+  timeout, it calls ``on_stall`` (``action == "fail"``): a node cut off ends its own processes.
 
-With ``lost_after`` and ``on_lost`` (the spec's ``recovery:``), the watch also drops a node it heard
-from before and then not for ``lost_after`` seconds, and calls ``on_lost`` with its record once; a
-dropped node is judged no more. Each beacon sends its own ``id`` (one per runner); a node heard with a
-new one was replaced (a recreated pod), and the watch calls ``on_replaced`` and answers that node
-``wait`` until its owner issues the next start (``issue``). The watch answers every heartbeat with its
-own id (``w``) and the start its owner issued last (``order``: the run's start number and its nodes);
-a beacon hands each answer to ``on_order`` (``shared/restarts.py``). A beacon that followed another
-first node's watch before says so in its heartbeats (its ``extra``), and the watch calls ``on_followed``
-once: the first node itself was replaced. A beacon that has heard nothing
-for ``lost_after`` calls ``on_cut`` once. A Slurm run whose first node is lost goes on with the next as
-its first (``slurm/job/recover.py``'s ``elect``): that node's watch (``own``, the lost node ``gone``)
-answers ``wait`` (``hold``) until its owner issues the next start, and the beacons ``follow`` it.
+With ``lost_after`` and ``on_lost`` (the spec's ``recovery:``), the watch drops a node it heard from
+before and then not for ``lost_after`` seconds and calls ``on_lost`` once; a dropped node is judged no
+more. Each beacon sends its runner's ``id``: a node heard with a new one was replaced (a recreated pod),
+the watch calls ``on_replaced`` and answers it ``wait`` until its owner ``issue``s the next start. Every
+answer carries the watch's id (``w``) and the start issued last (``order``), which a beacon hands to
+``on_order`` (``shared/restarts.py``). A beacon that followed another first node's watch says so, and
+the watch calls ``on_followed`` once (the first node was replaced); one that hears nothing for
+``lost_after`` calls ``on_cut`` once. A Slurm run whose first node is lost goes on with the next as its
+first (``slurm/job/recover.py``'s ``elect``): that watch (``own``, the lost node ``gone``) answers
+``wait`` (``hold``) until its owner issues the next start, and the beacons ``follow`` it.
 
 Nothing is sent anywhere but the first node's address, which the job already uses for its rendezvous.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -69,6 +67,7 @@ def clock(t: float) -> str:
 
 class Watch:
     """The first node's side: hears every other node, writes ``state_path``, judges stalls."""
+    WHERE_AGAIN_S = 15.0  # while a verdict stands, where each rank is is read again this often
 
     def __init__(self, *, port: int, nodes: int, host: str, outputs: list[str], timeout: float, action: str,
                  state_path: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S,
@@ -97,10 +96,9 @@ class Watch:
             n: {"node": n, "host": host if n == own else None, "heard": now if n == own else None,
                 "output": now, "bytes": -1, **({"dropped": now} if n in gone else {})} for n in range(nodes)}
         self.verdict: Record | None = None
-        # Where every rank is when a verdict is new (``where``: its owner's, e.g. ``stacks.where``), asked once
-        # per verdict in a thread of its own and kept as the verdict's ``where``.
-        self.where = where
-        self._where: dict[tuple[object, ...], str] = {}
+        self.where = where  # its owner's (e.g. ``stacks.where``): where every rank is, for a verdict (``_placed``)
+        self._where: dict[tuple[object, ...], tuple[str, float]] = {}  # verdict -> (its line, when last asked)
+        self._asking = False
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
 
@@ -193,23 +191,29 @@ class Watch:
         self._write(now)
 
     def _placed(self, verdict: Record | None) -> None:
-        """The verdict's ``where``, once its owner's ``where`` has answered (asked once per verdict)."""
+        """The verdict's ``where``, once its owner's ``where`` has answered (in a thread of its own, one
+        question at a time), asked again every ``WHERE_AGAIN_S`` while the verdict stands: ranks read while
+        they still import say little of where they wait later. The last answer stands until the next."""
         if verdict is None or self.where is None:
             return
         key = (verdict.get("kind"), verdict.get("node"), verdict.get("rank"), verdict.get("since"))
-        if key in self._where:
-            if self._where[key]:
-                verdict["where"] = self._where[key]
+        line, asked_at = self._where.get(key, ("", None))
+        if line:
+            verdict["where"] = line
+        now = time.monotonic()
+        if self._asking or (asked_at is not None and now - asked_at < self.WHERE_AGAIN_S):
             return
-        self._where[key] = ""  # asked: nothing to say until it answers
+        self._where[key] = (line, now)
+        self._asking = True
         asked, nodes, where = dict(verdict), [dict(r) for r in self._live()], self.where
 
         def ask() -> None:
             try:
-                line = where(asked, nodes)
+                said = where(asked, nodes)
             except Exception as exc:  # noqa: BLE001 - the owner's; the verdict stands without it
-                line = f"where each rank is could not be read: {exc}"
-            self._where[key] = line or ""
+                said = f"where each rank is could not be read: {exc}"
+            self._where[key] = (said or line, now)
+            self._asking = False
 
         threading.Thread(target=ask, name="ddpjob-where", daemon=True).start()
 
@@ -274,10 +278,8 @@ class Watch:
                 json.dump(state, f)
             os.replace(tmp, self.state_path)
         except OSError:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
 
 
 class Beacon:
@@ -344,13 +346,11 @@ class Beacon:
                         self.on_stall(self.lost)
 
     def _ordered(self, reply: bytes) -> None:
-        if self.on_order is None:
-            return
         try:
-            order = json.loads(reply)
+            order = json.loads(reply) if self.on_order is not None else None
         except ValueError:
             return
-        if isinstance(order, dict):
+        if isinstance(order, dict) and self.on_order is not None:
             self.on_order(order)
 
 

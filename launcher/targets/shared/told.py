@@ -6,6 +6,7 @@ runner's bundle carries this module (``ddpjob_told``).
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # at run time a wing's module imports the standard library only
@@ -41,13 +42,28 @@ class Told:
             out["events"] = sorted(([self.first] if self.first else []) + self.marks + self.checkpoints, key=_time)
         return out
 
-    def _read(self, path: str) -> None:
+    def final(self) -> dict[str, object]:
+        """What the first pod's runner prints as it ends (``podrun.TOLD_LINE``), for a ``status`` that finds
+        its pod ended and ``watch.json`` gone with it: the recovery's record, when, and the metrics file's
+        events read to its end, of its checkpoints only those a resume names (a line of a few kB)."""
+        while self.rec.metrics and self._read(self.rec.metrics) == self.CHUNK:
+            pass
+        out = self.state()
+        named = {e.get("checkpoint_step", e.get("step")) for e in self.marks if e.get("event") == "resume"}
+        listed = out.get("events")
+        if isinstance(listed, list):
+            out["events"] = [e for e in listed if not (isinstance(e, dict) and e.get("event") == "checkpoint"
+                                                       and e.get("step") not in named)]
+        return {**out, "updated": time.time()}
+
+    def _read(self, path: str) -> int:
+        """The next part of the metrics file read (at most ``CHUNK`` bytes): how many bytes it had."""
         try:
             with open(path, "rb") as f:
                 f.seek(self.offset)
                 data = f.read(self.CHUNK)
         except OSError:
-            return
+            return 0
         self.offset += len(data)
         lines = (self.rest + data).split(b"\n")
         self.rest = lines.pop()
@@ -58,6 +74,7 @@ class Told:
                 continue
             if isinstance(event, dict) and isinstance(event.get("step"), int) and isinstance(event.get("time"), (int, float)):
                 self._saw(event)
+        return len(data)
 
     def _saw(self, event: JSONObject) -> None:
         kind = event.get("event", "step")

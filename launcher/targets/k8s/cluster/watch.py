@@ -2,7 +2,8 @@
 pod's runner (``podrun``) serves its ``watch.json`` on ``runner.watch_port``, read here through the
 API server's pod proxy (RBAC ``pods/proxy`` get) and told with the one function Slurm's status uses
 (``heartbeat.report``); a run a runner ended (``stall.action: fail``, a loss recovery could not
-survive) is named from the line it printed (``podrun.STALL_LINE``, ``RECOVERY_LINE``) in the pod's log.
+survive) is named from the line it printed (``podrun.STALL_LINE``, ``RECOVERY_LINE``) in the pod's log,
+and an ended run's losses from the line its first pod's runner printed last (``TOLD_LINE``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 from launcher.core.errors import TargetError
 from launcher.core.jsondata import JSONObject, at
 from launcher.targets.k8s.cluster.pods import container, name_of, pod_ref, sort_key
-from launcher.targets.k8s.job.podrun import END_EXIT, RECOVERY_LINE, STALL_LINE
+from launcher.targets.k8s.job.podrun import END_EXIT, RECOVERY_LINE, STALL_LINE, TOLD_LINE
 from launcher.targets.k8s.objects.apis import PYTORCHJOB, KubeflowApi
 from launcher.targets.shared.runfolder import WATCH_URL_PATH, RunFolder
 
@@ -111,3 +112,19 @@ def ending(kube: Kube, job_name: str, api: KubeflowApi) -> str | None:
                 return line.split(RECOVERY_LINE, 1)[1].strip()
     return None
 
+
+
+def last_told(kube: Kube, job_name: str, api: KubeflowApi) -> JSONObject | None:
+    """What the first pod's runner said of the run's losses as it ended (``podrun.TOLD_LINE``: the recovery's
+    record and the metrics events that tell it, as ``watch.json`` carried them), from the end of its log;
+    None where it said nothing (no loss, no recovery, or the pod is gone)."""
+    pod = first_pod(kube, job_name, api)
+    data = kube.pod_log(pod, tail=50) if pod else None
+    for line in reversed((data or b"").decode("utf-8", "replace").splitlines()):
+        if TOLD_LINE in line:
+            try:
+                said: object = json.loads(line.split(TOLD_LINE, 1)[1])
+            except ValueError:
+                return None
+            return said if isinstance(said, dict) and isinstance(said.get("recovery"), dict) else None
+    return None

@@ -30,13 +30,15 @@ In the pod it:
   new one included: it waits for that start before it starts anything); a node not heard from for
   ``lost_after`` is left out, and the run goes on without it (``PET_NNODES``/``PET_NODE_RANK`` given to
   torchrun anew). The first pod's ``watch.json`` carries the losses and what the program's metrics
-  file says of them, for ``ddpjob status``;
+  file says of them, for ``ddpjob status``; as that runner ends it prints them (``TOLD_LINE``) for a
+  status that finds the pod ended and its ``watch.json`` gone;
 - passes SIGTERM and SIGINT on to torchrun (the kubelet stops a pod with SIGTERM to this process).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import signal
@@ -65,6 +67,7 @@ else:
 END_EXIT = 124  # "timed out", as timeout(1) says it; 1-127: not retried under restartPolicy ExitCode
 STALL_LINE = "[ddpjob] stall.action fail: "  # then the watch's verdict; status reads it from the pod's log
 RECOVERY_LINE = "[ddpjob] recovery: "  # then why a run that lost nodes cannot go on; status reads it too
+TOLD_LINE = "[ddpjob] told: "  # then, as the first pod's runner ends, its run's losses (``told.Told.final``)
 STOP_GRACE_S = 20.0  # SIGTERM, then SIGKILL if torchrun hangs in a collective (``jobcore.stop``)
 
 
@@ -88,6 +91,7 @@ class PodRunner:
         self.beat: heartbeat.Watch | heartbeat.Beacon | None = None
         self.pump: threading.Thread | None = None
         self.recovery = self._recovery()
+        self.told = told.Told(self.recovery) if self.recovery is not None and self.node == 0 else None
         self._out = threading.Lock()
         self.folder = tempfile.mkdtemp(prefix="ddpjob-pod-")
         own = runfolder.PodFolder(self.folder)
@@ -146,6 +150,8 @@ class PodRunner:
             code = self._again(rec, env)
         if self.beat is not None:
             self.beat.stop()
+        if self.told is not None and self.told.rec.losses:  # the pod's watch.json goes with it: said in its log
+            self.say(TOLD_LINE + json.dumps(self.told.final(), separators=(",", ":")))
         if rec is not None and not (self.stalled or self.stopping):
             if rec.leave:
                 self.say(f"{rec.leave} (exit 0)")
@@ -264,7 +270,7 @@ class PodRunner:
         where = podstacks.where(self.node, self._stacks, self.watch_port,
                                 os.path.join(self.folder, runfolder.STACKS)) if self.node == 0 else None
         return jobcore.heartbeats(seat, on_stall=self._on_stall, sample=self.sampler.sample, where=where, recovery=rec,
-                                  joining=True, told=told.Told(rec).state if rec and self.node == 0 else None,
+                                  joining=True, told=self.told.state if self.told is not None else None,
                                   beacon_sample=self._vitals)
 
     def _on_stall(self, message: str) -> None:
