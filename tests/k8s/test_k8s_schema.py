@@ -73,6 +73,18 @@ def test_each_rule_is_enforced_with_its_path(mutate, path, words):
 
 
 @needs_crd
+def test_list_map_keys_that_are_lists_or_objects_are_compared_not_a_type_error():
+    obj = job(0)
+    ports = master_container(obj)["ports"]
+    ports += [{"name": "p2", "containerPort": [29500], "protocol": {"a": 1}},
+              {"name": "p3", "containerPort": [29500], "protocol": {"a": 1}}]
+    issues = validate_pytorchjob(obj, upstream_schema())
+    assert f"{MC}.ports[2]" in paths(issues) and f"{MC}.ports[1]" not in [
+        p for p, i in zip(paths(issues), issues) if "duplicate" in i.message], [str(i) for i in issues]
+    assert issues == validate_pytorchjob(obj, upstream_schema())  # one order, the same each time
+
+
+@needs_crd
 def test_port_protocol_default_applies_to_uniqueness():
     obj = job(0)
     master_container(obj)["ports"].append({"name": "p2", "containerPort": 29500, "protocol": "TCP"})
@@ -91,6 +103,8 @@ def test_port_protocol_default_applies_to_uniqueness():
     (lambda j: j["spec"].update(elasticPolicy={"standalone": True}), "spec.elasticPolicy.standalone", "breaks torchrun"),
     (lambda j: j["metadata"]["labels"].update(bad="has space"), "metadata.labels.bad", "label value"),
     (lambda j: j["spec"]["runPolicy"].update(cleanPodPolicy="Sometimes"), "spec.runPolicy.cleanPodPolicy", "not one of"),
+    # a value no rendering makes, as a hand-edited manifest may: a list where a word goes (was a TypeError)
+    (lambda j: j["spec"]["runPolicy"].update(cleanPodPolicy=["All"]), "spec.runPolicy.cleanPodPolicy", "not one of"),
     (lambda j: j["spec"]["pytorchReplicaSpecs"].pop("Master"), "spec.pytorchReplicaSpecs", "Master"),
 ])
 def test_structural_rules_need_no_crd(mutate, path, words):

@@ -18,6 +18,7 @@ cluster's own, ``$DDPJOB_PYTORCHJOB_CRD`` or the cache), never a file read here.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -88,14 +89,15 @@ def strict_schema(openapi: JSONObject, *, in_place: bool = False) -> JSONObject:
 
 
 def validate_pytorchjob(obj: Mapping[str, JSON], schema: Mapping[str, JSON] | None) -> list[SchemaIssue]:
-    """Every problem the API server (strict) or the operator's webhook would report, in path order.
+    """Every problem the API server (strict) or the operator's webhook would report, in path order
+    (then by message: the same order in every process).
 
     Args:
         schema: a strict schema (``strict_schema``) of the PyTorchJob CRD, or None: the structural
             checks only.
     """
     issues = structural_issues(obj) + (strict_issues(obj, schema) if schema is not None else [])
-    return sorted(set(issues), key=lambda i: [str(p) for p in i.path])
+    return sorted(set(issues), key=lambda i: ([str(p) for p in i.path], i.message))
 
 
 def structural_issues(obj: Mapping[str, JSON]) -> list[SchemaIssue]:
@@ -137,16 +139,17 @@ def _list_map_issues(sch: object, obj: object, path: Path_) -> list[SchemaIssue]
         if sch.get("x-kubernetes-list-type") == "map":
             keys = sch.get("x-kubernetes-list-map-keys", [])
             defaults = {k: item_schema.get("properties", {}).get(k, {}).get("default") for k in keys}
-            seen: dict[tuple[object, ...], int] = {}
+            seen: dict[str, int] = {}
             for i, item in enumerate(obj):
                 if not isinstance(item, dict):
                     continue
                 key = tuple(item.get(k, defaults[k]) for k in keys)
-                if key in seen:
+                ident = json.dumps(key, sort_keys=True, default=repr)  # a key's value may be a list or an object
+                if ident in seen:
                     shown = ", ".join(f"{k}={v!r}" for k, v in zip(keys, key))
-                    out.append(SchemaIssue(path + (i,), f"duplicate entry ({shown}) also at index {seen[key]}"))
+                    out.append(SchemaIssue(path + (i,), f"duplicate entry ({shown}) also at index {seen[ident]}"))
                 else:
-                    seen[key] = i
+                    seen[ident] = i
         elif sch.get("x-kubernetes-list-type") == "set" and len({repr(x) for x in obj}) != len(obj):
             out.append(SchemaIssue(path, "duplicate values in a set"))
         for i, item in enumerate(obj):
@@ -232,7 +235,7 @@ def _webhook_issues(obj: Mapping[str, JSON]) -> list[SchemaIssue]:
         out.append(SchemaIssue(("spec", "pytorchReplicaSpecs"), "needs a Master replica: without it the operator injects no MASTER_ADDR, RANK or WORLD_SIZE"))
     run_policy = _object(spec.get("runPolicy"))
     cpp = run_policy.get("cleanPodPolicy")
-    if cpp is not None and cpp not in ENUMS[("cleanPodPolicy",)]:
+    if cpp is not None and (not isinstance(cpp, str) or cpp not in ENUMS[("cleanPodPolicy",)]):
         out.append(SchemaIssue(("spec", "runPolicy", "cleanPodPolicy"), f"{cpp!r} is not one of {sorted(ENUMS[('cleanPodPolicy',)])}"))
     elastic = spec.get("elasticPolicy")
     if isinstance(elastic, dict):

@@ -16,23 +16,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from launcher.core.errors import Issue, dotted_path
-from launcher.core.jsondata import JSON, JSONObject, arr, at
+from launcher.core.jsondata import JSON, arr, at
 from launcher.core.jsondata import obj as _object
 from launcher.targets.k8s.objects.trainjob import (
     POD_NAME_MAX,
     REPLICATED_JOB,
     RUNTIME_GROUP,
     longest_pod_name,
-    spec_field,
 )
 from launcher.targets.k8s.validation.schema import DNS1035, SchemaIssue, _metadata_issues, strict_issues
-
-if TYPE_CHECKING:
-    from launcher.spec.load import LoadedSpec
-    from launcher.targets.k8s.validation.crd import CrdInput
 
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 MANAGER = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/[A-Za-z0-9][-A-Za-z0-9_./]*$")
@@ -40,9 +33,10 @@ Path_ = tuple[str | int, ...]
 
 
 def validate_trainjob(obj: Mapping[str, JSON], schema: Mapping[str, JSON] | None) -> list[SchemaIssue]:
-    """Every problem the API server (strict), Trainer's webhook or JobSet would report, in path order."""
+    """Every problem the API server (strict), Trainer's webhook or JobSet would report, in path order
+    (then by message: the same order in every process)."""
     issues = structural_issues(obj) + (strict_issues(obj, schema) if schema is not None else [])
-    return sorted(set(issues), key=lambda i: [str(p) for p in i.path])
+    return sorted(set(issues), key=lambda i: ([str(p) for p in i.path], i.message))
 
 
 def structural_issues(obj: Mapping[str, JSON]) -> list[SchemaIssue]:
@@ -112,15 +106,3 @@ def _patch_issues(patches: JSON) -> list[SchemaIssue]:
                     out.append(SchemaIssue(cp + ("env",), "the webhook refuses env in a patch of the trainer container (use trainer.env)"))
     return out
 
-
-def check_trainjobs(loaded: LoadedSpec, objects: list[JSONObject], crd: CrdInput) -> None:
-    """Raise ``SpecError`` (every problem, at its spec field) if a TrainJob fails a check."""
-    spec = loaded.spec
-    found: dict[tuple[Path_, str, str], Issue] = {}
-    for obj in objects:
-        for si in validate_trainjob(obj, crd.schema):
-            path = spec_field(si.path, spec)
-            found.setdefault((path, dotted_path(si.path), si.message),
-                             Issue(path, f"the TrainJob's {dotted_path(si.path)}: {si.message}"))
-    if found:
-        raise loaded.error(list(found.values()))
