@@ -49,3 +49,15 @@ def number(value: object, default: float | None = None) -> float | None:
 def integer(value: object, default: int | None = None) -> int | None:
     """``value`` if it is an int (not a bool), else ``default``."""
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def json_value(value: object) -> JSON:
+    """``value`` as JSON: itself where it is JSON (lists and objects item by item, keys as text), else its
+    text (what ``json.dumps(..., default=str)`` would write)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    return str(value)

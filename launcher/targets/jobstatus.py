@@ -4,10 +4,11 @@ and their nodes (``NodeStatus``), typed; ``to_json`` is what ``status -o json`` 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from launcher.core.jsondata import JSON, JSONObject, json_value
 from launcher.core.states import JobState
 
 
@@ -20,17 +21,18 @@ class NodeStatus:
     node: int | str | None
     log: str | None = None
     exit_code: int | None = None
-    fields: dict[str, object] = field(default_factory=dict)
+    fields: JSONObject = field(default_factory=dict)
 
     @classmethod
-    def of(cls, row: dict[str, object]) -> NodeStatus:
-        """A target's row for a node (its record, a pod's state) as the typed record."""
+    def of(cls, row: Mapping[str, object]) -> NodeStatus:
+        """A target's row for a node (its record, a pod's state) as the typed record (its values as JSON)."""
         node, log, code = row.get("node"), row.get("log"), row.get("exit_code")
         return cls(node if isinstance(node, (int, str)) and not isinstance(node, bool) else None,
                    log if isinstance(log, str) else None,
-                   code if isinstance(code, int) and not isinstance(code, bool) else None, dict(row))
+                   code if isinstance(code, int) and not isinstance(code, bool) else None,
+                   {k: json_value(v) for k, v in row.items()})
 
-    def details(self) -> list[tuple[str, object]]:
+    def details(self) -> list[tuple[str, JSON]]:
         """What a node's line shows after its number, in order: the fields but the node, its log and
         when it ended; a value not known yet (a running node's exit code) left out."""
         return [(k, v) for k, v in self.fields.items() if k not in ("node", "log", "ended") and v is not None]
@@ -147,7 +149,7 @@ class JobStatus:
     state: JobState
     message: str = ""
     tasks: list[TaskStatus] = field(default_factory=list)
-    details: dict[str, object] = field(default_factory=dict)
+    details: JSONObject = field(default_factory=dict)
     started: float | None = None
     ended: float | None = None
     source: str | None = None

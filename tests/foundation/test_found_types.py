@@ -90,6 +90,9 @@ def test_a_node_row_is_typed_and_its_json_keeps_the_targets_keys_and_order():
     shown = JobStatus(JobState.FAILED, "x", [TaskStatus(0, JobState.FAILED, "", [node, pod])]).to_json()
     assert json.dumps(shown["tasks"][0]["nodes"]) == json.dumps([row, {"node": "odd-pod", "pod": "odd-pod",
                                                                          "phase": "Running", "restarts": 0}])
+    # Its values are JSON to the leaf: a tuple a list, an object that is not JSON its text, keys text.
+    odd = NodeStatus.of({"node": 2, "gpus": (0, 1), "where": Path("/r"), "seen": {3: [Path("/x")]}})
+    assert odd.fields == {"node": 2, "gpus": [0, 1], "where": "/r", "seen": {"3": ["/x"]}}
 
 
 def test_progress_is_typed_and_its_json_keeps_the_keys_and_order_users_script_against(tmp_path):

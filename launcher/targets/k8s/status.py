@@ -90,7 +90,7 @@ def job_status(kube: Kube, handle: K8sHandle, *, pods: bool) -> JobStatus:
         tasks.append(task)
     _write_seen(handle.run_dir, seen)
     overall, message = summarize(tasks)
-    details: dict[str, object] = {"namespace": handle.namespace, "context": handle.context,
+    details: JSONObject = {"namespace": handle.namespace, "context": handle.context,
                api.plural: ", ".join(el.name for el in handle.jobs)}
     if replicas:
         details["replicas"] = " | ".join(replicas)

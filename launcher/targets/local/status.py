@@ -8,6 +8,7 @@ import os
 import time
 
 from launcher.core.errors import TargetError
+from launcher.core.jsondata import JSONObject
 from launcher.core.states import JobState, summarize
 from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.local import watch
@@ -24,7 +25,7 @@ def job_status(handle: LocalHandle) -> JobStatus:
     truth from the processes themselves: RUNNING while any process of the job lives, then how
     the nodes ended according to their exit records."""
     state = read_state(handle.run_dir)
-    details: dict[str, object] = {"run_dir": handle.run_dir, "port": state.port if state is not None else None}
+    details: JSONObject = {"run_dir": handle.run_dir, "port": state.port if state is not None else None}
     if state is not None and state.terminal:
         return with_losses(_status(state, state.message, details))
     if procs.alive(handle.pid, handle.start):
@@ -50,7 +51,7 @@ def job_status(handle: LocalHandle) -> JobStatus:
     return _ended_without_supervisor(handle, details)
 
 
-def _status(state: StateRecord, message: str, details: dict[str, object]) -> JobStatus:
+def _status(state: StateRecord, message: str, details: JSONObject) -> JobStatus:
     """The job as the supervisor's ``state.json`` tells it, with when it started and ended there."""
     return JobStatus(JobState.parse(state.state), message, _tasks(state), details, started=state.started,
                      ended=state.ended)
@@ -77,7 +78,7 @@ def _tasks(state: StateRecord | None) -> list[TaskStatus]:
     return tasks
 
 
-def _ended_without_supervisor(handle: LocalHandle, details: dict[str, object]) -> JobStatus:
+def _ended_without_supervisor(handle: LocalHandle, details: JSONObject) -> JobStatus:
     """Every process has ended and the supervisor left no final state: read the nodes' records."""
     from launcher.targets.local.job.node import read_record
     from launcher.targets.shared.runfolder import exit_file

@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from launcher.core.jsondata import integer, number
+from launcher.core.jsondata import JSONObject, integer, number
 from launcher.core.states import JobState, summarize
 from launcher.targets.jobstatus import JobStatus, NodeStatus, TaskStatus
 from launcher.targets.shared.files import read_json
@@ -51,7 +51,7 @@ def job_status(handle: SlurmHandle, records: dict[str, slurm_query.SlurmRecord])
             _told(task, recovered)
         tasks.append(task)
     overall, message = summarize(tasks)
-    details: dict[str, object] = {"run_dir": handle.run_dir, "slurm_job_id": jid, "job_dir": handle.job_dir,
+    details: JSONObject = {"run_dir": handle.run_dir, "slurm_job_id": jid, "job_dir": handle.job_dir,
                **({"container": handle.container} if handle.container else {})}
     source = ",".join(sorted({r.source for k, r in records.items() if k == jid or k.startswith(jid + "_")}))
     return with_losses(JobStatus(overall, message, tasks, details, source=source))
@@ -189,7 +189,7 @@ def recorded_status(handle: SlurmHandle, state: JobState, message: str, why: str
         params = handle.params[index] if index < len(handle.params) else {}
         nid = f"{handle.slurm_job_id}_{index}" if handle.array else handle.slurm_job_id
         tasks.append(TaskStatus(index, own, message if handle.runs == 1 else "", _typed(nodes), params, nid))
-    details: dict[str, object] = {"run_dir": handle.run_dir, "slurm_job_id": handle.slurm_job_id, "job_dir": handle.job_dir}
+    details: JSONObject = {"run_dir": handle.run_dir, "slurm_job_id": handle.slurm_job_id, "job_dir": handle.job_dir}
     return JobStatus(state, message, tasks, details, source=f"ddpjob's record and the job folder; {why}")
 
 
