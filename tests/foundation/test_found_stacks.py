@@ -183,7 +183,7 @@ def test_the_watch_asks_where_once_per_verdict_and_status_says_it():
 
 def test_a_standing_verdict_is_placed_again_and_the_newer_answer_is_said():
     """A stall named while the ranks still imported torch (read then, they wait in the import machinery)
-    is placed again every ``WHERE_AGAIN_S`` while it stands: status then says where they wait now. One
+    is placed again every stall timeout while it stands: status then says where they wait now. One
     question at a time; the last answer stands until the next one comes."""
     import threading
 
@@ -199,9 +199,9 @@ def test_a_standing_verdict_is_placed_again_and_the_newer_answer_is_said():
             release.wait(5)  # the second question is slow: the first answer is said meanwhile
         return next(answers)
 
-    w = Watch(port=0, nodes=2, host="h", outputs=[], timeout=5, action="report", state_path="/nonexistent/w.json",
+    w = Watch(port=0, nodes=2, host="h", outputs=[], timeout=0.3, action="report", state_path="/nonexistent/w.json",
               on_stall=lambda m: None, where=where)
-    w.WHERE_AGAIN_S = 0.3
+    w.WHERE_AGAIN_S = 0.1  # read again every stall timeout (0.3 s here), at least this far apart
     verdict = {"kind": "quiet", "node": None, "since": 1.0, "message": "no node has written output"}
 
     def placed() -> str:

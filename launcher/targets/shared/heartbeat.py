@@ -67,7 +67,7 @@ def clock(t: float) -> str:
 
 class Watch:
     """The first node's side: hears every other node, writes ``state_path``, judges stalls."""
-    WHERE_AGAIN_S = 15.0  # while a verdict stands, where each rank is is read again this often
+    WHERE_AGAIN_S = 15.0  # while a verdict stands, where each rank is is read again (at most this often)
 
     def __init__(self, *, port: int, nodes: int, host: str, outputs: list[str], timeout: float, action: str,
                  state_path: str, on_stall: Callable[[str], None], interval: float = INTERVAL_S,
@@ -192,8 +192,8 @@ class Watch:
 
     def _placed(self, verdict: Record | None) -> None:
         """The verdict's ``where``, once its owner's ``where`` has answered (in a thread of its own, one
-        question at a time), asked again every ``WHERE_AGAIN_S`` while the verdict stands: ranks read while
-        they still import say little of where they wait later. The last answer stands until the next."""
+        question at a time), asked again while the verdict stands (every stall timeout, ``WHERE_AGAIN_S`` at
+        least): ranks read while they still import say little of where they wait later."""
         if verdict is None or self.where is None:
             return
         key = (verdict.get("kind"), verdict.get("node"), verdict.get("rank"), verdict.get("since"))
@@ -201,7 +201,7 @@ class Watch:
         if line:
             verdict["where"] = line
         now = time.monotonic()
-        if self._asking or (asked_at is not None and now - asked_at < self.WHERE_AGAIN_S):
+        if self._asking or (asked_at is not None and now - asked_at < max(self.WHERE_AGAIN_S, self.timeout)):
             return
         self._where[key] = (line, now)
         self._asking = True
