@@ -139,8 +139,9 @@ def test_stacks_of_every_pod_and_the_stall_verdict_names_the_stuck_ranks_frames(
         code, out = _stacks(jobs["pytorchjob"])
         assert code == 0 and "rank 0 on node 0" in out and "rank 1 on" not in out, out
         assert re.search(r"note: pod\(s\) \S+-worker-0 \(node 1\) did not answer", out), out
-        # The deadlock: the run is quiet, and the verdict says what each rank waits in.
-        message = wait_for(deadlocked, lambda s: " waits in " in s["message"], TIMEOUT_S + 60)["message"]
+        # The deadlock: the run is quiet, and the verdict says what each rank waits in (read again while the
+        # stall stands: the first read, when the verdict came, may have found the ranks importing torch).
+        message = wait_for(deadlocked, lambda s: "waits in all_reduce" in s["message"], TIMEOUT_S + 60)["message"]
         assert "stalled: no node has written output" in message, message
         assert re.search(r"rank 0 waits in all_reduce \(torch/distributed/distributed_c10d\.py:\d+\) from deadlock\.py:13",
                          message), message
