@@ -197,3 +197,34 @@ def test_a_loss_past_the_budget_ends_the_run_failed_and_a_restarted_first_pod_do
         assert b" of the run on " not in bytes(first.log), bytes(first.log)[-2000:]  # no "start N of the run on ..."
     wait_for(lambda: not [p for p in cluster.pods_of(job_id) if p.proc is not None and p.proc.poll() is None],
              "no pod process left", timeout=60)
+
+
+class _Logs:
+    """A corner stand-in for ``Kube``: the first pod's log, or the API server's refusal."""
+
+    def __init__(self, log: bytes | None = None, refuse: bool = False) -> None:
+        self.log, self.refuse, self.asked = log, refuse, 0
+
+    def pod_log(self, name: str, *, previous: bool = False, tail: int | None = None) -> bytes | None:
+        from launcher.core.errors import TargetError
+
+        self.asked += 1
+        if self.refuse:
+            raise TargetError("pods \"x\" is forbidden: User cannot get resource \"pods/log\" (403)")
+        return self.log
+
+
+def test_the_last_told_line_is_read_from_the_end_of_the_first_pods_log_and_a_refusal_is_no_error():
+    from launcher.targets.k8s.cluster.watch import last_told
+    from launcher.targets.k8s.job.podrun import TOLD_LINE
+    from launcher.targets.k8s.objects.apis import PYTORCHJOB
+
+    said = {"recovery": {"losses": [{"node": 1, "at": 5.0, "how": "x"}]}, "events": [], "updated": 9.0}
+    log = (f"[master-0 rank0] step 1\n{TOLD_LINE}{json.dumps({'recovery': {}})}\n"  # an earlier one: the last wins
+           f"{TOLD_LINE}{json.dumps(said)}\n[ddpjob] recovery: ...\n").encode()
+    assert last_told(_Logs(log), "lossy-abcde", PYTORCHJOB) == said
+    assert last_told(_Logs(b"[master-0 rank0] step 1\n"), "lossy-abcde", PYTORCHJOB) is None  # no loss: nothing said
+    assert last_told(_Logs(f"{TOLD_LINE}{{not json\n".encode()), "lossy-abcde", PYTORCHJOB) is None
+    assert last_told(_Logs(None), "lossy-abcde", PYTORCHJOB) is None  # the pod is gone
+    refused = _Logs(refuse=True)
+    assert last_told(refused, "lossy-abcde", PYTORCHJOB) is None and refused.asked == 1

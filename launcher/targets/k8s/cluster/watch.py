@@ -118,8 +118,11 @@ def last_told(kube: Kube, job_name: str, api: KubeflowApi) -> JSONObject | None:
     """What the first pod's runner said of the run's losses as it ended (``podrun.TOLD_LINE``: the recovery's
     record and the metrics events that tell it, as ``watch.json`` carried them), from the end of its log;
     None where it said nothing (no loss, no recovery, or the pod is gone)."""
-    pod = first_pod(kube, job_name, api)
-    data = kube.pod_log(pod, tail=50) if pod else None
+    try:
+        pod = first_pod(kube, job_name, api)
+        data = kube.pod_log(pod, tail=50) if pod else None
+    except TargetError:  # no pods/log get in the user's role, or the API server away: the status stands
+        return None
     for line in reversed((data or b"").decode("utf-8", "replace").splitlines()):
         if TOLD_LINE in line:
             try:
