@@ -6,6 +6,7 @@ runner's bundle carries this module (``ddpjob_told``).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -33,23 +34,26 @@ class Told:
         self.checkpoints: list[JSONObject] = []
         self.last_step: JSONObject | None = None
         self.resumed = False
+        self._lock = threading.RLock()  # the watch's thread (``state``) and the runner's as it ends (``final``)
 
     def state(self) -> dict[str, object]:
         """The part of ``watch.json`` the watch adds (``heartbeat.Watch.extra``)."""
-        out: dict[str, object] = {"recovery": self.rec.record()}
-        if self.rec.losses and self.rec.metrics:
-            self._read(self.rec.metrics)
-            out["events"] = sorted(([self.first] if self.first else []) + self.marks + self.checkpoints, key=_time)
-        return out
+        with self._lock:
+            out: dict[str, object] = {"recovery": self.rec.record()}
+            if self.rec.losses and self.rec.metrics:
+                self._read(self.rec.metrics)
+                out["events"] = sorted(([self.first] if self.first else []) + self.marks + self.checkpoints, key=_time)
+            return out
 
     def final(self) -> dict[str, object]:
         """What the first pod's runner prints as it ends (``podrun.TOLD_LINE``), for a ``status`` that finds
         its pod ended and ``watch.json`` gone with it: the recovery's record, when, and the metrics file's
         events read to its end, of its checkpoints only those a resume names (a line of a few kB)."""
-        while self.rec.metrics and self._read(self.rec.metrics) == self.CHUNK:
-            pass
-        out = self.state()
-        named = {e.get("checkpoint_step", e.get("step")) for e in self.marks if e.get("event") == "resume"}
+        with self._lock:
+            while self.rec.metrics and self._read(self.rec.metrics) == self.CHUNK:
+                pass
+            out = self.state()
+            named = {e.get("checkpoint_step", e.get("step")) for e in self.marks if e.get("event") == "resume"}
         listed = out.get("events")
         if isinstance(listed, list):
             out["events"] = [e for e in listed if not (isinstance(e, dict) and e.get("event") == "checkpoint"
