@@ -142,25 +142,31 @@ def test_a_new_first_pod_makes_every_other_pod_start_again_with_it(tmp_path):
         watch.stop()
 
 
+def _one_loss(tmp_path, t0: float, *, reached: int, resumed: int, last: int, torn: str = "") -> tuple[Recovery, list]:
+    """A run's first pod's recovery and its metrics file (written, ``torn``: a line cut short at its end):
+    steps 1 to ``reached`` a second apart (a checkpoint every 10), node 1 lost 5 s later and back 5 s after
+    that, the program resumed from step ``resumed`` 5 s after that and stepped on to ``last``; every event."""
+    lines = [{"event": "step", "step": s, "time": t0 + 2 + s} for s in range(1, reached + 1)]
+    lines += [{"event": "checkpoint", "step": s, "time": t0 + 2 + s + 0.1} for s in range(10, reached, 10)]
+    lines.sort(key=lambda e: e["time"])
+    rec = _recovery(0, metrics=str(tmp_path / "metrics.jsonl"))
+    rec.started = t0
+    rec.losses.append({"node": 1, "host": "pod-1", "at": t0 + reached + 5, "how": "its node runner started again",
+                       "nodes": 2, "replaced": True, "back_at": t0 + reached + 10})
+    after = [{"event": "resume", "step": resumed, "checkpoint_step": resumed, "time": t0 + reached + 15},
+             *({"event": "step", "step": s, "time": t0 + reached + 15 + s - resumed} for s in range(resumed + 1, last + 1))]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines + after) + torn)
+    return rec, lines + after
+
+
 def test_watch_json_tells_the_losses_and_where_the_program_resumed(tmp_path):
     """The first pod's watch.json carries the recovery's record and the metrics lines that tell the loss
     (no shared filesystem on Kubernetes): status computes the same Loss and goodput from them as from
     the file itself."""
-    metrics = tmp_path / "metrics.jsonl"
     t0 = time.time() - 100
-    lines = [{"event": "step", "step": s, "time": t0 + 2 + s} for s in range(1, 41)]
-    lines += [{"event": "checkpoint", "step": s, "time": t0 + 2 + s + 0.1} for s in (10, 20, 30)]
-    lines.sort(key=lambda e: e["time"])
-    rec = _recovery(0, metrics=str(metrics))
-    rec.started = t0
-    rec.losses.append({"node": 1, "host": "pod-1", "at": t0 + 45, "how": "its node runner started again", "nodes": 2,
-                       "replaced": True, "back_at": t0 + 50})
-    after = [{"event": "resume", "step": 30, "checkpoint_step": 30, "time": t0 + 55},
-             *({"event": "step", "step": s, "time": t0 + 25 + s} for s in range(31, 61))]
-    metrics.write_text("".join(json.dumps(e) + "\n" for e in lines + after) + '{"event": "step", "st')
+    rec, all_events = _one_loss(tmp_path, t0, reached=40, resumed=30, last=60, torn='{"event": "step", "st')
     told = Told(rec)
     state = json.loads(json.dumps(told.state()))
-    all_events = lines + after
     want, got = losses(rec.losses, all_events), losses(state["recovery"]["losses"], state["events"])
     assert got == want and got[0].resumed_step == 30 and got[0].reached_step == 40, (got, want)
     now = t0 + 90
@@ -172,23 +178,12 @@ def test_the_first_pods_last_line_tells_the_losses_of_a_run_whose_pods_are_gone(
     """As the first pod's runner ends it prints its run's losses (``Told.final``, ``podrun.TOLD_LINE``):
     the metrics file read to its end however far behind the watch was, of its checkpoints only the one
     the resume names; status computes the same Loss and goodput from it as from the file itself."""
-    metrics = tmp_path / "metrics.jsonl"
     t0 = time.time() - 1000
-    lines = [{"event": "step", "step": s, "time": t0 + 2 + s} for s in range(1, 301)]
-    lines += [{"event": "checkpoint", "step": s, "time": t0 + 2 + s + 0.1} for s in range(10, 300, 10)]
-    lines.sort(key=lambda e: e["time"])
-    rec = _recovery(0, metrics=str(metrics))
-    rec.started = t0
-    rec.losses.append({"node": 1, "host": "pod-1", "at": t0 + 305, "how": "its node runner started again", "nodes": 2,
-                       "replaced": True, "back_at": t0 + 310})
-    after = [{"event": "resume", "step": 290, "checkpoint_step": 290, "time": t0 + 315},
-             *({"event": "step", "step": s, "time": t0 + 25 + s} for s in range(291, 400))]
-    metrics.write_text("".join(json.dumps(e) + "\n" for e in lines + after))
+    rec, all_events = _one_loss(tmp_path, t0, reached=300, resumed=290, last=399)
     told = Told(rec)
     monkeypatch.setattr(Told, "CHUNK", 4096)  # the watch read a part only; the last line reads the rest
     assert told.state()["events"][-1]["time"] < t0 + 300
     final = json.loads(json.dumps(told.final()))
-    all_events = lines + after
     want, got = losses(rec.losses, all_events), losses(final["recovery"]["losses"], final["events"])
     assert got == want and got[0].resumed_step == 290 and got[0].first_step_at == t0 + 25 + 291, (got, want)
     end = t0 + 430

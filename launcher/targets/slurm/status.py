@@ -119,7 +119,8 @@ Row = dict[str, object]
 
 def _node(n: Row) -> int:
     """The node's number (``node_records`` made it one)."""
-    return integer(n.get("node")) or 0
+    node = integer(n.get("node"))
+    return node if node is not None else -1
 
 
 def _when(n: Row) -> tuple[float, int]:

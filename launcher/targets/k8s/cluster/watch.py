@@ -113,7 +113,6 @@ def ending(kube: Kube, job_name: str, api: KubeflowApi) -> str | None:
     return None
 
 
-
 def last_told(kube: Kube, job_name: str, api: KubeflowApi) -> JSONObject | None:
     """What the first pod's runner said of the run's losses as it ended (``podrun.TOLD_LINE``: the recovery's
     record and the metrics events that tell it, as ``watch.json`` carried them), from the end of its log;
