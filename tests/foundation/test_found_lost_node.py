@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -88,6 +89,52 @@ def test_a_silent_node_is_dropped_the_others_start_again_and_a_dropped_node_leav
         assert [r["node"] for r in lost] == [2]  # dropped once; node 2 is not judged or dropped again
         state = json.loads((tmp_path / "watch.json").read_text())
         assert state["verdict"] is None and state["nodes"][2]["dropped"]
+    finally:
+        for b in beacons:
+            b.stop()
+        watch.stop()
+
+
+def test_a_node_whose_program_failed_ends_once_the_first_node_has_heard_every_member_since(tmp_path, monkeypatch):
+    """Node 1's torchrun fails by itself (its program's error) while every node beats: its runner ends its
+    part of the run (no next start) once the first node's answers, a while after the failure, say every
+    member was heard lately, not lost_after later (a Slurm job with a failing rank on node 1 took 36 s
+    more to end). With node 2 silent at that time (a loss in the making: the failure may be its peers
+    going away) it waits for the first node's order and starts again without node 2."""
+    from launcher.targets.shared import restarts
+
+    monkeypatch.setattr(restarts, "INTERVAL_S", 0.25)  # "a while": 3 intervals and 1 s (1.75 s here, 7 s in a job)
+    lost_after = 3.5
+    first, second, third = (Recovery(node=n, nodes=3, hosts=["n1", "n2", "n3"], max_losses=10, min_nodes=1,
+                                     lost_after=lost_after, path=str(tmp_path / f"recovery-{n}.json"), metrics=None)
+                            for n in range(3))
+    port = _port()
+    watch = heartbeat.Watch(port=port, nodes=3, host="n1", outputs=[], timeout=60, action="report",
+                            state_path=str(tmp_path / "watch.json"), on_stall=lambda m: None, interval=0.1,
+                            lost_after=lost_after, on_lost=first.lost)
+    assert watch.start() is None
+    beacons = [_beacon(port, 1, second), _beacon(port, 2, third)]
+    try:
+        wait_for(lambda: all(r["heard"] for r in watch.nodes.values()), "every node heard", timeout=10)
+        t0 = time.monotonic()
+        assert second.next_start(1) is None and second.leave is None and not first.losses
+        took = time.monotonic() - t0
+        assert 1.75 <= took < lost_after, f"node 1 ended its part {took:.2f} s after its failure"
+
+        beacons[1].stop()  # node 2 goes silent as node 1's torchrun fails
+        started: list[object] = []
+
+        def lead() -> None:  # the first node's runner: its torchrun stopped, it orders the next start
+            wait_for(first.interrupted, "the first node to decide", timeout=10)
+            start = first.next_start(-9)
+            started.append(start)
+            watch.issue(start)
+
+        leader = threading.Thread(target=lead)
+        leader.start()
+        assert second.next_start(1) == {"restart": 1, "members": [0, 1]} and second.rank == 1
+        leader.join(timeout=10)
+        assert started == [{"restart": 1, "members": [0, 1]}]
     finally:
         for b in beacons:
             b.stop()

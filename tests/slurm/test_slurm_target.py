@@ -198,11 +198,18 @@ def test_cancel_running_job(slurm_cluster, cli, tmp_path, accounting, request, d
 
 def test_failing_rank_fails_the_job_with_its_cause(slurm_cluster, cli, tmp_path):
     """Rank 1 exits 3: the job is FAILED, says which rank and code, and node 0 does not wait out
-    torchrun's 5-minute exit barrier (srun --kill-on-bad-exit)."""
-    spec = write_spec(tmp_path, "fail", ["python", "-c", "import os, sys; sys.exit(3 if os.environ['RANK'] == '1' else 0)"])
+    torchrun's 5-minute exit barrier (srun --kill-on-bad-exit). Nor does node 1's runner wait out
+    recovery.lost_after (30 s) for a loss that is not coming: the first node hears every node, so the
+    program failed by itself (it waited 36 s)."""
+    stamp = tmp_path / "failed-at"
+    spec = write_spec(tmp_path, "fail", ["python", "-c", "import os, sys, time; one = os.environ['RANK'] == '1'; "
+                                         f"one and open({str(stamp)!r}, 'w').write(str(time.time())); "
+                                         "sys.exit(3 if one else 0)"])
     job_id = submit(cli, str(spec))
     data = wait_for(cli, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=150)
+    took = time.time() - float(stamp.read_text())
     assert data["status"]["state"] == "FAILED" and data["state"] == "FAILED"
+    assert took < 30, f"the job was seen FAILED {took:.0f} s after rank 1 exited"
     assert "rank 1 exited with code 3" in data["status"]["message"], data["status"]["message"]
     shown, verbose = cli("logs", job_id).stdout, cli("logs", job_id, "--verbose").stdout
     assert "ChildFailedError" in verbose and "Root Cause (first observed failure)" in verbose  # in the files

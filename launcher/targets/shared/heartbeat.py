@@ -18,10 +18,10 @@ With ``lost_after`` and ``on_lost`` (the spec's ``recovery:``), the watch drops 
 before and then not for ``lost_after`` seconds and calls ``on_lost`` once; a dropped node is judged no
 more. Each beacon sends its runner's ``id``: a node heard with a new one was replaced (a recreated pod),
 the watch calls ``on_replaced`` and answers it ``wait`` until its owner ``issue``s the next start. Every
-answer carries the watch's id (``w``) and the start issued last (``order``), which a beacon hands to
-``on_order`` (``shared/restarts.py``). A beacon that followed another first node's watch says so, and
-the watch calls ``on_followed`` once (the first node was replaced); one that hears nothing for
-``lost_after`` calls ``on_cut`` once. A Slurm run whose first node is lost goes on with the next as its
+answer carries the watch's id (``w``), the start issued last (``order``) and the seconds since it heard
+its stalest node (``silent``), which a beacon hands to ``on_order`` (``shared/restarts.py``). A beacon
+that followed another first node's watch says so, and the watch calls ``on_followed`` once (the first
+node was replaced); one that hears nothing for ``lost_after`` calls ``on_cut`` once. A Slurm run whose first node is lost goes on with the next as its
 first (``slurm/job/recover.py``'s ``elect``): that watch (``own``, the lost node ``gone``) answers
 ``wait`` (``hold``) until its owner issues the next start, and the beacons ``follow`` it.
 
@@ -86,12 +86,10 @@ class Watch:
         self.order: Record | None = None  # answered to every heartbeat once set (see the module)
         self.ident = os.urandom(6).hex()
         self.waiting: set[int] = set()  # replaced nodes told to wait for the next start
-        self.interval, self.vitals = interval, vitals
+        self.interval, self.vitals, self.outputs, self.on_stall = interval, vitals, outputs, on_stall
         self.stragglers: list[Record] = []
         self._straggle = Straggle()
-        self.outputs, self.on_stall = outputs, on_stall
-        now = time.time()
-        self.started = now
+        self.started = now = time.time()
         self.nodes: dict[int, Record] = {
             n: {"node": n, "host": host if n == own else None, "heard": now if n == own else None,
                 "output": now, "bytes": -1, **({"dropped": now} if n in gone else {})} for n in range(nodes)}
@@ -167,7 +165,8 @@ class Watch:
         if int(msg.get("bytes", 0)) != rec["bytes"]:
             rec.update(bytes=int(msg.get("bytes", 0)), output=now)
         assert self._sock is not None
-        reply: Record = {"w": self.ident, **(self.order or {})}
+        others = [number(r["heard"]) or self.started for r in self._live() if r["node"] != self.own]
+        reply: Record = {"w": self.ident, "silent": max((now - h for h in others), default=0.0), **(self.order or {})}
         if node in self.waiting or self.hold:
             reply["wait"] = True
         self._sock.sendto(json.dumps(reply).encode(), peer)

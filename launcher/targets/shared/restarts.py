@@ -85,6 +85,7 @@ class Recovery:
         self.leave: str | None = None  # why this node leaves the run
         self.failed: str | None = None  # why the run cannot go on (the first node)
         self.silent: Callable[[], float] = lambda: 0.0  # the first node: seconds since the stalest member was heard
+        self.told: tuple[float, float] | None = None  # another node: (when, monotonic; silent) of the watch's last answer
         self.watch: str | None = None  # the first node's watch this node follows (its ``w``)
         self.followed: str | None = None  # the one it followed before (the first node was replaced), said in its beats
         self.numbered = 0  # the number of the newest start that watch ordered
@@ -216,7 +217,9 @@ class Recovery:
 
     def ordered(self, order: Mapping[str, object]) -> None:
         """``heartbeat.Beacon.on_order``: the first node's answer (see the module)."""
-        w, restart, listed = order.get("w"), order.get("restart"), order.get("members")
+        w, restart, listed, silent = order.get("w"), order.get("restart"), order.get("members"), order.get("silent")
+        if isinstance(silent, (int, float)) and not isinstance(silent, bool):
+            self.told = (time.monotonic(), float(silent))
         if listed is not None and (not isinstance(listed, list) or not all(isinstance(m, int) for m in listed)):
             return
         watch = w if isinstance(w, str) else None  # the watch's id
@@ -347,7 +350,8 @@ class Recovery:
     def next_start(self, code: int) -> Start | None:
         """After torchrun ended with ``code``: the next start, or None when the run ends here (see
         ``leave`` and ``failed``). A torchrun that failed may have failed because a node was lost
-        before the watch could tell (its workers' peers went away): wait for the verdict then."""
+        before the watch could tell (its workers' peers went away): wait for the verdict then, or until
+        the first node, a while after, has heard every member lately (the program failed by itself)."""
         if code != 0 and not self._changed.is_set():
             self._await_verdict()
         with self._lock:
@@ -361,16 +365,14 @@ class Recovery:
             return start
 
     def _await_verdict(self) -> None:
-        t0 = time.monotonic()
-        if not self.leads:  # the first node's order comes, or the run failed
-            self._changed.wait(self.lost_after + 3 * INTERVAL_S)
-            return
-        # The first node: a member silent for a while is being lost; every member heard lately: the
-        # program failed by itself.
-        fresh_for = 3 * INTERVAL_S + 1
+        # A member silent for a while is being lost; every member heard lately (by the first node's watch,
+        # or as its last answer to this node says) after the failure: the program failed by itself.
+        t0, fresh_for = time.monotonic(), 3 * INTERVAL_S + 1
         while not self._changed.wait(0.5):
-            waited = time.monotonic() - t0
-            if waited > self.lost_after + 3 * INTERVAL_S or (waited > fresh_for and self.silent() < fresh_for):
+            waited, told = time.monotonic() - t0, self.told
+            fresh = self.silent() < fresh_for if self.leads else (
+                told is not None and told[0] - t0 > fresh_for and told[1] < fresh_for)
+            if waited > self.lost_after + 3 * INTERVAL_S or (waited > fresh_for and fresh):
                 return
 
 
