@@ -104,14 +104,16 @@ def test_a_node_whose_program_failed_ends_once_the_first_node_has_heard_every_me
     from launcher.targets.shared import restarts
 
     monkeypatch.setattr(restarts, "INTERVAL_S", 0.25)  # "a while": 3 intervals and 1 s (1.75 s here, 7 s in a job)
-    lost_after = 3.5
+    # How long node 1 may wait (lost_after and 3 intervals: 4.75 s); the watch drops a silent node sooner
+    # here (2 s; in a job both are recovery.lost_after) so that its order has time to spare.
+    lost_after, dropped_after = 4.0, 2.0
     first, second, third = (Recovery(node=n, nodes=3, hosts=["n1", "n2", "n3"], max_losses=10, min_nodes=1,
                                      lost_after=lost_after, path=str(tmp_path / f"recovery-{n}.json"), metrics=None)
                             for n in range(3))
     port = _port()
     watch = heartbeat.Watch(port=port, nodes=3, host="n1", outputs=[], timeout=60, action="report",
                             state_path=str(tmp_path / "watch.json"), on_stall=lambda m: None, interval=0.1,
-                            lost_after=lost_after, on_lost=first.lost)
+                            lost_after=dropped_after, on_lost=first.lost)
     assert watch.start() is None
     beacons = [_beacon(port, 1, second), _beacon(port, 2, third)]
     try:
@@ -121,11 +123,13 @@ def test_a_node_whose_program_failed_ends_once_the_first_node_has_heard_every_me
         took = time.monotonic() - t0
         assert 1.75 <= took < lost_after, f"node 1 ended its part {took:.2f} s after its failure"
 
-        beacons[1].stop()  # node 2 goes silent as node 1's torchrun fails
+        beacons[1].stop()  # node 2 goes silent as node 1's torchrun fails; once dropped, it still counts as
+        # silent until the first node orders the next start (the answers said 0 s between the two: a bug)
         started: list[object] = []
 
-        def lead() -> None:  # the first node's runner: its torchrun stopped, it orders the next start
+        def lead() -> None:  # the first node's runner: it stops its torchrun (a moment), orders the next start
             wait_for(first.interrupted, "the first node to decide", timeout=10)
+            time.sleep(1.0)
             start = first.next_start(-9)
             started.append(start)
             watch.issue(start)

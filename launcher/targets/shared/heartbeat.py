@@ -21,11 +21,10 @@ the watch calls ``on_replaced`` and answers it ``wait`` until its owner ``issue`
 answer carries the watch's id (``w``), the start issued last (``order``) and the seconds since it heard
 its stalest node (``silent``), which a beacon hands to ``on_order`` (``shared/restarts.py``). A beacon
 that followed another first node's watch says so, and the watch calls ``on_followed`` once (the first
-node was replaced); one that hears nothing for ``lost_after`` calls ``on_cut`` once. A Slurm run whose first node is lost goes on with the next as its
-first (``slurm/job/recover.py``'s ``elect``): that watch (``own``, the lost node ``gone``) answers
-``wait`` (``hold``) until its owner issues the next start, and the beacons ``follow`` it.
-
-Nothing is sent anywhere but the first node's address, which the job already uses for its rendezvous.
+node was replaced); one that hears nothing for ``lost_after`` calls ``on_cut`` once. A Slurm run whose
+first node is lost goes on with the next as its first (``slurm/job/recover.py``'s ``elect``): that watch
+(``own``, the lost node ``gone``) answers ``wait`` (``hold``) until its owner issues the next start, and
+the beacons ``follow`` it. Nothing is sent anywhere but the first node's address (the rendezvous's).
 """
 
 from __future__ import annotations
@@ -84,6 +83,7 @@ class Watch:
         self.lost_after, self.on_lost, self.on_replaced, self.extra = lost_after, on_lost, on_replaced, extra
         self.on_followed = on_followed  # once: a node says it followed another first node's watch before this one
         self.order: Record | None = None  # answered to every heartbeat once set (see the module)
+        self.issued: float | None = None  # when ``order`` was issued
         self.ident = os.urandom(6).hex()
         self.waiting: set[int] = set()  # replaced nodes told to wait for the next start
         self.interval, self.vitals, self.outputs, self.on_stall = interval, vitals, outputs, on_stall
@@ -117,8 +117,7 @@ class Watch:
 
     def issue(self, order: Mapping[str, object]) -> None:
         """The run's next start (its owner's): answered to every heartbeat from now on."""
-        self.order = dict(order)
-        self.hold = False
+        self.order, self.issued, self.hold = dict(order), time.time(), False
         self.waiting.clear()
 
     def _run(self) -> None:
@@ -165,11 +164,15 @@ class Watch:
         if int(msg.get("bytes", 0)) != rec["bytes"]:
             rec.update(bytes=int(msg.get("bytes", 0)), output=now)
         assert self._sock is not None
-        others = [number(r["heard"]) or self.started for r in self._live() if r["node"] != self.own]
-        reply: Record = {"w": self.ident, "silent": max((now - h for h in others), default=0.0), **(self.order or {})}
+        reply: Record = {"w": self.ident, "silent": self._silent(now), **(self.order or {})}
         if node in self.waiting or self.hold:
             reply["wait"] = True
         self._sock.sendto(json.dumps(reply).encode(), peer)
+
+    def _silent(self, now: float) -> float:
+        """Seconds since the stalest node of the running start was heard (one dropped since it was issued counts)."""
+        return max((now - (number(r["heard"]) or self.started) for r in self.nodes.values() if r["node"] != self.own
+                    and not (r.get("dropped") and self.issued and to_float(r["dropped"]) <= self.issued)), default=0.0)
 
     def _tick(self) -> None:
         now = time.time()
@@ -294,10 +297,8 @@ class Beacon:
         self.ident = os.urandom(6).hex()  # this runner's: a new one says the node was replaced
         self.lost_after, self.on_cut, self.on_order = lost_after, on_cut, on_order
         self.cut: str | None = None
-        self.interval, self.vitals = interval, vitals
-        self.outputs, self.timeout, self.action, self.on_stall = outputs, timeout, action, on_stall
-        self.answered = time.time()
-        self.ever_answered = False
+        self.interval, self.vitals, self.outputs, self.timeout = interval, vitals, outputs, timeout
+        self.action, self.on_stall, self.answered, self.ever_answered = action, on_stall, time.time(), False
         self.lost: str | None = None
         self._stop = threading.Event()
 
