@@ -129,8 +129,9 @@ def test_a_rank_held_back_by_sleeping_on_the_second_node_is_named_with_its_frame
     job_dir = Path(data["handle"]["job_dir"])
     wait_for_value(lambda: (_rank(job_dir, 1) or {}).get("frames"), "n2's first stack samples", timeout=120)
     sampling = time.time()
-    named = wait_for_value(lambda: "straggler: rank 1 on node 1 (n2)" in (d := status(cli, job_id))["status"]["message"]
-                           and d, "status to name the sleeping rank", timeout=90)
+    # Where it sleeps: the line follows the samples (on a loaded machine the first may find it still importing).
+    named = wait_for_value(lambda: "straggler: rank 1 on node 1 (n2)" in (m := (d := status(cli, job_id))["status"]["message"])
+                           and "read_shard" in m and d, "status to name the sleeping rank in read_shard", timeout=90)
     took = time.time() - sampling
     message = named["status"]["message"]
     assert took <= 60, f"named {took:.0f} s after its first samples: {message}"
