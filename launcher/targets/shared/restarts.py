@@ -36,9 +36,11 @@ from typing import TypedDict
 
 try:
     from launcher.targets.shared.heartbeat import INTERVAL_S, clock
+    from launcher.targets.shared.straggle import number
     from launcher.targets.shared.vitals import children
 except ImportError:  # in a Kubernetes pod: the pod runner's bundle (``k8s/objects/runner.py``)
     from ddpjob_heartbeat import INTERVAL_S, clock  # type: ignore[import-not-found, no-redef]
+    from ddpjob_straggle import number  # type: ignore[import-not-found, no-redef]
     from ddpjob_vitals import children  # type: ignore[import-not-found, no-redef]
 
 RESTART_ENV = "DDPJOB_RESTART_COUNT"  # 1, 2, ... on each start after a loss; absent on the first
@@ -218,8 +220,8 @@ class Recovery:
     def ordered(self, order: Mapping[str, object]) -> None:
         """``heartbeat.Beacon.on_order``: the first node's answer (see the module)."""
         w, restart, listed, silent = order.get("w"), order.get("restart"), order.get("members"), order.get("silent")
-        if isinstance(silent, (int, float)) and not isinstance(silent, bool):
-            self.told = (time.monotonic(), float(silent))
+        if (seconds := number(silent)) is not None:
+            self.told = (time.monotonic(), seconds)
         if listed is not None and (not isinstance(listed, list) or not all(isinstance(m, int) for m in listed)):
             return
         watch = w if isinstance(w, str) else None  # the watch's id
