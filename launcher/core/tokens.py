@@ -15,9 +15,11 @@ value that is a secret wherever it is written, so:
 A value with no shape of its own (``DB_PASSWORD: hunter2hunter2``) is found again by ``Marks``: at
 submit ddpjob keeps, per job, a random salt and the salted SHA-256 of each secret value (with its
 length), never the value; ``Marks.scrub(text)`` hashes the text's words of those lengths and masks
-those that match. The build's content scan (``service/imagebuild/secretscan``) looks for the same
-kinds in a build context's files, with the context rules a whole file allows (an AWS key id only
-beside its secret key, kubeconfig and login files' layouts).
+those that match. It also keeps whether every value is free of whitespace (``plain``): then only the
+text's stretches without whitespace are searched, and a log line's short words cost no hash
+(``tests/bench/scrub_bench.py``). The build's content scan (``service/imagebuild/secretscan``) looks
+for the same kinds in a build context's files, with the context rules a whole file allows (an AWS key
+id only beside its secret key, kubeconfig and login files' layouts).
 
 Standard library only (``launcher.core``).
 """
@@ -27,6 +29,10 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import hashlib
 
 MASK = "***"
 MIN_MARKED = 4  # shorter values are not looked for in text: "1" or "yes" would mask half of every line
@@ -91,20 +97,22 @@ def kind_of(value: str) -> str | None:
 def mask_shapes(text: str) -> str:
     """``text`` with every credential of a known shape replaced by ``***`` (a URL keeps its user
     and host: ``https://me:***@host``)."""
+    if not _any_gate().search(text):  # one scan for every shape's gate: most lines hold none
+        return text
     for shape in SHAPES:
         if any(g in text for g in shape.gate) and shape.pattern.search(text):
             text = shape.pattern.sub(_masked_group, text)
     return text
 
 
+@functools.cache
+def _any_gate() -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(g) for shape in SHAPES for g in shape.gate))
+
+
 def _masked_group(m: re.Match[str]) -> str:
     whole, (start, end) = m.group(0), m.span(1)
     return whole[:start - m.start()] + MASK + whole[end - m.start():]
-
-
-_STARTS = re.compile(r"(?<![A-Za-z0-9_])")  # where a word may start: the text's start, after any other character
-
-_ENDS = re.compile(r"(?<![A-Za-z0-9_])|(?![A-Za-z0-9_])")  # where a word may end: before any other character, the end
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,7 @@ class Marks:
 
     salt: str
     marks: frozenset[tuple[int, str]]
+    plain: bool = False  # no value holds whitespace (a record of an older version does not say: False)
 
     @classmethod
     def of(cls, values: list[str]) -> Marks | None:
@@ -124,10 +133,12 @@ class Marks:
         import secrets
 
         salt = secrets.token_hex(16)
-        return cls(salt, frozenset((len(v), _digest(salt, v)) for v in kept))
+        hasher = _salted(salt)
+        return cls(salt, frozenset((len(v), _digest(hasher, v)) for v in kept),
+                   plain=not any(_SPACE.search(v) for v in kept))
 
     def to_json(self) -> dict[str, object]:
-        return {"salt": self.salt, "marks": sorted([n, h] for n, h in self.marks)}
+        return {"salt": self.salt, "marks": sorted([n, h] for n, h in self.marks), "plain": self.plain}
 
     @classmethod
     def from_json(cls, data: object) -> Marks | None:
@@ -136,20 +147,43 @@ class Marks:
             return None
         marks = frozenset((int(m[0]), str(m[1])) for m in data["marks"]
                           if isinstance(m, list) and len(m) == 2 and isinstance(m[0], int) and isinstance(m[1], str))
-        return cls(data["salt"], marks) if marks else None
+        return cls(data["salt"], marks, plain=data.get("plain") is True) if marks else None
+
+    @functools.cached_property
+    def _lengths(self) -> list[int]:  # the values' lengths, longest first
+        return sorted({n for n, _ in self.marks}, reverse=True)
+
+    @functools.cached_property
+    def _hasher(self) -> hashlib._Hash:
+        return _salted(self.salt)
 
     def scrub(self, text: str) -> str:
         """``text`` with each of the job's secret values that starts a word replaced by ``***``."""
-        lengths = sorted({n for n, _ in self.marks}, reverse=True)
+        lengths = self._lengths
         if not text or len(text) < lengths[-1]:
             return text
-        starts = {m.start() for m in _STARTS.finditer(text)}
-        ends = [m.start() for m in _ENDS.finditer(text)]
+        # Where a value may lie, as bit masks over the text's positions (bit i: position i, the text's
+        # end included), so that the stretches to hash are told apart in C, not a position at a time:
+        # a value starts where no word character comes before and ends where a word character is not
+        # on both sides (it cuts no word); a job whose values hold no whitespace (``plain``) looks only
+        # at stretches without whitespace, which a log line's short words cannot hold.
+        full = (1 << (len(text) + 1)) - 1
+        raw = text.encode("latin-1", "replace")  # a byte a character: any other is "?", neither word nor space
+        word = _mask(raw, _WORD_BITS)
+        starts = ~(word << 1) & full
+        ends = starts | (~word & full)
+        solid = _mask(raw, _SOLID_BITS) if self.plain else 0
         found: dict[int, int] = {}  # start -> length of a value there (the longest)
-        for n in lengths:  # a value starts a word and ends one: only such stretches are hashed
-            for at in starts.intersection([e - n for e in ends]):
-                if at not in found and (n, _digest(self.salt, text[at:at + n])) in self.marks:
+        for n in lengths:
+            at_n = starts & (ends >> n)
+            if self.plain:
+                at_n &= _runs(solid, n)
+            bits = format(at_n, "b")[::-1]  # bit i: character i
+            at = bits.find("1")
+            while at >= 0:
+                if at not in found and (n, _digest(self._hasher, text[at:at + n])) in self.marks:
                     found[at] = n
+                at = bits.find("1", at + 1)
         if not found:
             return text
         out, last = [], 0
@@ -160,10 +194,46 @@ class Marks:
         return "".join(out) + text[last:] if out else text
 
 
-def _digest(salt: str, value: str) -> str:
+_SPACE = re.compile(r"\s")
+# Per byte of latin-1: "1" for a word character (the ASCII ones, as the masks' words are) or for one that
+# is not whitespace, else "0".
+_WORD_BITS = bytes(b"01"[chr(i).isascii() and (chr(i).isalnum() or chr(i) == "_")] for i in range(256))
+_SOLID_BITS = bytes(b"01"[not _SPACE.match(chr(i))] for i in range(256))
+
+
+def _mask(raw: bytes, bits: bytes) -> int:
+    """Bit i set where byte i of ``raw`` is "1" in the table ``bits``."""
+    return int(raw.translate(bits)[::-1], 2)
+
+
+def _runs(solid: int, n: int) -> int:
+    """Bit i set where the ``n`` bits from i of ``solid`` are all set."""
+    for step in _doubling(n):
+        solid &= solid >> step
+    return solid
+
+
+@functools.cache
+def _doubling(n: int) -> tuple[int, ...]:
+    """The shifts that AND ``n`` bits together in log2(n) steps: 1, 2, 4, ..., then what is left."""
+    steps, have = [], 1
+    while have < n:
+        steps.append(min(have, n - have))
+        have += steps[-1]
+    return tuple(steps)
+
+
+def _salted(salt: str) -> hashlib._Hash:
+    """SHA-256 that has read the salt: each value's digest continues a copy of it."""
     import hashlib  # here, not at the top: most commands never hash (an import done is a dict lookup)
 
-    return hashlib.sha256((salt + "\0" + value).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return hashlib.sha256((salt + "\0").encode("utf-8"))
+
+
+def _digest(salted: hashlib._Hash, value: str) -> str:
+    h = salted.copy()
+    h.update(value.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()[:32]
 
 
 def scrub(text: str, marks: Marks | None) -> str:

@@ -4,11 +4,14 @@ job prints of its secret values or of any credential is masked in status, list, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import sqlite3
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launcher.core.tokens import MASK, Marks, kind_of, mask_shapes, scrub
 from launcher.spec.secrets import is_secret, marks_of, mask_env
@@ -45,6 +48,61 @@ def test_marks_find_a_jobs_values_again_in_what_it_prints_without_keeping_them()
     assert Marks.of(["abc"]) is None  # too short to look for: "1" would mask half of every line
     assert scrub(f"token {GH} and hunter2hunter2", again) == "token *** and ***"
     assert Marks.from_json({"salt": 1}) is None and Marks.from_json(None) is None
+
+
+def test_values_without_whitespace_are_looked_for_only_in_long_enough_stretches_and_found_as_before():
+    """A job whose values hold no whitespace (``plain``) has only the text's stretches without
+    whitespace at least as long as its shortest value searched: the same masks as searching every
+    word of the text (a record of an older version, which does not say, is searched that way)."""
+    plain = Marks.of(["hunter2hunter2", "pa$$w0rd!", "s3cr3t_v"])
+    assert plain.plain and plain.to_json()["plain"] is True
+    older = Marks.from_json({k: v for k, v in plain.to_json().items() if k != "plain"})
+    assert older is not None and not older.plain
+    texts = ["hunter2hunter2", " s3cr3t_v", "pw=hunter2hunter2;(pa$$w0rd!)", "x s3cr3t_v\ts3cr3t_vx s3cr3t_v",
+             "[node0 rank1] step 5 loss 0.25 compute_ms=3.4 pa$$w0rd!pa$$w0rd! hunter2hunter2hunter2hunter2",
+             "a" * 40 + " hunter2hunter2\n", "s3cr3t_v" * 3, "(s3cr3t_v)"]
+    seen = [plain.scrub(t) for t in texts]
+    assert seen == [older.scrub(t) for t in texts]
+    assert seen[:4] == ["***", " ***", "pw=***;(***)", "x ***\ts3cr3t_vx ***"]
+    assert seen[5].endswith(" ***\n") and seen[7] == "(***)"
+    # A value with whitespace in it: the whole text is searched, as before.
+    spaced = Marks.of(["correct horse battery", "hunter2hunter2"])
+    assert spaced is not None and not spaced.plain
+    assert spaced.scrub("pw: correct horse battery; hunter2hunter2") == "pw: ***; ***"
+
+
+_VALUES = ["hunter2hunter2", "pa$$w0rd!", "s3cr3t_v", "_x=y_"]
+_PIECES = st.sampled_from([*_VALUES, "hunter2", " ", "\t", "\n", "x", "_", "=", ";", "(", ")", "!", "$", "0.5", "loss",
+                           "é", "密", "\u2003", "\u00a0", "\ud800"])
+_PLAIN = Marks.of(_VALUES)
+
+
+def _masked_as_defined(text: str, values: list[str]) -> str:
+    """What masking means, written plainly: left to right, the longest value at a position that cuts no
+    word (no word character just before it, and not one on both sides of its end) becomes ``***``."""
+    def word(i: int) -> bool:
+        return 0 <= i < len(text) and (text[i].isascii() and (text[i].isalnum() or text[i] == "_"))
+
+    out, at = [], 0
+    while at < len(text):
+        here = [v for v in values if text.startswith(v, at) and not word(at - 1)
+                and not (word(at + len(v) - 1) and word(at + len(v)))]
+        if here:
+            out.append(MASK)
+            at += max(map(len, here))
+        else:
+            out.append(text[at])
+            at += 1
+    return "".join(out)
+
+
+@given(st.lists(_PIECES, max_size=30).map("".join))
+@settings(max_examples=300, deadline=None)
+def test_the_values_are_masked_as_defined_whether_the_stretches_without_whitespace_or_every_word_is_searched(text):
+    assert _PLAIN is not None and _PLAIN.plain
+    expected = _masked_as_defined(text, _VALUES)
+    assert _PLAIN.scrub(text) == expected
+    assert dataclasses.replace(_PLAIN, plain=False).scrub(text) == expected  # a record of an older version
 
 
 def test_the_marks_cover_secret_names_shapes_and_the_hosts_values():
