@@ -364,8 +364,9 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
         py-spy; ``flt``'s task, node and rank choose which. Targets that can reach their ranks override it."""
         from launcher.core.errors import UsageError
 
-        raise UsageError(f"ddpjob stacks does not reach the ranks of a {self.name} job yet (local and Slurm only, "
-                         "for now): look at a rank's last lines with ddpjob logs ID --rank R")
+        raise UsageError(f"ddpjob stacks cannot reach the ranks of a job on the {self.name} target: it does not read "
+                         "them (the local, Slurm and Kubernetes targets do); look at a rank's last lines with "
+                         "ddpjob logs ID --rank R")
 
     def stage(self, handle: HandleT, status: JobStatus) -> str:
         """One line for a live display while the job starts: where it is (waiting in a queue, nodes
