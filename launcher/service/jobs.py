@@ -157,11 +157,10 @@ class Jobs:
         """``UsageError`` when ``target`` has no server to ask (``--dry-run=server``), before anything is
         planned or printed: a client dry run in its place would pass for the server's verdict."""
         from launcher.core.errors import UsageError
-        from launcher.targets.base import Target
+        from launcher.targets.capabilities import DryRunsOnServer
         from launcher.targets.lookup import target_class
 
-        own: object = getattr(target_class(target), "server_dry_run", None)
-        if own is Target.server_dry_run:  # the base's, which only refuses
+        if not issubclass(target_class(target), DryRunsOnServer):
             raise UsageError(f"--dry-run=server asks a cluster's API server, and the {target} target has none: "
                              "use --dry-run (what would be submitted, checked here)")
 

@@ -9,9 +9,9 @@ target (the CLI does it for ``--target``); a target's modules are imported when 
 (``lookup.get_target``). The spec builds its sections from the plugins (``spec.model.spec_model``) and
 imports nothing of this package.
 
-Beside the targets: the target interface and its plan, context and handle (``base``), what ``status``
-returns (``jobstatus``), a target looked up by name (``lookup``) and held by the service with a recorded
-job (``chosen``); the pieces the targets share (``shared``) and one package per built-in target
+Beside the targets: the target interface and its plan, context and handle (``base``), what only some
+targets do (``capabilities``), what ``status`` returns (``jobstatus``), a target looked up by name
+(``lookup``) and held by the service with a recorded job (``chosen``); the pieces the targets share (``shared``) and one package per built-in target
 (``local``, ``slurm``, ``k8s``).
 
 Adding a target: a package of your own (docs/targets.md, "A target of your own"), or a package here

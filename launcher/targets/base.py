@@ -2,10 +2,11 @@
 
 ``plan(spec, ctx) -> Plan`` is pure: no I/O, no cluster calls, deterministic given the context.
 What ``Plan.render()`` prints (``ddpjob render``, ``submit --dry-run``) is rendered from the very
-payload that ``submit(plan)`` hands to the scheduler (secret values shown masked). ``submit`` returns the target's ``Handle`` (a dataclass
-stored as JSON in the registry); ``status``, ``logs``, ``cancel`` and ``cancel_task`` take it back.
-The service holds a target chosen by name through ``launcher.targets.chosen``, which keeps each
-target's payload and handle types paired inside it.
+payload that ``submit(plan)`` hands to the scheduler (secret values shown masked). ``submit``
+returns the target's ``Handle`` (a dataclass stored as JSON in the registry); ``status``, ``logs``
+and ``cancel`` take it back. What only some targets do is in ``launcher.targets.capabilities``. The
+service holds a target chosen by name through ``launcher.targets.chosen``, which keeps each target's
+payload and handle types paired inside it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from launcher.spec.load import LoadedSpec
     from launcher.spec.model import JobSpec
     from launcher.targets.shared.health import JobHealth
-    from launcher.targets.shared.stacks import JobStacks
 
 
 @dataclass(frozen=True)
@@ -199,10 +199,12 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
     call takes back. ``owns`` and ``load_handle`` say at run time which plans and stored handles are
     the target's own, so that the service needs no cast (``launcher.targets.chosen``).
 
+    What a target may do beyond these methods (pick the rendezvous port, a dry run on the scheduler,
+    cancel one run of a sweep, read the ranks' stacks) are the small protocols of
+    ``launcher.targets.capabilities``: a target has one by defining its method.
+
     Class attributes:
         name: the name its plugin is registered under (``launcher.core.plugins``).
-        picks_port: the service reserves a rendezvous port (``pick_port``) with the job id, in one
-            registry transaction, so jobs submitted at the same moment never share one.
         passes_host_env: the job's processes inherit the submitting process's environment, so the
             spec's ``env_from_host`` names reach them without their values being stored; targets
             without it refuse ``env_from_host``.
@@ -211,7 +213,6 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
     """
 
     name: ClassVar[str]
-    picks_port: ClassVar[bool] = False
     passes_host_env: ClassVar[bool] = False
     metrics_elsewhere: ClassVar[str | None] = None
 
@@ -283,26 +284,10 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
         """What ``cancel`` could not do on this machine, said after it (None: nothing)."""
         return None
 
-    def cancel_task(self, handle: HandleT, index: int) -> None:
-        """Stop one run of a sweep; the others go on. Targets that can do this override it."""
-        from launcher.core.errors import UsageError
-
-        raise UsageError(f"--task is not supported by the {self.name} target; cancel the whole job")
-
     def status_many(self, handles: dict[str, HandleT]) -> dict[str, JobStatus]:
         """Status of several jobs (``ddpjob list``). Targets with a batch query override this
         to ask once for all jobs instead of once per job."""
         return {job_id: self.status(h) for job_id, h in handles.items()}
-
-    def server_dry_run(self, plan: Plan[PayloadT]) -> str:
-        """Ask the scheduler to check ``plan`` without running it (``submit --dry-run=server``)."""
-        from launcher.core.errors import UsageError
-
-        raise UsageError(f"--dry-run=server is not supported by the {self.name} target; use --dry-run")
-
-    def pick_port(self, busy: set[int]) -> int:
-        """A free rendezvous port not in ``busy`` (only for targets with ``picks_port``)."""
-        raise NotImplementedError
 
     def metrics_files(self, handle: HandleT) -> list[str]:
         """Each run's metrics file (``$DDPJOB_METRICS_FILE``, see ``launcher.core.progress``) where this
@@ -358,15 +343,6 @@ class Target(abc.ABC, Generic[PayloadT, HandleT]):
             if isinstance(state, dict):
                 return parse(state, index, ends=exit_records(logs[index] if index < len(logs) else []))
         return None
-
-    def stacks(self, handle: HandleT, flt: LogFilter) -> JobStacks:
-        """Every live rank's Python stack (``launcher.targets.shared.stacks``), read from outside it by
-        py-spy; ``flt``'s task, node and rank choose which. Targets that can reach their ranks override it."""
-        from launcher.core.errors import UsageError
-
-        raise UsageError(f"ddpjob stacks cannot reach the ranks of a job on the {self.name} target: it does not read "
-                         "them (the local, Slurm and Kubernetes targets do); look at a rank's last lines with "
-                         "ddpjob logs ID --rank R")
 
     def stage(self, handle: HandleT, status: JobStatus) -> str:
         """One line for a live display while the job starts: where it is (waiting in a queue, nodes

@@ -5,7 +5,8 @@ takes, its ``submit`` returns what its ``status``, ``logs`` and ``cancel`` take 
 walks one path for every target, so it holds a ``Chosen``: the same calls with those types kept
 inside. A plan handed back is checked to be the target's own (``Target.owns``); a handle stored in
 the registry is read back by its target (``Target.load_handle``) into a ``Bound`` job, which pairs
-the two for every later call. No ``Any`` and no ``cast`` on the way.
+the two for every later call. No ``Any`` and no ``cast`` on the way. A call of a capability
+(``launcher.targets.capabilities``) the target lacks is a ``UsageError`` naming the targets that have it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from launcher.core.errors import UsageError
 from launcher.targets.base import Handle, LogFilter, Plan, PlanContext, Target
+from launcher.targets.capabilities import CancelsTasks, DryRunsOnServer, PicksPorts, ReadsStacks, lacking
 
 if TYPE_CHECKING:
     from launcher.core.errors import Issue
@@ -84,7 +87,7 @@ class _Chosen(Generic[PayloadT, HandleT]):
 
     @property
     def picks_port(self) -> bool:
-        return self.target.picks_port
+        return isinstance(self.target, PicksPorts)
 
     @property
     def passes_host_env(self) -> bool:
@@ -104,6 +107,8 @@ class _Chosen(Generic[PayloadT, HandleT]):
         return self.target.runs_image(spec)
 
     def pick_port(self, busy: set[int]) -> int:
+        if not isinstance(self.target, PicksPorts):
+            raise UsageError(lacking(PicksPorts, self.name, "picking the rendezvous port", "set master_port"))
         return self.target.pick_port(busy)
 
     def plan(self, loaded: LoadedSpec, ctx: PlanContext) -> Plan[object]:
@@ -113,6 +118,8 @@ class _Chosen(Generic[PayloadT, HandleT]):
         return self.target.submit(self._own(plan))
 
     def server_dry_run(self, plan: Plan[object]) -> str:
+        if not isinstance(self.target, DryRunsOnServer):
+            raise UsageError(lacking(DryRunsOnServer, self.name, "--dry-run=server", "use --dry-run"))
         return self.target.server_dry_run(self._own(plan))
 
     def bind(self, data: dict[str, object]) -> Bound:
@@ -148,6 +155,8 @@ class _Bound(Generic[PayloadT, HandleT]):
         self.target.cancel(self._handle)
 
     def cancel_task(self, index: int) -> None:
+        if not isinstance(self.target, CancelsTasks):
+            raise UsageError(lacking(CancelsTasks, self.target.name, "--task", "cancel the whole job"))
         self.target.cancel_task(self._handle, index)
 
     def still_held(self) -> bool:
@@ -163,6 +172,9 @@ class _Bound(Generic[PayloadT, HandleT]):
         return self.target.health(self._handle)
 
     def stacks(self, flt: LogFilter) -> JobStacks:
+        if not isinstance(self.target, ReadsStacks):
+            raise UsageError(lacking(ReadsStacks, self.target.name, "ddpjob stacks",
+                                     "look at a rank's last lines with ddpjob logs ID --rank R"))
         return self.target.stacks(self._handle, flt)
 
     def stage(self, status: JobStatus) -> str:

@@ -136,6 +136,31 @@ def test_the_service_holds_each_target_with_its_own_types_checked_at_run_time(dd
     assert "inside their pods" in (metrics_elsewhere("k8s") or "")
 
 
+def test_what_only_some_targets_do_is_a_protocol_a_target_has_by_defining_its_method(ddpjob_home, tmp_path):
+    """``Target`` holds what every target does; picking the port, a dry run on the scheduler, cancelling
+    one run and reading stacks are capabilities (``launcher.targets.capabilities``): each built-in target
+    has those it defines, and a call of one it lacks says which targets have it (nothing is planned)."""
+    from launcher.core.errors import UsageError
+    from launcher.spec.load import load_spec
+    from launcher.targets.base import Target
+    from launcher.targets.capabilities import CancelsTasks, DryRunsOnServer, PicksPorts, ReadsStacks, which
+    from launcher.targets.lookup import get_target
+
+    assert not {"pick_port", "server_dry_run", "cancel_task", "stacks", "picks_port"} & set(dir(Target))
+    assert which(PicksPorts) == ["local"] and which(DryRunsOnServer) == ["k8s"] and which(CancelsTasks) == ["slurm"]
+    assert which(ReadsStacks) == ["local", "slurm", "k8s"]
+    assert get_target("local").picks_port and not get_target("slurm").picks_port
+    spec = tmp_path / "j.yaml"
+    spec.write_text("name: j\ncommand: [python, t.py]\n")
+    plan = Jobs(Registry(ddpjob_home)).plan(load_spec(str(spec)), "slurm")
+    with pytest.raises(UsageError, match=r"^--dry-run=server is not supported by the slurm target \(the k8s target "
+                                         r"can\); use --dry-run$"):
+        get_target("slurm").server_dry_run(plan)
+    with pytest.raises(UsageError, match=r"picking the rendezvous port is not supported by the k8s target \(the "
+                                         r"local target can\); set master_port"):
+        get_target("k8s").pick_port(set())
+
+
 def test_mypy_refuses_an_explicit_any_where_what_comes_back_is_typed():
     """CI's mypy (strict) refuses ``Any`` written out in the target interface, the service, the
     command line and the dashboard: the override in pyproject.toml names them."""

@@ -80,7 +80,6 @@ class LocalTarget(Target[LocalPayload, LocalHandle]):
     """Runs every node on this machine. Rendezvous: 127.0.0.1 and a port no live local job uses."""
 
     name = "local"
-    picks_port = True
     passes_host_env = True  # the supervisor and its agents inherit the submitting environment
 
     def preflight(self, loaded: LoadedSpec, ctx: PlanContext) -> list[Issue]:
