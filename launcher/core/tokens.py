@@ -169,10 +169,11 @@ class Marks:
         # at stretches without whitespace, which a log line's short words cannot hold.
         full = (1 << (len(text) + 1)) - 1
         raw = text.encode("latin-1", "replace")  # a byte a character: any other is "?", neither word nor space
-        word = _mask(raw, _WORD_BITS)
+        word_bits, solid_bits = _bit_tables()
+        word = _mask(raw, word_bits)
         starts = ~(word << 1) & full
         ends = starts | (~word & full)
-        solid = _mask(raw, _SOLID_BITS) if self.plain else 0
+        solid = _mask(raw, solid_bits) if self.plain else 0
         found: dict[int, int] = {}  # start -> length of a value there (the longest)
         for n in lengths:
             at_n = starts & (ends >> n)
@@ -195,10 +196,14 @@ class Marks:
 
 
 _SPACE = re.compile(r"\s")
-# Per byte of latin-1: "1" for a word character (the ASCII ones, as the masks' words are) or for one that
-# is not whitespace, else "0".
-_WORD_BITS = bytes(b"01"[chr(i).isascii() and (chr(i).isalnum() or chr(i) == "_")] for i in range(256))
-_SOLID_BITS = bytes(b"01"[not _SPACE.match(chr(i))] for i in range(256))
+
+
+@functools.cache
+def _bit_tables() -> tuple[bytes, bytes]:
+    """Per byte of latin-1, "1" or "0": a word character (the ASCII ones, as the masks' words are); a
+    character that is not whitespace. Built on first use: most commands never scrub."""
+    word = bytes(b"01"[chr(i).isascii() and (chr(i).isalnum() or chr(i) == "_")] for i in range(256))
+    return word, bytes(b"01"[not _SPACE.match(chr(i))] for i in range(256))
 
 
 def _mask(raw: bytes, bits: bytes) -> int:

@@ -54,13 +54,13 @@ class ReadsStacks(Protocol[HandleT_contra]):
 
 def which(capability: type) -> list[str]:
     """The registered targets whose class has ``capability`` (one that cannot be loaded here is left out)."""
-    from launcher.core.plugins import PluginError, load, plugin, target_names
+    from launcher.core.plugins import load, plugin, target_names
 
     out = []
     for name in target_names():
         try:
             cls = load(plugin(name).target, f"the {name} target's class")
-        except (PluginError, Exception):  # noqa: BLE001 - a plugin broken in any way is named elsewhere
+        except Exception:  # noqa: BLE001 - a plugin broken in any way (PluginError or its own) is named elsewhere
             continue
         if isinstance(cls, type) and issubclass(cls, capability):
             out.append(name)
