@@ -5,6 +5,7 @@ tests/conftest.py marks such tests real by their fixtures; this keeps that list 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,23 @@ def test_the_pure_tier_fuzzes_with_a_third_of_the_examples(request: pytest.Fixtu
     assert configured("not real", "500") == "500"
     assert configured("", None) is None
     assert configured("real", None) is None
+
+
+def test_auto_starts_two_workers_more_than_the_cores_in_the_pure_tier_only():
+    """``-n auto`` (pytest-xdist) asks tests/conftest.py how many workers: the pure tier waits on real
+    heartbeats' timeouts for a fifth of its time, so it gets two more than the cores; any other run,
+    which loads the CPU, xdist's own count."""
+    import conftest
+
+    class Config:
+        def __init__(self, markexpr: str) -> None:
+            self.markexpr = markexpr
+
+        def getoption(self, name: str) -> str:
+            assert name == "markexpr"
+            return self.markexpr
+
+    cores = len(os.sched_getaffinity(0))
+    assert conftest.pytest_xdist_auto_num_workers(Config("not real")) == cores + 2
+    assert conftest.pytest_xdist_auto_num_workers(Config("real")) is None
+    assert conftest.pytest_xdist_auto_num_workers(Config("")) is None
