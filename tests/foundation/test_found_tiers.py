@@ -144,11 +144,14 @@ def test_the_pure_tier_fuzzes_with_a_third_of_the_examples(request: pytest.Fixtu
     assert configured("real", None) is None
 
 
-def test_auto_starts_two_workers_more_than_the_cores_in_the_pure_tier_only():
+def test_auto_starts_two_workers_more_than_the_cores_in_the_pure_tier_only(request: pytest.FixtureRequest):
     """``-n auto`` (pytest-xdist) asks tests/conftest.py how many workers: the pure tier waits on real
     heartbeats' timeouts for a fifth of its time, so it gets two more than the cores; any other run,
     which loads the CPU, xdist's own count."""
-    import conftest
+    # That conftest as pytest loaded it (``import conftest`` gives whichever directory's conftest.py
+    # was imported last under that name).
+    conftest = next(p for p in request.config.pluginmanager.get_plugins()
+                    if getattr(p, "__file__", None) == str(TESTS / "conftest.py"))
 
     class Config:
         def __init__(self, markexpr: str) -> None:
