@@ -73,18 +73,20 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("DDPJOB_FUZZ_EXAMPLES", str(FUZZ_EXAMPLES_PURE))
 
 
-# 3. `-n auto` starts two workers more than the CPUs it may use. A fifth of the pure tier's time is
-#    waiting, not computing: real heartbeats on loopback wait out their timeouts (tests/foundation/
-#    test_found_lost_node.py and its neighbours), a hung nvidia-smi its limit. A worker that waits
-#    leaves its core to the extra ones. On the 2-core machine here, alternating in one session: 4
-#    workers 34-37 s wall, 2 workers 42-45 s; 6 were no better than 4 (each worker collects the suite
-#    again). Other runs (the full suite, -m real) keep xdist's count: their tests load the CPU.
+# 3. `-n auto` starts two workers more than xdist's own count (the cores). A fifth of the pure tier's
+#    time is waiting, not computing: real heartbeats on loopback wait out their timeouts (tests/
+#    foundation/test_found_lost_node.py and its neighbours), a hung nvidia-smi its limit. A worker that
+#    waits leaves its core to the extra ones. On the 2-core machine here, alternating in one session: 4
+#    workers 34-41 s wall (median 37.5), 2 workers 41-45 s (median 41.8); 6 were no better than 4 (each
+#    worker collects the suite again). Other runs (the full suite, -m real) keep xdist's count: their
+#    tests load the CPU; so does a count set in $PYTEST_XDIST_AUTO_NUM_WORKERS.
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    if config.getoption("markexpr") != "not real":
+    if config.getoption("markexpr") != "not real" or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cpus + 2
+    from xdist.plugin import pytest_xdist_auto_num_workers as cores
+
+    return cores(config) + 2
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not real" deselects: it must see these marks

@@ -5,7 +5,7 @@ tests/conftest.py marks such tests real by their fixtures; this keeps that list 
 
 from __future__ import annotations
 
-import os
+import argparse
 from pathlib import Path
 
 import pytest
@@ -144,10 +144,13 @@ def test_the_pure_tier_fuzzes_with_a_third_of_the_examples(request: pytest.Fixtu
     assert configured("real", None) is None
 
 
-def test_auto_starts_two_workers_more_than_the_cores_in_the_pure_tier_only(request: pytest.FixtureRequest):
+def test_auto_starts_two_workers_more_than_the_cores_in_the_pure_tier_only(request: pytest.FixtureRequest,
+                                                                           monkeypatch: pytest.MonkeyPatch):
     """``-n auto`` (pytest-xdist) asks tests/conftest.py how many workers: the pure tier waits on real
-    heartbeats' timeouts for a fifth of its time, so it gets two more than the cores; any other run,
-    which loads the CPU, xdist's own count."""
+    heartbeats' timeouts for a fifth of its time, so it gets two more than xdist's own count of the
+    cores; any other run, which loads the CPU, or a count the user set, xdist's own."""
+    from xdist.plugin import pytest_xdist_auto_num_workers as cores
+
     # That conftest as pytest loaded it (``import conftest`` gives whichever directory's conftest.py
     # was imported last under that name).
     conftest = next(p for p in request.config.pluginmanager.get_plugins()
@@ -156,12 +159,15 @@ def test_auto_starts_two_workers_more_than_the_cores_in_the_pure_tier_only(reque
     class Config:
         def __init__(self, markexpr: str) -> None:
             self.markexpr = markexpr
+            self.option = argparse.Namespace(numprocesses="auto")
 
         def getoption(self, name: str) -> str:
             assert name == "markexpr"
             return self.markexpr
 
-    cores = len(os.sched_getaffinity(0))
-    assert conftest.pytest_xdist_auto_num_workers(Config("not real")) == cores + 2
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    assert conftest.pytest_xdist_auto_num_workers(Config("not real")) == cores(Config("not real")) + 2
     assert conftest.pytest_xdist_auto_num_workers(Config("real")) is None
     assert conftest.pytest_xdist_auto_num_workers(Config("")) is None
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")
+    assert conftest.pytest_xdist_auto_num_workers(Config("not real")) is None
