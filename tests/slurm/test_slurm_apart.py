@@ -146,7 +146,7 @@ def test_a_node_cut_off_is_named_and_the_job_ends_when_the_spec_says_fail(apart_
         return apart_cluster.run("squeue", "-h", "-j", jid, "-o", "%T", check=False).stdout.split()
 
     assert set(squeue()) <= {"COMPLETING"}, squeue()
-    assert "cancelled Slurm job" in (job_dir / "task-0" / "node-0.log").read_text()
+    assert "cancelling Slurm job" in (job_dir / "task-0" / "node-0.log").read_text()
     apart_cluster.script("link", "n2", "up")
     wait_for_value(lambda: not squeue(), "squeue to list the job no more", timeout=30)
     wait_for_no_job_processes(ddpjob_home, "the stall ended the job", timeout=90)

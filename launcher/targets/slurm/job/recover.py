@@ -206,19 +206,25 @@ def end_allocation(log_path: str, why: str = "stall.action fail") -> None:
     """The stall watch ended this run (stall.action: fail), or the run cannot end its job otherwise:
     cancel its Slurm job so that the allocation is freed now. Without it Slurm keeps the job RUNNING while it waits for a node that is
     cut off (srun waits for every task). Said in the node's log; a node without scancel (a container
-    without Slurm's commands) leaves it to ``ddpjob cancel``."""
+    without Slurm's commands) leaves it to ``ddpjob cancel``.
+
+    The line is written before scancel runs: the cancel signals this step's processes, scancel among
+    them (it is this task's child), so scancel may end by SIGTERM with the cancel done, and this runner
+    may not get to write afterwards. Only a scancel that exits non-zero by itself failed."""
     array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     jid = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID", "")
     scancel = shutil.which("scancel")
-    if not jid or not scancel:
-        note = "no scancel on this node: ddpjob cancel frees the allocation"
-    else:
+    with open(log_path, "ab", buffering=0) as log:
+        if not jid or not scancel:
+            log.write(f"[ddpjob] {why}: no scancel on this node: ddpjob cancel frees the allocation\n".encode())
+            return
+        log.write(f"[ddpjob] {why}: cancelling Slurm job {jid} to free its allocation\n".encode())
         try:
             proc = subprocess.run([scancel, jid], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=15, check=False)
-            note = f"cancelled Slurm job {jid} to free its allocation" if proc.returncode == 0 else \
-                f"scancel {jid} failed: {proc.stderr.strip()}"
         except (OSError, subprocess.TimeoutExpired) as exc:
-            note = f"scancel {jid} failed: {exc}"
-    with open(log_path, "ab", buffering=0) as log:
-        log.write(f"[ddpjob] {why}: {note}\n".encode())
+            log.write(f"[ddpjob] scancel {jid} failed: {exc}; ddpjob cancel frees the allocation\n".encode())
+            return
+        if proc.returncode > 0:  # < 0: ended by the cancel's own signal, which reached this step
+            detail = proc.stderr.strip() or f"exit code {proc.returncode}"
+            log.write(f"[ddpjob] scancel {jid} failed: {detail}; ddpjob cancel frees the allocation\n".encode())
