@@ -98,24 +98,17 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 #    single tests again when they are done. (xdist's own loadgroup groups by an xdist_group mark it
 #    writes into each test's id on the worker; under pytest 9.2 that no longer reaches the scheduler,
 #    pytest-dev/pytest-xdist#1386, so the tests were split. Here the scope is read from the test's path.)
-#    The image build tests are one unit too: they share podman's build storage, and a build stopped by
-#    Ctrl-C removes the working containers that appeared while it ran (service/imagebuild/watch.py),
-#    a concurrent build's among them: on two workers one test's Ctrl-C ended another's build ("identifier
-#    is not a container"). That is a limitation of ddpjob build, noted to fix; here they run one by one.
-TOGETHER = ("tests/slurm/", "tests/imagebuild/")
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class SharedThingsTogether(LoadScopeScheduling):
+    class SlurmTestsTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return next((unit for unit in TOGETHER if nodeid.startswith(unit)), nodeid)
+            return "tests/slurm" if nodeid.startswith("tests/slurm/") else nodeid
 
-    return SharedThingsTogether(config, log)
+    return SlurmTestsTogether(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not real" deselects: it must see these marks
