@@ -222,9 +222,9 @@ def end_allocation(log_path: str, why: str = "stall.action fail") -> None:
         try:
             proc = subprocess.run([scancel, jid], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=15, check=False)
+            # < 0: ended by the cancel's own signal, which reached this step: not a failure
+            failed = (proc.stderr.strip() or f"exit code {proc.returncode}") if proc.returncode > 0 else None
         except (OSError, subprocess.TimeoutExpired) as exc:
-            log.write(f"[ddpjob] scancel {jid} failed: {exc}; ddpjob cancel frees the allocation\n".encode())
-            return
-        if proc.returncode > 0:  # < 0: ended by the cancel's own signal, which reached this step
-            detail = proc.stderr.strip() or f"exit code {proc.returncode}"
-            log.write(f"[ddpjob] scancel {jid} failed: {detail}; ddpjob cancel frees the allocation\n".encode())
+            failed = str(exc)
+        if failed:
+            log.write(f"[ddpjob] scancel {jid} failed: {failed}; ddpjob cancel frees the allocation\n".encode())
