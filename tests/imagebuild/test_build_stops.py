@@ -101,3 +101,39 @@ def test_ctrl_c_during_a_build_leaves_no_container(registry, base_image, tmp_pat
     listed = subprocess.run(["podman", "images"], capture_output=True, text=True, check=True, timeout=60)
     assert "incomplete" not in listed.stderr.lower(), listed.stderr  # no half-written layer left either
     assert registry.pushes(REPO_PATH) == 0
+
+
+def test_ctrl_c_beside_another_build_leaves_that_build_alone_and_names_what_it_left(registry, base_image, tmp_path):
+    # Neither a working container nor a RUN step's runtime container says which build made it: with
+    # another build running, the stopped one removes nothing and prints how to remove its leftovers.
+    (tmp_path / "other").mkdir()
+    other = project(tmp_path / "other", base_image, f"{registry.host}/{REPO_PATH}",
+                    "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo ddpjob-other-step && sleep 30\n")
+    root = project(tmp_path, base_image, f"{registry.host}/{REPO_PATH}",
+                   "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo ddpjob-ctrl-c-step && sleep 120\n")
+    before, runtime_before = external(), runtime_containers()
+    procs = [start_build(other)]
+    try:
+        for n, proc in ((1, procs[0]), (2, None)):
+            if proc is None:
+                procs.append(start_build(root))
+            wait_for(lambda n=n: len(runtime_containers()) >= len(runtime_before) + n
+                     or any(p.poll() is not None for p in procs), f"{n} RUN step(s) to start", timeout=240, poll=0.3)
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+        os.killpg(procs[1].pid, signal.SIGINT)
+        _, err = procs[1].communicate(timeout=60)
+        _, other_err = procs[0].communicate(timeout=240)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert procs[1].returncode == 130, err
+    assert procs[0].returncode == 0, other_err  # the other build ran to its end and pushed
+    assert "another image build is running on this machine (pid " in err and "Traceback" not in err, err
+    commands = [line.strip() for line in err.splitlines() if line.startswith("  ") and " -f " in line]
+    assert any(c.startswith("podman rm -f ") for c in commands), err
+    for command in commands:  # what the note says to do, done
+        subprocess.run(["sh", "-c", command], capture_output=True, timeout=60, check=True)
+    assert external() == before
+    assert runtime_containers() == runtime_before

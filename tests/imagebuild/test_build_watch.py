@@ -4,7 +4,11 @@ limit comes from $DDPJOB_BUILD_NO_PROGRESS_S and a bad value is a usage error.""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +48,68 @@ def test_the_limit_from_the_environment(monkeypatch):
         monkeypatch.setenv(watch.NO_PROGRESS_ENV, bad)
         with pytest.raises(UsageError, match="is not a number of seconds"):
             watch.no_progress_limit()
+
+
+# ---------------------------------------------------------------------- a stopped build's leftovers
+FAKE_ENGINE = """#!/bin/sh
+# podman ps -a --external ...: the containers listed in $DIR/listed; podman rm -f ID: noted in $DIR/removed
+case "$1" in
+  ps) /bin/cat "${0%/*}/listed" ;;
+  rm) echo "$3" >> "${0%/*}/removed" ;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_engine(tmp_path, monkeypatch):
+    """A ``podman`` that lists the containers written to ``listed`` and notes what it is told to
+    remove; PATH holds nothing else, so no real runc or crun container is looked at."""
+    (tmp_path / "podman").write_text(FAKE_ENGINE)
+    (tmp_path / "podman").chmod(0o755)
+    (tmp_path / "listed").write_text("old1 storage\nmine2 running\n")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    return tmp_path
+
+
+def test_a_stopped_build_removes_the_working_containers_that_appeared_while_it_ran(fake_engine, monkeypatch):
+    before = watch.leftovers("podman")
+    assert before == {"ctr:old1"}  # a container the user runs is not a build's
+    (fake_engine / "listed").write_text("old1 storage\nmine2 running\nnew3 storage\n")
+    monkeypatch.setattr(watch, "other_builds", lambda engine: [])
+    watch.clean("podman", before)
+    assert (fake_engine / "removed").read_text().split() == ["new3"]
+
+
+def test_while_another_build_runs_a_stopped_build_removes_nothing_and_names_what_it_left(fake_engine, monkeypatch,
+                                                                                        capsys):
+    before = watch.leftovers("podman")
+    (fake_engine / "listed").write_text("old1 storage\nnew3 storage\nnew4 storage\n")
+    monkeypatch.setattr(watch, "other_builds", lambda engine: [4242])
+    watch.clean("podman", before)
+    assert not (fake_engine / "removed").exists()
+    err = capsys.readouterr().err
+    assert err.startswith("another image build is running on this machine (pid 4242), so the 2 container(s)")
+    assert "  podman rm -f new3\n  podman rm -f new4" in err and "old1" not in err
+    assert "runc delete -f buildah-buildah7 && rm -rf /var/tmp/buildah7" in watch.left_note(
+        "podman", ["runc:buildah-buildah7:/var/tmp/buildah7"], [1])
+
+
+def test_another_build_is_found_by_its_command_line(tmp_path):
+    # processes whose argv[0] is podman or buildah (python running under that name, sleeping)
+    nap = "import time; time.sleep(60)"
+    procs = {argv: subprocess.Popen([*argv[:1], "-c", nap, *argv[1:]], executable=sys.executable)
+             for argv in (("podman", "--runtime", "runc", "build"), ("buildah", "from"), ("podman", "run"))}
+    try:
+        wait = time.monotonic() + 10
+        while time.monotonic() < wait and not all(
+                Path(f"/proc/{p.pid}/cmdline").read_bytes().startswith(argv[0].encode()) for argv, p in procs.items()):
+            time.sleep(0.05)
+        found = watch.other_builds("podman")
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+    assert procs[("podman", "--runtime", "runc", "build")].pid in found
+    assert procs[("buildah", "from")].pid in found
+    assert procs[("podman", "run")].pid not in found
+    assert os.getpid() not in found

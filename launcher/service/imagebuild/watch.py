@@ -9,8 +9,11 @@
 2. Ctrl-C: the engine runs in its own session, so the terminal's SIGINT reaches ddpjob only;
    ddpjob then stops the engine (SIGTERM, SIGKILL after ``STOP_GRACE_S``) and, for a build,
    removes what the engine leaves when stopped: its working containers (``ps -a --external``) and
-   the runtime's containers of its RUN steps, started after the build began. Then the
-   ``KeyboardInterrupt`` goes on (exit 130).
+   the runtime's containers of its RUN steps, started after the build began. Neither carries a mark
+   of the build that made it, so when another image build runs on the machine at that moment (a
+   ``podman build``, a ``buildah`` build), nothing is removed: the containers are named on stderr,
+   with the commands that remove them once that build has ended. Then the ``KeyboardInterrupt``
+   goes on (exit 130).
 Arguments are lists, never a shell.
 """
 
@@ -22,6 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -149,8 +153,16 @@ def leftovers(engine: str) -> set[str]:
 
 def clean(engine: str, before: set[str]) -> None:
     """Remove what ``leftovers`` finds now and did not find in ``before``: the RUN step's
-    container (and its bundle folder), then the working container."""
-    for item in sorted(leftovers(engine) - before, key=lambda s: s.startswith("ctr:")):
+    container (and its bundle folder), then the working container. While another build runs
+    (``other_builds``) they may be its: they are named on stderr and left."""
+    new = sorted(leftovers(engine) - before, key=lambda s: (s.startswith("ctr:"), s))
+    if not new:
+        return
+    others = other_builds(engine)
+    if others:
+        print(left_note(engine, new, others), file=sys.stderr)
+        return
+    for item in new:
         kind, _, rest = item.partition(":")
         if kind == "ctr":
             _quiet([engine, "rm", "-f", rest])
@@ -161,6 +173,46 @@ def clean(engine: str, before: set[str]) -> None:
             _quiet([path, "delete", "-f", cid])
         if bundle and os.path.basename(bundle).startswith("buildah") and os.path.isdir(bundle):
             shutil.rmtree(bundle, ignore_errors=True)
+
+
+def left_note(engine: str, items: Sequence[str], others: Sequence[int]) -> str:
+    """What a stopped build says of the containers it left because another build was running."""
+    commands = []
+    for item in items:
+        kind, _, rest = item.partition(":")
+        if kind == "ctr":
+            commands.append(f"{engine} rm -f {rest}")
+        else:
+            cid, _, bundle = rest.partition(":")
+            commands.append(f"{kind} delete -f {cid}" + (f" && rm -rf {bundle}" if bundle else ""))
+    pids = ", ".join(str(p) for p in others)
+    return (f"another image build is running on this machine (pid {pids}), so the {len(items)} container(s) that "
+            "appeared while this one ran were left: they may be that build's (no container says which build made "
+            "it). Once it has ended, remove them with:\n  " + "\n  ".join(commands))
+
+
+BUILD_WORDS = {"build", "bud"}
+
+
+def other_builds(engine: str) -> list[int]:
+    """Pids of image builds running now, this process's own excluded: ``ENGINE ... build`` or
+    ``buildah ... build|bud|from``. A false match only means containers are left and named."""
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            continue
+        if not argv:
+            continue
+        name = os.path.basename(argv[0])
+        words = set(argv[1:])
+        if (name == engine and words & BUILD_WORDS) or (name == "buildah" and words & (BUILD_WORDS | {"from"})):
+            found.append(int(entry))
+    return sorted(found)
 
 
 def _quiet(argv: list[str]) -> str:
