@@ -98,17 +98,24 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 #    single tests again when they are done. (xdist's own loadgroup groups by an xdist_group mark it
 #    writes into each test's id on the worker; under pytest 9.2 that no longer reaches the scheduler,
 #    pytest-dev/pytest-xdist#1386, so the tests were split. Here the scope is read from the test's path.)
+#    The image build tests are one unit too: they share podman's build storage, and the Ctrl-C tests
+#    count the build containers that appear while their build runs; a stopped build removes them only
+#    when no other build runs (service/imagebuild/watch.py), so another test's build beside it would
+#    change what they check.
+TOGETHER = ("tests/slurm/", "tests/imagebuild/")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class SlurmTestsTogether(LoadScopeScheduling):
+    class SharedThingsTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "tests/slurm" if nodeid.startswith("tests/slurm/") else nodeid
+            return next((unit for unit in TOGETHER if nodeid.startswith(unit)), nodeid)
 
-    return SlurmTestsTogether(config, log)
+    return SharedThingsTogether(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not real" deselects: it must see these marks

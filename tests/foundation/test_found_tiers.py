@@ -174,22 +174,24 @@ def test_auto_starts_two_workers_more_than_the_cores_in_the_pure_tier_only(reque
 
 
 @pytest.mark.real  # starts pytest on two workers (~5 s)
-def test_loadgroup_keeps_the_slurm_tests_on_one_worker_and_spreads_the_rest(tmp_path):
+@pytest.mark.parametrize("unit, files", [
+    ("tests/slurm/", ["tests/slurm/test_slurm_end_allocation.py", "tests/slurm/test_slurm_render.py"]),
+    ("tests/imagebuild/", ["tests/imagebuild/test_build_context.py", "tests/imagebuild/test_build_secrets.py"])])
+def test_loadgroup_keeps_tests_that_share_a_thing_on_one_worker_and_runs_the_rest_beside(tmp_path, unit, files):
     """The README's full run (``-n 2 --dist loadgroup``) hands every test under tests/slurm/ to one
-    worker (they share one cluster) and runs the others on the other worker beside them (and on both
-    once the Slurm tests are done). Run on a few pure tests of each kind."""
+    worker (they share one cluster), and every one under tests/imagebuild/ (they share podman's build
+    storage), and runs the others on the other worker beside them. Run on a few pure tests of each kind."""
     import subprocess
     import sys
 
-    slurm = ["tests/slurm/test_slurm_end_allocation.py", "tests/slurm/test_slurm_render.py"]
     others = ["tests/foundation/test_found_config.py", "tests/foundation/test_found_spec.py"]
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-m", "not real",
-                           "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'base'}", *slurm, *others],
+                           "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'base'}", *files, *others],
                           cwd=TESTS.parent, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ran = [line for line in proc.stdout.splitlines() if line.startswith("[gw") and " PASSED " in line]
-    where = {(line.split()[0], line.split(" PASSED ")[1].startswith("tests/slurm/")) for line in ran}
-    assert len(ran) > 100, proc.stdout[-3000:]
-    slurm_workers = {w for w, is_slurm in where if is_slurm}
-    assert len(slurm_workers) == 1, where
-    assert {w for w, is_slurm in where if not is_slurm} - slurm_workers, where  # the rest ran beside them
+    ran = [line.split(" PASSED ") for line in proc.stdout.splitlines() if line.startswith("[gw") and " PASSED " in line]
+    where = [(head.split()[0], test) for head, test in ran]
+    assert sum(test.startswith(unit) for _, test in where) > 10, proc.stdout[-3000:]
+    workers = {w for w, test in where if test.startswith(unit)}
+    assert len(workers) == 1, where
+    assert {w for w, test in where if not test.startswith(unit)} - workers, where  # the rest ran beside them

@@ -19,14 +19,17 @@ REPO_PATH = "team/train"
 
 
 def external() -> list[str]:
-    rows = subprocess.run(["podman", "ps", "-a", "--external", "--format", "{{.ID}} {{.Names}}"],
+    """Builds' working containers (podman shows them in state "storage"): not the containers that other
+    tests, beside these on another worker, run."""
+    rows = subprocess.run(["podman", "ps", "-a", "--external", "--format", "{{.ID}} {{.Names}} {{.State}}"],
                           capture_output=True, text=True, check=True, timeout=60).stdout
-    return sorted(rows.splitlines())
+    return sorted(row.rsplit(" ", 1)[0] for row in rows.splitlines() if row.lower().endswith(" storage"))
 
 
 def runtime_containers() -> list[str]:
+    """The runtime's containers of builds' RUN steps (``buildah-*``)."""
     rows = subprocess.run(["runc", "list", "-q"], capture_output=True, text=True, check=False, timeout=60).stdout
-    return sorted(rows.split())
+    return sorted(c for c in rows.split() if c.startswith("buildah-"))
 
 
 def project(tmp_path: Path, base: str, registry: str, dockerfile: str | None = None) -> Path:
