@@ -113,3 +113,17 @@ def test_another_build_is_found_by_its_command_line(tmp_path):
     assert procs[("buildah", "from")].pid in found
     assert procs[("podman", "run")].pid not in found
     assert os.getpid() not in found
+
+
+def test_without_a_proc_to_read_no_other_build_is_found(monkeypatch):
+    listdir = os.listdir
+
+    def no_proc(path):
+        if path == "/proc":
+            raise FileNotFoundError(path)
+        return listdir(path)
+
+    with monkeypatch.context() as m:
+        m.setattr(watch.os, "listdir", no_proc)
+        found = watch.other_builds("podman")
+    assert found == []

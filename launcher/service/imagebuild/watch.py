@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -181,10 +182,10 @@ def left_note(engine: str, items: Sequence[str], others: Sequence[int]) -> str:
     for item in items:
         kind, _, rest = item.partition(":")
         if kind == "ctr":
-            commands.append(f"{engine} rm -f {rest}")
+            commands.append(f"{engine} rm -f {shlex.quote(rest)}")
         else:
             cid, _, bundle = rest.partition(":")
-            commands.append(f"{kind} delete -f {cid}" + (f" && rm -rf {bundle}" if bundle else ""))
+            commands.append(f"{kind} delete -f {shlex.quote(cid)}" + (f" && rm -rf {shlex.quote(bundle)}" if bundle else ""))
     pids = ", ".join(str(p) for p in others)
     return (f"another image build is running on this machine (pid {pids}), so the {len(items)} container(s) that "
             "appeared while this one ran were left: they may be that build's (no container says which build made "
@@ -196,9 +197,14 @@ BUILD_WORDS = {"build", "bud"}
 
 def other_builds(engine: str) -> list[int]:
     """Pids of image builds running now, this process's own excluded: ``ENGINE ... build`` or
-    ``buildah ... build|bud|from``. A false match only means containers are left and named."""
+    ``buildah ... build|bud|from``. A false match only means containers are left and named. Where
+    there is no /proc to read (macOS, where the engine runs in a VM), none is found."""
     found: list[int] = []
-    for entry in os.listdir("/proc"):
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
