@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit import wait_for
 
 from launcher.core.errors import UsageError
 from launcher.service.imagebuild import watch
@@ -100,10 +101,8 @@ def test_another_build_is_found_by_its_command_line(tmp_path):
     procs = {argv: subprocess.Popen([*argv[:1], "-c", nap, *argv[1:]], executable=sys.executable)
              for argv in (("podman", "--runtime", "runc", "build"), ("buildah", "from"), ("podman", "run"))}
     try:
-        wait = time.monotonic() + 10
-        while time.monotonic() < wait and not all(
-                Path(f"/proc/{p.pid}/cmdline").read_bytes().startswith(argv[0].encode()) for argv, p in procs.items()):
-            time.sleep(0.05)
+        wait_for(lambda: all(Path(f"/proc/{p.pid}/cmdline").read_bytes().startswith(argv[0].encode())
+                             for argv, p in procs.items()), "the processes to run under their names", timeout=10, poll=0.05)
         found = watch.other_builds("podman")
     finally:
         for p in procs.values():

@@ -164,11 +164,10 @@ def clean(engine: str, before: set[str]) -> None:
         print(left_note(engine, new, others), file=sys.stderr)
         return
     for item in new:
-        kind, _, rest = item.partition(":")
+        kind, cid, bundle = _split(item)
         if kind == "ctr":
-            _quiet([engine, "rm", "-f", rest])
+            _quiet([engine, "rm", "-f", cid])
             continue
-        cid, _, bundle = rest.partition(":")
         path = shutil.which(kind)
         if path:
             _quiet([path, "delete", "-f", cid])
@@ -179,17 +178,22 @@ def clean(engine: str, before: set[str]) -> None:
 def left_note(engine: str, items: Sequence[str], others: Sequence[int]) -> str:
     """What a stopped build says of the containers it left because another build was running."""
     commands = []
-    for item in items:
-        kind, _, rest = item.partition(":")
+    for kind, cid, bundle in map(_split, items):
         if kind == "ctr":
-            commands.append(f"{engine} rm -f {shlex.quote(rest)}")
+            commands.append(f"{engine} rm -f {shlex.quote(cid)}")
         else:
-            cid, _, bundle = rest.partition(":")
             commands.append(f"{kind} delete -f {shlex.quote(cid)}" + (f" && rm -rf {shlex.quote(bundle)}" if bundle else ""))
     pids = ", ".join(str(p) for p in others)
     return (f"another image build is running on this machine (pid {pids}), so the {len(items)} container(s) that "
             "appeared while this one ran were left: they may be that build's (no container says which build made "
             "it). Once it has ended, remove them with:\n  " + "\n  ".join(commands))
+
+
+def _split(item: str) -> tuple[str, str, str]:
+    """A ``leftovers`` item as (kind, id, bundle): ``ctr`` (a working container, no bundle) or the runtime."""
+    kind, _, rest = item.partition(":")
+    cid, _, bundle = rest.partition(":") if kind != "ctr" else (rest, "", "")
+    return kind, cid, bundle
 
 
 BUILD_WORDS = {"build", "bud"}
