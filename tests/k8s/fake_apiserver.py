@@ -426,10 +426,21 @@ class FakeCluster:
                     self._condition(job, "Created", "PyTorchJob is created.")
                     self._create_pods(ns, name, job)
                 if self._terminal(job):
+                    self._settle(ns, name)
                     continue
                 self._recreate_missing(ns, name, job)
                 self._step_pods(ns, name, job)
             self.trainer.reconcile()
+
+    def _settle(self, ns: str, name: str) -> None:
+        """The kubelet's part after the operator's has ended: a pod the finished job left running (a
+        worker slower than the master) still ends, Succeeded or Failed by its exit code."""
+        for pod in self.pods.values():
+            if pod.job == name and pod.namespace == ns and pod.phase == "Running" \
+                    and pod.proc is not None and pod.proc.poll() is not None:
+                code = pod.proc.returncode
+                pod.exit_code = 128 - code if code < 0 else code
+                pod.phase = "Succeeded" if pod.exit_code == 0 else "Failed"
 
     def _terminal(self, job: dict) -> bool:
         return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in job["status"]["conditions"])

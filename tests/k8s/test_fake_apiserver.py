@@ -258,7 +258,10 @@ def test_graceful_delete_sends_sigterm_then_sigkill(k8s_api, tmp_path):
 
 def test_deleted_pod_of_a_finished_job_stays_gone_and_unknown_pods_are_404(k8s_api):
     c = core(k8s_api)
-    create(k8s_api, job("done", [sys.executable, "-c", "print('ok')"], workers=1))
+    # The worker ends a second after the master, which ends the job: a pod the finished job left
+    # running still ends (the kubelet's part), as a slow worker did on a loaded machine.
+    slow_worker = "import os, time; time.sleep(1.0 if os.environ['RANK'] != '0' else 0); print('ok')"
+    create(k8s_api, job("done", [sys.executable, "-c", slow_worker], workers=1))
     wait_state(k8s_api, "done", "Succeeded")
     wait_for(lambda: all(p.phase == "Succeeded" for p in k8s_api.server.pods_of("done")), "both pods to end", timeout=30)
     c.delete_namespaced_pod("done-worker-0", "default", grace_period_seconds=0)
