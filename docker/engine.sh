@@ -63,9 +63,9 @@ install_packages() {
   command -v apt-get >/dev/null 2>&1 || fail 4 "missing$missing and there is no apt-get (install podman yourself)"
   log "installing Debian's ${PKGS[*]} (missing:$missing)"
   export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -q --no-install-recommends "${PKGS[@]}" >"$aptlog" 2>&1; then
+  if ! apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${PKGS[@]}" >"$aptlog" 2>&1; then
     if ! { apt-get update -q >>"$aptlog" 2>&1 \
-           && apt-get install -y -q --no-install-recommends "${PKGS[@]}" >>"$aptlog" 2>&1; }; then
+           && apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${PKGS[@]}" >>"$aptlog" 2>&1; }; then
       tail -n 15 "$aptlog" >&2
       fail 4 "apt-get could not install ${PKGS[*]}; read $aptlog"
     fi

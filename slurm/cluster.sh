@@ -149,9 +149,10 @@ install_packages() {
   fi
   export DEBIAN_FRONTEND=noninteractive
   # apt-get update only when the package lists do not know the packages yet (fresh image) or are stale.
-  if ! apt-get install -y -q --no-install-recommends "${PKGS[@]}" >>"$aptlog" 2>&1; then
+  # An install waits up to 5 minutes for dpkg's lock (another install, unattended-upgrades).
+  if ! apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${PKGS[@]}" >>"$aptlog" 2>&1; then
     if ! { apt-get update -q >>"$aptlog" 2>&1 \
-           && apt-get install -y -q --no-install-recommends "${PKGS[@]}" >>"$aptlog" 2>&1; }; then
+           && apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${PKGS[@]}" >>"$aptlog" 2>&1; }; then
       cleanup_policy
       tail -n 15 "$aptlog" >&2
       log "error: apt-get could not install ${PKGS[*]}; read $aptlog"

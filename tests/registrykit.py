@@ -49,7 +49,9 @@ def _install() -> str | None:
         POLICY_RC.chmod(0o755)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     try:
-        cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", BINARY]
+        # Waits for dpkg's lock (up to 5 minutes): another install may hold it, e.g. slurm/cluster.sh's
+        # on the other test worker (CI skipped the registry tests so once).
+        cmd = ["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "-q", "--no-install-recommends", BINARY]
         if subprocess.run(cmd, env=env, capture_output=True, check=False).returncode != 0:
             subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, check=False)
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)

@@ -163,7 +163,9 @@ def test_a_slowed_rank_is_named_the_straggler_in_status_and_top(cli, tmp_path):
     data = json.loads(cli("top", job_id, "-o", "json", check=True).stdout)
     ranks = {r["rank"]: r for n in data["health"]["nodes"] for r in n["ranks"]}
     assert set(ranks) == {0, 1} and all(r["cpu_pct"] is not None and r["rss_bytes"] > 0 for r in ranks.values())
-    assert ranks[1]["flag"] == "straggler" and ranks[1]["own_ms"] > 2 * ranks[0]["own_ms"], ranks
+    # Rank 1's own time holds its 50 ms sleep and is the larger (rank 0's compute alone was 3-40 ms,
+    # by the load: twice it was no sure bound)
+    assert ranks[1]["flag"] == "straggler" and ranks[1]["own_ms"] >= 50 and ranks[1]["own_ms"] > ranks[0]["own_ms"], ranks
     cli("cancel", job_id, check=True)
     after = json.loads(cli("top", job_id, "-o", "json", check=True).stdout)
     assert after["state"] == "CANCELLED" and {r["rank"] for n in after["health"]["nodes"] for r in n["ranks"]} == {0, 1}
