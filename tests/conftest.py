@@ -10,8 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
-from hypothesis.configuration import set_hypothesis_home_dir
 
 REPO = Path(__file__).resolve().parents[1]
 # Shared test helpers (tests/goldens.py) import by name from any test directory.
@@ -26,15 +24,27 @@ from testkit import (  # noqa: E402
     stop_leftovers,
 )
 
-# Hypothesis keeps no example database (a failure is reproduced from the seed and the example it
-# prints), and the cache of constants it writes whatever the database goes to a folder of this user
-# outside the checkout (by default both are ./.hypothesis/). Set before any test module is imported:
-# a test's @given reads the code's constants when it is collected.
-settings.register_profile("ddpjob", database=None)
-settings.load_profile("ddpjob")
 HYPOTHESIS_HOME = TESTS_HOME / "hypothesis"
 TESTS_HOME.mkdir(mode=0o700, exist_ok=True)
-set_hypothesis_home_dir(HYPOTHESIS_HOME)
+
+
+def _set_up_hypothesis() -> None:
+    """Hypothesis keeps no example database (a failure is reproduced from the seed and the example it
+    prints), and the cache of constants it writes whatever the database goes to a folder of this user
+    outside the checkout (by default both are ./.hypothesis/). Set before any test module is imported
+    (from pytest_configure): a test's @given reads the code's constants when it is collected. Imported
+    there, after the pure tier has set where bytecode goes (1. below): pytest rewrites the asserts of
+    a plugin's whole package, hypothesis's 84 modules (~1 s), and keeps them only where bytecode may be
+    written. Hypothesis loads every installed "hypothesis" entry point when it is imported: trio's (a
+    selenium dependency here) imports trio.testing and pytest's internals, ~0.3 s a process, and no
+    test uses it; HYPOTHESIS_NO_PLUGINS=1, unless set, skips them."""
+    os.environ.setdefault("HYPOTHESIS_NO_PLUGINS", "1")
+    from hypothesis import settings
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    settings.register_profile("ddpjob", database=None)
+    settings.load_profile("ddpjob")
+    set_hypothesis_home_dir(HYPOTHESIS_HOME)
 
 
 # A module marked real as a whole (``pytestmark = pytest.mark.real``, or slurm, which is real too).
@@ -56,10 +66,13 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 #    PYTHONDONTWRITEBYTECODE=1 (or -B) it rewrote all of them at each run (~2.5 s of ~4 s of
 #    collection). So the process writes bytecode, of the test modules, launcher and the libraries it
 #    imports alike, into PYCACHE (a folder of this user, keyed by each file's full path), never into a
-#    __pycache__/ of the checkout. Only the pure tier: the first run on a machine compiles every library
-#    it imports into that folder once (~1 s here; torch, kubernetes and the rest in a full run, which
-#    CI makes once on a fresh machine, where it would cost and never pay). Processes the tests start
-#    are left as the user set them.
+#    __pycache__/ of the checkout. The processes it starts from then on do the same (through
+#    PYTHONPYCACHEPREFIX, PYTHONDONTWRITEBYTECODE unset): xdist's workers, whose start-up imports come
+#    before their pytest_configure (one worker's start-up went from ~2.5 s of CPU to ~0.8 s), and the
+#    ddpjob commands the tests run (launcher, editable, has no bytecode of its own: each compiled what
+#    it imported). Only the pure tier: the first run on a machine compiles every library it imports
+#    into that folder once (~1 s here; torch, kubernetes and the rest in a full run, which CI makes once
+#    on a fresh machine, where it would cost and never pay).
 # 2. It fuzzes the front door (tests/foundation/test_found_fuzz.py) with a third of the examples the
 #    full suite runs: ~2.5 s rather than ~7 s. $DDPJOB_FUZZ_EXAMPLES, when set, counts for both.
 PYCACHE = TESTS_HOME / "pycache"
@@ -70,7 +83,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("markexpr") == "not real":
         sys.pycache_prefix = str(PYCACHE)
         sys.dont_write_bytecode = False
+        os.environ["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         os.environ.setdefault("DDPJOB_FUZZ_EXAMPLES", str(FUZZ_EXAMPLES_PURE))
+    _set_up_hypothesis()
 
 
 # 3. `-n auto` starts two workers more than xdist's own count (the cores). A fifth of the pure tier's

@@ -101,7 +101,10 @@ def test_the_pure_tier_keeps_compiled_test_modules_outside_the_checkout(request:
     """pytest rewrites a test module's asserts when it imports it and keeps the result only where Python
     may write bytecode: under -m "not real" tests/conftest.py lets it, into a folder outside the checkout
     (under PYTHONDONTWRITEBYTECODE=1 every run rewrote every module again: ~2.5 s of collection); other
-    runs are left as they were."""
+    runs are left as they were. The processes started after it (xdist's workers, the commands the tests
+    run) keep theirs in the same folder."""
+    import os
+    import subprocess
     import sys
 
     from _pytest.assertion.rewrite import PYC_TAIL, get_cache_dir
@@ -109,15 +112,25 @@ def test_the_pure_tier_keeps_compiled_test_modules_outside_the_checkout(request:
     if request.config.getoption("markexpr") == "not real":  # this very run: this module's compiled code is kept
         here = Path(__file__)
         assert (get_cache_dir(here) / (here.name[:-3] + PYC_TAIL)).is_file()
+    for name in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"):  # put back (or removed) afterwards
+        monkeypatch.setenv(name, os.environ.get(name, ""))
     for markexpr in ("not real", "", "real"):
         monkeypatch.setattr(sys, "pycache_prefix", None)
         monkeypatch.setattr(sys, "dont_write_bytecode", True)
+        monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+        monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
         _configured(request, markexpr)
         if markexpr == "not real":
             assert sys.pycache_prefix and not Path(sys.pycache_prefix).resolve().is_relative_to(TESTS.parent)
             assert sys.dont_write_bytecode is False
+            assert os.environ.get("PYTHONPYCACHEPREFIX") == sys.pycache_prefix
+            assert "PYTHONDONTWRITEBYTECODE" not in os.environ
+            code = "import sys; print(sys.pycache_prefix, sys.dont_write_bytecode)"  # what a started process gets
+            started = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            assert started.stdout.split() == [sys.pycache_prefix, "False"]
         else:
             assert (sys.pycache_prefix, sys.dont_write_bytecode) == (None, True)
+            assert "PYTHONPYCACHEPREFIX" not in os.environ and os.environ["PYTHONDONTWRITEBYTECODE"] == "1"
 
 
 def test_the_pure_tier_fuzzes_with_a_third_of_the_examples(request: pytest.FixtureRequest, monkeypatch):
@@ -129,6 +142,8 @@ def test_the_pure_tier_fuzzes_with_a_third_of_the_examples(request: pytest.Fixtu
     monkeypatch.setattr(sys, "pycache_prefix", sys.pycache_prefix)  # put back afterwards: the hook sets them
     monkeypatch.setattr(sys, "dont_write_bytecode", sys.dont_write_bytecode)
     monkeypatch.setenv("DDPJOB_FUZZ_EXAMPLES", "")  # so that its value (or its absence) is put back too
+    for name in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
 
     def configured(markexpr: str, before: str | None) -> str | None:
         if before is None:
