@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from testkit import parsed, walked
@@ -137,25 +138,48 @@ def _returns_raw(fn: ast.FunctionDef | ast.AsyncFunctionDef, sources: set[str]) 
     return any(isinstance(r, ast.Return) and reads.raw(r.value) for r in ast.walk(fn))
 
 
+# The calls through which raw data comes in (``_Reads.raw``): a function that makes none of these, nor
+# of the package's functions found to return the raw data, can neither hold it nor hand it on.
+RAW_CALLS = frozenset({"read_plan", "read_state", "read_json", "load", "loads"})
+
+
+def _with_calls(path: Path) -> list[tuple[ast.AST, frozenset[str]]]:
+    """Each of ``_functions(path)`` with the names it calls, nested functions' included (a superset of
+    what ``_walk`` sees: by line, from the module's one walk), and "handle" where it reads an attribute
+    of that name (``_handle``)."""
+    marks = sorted((n.lineno, _call_name(n) if isinstance(n, ast.Call) else "handle") for n in walked(path)
+                   if isinstance(n, ast.Call) or (isinstance(n, ast.Attribute) and n.attr == "handle"))
+    lines = [line for line, _ in marks]
+    out: list[tuple[ast.AST, frozenset[str]]] = []
+    for fn in _functions(path):
+        first, last = (fn.lineno, fn.end_lineno or fn.lineno) if isinstance(fn, ast.stmt) else (0, 1 << 30)
+        out.append((fn, frozenset(name for _, name in marks[bisect_left(lines, first):bisect_right(lines, last)])))
+    return out
+
+
 def reads_by_key(root: Path = PKG) -> list[str]:
     """``path:line (function)`` of every read by key of plan.json's or state.json's data (or a handle's)
-    outside the record modules; the functions that hand the raw data on count as its readers too."""
-    functions = {path: _functions(path) for path in sorted(root.rglob("*.py"))}
+    outside the record modules; the functions that hand the raw data on count as its readers too.
+    Only the functions whose calls could bring the raw data in are walked (``_with_calls``): the same
+    findings in less than half the time."""
+    functions = {path: _with_calls(path) for path in sorted(root.rglob("*.py"))}
     rel = {path: path.relative_to(root.parent) for path in functions}
     sources: set[str] = set()
     while True:  # the package's functions that return the raw data (a wrapper of RunFolder.read_state)
-        more = {fn.name for path, fns in functions.items() if rel[path] not in OWNERS for fn in fns
-                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and _returns_raw(fn, sources)}
+        raw = RAW_CALLS | sources
+        more = {fn.name for path, fns in functions.items() if rel[path] not in OWNERS for fn, calls in fns
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and calls & raw and _returns_raw(fn, sources)}
         if more <= sources:
             break
         sources |= more
     wrong = []
+    raw_or_handle = RAW_CALLS | sources | {"handle"}
     for path, fns in functions.items():
         if rel[path] in OWNERS:
             continue
-        for fn in fns:
+        for fn, calls in fns:
             name = getattr(fn, "name", "<module>")
-            if (str(rel[path]), name) in ALLOWED:
+            if (str(rel[path]), name) in ALLOWED or not calls & raw_or_handle:
                 continue
             wrong += [f"{rel[path]}:{line} ({name})" for line in _walk(fn, sources).found]
     return wrong
