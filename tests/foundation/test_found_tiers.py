@@ -112,8 +112,8 @@ def test_the_pure_tier_keeps_compiled_test_modules_outside_the_checkout(request:
     if request.config.getoption("markexpr") == "not real":  # this very run: this module's compiled code is kept
         here = Path(__file__)
         assert (get_cache_dir(here) / (here.name[:-3] + PYC_TAIL)).is_file()
-    for name in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"):  # put back (or removed) afterwards
-        monkeypatch.setenv(name, os.environ.get(name, ""))
+    for name in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE", "DDPJOB_FUZZ_EXAMPLES"):  # put back (or
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # removed) afterwards: the hook sets them
     for markexpr in ("not real", "", "real"):
         monkeypatch.setattr(sys, "pycache_prefix", None)
         monkeypatch.setattr(sys, "dont_write_bytecode", True)
