@@ -236,6 +236,14 @@ class Pod:
     fs_root: str | None = None  # FakeCluster.own_filesystems: this pod's own root; the image's /workspace is under it
     replica_policy: str = ""  # the replica's restartPolicy (ExitCode: the pod's is Never, the operator reads the code)
 
+    def ended(self) -> int | None:
+        """The exit code of the container that ran and has ended, as a container reports it (killed by
+        signal n: 128 + n); None while it runs or has not started."""
+        if self.phase != "Running" or self.proc is None or self.proc.poll() is None:
+            return None
+        code = self.proc.returncode
+        return 128 - code if code < 0 else code
+
     def to_json(self) -> dict:
         state: dict[str, Any]
         if self.phase == "Pending":
@@ -436,11 +444,8 @@ class FakeCluster:
         """The kubelet's part after the operator's has ended: a pod the finished job left running (a
         worker slower than the master) still ends, Succeeded or Failed by its exit code."""
         for pod in self.pods.values():
-            if pod.job == name and pod.namespace == ns and pod.phase == "Running" \
-                    and pod.proc is not None and pod.proc.poll() is not None:
-                code = pod.proc.returncode
-                pod.exit_code = 128 - code if code < 0 else code
-                pod.phase = "Succeeded" if pod.exit_code == 0 else "Failed"
+            if pod.job == name and pod.namespace == ns and (code := pod.ended()) is not None:
+                pod.exit_code, pod.phase = code, "Succeeded" if code == 0 else "Failed"
 
     def _terminal(self, job: dict) -> bool:
         return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in job["status"]["conditions"])
@@ -657,9 +662,7 @@ class FakeCluster:
             elif pod.phase == "Pending" and self.unschedulable_message and not any(
                     e["involvedObject"]["name"] == pod.name and e["reason"] == "FailedScheduling" for e in self.events):
                 self.events.append(self._event(ns, pod.name, "Warning", "FailedScheduling", self.unschedulable_message))
-            elif pod.phase == "Running" and pod.proc is not None and pod.proc.poll() is not None:
-                code = pod.proc.returncode
-                code = 128 - code if code < 0 else code  # killed by a signal: 128 + n, as a container reports
+            elif (code := pod.ended()) is not None:
                 pod.exit_code = code
                 if code != 0 and pod.restart_policy in ("OnFailure", "Always"):
                     if pod.restarts + 1 > int(run_policy.get("backoffLimit", 6)):

@@ -331,9 +331,8 @@ class Trainer:
             elif pod.phase == "Pending" and c.unschedulable_message and not any(
                     e["involvedObject"]["name"] == pod.name and e["reason"] == "FailedScheduling" for e in c.events):
                 c.events.append(c._event(ns, pod.name, "Warning", "FailedScheduling", c.unschedulable_message))
-            elif pod.phase == "Running" and pod.proc is not None and pod.proc.poll() is not None:
-                code = pod.proc.returncode
-                pod.exit_code = 128 - code if code < 0 else code
+            elif (code := pod.ended()) is not None:
+                pod.exit_code = code
                 if pod.exit_code == 0:
                     pod.phase = "Succeeded"
                     child.succeeded.add(pod.index)
